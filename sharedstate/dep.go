@@ -1,0 +1,600 @@
+package sharedstate
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// depState is everything one engine knows about one dependency. The atomic
+// fields serve the lock-free hot paths; the rest is guarded by mu.
+type depState struct {
+	name    string
+	win     atomic.Pointer[Window]
+	snap    atomic.Pointer[Snapshot]
+	evicted atomic.Bool
+
+	mu          sync.Mutex
+	patch       *PolicyPatch // nil: the default applies
+	pol         Policy       // effective
+	hbJitter    int64        // heartbeat interval shortening, ns, in [0, window/10)
+	override    *Override
+	records     map[string]BreakerRecord // by zone ("" for the fleet-wide record)
+	rows        []rowEntry
+	rowIdx      map[string]int // node -> index in rows
+	rowsVersion uint64
+	probe       fleetProbe
+	local       localBreaker
+	sent        sentRow
+	permit      permitCache
+	idleSince   int64 // Unix ns; 0 while not idle
+}
+
+type rowEntry struct {
+	NodeWindow
+	received int64 // Unix ns
+	// Classified when the row arrives (and again when the policy changes),
+	// so that scans only add.
+	active   bool // any count
+	requests bool // successes or failures
+	failing  bool // nodeFailing under the current policy
+	sameZone bool // in this node's zone
+}
+
+func (d *depState) classify(e *Engine, r *rowEntry) {
+	r.active = !r.Counts.IsZero()
+	r.requests = r.Counts.Requests() > 0
+	r.failing = nodeFailing(&d.pol.Breaker, r.Counts)
+	r.sameZone = r.Zone == e.zone
+}
+
+// fleetProbe is this node's probing state for the half-open record of
+// generation gen.
+type fleetProbe struct {
+	gen       uint64
+	inFlight  bool
+	round     uint64
+	successes int
+}
+
+// localBreaker is this node's own breaker: the breaker itself under scope
+// node, the node-local breaker under scope fleet/zone.
+type localBreaker struct {
+	state      BreakerState // Closed or Open; HalfOpen is derived
+	since      time.Time
+	openCount  uint32
+	inFlight   bool
+	inFlightAt time.Time
+	successes  int
+}
+
+func (l *localBreaker) stateAt(b *BreakerPolicy, now time.Time) BreakerState {
+	if l.state != Open {
+		return Closed
+	}
+	if now.Before(l.since.Add(b.OpenDurationFor(l.openCount))) {
+		return Open
+	}
+	return HalfOpen
+}
+
+type sentRow struct {
+	valid bool
+	row   NodeWindow
+	at    int64 // Unix ns
+}
+
+type permitCache struct {
+	valid                bool
+	gen, round, rowsVers uint64
+	ownActive            bool
+	holds                bool
+}
+
+type probeSlot uint8
+
+const (
+	slotNone probeSlot = iota
+	slotFleet
+	slotLocal
+)
+
+// setPolicy installs an effective policy. A new window length starts a new
+// window.
+func (d *depState) setPolicy(e *Engine, p Policy, rnd uint64) {
+	if w := d.win.Load(); w == nil || w.width != NewWindow(p.Breaker.Window.Std()).width {
+		d.win.Store(NewWindow(p.Breaker.Window.Std()))
+	}
+	d.pol = p
+	for i := range d.rows {
+		d.classify(e, &d.rows[i])
+	}
+	d.hbJitter = int64(rnd % uint64(p.Breaker.Window/10+1))
+	d.permit.valid = false
+}
+
+// scopeKey is the zone key of the record that governs this node.
+func (d *depState) scopeKey(e *Engine) string {
+	if d.pol.Breaker.Scope == ScopeZone {
+		return e.zone
+	}
+	return ""
+}
+
+// shared reports whether a replicated record governs this dependency
+// (scope fleet or zone).
+func (d *depState) shared() bool { return d.pol.Breaker.Scope != ScopeNode }
+
+// rec returns the record that governs this node (zero record if none yet).
+func (d *depState) rec(e *Engine) BreakerRecord {
+	key := d.scopeKey(e)
+	if r, ok := d.records[key]; ok {
+		return r
+	}
+	return BreakerRecord{Dependency: d.name, Zone: key}
+}
+
+// round returns the probe round of a half-open record at now and when it ends.
+func (d *depState) round(r BreakerRecord, now time.Time) (uint64, time.Time) {
+	start := r.HalfOpenAt(d.pol.Breaker)
+	pt := d.pol.Breaker.ProbeTimeout.Std()
+	if now.Before(start) {
+		return 0, start.Add(pt)
+	}
+	n := uint64(now.Sub(start) / pt)
+	return n, start.Add(time.Duration(n+1) * pt)
+}
+
+func (d *depState) ownTotals(now int64) Counts { return d.win.Load().totals(now) }
+
+type scanResult struct {
+	own                   Counts
+	fleet, zone           Counts
+	fleetNodes, zoneNodes int
+	eff                   Counts // in scope, generation >= minGen, own included
+	effNodes              int    // with requests
+	effFailing            int    // whose own rates meet a threshold
+	effActive             int    // with any count
+}
+
+// nodeFailing reports whether one node's counts meet a rate threshold on
+// their own (no minimum): such a node counts towards minFailingNodes.
+func nodeFailing(b *BreakerPolicy, c Counts) bool {
+	req := float64(c.Requests())
+	return (c.Failures > 0 && float64(c.Failures) >= b.FailureRateThreshold*req) ||
+		(c.SlowCalls > 0 && float64(c.SlowCalls) >= b.SlowCallRateThreshold*req)
+}
+
+// scan sums the live rows. Rows are live for 2×window after their receipt.
+func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
+	var s scanResult
+	b := &d.pol.Breaker
+	own := rowEntry{NodeWindow: NodeWindow{Counts: d.ownTotals(now)}, received: now}
+	d.classify(e, &own)
+	own.sameZone = true
+	s.own = own.Counts
+	stale := 2 * int64(b.Window)
+	add := func(r *rowEntry, eff bool) {
+		s.fleet = s.fleet.Plus(r.Counts)
+		s.fleetNodes += b2i(r.active)
+		if r.sameZone {
+			s.zone = s.zone.Plus(r.Counts)
+			s.zoneNodes += b2i(r.active)
+		}
+		if eff {
+			s.eff = s.eff.Plus(r.Counts)
+			s.effActive += b2i(r.active)
+			s.effNodes += b2i(r.requests)
+			s.effFailing += b2i(r.failing)
+		}
+	}
+	add(&own, true)
+	for i := range d.rows {
+		r := &d.rows[i]
+		if now-r.received >= stale {
+			continue
+		}
+		add(r, b.Scope == ScopeFleet && r.Generation >= minGen ||
+			b.Scope == ScopeZone && r.sameZone && r.Generation >= minGen)
+	}
+	return s
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// tripRule applies the breaker's trip rule to pooled counts from nodes nodes
+// (with requests), failing of which meet a threshold on their own. It returns
+// the reason when it trips.
+func tripRule(b *BreakerPolicy, c Counts, nodes, failing int) (bool, string) {
+	req := c.Requests()
+	if req == 0 || req < uint64(b.MinimumRequests) {
+		return false, ""
+	}
+	need := min(b.MinFailingNodes, nodes)
+	if need < 1 {
+		need = 1
+	}
+	if failing < need {
+		return false, ""
+	}
+	if fr := c.FailureRate(); c.Failures > 0 && fr >= b.FailureRateThreshold {
+		return true, fmt.Sprintf("failure rate %.2f >= %.2f over %d requests from %d failing node(s)",
+			fr, b.FailureRateThreshold, req, failing)
+	}
+	if sr := c.SlowCallRate(); c.SlowCalls > 0 && sr >= b.SlowCallRateThreshold {
+		return true, fmt.Sprintf("slow-call rate %.2f >= %.2f over %d requests from %d failing node(s)",
+			sr, b.SlowCallRateThreshold, req, failing)
+	}
+	return false, ""
+}
+
+// compute returns the retry budget of the scope over the window and this
+// node's share of it:
+//
+//	budget = max(minRetriesPerSecond × window, ratio × firstAttempts)
+//	share  = budget × ownFirstAttempts / firstAttempts
+//	         (budget / active nodes when nobody made a first attempt)
+func (bp BudgetPolicy) compute(window time.Duration, s scanResult) (budget, share float64) {
+	f := float64(s.eff.FirstAttempts)
+	budget = max(bp.MinRetriesPerSecond*window.Seconds(), bp.Ratio*f)
+	if f > 0 {
+		share = budget * float64(s.own.FirstAttempts) / f
+	} else {
+		share = budget / float64(max(1, s.effActive))
+	}
+	return budget, share
+}
+
+// retryAdmitted applies the budget: a retry is admitted while this node's
+// retries are below its share and the scope's retries are below the budget.
+// The second condition keeps the fleet within the budget when shares shrink
+// as other nodes' first attempts arrive (a node that used a large early share
+// cannot give it back).
+func (d *depState) retryAdmitted(e *Engine, now time.Time) bool {
+	s := d.scan(e, now.UnixNano(), d.rec(e).Generation)
+	budget, share := d.pol.Retry.Budget.compute(d.pol.Breaker.Window.Std(), s)
+	return float64(s.own.Retries) < share && float64(s.eff.Retries) < budget
+}
+
+// holdsPermit reports whether this node is among the top halfOpenProbes
+// members, by rendezvous score, among the members with traffic for the
+// dependency in scope (itself included when it has traffic).
+func (d *depState) holdsPermit(e *Engine, now time.Time, gen, round uint64) bool {
+	ns := now.UnixNano()
+	ownActive := !d.ownTotals(ns).IsZero()
+	pc := &d.permit
+	if pc.valid && pc.gen == gen && pc.round == round && pc.rowsVers == d.rowsVersion && pc.ownActive == ownActive {
+		return pc.holds
+	}
+	holds := false
+	if ownActive {
+		b := &d.pol.Breaker
+		mine := probeScore(d.name, gen, round, e.node)
+		better := 0
+		stale := 2 * int64(b.Window)
+		holds = true
+		for i := range d.rows {
+			r := &d.rows[i]
+			if ns-r.received >= stale || !r.active || (b.Scope == ScopeZone && !r.sameZone) {
+				continue
+			}
+			if ranksBefore(probeScore(d.name, gen, round, r.Node), r.Node, mine, e.node) {
+				if better++; better >= b.HalfOpenProbes {
+					holds = false
+					break
+				}
+			}
+		}
+	}
+	*pc = permitCache{valid: true, gen: gen, round: round, rowsVers: d.rowsVersion, ownActive: ownActive, holds: holds}
+	return holds
+}
+
+// decide is Decide under d.mu, returning which probe slot an AllowProbe would take.
+func (d *depState) decide(e *Engine, now time.Time, kind AttemptKind) (Decision, probeSlot) {
+	dec, slot := d.breakerDecision(e, now, kind)
+	if dec.Verdict == Allow && kind == Retry && dec.Reason == ReasonNone && !d.retryAdmitted(e, now) {
+		dec = reject(ReasonBudgetExhausted)
+	}
+	if d.pol.Breaker.Mode == ModeShadow && dec.Verdict == Reject && dec.Reason != ReasonForcedOpen {
+		dec.Verdict = Allow
+		slot = slotNone
+	}
+	return dec, slot
+}
+
+func (d *depState) breakerDecision(e *Engine, now time.Time, kind AttemptKind) (Decision, probeSlot) {
+	b := &d.pol.Breaker
+	if o := d.override; o.ActiveAt(now) {
+		if o.State == ForcedOpen {
+			return reject(ReasonForcedOpen), slotNone
+		}
+		return allow, slotNone
+	}
+	if d.shared() {
+		r := d.rec(e)
+		switch r.StateAt(*b, now) {
+		case Open:
+			return reject(ReasonOpen), slotNone
+		case HalfOpen:
+			if kind == Retry {
+				return reject(ReasonHalfOpenNoPermit), slotNone
+			}
+			round, end := d.round(r, now)
+			if (d.probe.gen == r.Generation && d.probe.inFlight) ||
+				now.Add(d.pol.Retry.PerAttemptTimeout.Std()).After(end) ||
+				!d.holdsPermit(e, now, r.Generation, round) {
+				return reject(ReasonHalfOpenNoPermit), slotNone
+			}
+			return allowProbe, slotFleet
+		}
+	}
+	switch d.local.stateAt(b, now) {
+	case Open:
+		return reject(ReasonOpen), slotNone
+	case HalfOpen:
+		if kind == Retry || d.local.inFlight {
+			return reject(ReasonHalfOpenNoPermit), slotNone
+		}
+		return allowProbe, slotLocal
+	}
+	return allow, slotNone
+}
+
+// applyRecord merges r into the held records; true if anything changed.
+func (d *depState) applyRecord(e *Engine, r BreakerRecord, now time.Time) bool {
+	cur, ok := d.records[r.Zone]
+	if !ok {
+		cur = BreakerRecord{Dependency: d.name, Zone: r.Zone}
+	}
+	m := Merge(cur, r)
+	if SameRecord(m, cur) {
+		return false
+	}
+	d.records[r.Zone] = m
+	if d.shared() && r.Zone == d.scopeKey(e) {
+		if m.Generation != d.probe.gen {
+			d.probe = fleetProbe{gen: m.Generation}
+		}
+		if m.State == Closed && m.Generation > cur.Generation {
+			// Closed under a new generation: start afresh, so that the
+			// failures that opened the breaker do not trip it again.
+			d.win.Store(NewWindow(d.pol.Breaker.Window.Std()))
+			d.local = localBreaker{}
+			d.permit.valid = false
+		}
+	}
+	return true
+}
+
+// propose makes this node propose the next record of its scope, applies it
+// and queues it for Tick.
+func (d *depState) propose(e *Engine, now time.Time, state BreakerState, openCount uint32, reason string) BreakerRecord {
+	cur := d.rec(e)
+	p := BreakerRecord{
+		Dependency: d.name, Zone: cur.Zone, Generation: cur.Generation + 1, State: state,
+		Since: now.Round(0).UTC(), OpenCount: openCount, Origin: e.node, Reason: reason,
+	}
+	d.applyRecord(e, p, now)
+	e.enqueue(p)
+	return p
+}
+
+func (d *depState) probeResult(e *Engine, now time.Time, success bool) (BreakerRecord, bool) {
+	b := &d.pol.Breaker
+	if d.shared() && !d.override.ActiveAt(now) {
+		r := d.rec(e)
+		if r.StateAt(*b, now) == HalfOpen && d.probe.gen == r.Generation && d.probe.inFlight {
+			d.probe.inFlight = false
+			if !success {
+				return d.propose(e, now, Open, r.OpenCount+1, "probe failed"), true
+			}
+			if d.probe.successes++; d.probe.successes >= b.ProbeSuccessThreshold {
+				return d.propose(e, now, Closed, 0, fmt.Sprintf("%d probe successes", d.probe.successes)), true
+			}
+			return BreakerRecord{}, false
+		}
+	}
+	if d.local.inFlight && d.local.stateAt(b, now) == HalfOpen {
+		d.local.inFlight = false
+		switch {
+		case !success:
+			d.local = localBreaker{state: Open, since: now, openCount: d.local.openCount + 1}
+		case d.local.successes+1 >= b.ProbeSuccessThreshold:
+			d.local = localBreaker{}
+			d.win.Store(NewWindow(b.Window.Std()))
+		default:
+			d.local.successes++
+		}
+	}
+	return BreakerRecord{}, false
+}
+
+// refresh applies what time alone changes (override expiry, probe slot
+// release) and publishes the snapshot; true if the snapshot changed.
+func (d *depState) refresh(e *Engine, now time.Time) bool {
+	b := &d.pol.Breaker
+	if d.override != nil && !d.override.ActiveAt(now) {
+		d.override = nil
+	}
+	if d.shared() {
+		r := d.rec(e)
+		if d.probe.gen != r.Generation {
+			d.probe = fleetProbe{gen: r.Generation}
+		}
+		if d.probe.inFlight {
+			if r.StateAt(*b, now) != HalfOpen {
+				d.probe.inFlight = false
+			} else if round, _ := d.round(r, now); round != d.probe.round {
+				d.probe.inFlight = false
+			}
+		}
+	}
+	if d.local.inFlight && now.Sub(d.local.inFlightAt) >= b.ProbeTimeout.Std() {
+		d.local.inFlight = false
+	}
+	return d.publish(e, now)
+}
+
+// tick runs the periodic rules; it returns whether the snapshot changed and
+// whether the dependency looks idle enough to forget.
+func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
+	ns := now.UnixNano()
+	b := &d.pol.Breaker
+	d.prune(ns)
+	changed = d.refresh(e, now)
+	if !d.override.ActiveAt(now) {
+		fleetClosed := true
+		if d.shared() {
+			r := d.rec(e)
+			if r.StateAt(*b, now) == Closed {
+				s := d.scan(e, ns, r.Generation)
+				if ok, why := tripRule(b, s.eff, s.effNodes, s.effFailing); ok {
+					d.propose(e, now, Open, 1, why)
+					fleetClosed = false
+				}
+			} else {
+				fleetClosed = false
+			}
+		}
+		if fleetClosed && d.local.state == Closed {
+			own := d.ownTotals(ns)
+			failing := 0
+			if nodeFailing(b, own) {
+				failing = 1
+			}
+			if ok, _ := tripRule(b, own, 1, failing); ok {
+				d.local = localBreaker{state: Open, since: now, openCount: 1}
+			}
+		}
+	}
+	changed = d.publish(e, now) || changed
+	return changed, d.idle(e, now)
+}
+
+// idle reports whether the dependency has had nothing worth keeping for
+// 2×window: no policy or override, no rows, no counts, no breaker state
+// beyond the initial one.
+func (d *depState) idle(e *Engine, now time.Time) bool {
+	ns := now.UnixNano()
+	busy := d.patch != nil || d.override != nil || len(d.rows) > 0 || d.local.state != Closed ||
+		d.probe.inFlight || (d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen)) ||
+		!d.ownTotals(ns).IsZero()
+	for _, r := range d.records {
+		busy = busy || r.Generation != 0 || r.State != Closed
+	}
+	if busy {
+		d.idleSince = 0
+		return false
+	}
+	if d.idleSince == 0 {
+		d.idleSince = ns
+	}
+	return ns-d.idleSince >= 2*int64(d.pol.Breaker.Window)
+}
+
+// prune drops rows received 2×window ago or earlier.
+func (d *depState) prune(now int64) {
+	stale := 2 * int64(d.pol.Breaker.Window)
+	for i := 0; i < len(d.rows); {
+		if now-d.rows[i].received >= stale {
+			d.removeRow(d.rows[i].Node)
+			continue
+		}
+		i++
+	}
+}
+
+func (d *depState) removeRow(node string) {
+	i, ok := d.rowIdx[node]
+	if !ok {
+		return
+	}
+	last := len(d.rows) - 1
+	if i != last {
+		d.rows[i] = d.rows[last]
+		d.rowIdx[d.rows[i].Node] = i
+	}
+	d.rows[last] = rowEntry{}
+	d.rows = d.rows[:last]
+	delete(d.rowIdx, node)
+	d.rowsVersion++
+}
+
+// ownRow is this node's current row (not yet numbered).
+func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
+	return NodeWindow{
+		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
+		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
+		Counts: d.ownTotals(now.UnixNano()),
+	}
+}
+
+func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
+	r := d.ownRow(e, now)
+	last := d.sent.row
+	changed := r.Counts != last.Counts || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen
+	if !d.sent.valid {
+		changed = !r.Counts.IsZero() || r.LocalOpen
+	}
+	due := d.sent.valid && (!r.Counts.IsZero() || r.LocalOpen) &&
+		now.UnixNano()-d.sent.at >= int64(d.pol.Breaker.Window)/2-d.hbJitter
+	if !changed && !due {
+		return NodeWindow{}, false
+	}
+	r.Seq = e.seq.Add(1)
+	d.sent = sentRow{valid: true, row: r, at: now.UnixNano()}
+	return r, true
+}
+
+// publish rebuilds the snapshot and stores it if it differs; true if so.
+func (d *depState) publish(e *Engine, now time.Time) bool {
+	b := &d.pol.Breaker
+	r := d.pol.Retry
+	s := Snapshot{
+		Dependency: d.name, Mode: b.Mode, Scope: b.Scope, SlowCallDuration: b.SlowCallDuration.Std(),
+		Retry: RetrySettings{
+			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
+			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
+			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
+		},
+	}
+	if o := d.override; o.ActiveAt(now) {
+		s.Override, s.OverrideReason, s.OverrideExpires = o.State, o.Reason, o.Expires
+	}
+	local := d.local.stateAt(b, now)
+	if d.shared() {
+		rec := d.rec(e)
+		s.Generation, s.OpenCount, s.Since = rec.Generation, rec.OpenCount, rec.Since
+		s.State = rec.StateAt(*b, now)
+		if s.State == HalfOpen {
+			s.ProbeRound, _ = d.round(rec, now)
+			s.ProbePermit = d.holdsPermit(e, now, rec.Generation, s.ProbeRound)
+		}
+		s.LocalState = local
+		if s.State == Closed && local == HalfOpen {
+			s.ProbePermit = true
+		}
+	} else {
+		s.State, s.OpenCount, s.Since = local, d.local.openCount, d.local.since
+		s.ProbePermit = local == HalfOpen
+	}
+	old := d.snap.Load()
+	if old != nil {
+		s.Version = old.Version
+		if s == *old {
+			return false
+		}
+	}
+	s.Version++
+	p := new(Snapshot) // only a changed snapshot leaves the stack
+	*p = s
+	d.snap.Store(p)
+	return true
+}

@@ -1,0 +1,99 @@
+// Package sharedstate is the pure, deterministic engine of Fusebox: the fleet
+// circuit breaker and retry budget for each dependency, computed by every node
+// from counts it gossips with the others. It does no I/O and starts no
+// goroutines; time comes from an injected Clock and randomness from an
+// injected Rand, so the whole fleet can be simulated in a test.
+//
+// # Pieces
+//
+//   - Policy (policy.go): the JSON policy stored in etcd, with strict parsing
+//     (ParsePolicy for a complete policy such as _default, ParsePolicyPatch
+//     for a dependency's partial one), field-by-field MergePolicy of a
+//     PolicyPatch over the default, Validate (a *ValidationError naming every
+//     violation) and Lint (warnings, e.g. retries that cannot fit a deadline).
+//   - Window (window.go): a time-bucketed sliding window of Counts, 10
+//     buckets, lock-free and allocation-free to add to. NodeWindow is the row
+//     a node gossips with its totals.
+//   - BreakerRecord and Merge (record.go): the replicated breaker decision.
+//     Merge takes the higher generation, then open over closed, then the
+//     lower origin: commutative, associative and idempotent. Override is an
+//     operator's forced-open or forced-closed.
+//   - ProbeHolders (probe.go): which members may probe a half-open breaker,
+//     by rendezvous hash of (dependency, generation, probe round).
+//   - Engine (engine.go, dep.go): one node's state. Inputs: Record, AddCounts
+//     (this node's traffic), ApplyRow, ApplyRecord (gossip), SetPolicy,
+//     SetPolicyPatch, SetDefaultPolicy, SetOverride (etcd), SetMembers,
+//     MemberDead, MemberAlive (membership), and Tick (time). Outputs: Decide,
+//     AcquireRetry, AcquireProbe, ProbeResult (decisions), Tick's proposals,
+//     RowsToSend, LocalRows, Records (what to gossip), Snapshot, Fleet, Rows
+//     (what to show), and the OnChange hook.
+//   - Snapshot (snapshot.go): an immutable per-dependency view whose
+//     DecideFirst lets clientlib decide first attempts with one atomic load.
+//
+// # Rules in brief
+//
+// A dependency's breaker trips when its pooled counts (scope fleet, zone or
+// node) reach minimumRequests with a failure or slow-call rate at its
+// threshold and the failures come from at least min(minFailingNodes, nodes
+// with requests) nodes; any node that sees this proposes generation+1, open.
+// A node whose own window trips while the fleet's does not opens only for
+// itself (Snapshot.LocalState, NodeWindow.LocalOpen). An open record turns
+// half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration;
+// then the top halfOpenProbes members with traffic, by rendezvous hash, may
+// each run one probe at a time. Rounds last probeTimeout: a new round moves
+// the permits, and a probe is admitted only if perAttemptTimeout fits in what
+// is left of its round, so rounds do not overlap. probeSuccessThreshold
+// successes at one prober close the breaker (generation+1); a probe failure
+// reopens it (generation+1, openCount+1). A node that learns the breaker
+// closed under a new generation starts a fresh window, and the trip rule
+// counts only rows of the current generation. Overrides beat everything;
+// shadow mode reports every transition and the reason it would reject, but
+// always allows. The retry budget over the window is max(minRetriesPerSecond
+// × window, ratio × first attempts) in the scope; a node may retry while its
+// retries are below its share, budget × its first attempts / all first
+// attempts, and the scope's retries are below the budget.
+//
+// # Counting
+//
+// Record(dep, FirstAttempt, o) counts a first attempt and its outcome.
+// AcquireRetry and AcquireProbe count the attempts they admit (as retries,
+// or as first attempts for probes) and the rejections they make, so
+// Record(dep, Retry|Probe, o) counts only the outcome. Decide and DecideFirst
+// count nothing: a caller that honours a rejection reports it with
+// Record(dep, kind, Rejected). AddCounts adds a client's deltas verbatim.
+//
+// # Policies
+//
+// A dependency's policy in etcd may set only some fields: decode it with
+// ParsePolicyPatch and hand it to Engine.SetPolicyPatch, which merges it over
+// the current default and re-merges when SetDefaultPolicy changes the
+// default. MergePolicy(defaults, patch) followed by Validate is the check to
+// run at write time.
+//
+// # Example
+//
+//	clock := sharedstate.NewManualClock(time.Now())
+//	e, err := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "node-a", Zone: "z1", Clock: clock})
+//	if err != nil { ... }
+//
+//	// A caller's request: first attempt, then a retry if the budget allows.
+//	if d := e.Decide("shipping-api", sharedstate.FirstAttempt); d.Allowed() {
+//		err := call()
+//		e.Record("shipping-api", sharedstate.FirstAttempt, outcomeOf(err))
+//		if err != nil && e.AcquireRetry("shipping-api").Allowed() {
+//			e.Record("shipping-api", sharedstate.Retry, outcomeOf(call()))
+//		}
+//	}
+//
+//	// Every 100 ms: evaluate the rules and gossip what changed.
+//	for _, rec := range e.Tick() {
+//		broadcast(rec) // peers call e.ApplyRecord(rec)
+//	}
+//	for _, row := range e.RowsToSend() {
+//		broadcast(row) // peers call e.ApplyRow(row)
+//	}
+//
+// clientlib keeps an atomic.Pointer[Snapshot] per dependency, updated from
+// the agent's pushes (the agent learns of changes through
+// EngineConfig.OnChange), and calls Snapshot.DecideFirst on its hot path.
+package sharedstate

@@ -1,0 +1,102 @@
+package sharedstate
+
+import "time"
+
+// RetrySettings are the effective retry settings clients apply.
+type RetrySettings struct {
+	MaxAttempts         int
+	PerAttemptTimeout   time.Duration
+	BackoffBase         time.Duration
+	BackoffMax          time.Duration
+	Jitter              Jitter
+	BudgetRatio         float64
+	MinRetriesPerSecond float64
+}
+
+// Snapshot is an immutable view of one dependency as one node sees it: what
+// clientlib needs to decide a first attempt without asking the agent. The
+// engine publishes a new *Snapshot whenever any field changes (and calls
+// EngineConfig.OnChange); never modify one. A Snapshot has only exported
+// fields, so one rebuilt from the wire (protocol conversions) decides exactly
+// as the original.
+type Snapshot struct {
+	Dependency string
+	// Version increases by one with each snapshot the engine publishes for
+	// the dependency; receivers can drop an older snapshot that arrives late.
+	Version uint64
+
+	// State is the state of the breaker that governs this node: the fleet's
+	// (or zone's) record for scope fleet/zone, this node's own breaker for
+	// scope node.
+	State      BreakerState
+	Generation uint64    // of the governing record (0 for scope node)
+	OpenCount  uint32    // opens in a row of the governing breaker
+	Since      time.Time // when the governing breaker took its state
+	ProbeRound uint64    // while HalfOpen (scope fleet/zone)
+	// ProbePermit: while State or LocalState is HalfOpen, this node may send
+	// probes (it holds one of the fleet's permits, or it is the only prober of
+	// its own breaker). Probes still go through AcquireProbe.
+	ProbePermit bool
+	// LocalState is this node's own breaker under scope fleet/zone: Open or
+	// HalfOpen when this node's traffic fails while the fleet's does not. It
+	// matters only while State is Closed. Always Closed for scope node.
+	LocalState BreakerState
+
+	Override        OverrideState // OverrideNone, ForcedOpen or ForcedClosed
+	OverrideReason  string
+	OverrideExpires time.Time // zero: until cleared
+
+	Mode             Mode
+	Scope            Scope
+	SlowCallDuration time.Duration // outcomes at least this slow are Slow/SlowFailure
+	Retry            RetrySettings
+}
+
+// LocalOpen reports whether this node's own breaker is open or half-open.
+func (s *Snapshot) LocalOpen() bool { return s != nil && s.LocalState != Closed }
+
+// DecideFirst decides a first attempt from the snapshot alone: no lock, no
+// clock, no allocation. A nil snapshot (unknown dependency) allows.
+//
+// AllowProbe means "this node may probe: ask AcquireProbe". The snapshot does
+// not read the clock: the engine publishes a new snapshot when a breaker turns
+// half-open or an override expires (at its next Tick), and a reader keeps
+// deciding from the old one until then.
+func (s *Snapshot) DecideFirst() Decision {
+	if s == nil {
+		return allow
+	}
+	switch s.Override {
+	case ForcedOpen:
+		return reject(ReasonForcedOpen)
+	case ForcedClosed:
+		return allow
+	}
+	var d Decision
+	switch s.State {
+	case Open:
+		d = reject(ReasonOpen)
+	case HalfOpen:
+		d = probeOrReject(s.ProbePermit)
+	default:
+		switch s.LocalState {
+		case Open:
+			d = reject(ReasonOpen)
+		case HalfOpen:
+			d = probeOrReject(s.ProbePermit)
+		default:
+			return allow
+		}
+	}
+	if s.Mode == ModeShadow && d.Verdict == Reject {
+		d.Verdict = Allow
+	}
+	return d
+}
+
+func probeOrReject(permit bool) Decision {
+	if permit {
+		return allowProbe
+	}
+	return reject(ReasonHalfOpenNoPermit)
+}

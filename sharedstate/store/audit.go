@@ -1,0 +1,174 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Audit actions.
+const (
+	ActionPolicyPut     = "policy.put"
+	ActionPolicyDelete  = "policy.delete"
+	ActionOverrideSet   = "override.set"
+	ActionOverrideClear = "override.clear"
+)
+
+// auditRecord is the JSON value of an audit/<seq> key.
+type auditRecord struct {
+	Actor      string          `json:"actor"`
+	Action     string          `json:"action"`
+	Dependency string          `json:"dependency"`
+	Before     json.RawMessage `json:"before"` // the previous value; null if none
+	After      json.RawMessage `json:"after"`  // the new value; null after a delete
+	At         time.Time       `json:"at"`
+}
+
+// AuditEntry is one recorded change.
+type AuditEntry struct {
+	// Seq is the entry's sequence number (the key is audit/<Seq> padded to 20
+	// digits). Sequence numbers grow by one per change, in commit order.
+	Seq int64
+	// Revision is the etcd revision of the change (and of this entry,
+	// written in the same transaction).
+	Revision int64
+
+	Actor      string
+	Action     string // one of the Action constants
+	Dependency string // a dependency name, or sharedstate.DefaultPolicyName
+	Before     json.RawMessage
+	After      json.RawMessage
+	At         time.Time // the writer's clock at the change
+}
+
+// AuditQuery selects audit entries.
+type AuditQuery struct {
+	// Dependency keeps only entries about this dependency (optional,
+	// default all).
+	Dependency string
+	// Limit is the maximum number of entries returned (optional, default
+	// 100).
+	Limit int
+	// BeforeSeq keeps only entries with Seq < BeforeSeq, for paging: pass
+	// the last Seq of the previous page (optional, default: from the newest).
+	BeforeSeq int64
+}
+
+// DefaultAuditLimit is the AuditQuery.Limit used when it is zero.
+const DefaultAuditLimit = 100
+
+// auditPage is how many audit keys one range request reads.
+const auditPage = 256
+
+// ListAudit returns audit entries, newest first. With a Dependency filter it
+// reads pages of the log until it has Limit matches or reaches the oldest
+// entry. An entry that does not decode is skipped and reported in the
+// returned error (as *InvalidValueError, joined) alongside the valid entries.
+func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
+	if q.Limit < 0 {
+		return nil, fmt.Errorf("store: list audit: negative limit %d", q.Limit)
+	}
+	if q.Limit == 0 {
+		q.Limit = DefaultAuditLimit
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+
+	auditPrefix := s.prefix + auditDir
+	end := prefixEnd(auditPrefix)
+	if q.BeforeSeq > 0 {
+		end = s.AuditKey(q.BeforeSeq)
+	}
+	var (
+		out     []AuditEntry
+		invalid []error
+		rev     int64 // all pages read at the revision of the first
+	)
+	for len(out) < q.Limit {
+		opts := []clientv3.OpOption{
+			clientv3.WithRange(end),
+			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend),
+			clientv3.WithLimit(auditPage),
+		}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := s.cli.Get(ctx, auditPrefix, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("store: list audit: %w", err)
+		}
+		rev = resp.Header.Revision
+		for _, kv := range resp.Kvs {
+			seq, err := parseAuditSeq(string(kv.Key), auditPrefix)
+			var rec auditRecord
+			if err == nil {
+				err = json.Unmarshal(kv.Value, &rec)
+			}
+			if err != nil {
+				invalid = append(invalid, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err})
+				continue
+			}
+			if q.Dependency != "" && rec.Dependency != q.Dependency {
+				continue
+			}
+			out = append(out, AuditEntry{
+				Seq: seq, Revision: kv.CreateRevision,
+				Actor: rec.Actor, Action: rec.Action, Dependency: rec.Dependency,
+				Before: rec.Before, After: rec.After, At: rec.At,
+			})
+			if len(out) == q.Limit {
+				break
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		end = string(resp.Kvs[len(resp.Kvs)-1].Key) // exclusive: continue below it
+	}
+	if len(invalid) > 0 {
+		return out, joinInvalid(invalid)
+	}
+	return out, nil
+}
+
+// TrimAudit deletes all but the newest keep audit entries and returns how
+// many it deleted. The audit log grows by one entry per change; an operator
+// or the coordinator may call this now and then. keep must be at least 1:
+// the newest entry is what the next sequence number is derived from.
+func (s *Store) TrimAudit(ctx context.Context, keep int) (int64, error) {
+	if keep < 1 {
+		return 0, fmt.Errorf("store: trim audit: keep %d: must be at least 1", keep)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	auditPrefix := s.prefix + auditDir
+	resp0, err := s.cli.Get(ctx, auditPrefix,
+		clientv3.WithRange(prefixEnd(auditPrefix)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend),
+		clientv3.WithKeysOnly(),
+		clientv3.WithLimit(int64(keep)))
+	if err != nil {
+		return 0, fmt.Errorf("store: trim audit: %w", err)
+	}
+	if len(resp0.Kvs) < keep {
+		return 0, nil
+	}
+	cut := string(resp0.Kvs[len(resp0.Kvs)-1].Key) // delete every key below it
+	resp, err := s.cli.Delete(ctx, auditPrefix, clientv3.WithRange(cut))
+	if err != nil {
+		return 0, fmt.Errorf("store: trim audit: %w", err)
+	}
+	return resp.Deleted, nil
+}
+
+// joinInvalid returns one error for the invalid values a read skipped.
+func joinInvalid(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,194 @@
+package embedded
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Config configures an embedded etcd server. Build one with DefaultConfig or
+// TestConfig, change what you need, and pass it to Start.
+type Config struct {
+	// Dir is the data directory (required). It is created when missing; a
+	// directory that already holds an etcd member is reopened with its data.
+	Dir string
+
+	// Name is the member name (optional, default "fusebox").
+	Name string
+
+	// ClientURL is where clients connect (optional, default
+	// "http://127.0.0.1:0"). Port 0 makes the kernel pick a free port at the
+	// first Start; Endpoints reports the real one and Restart reuses it.
+	// "unix:///path/to/sock" listens on a unix socket.
+	ClientURL string
+
+	// PeerURL is the raft peer listener (optional, default
+	// "http://127.0.0.1:0"). A single-member cluster never dials it, so port 0
+	// is the right choice unless you grow the cluster by hand.
+	PeerURL string
+
+	// TickMs is the raft heartbeat interval in milliseconds (optional,
+	// default 100; tests use 10).
+	TickMs uint
+
+	// ElectionMs is the election timeout in milliseconds (optional, default
+	// 1000; tests use 100). Must be at least 5×TickMs.
+	ElectionMs uint
+
+	// LogLevel is the level of etcd's own log, written to stderr (optional,
+	// default "error"). One of debug, info, warn, error, dpanic, panic,
+	// fatal. "fatal" silences etcd, which logs stack traces at error level
+	// on a normal Close. Ignored when Logger is set.
+	LogLevel string
+
+	// Logger receives etcd's log instead of stderr (optional, default: a
+	// stderr logger at LogLevel). Server.ClientConfig hands it to clients too.
+	Logger *zap.Logger
+
+	// StartTimeout bounds how long Start and Restart wait for the server to
+	// be ready (optional, default 30s). The context passed to Start bounds it
+	// too; whichever ends first wins.
+	StartTimeout time.Duration
+
+	// UnsafeNoFsync skips fsync (optional, default false). Data survives a
+	// Stop/Restart in the same process but not a machine crash: for tests
+	// only.
+	UnsafeNoFsync bool
+}
+
+// Defaults for Config fields left at their zero value.
+const (
+	DefaultName         = "fusebox"
+	DefaultClientURL    = "http://127.0.0.1:0"
+	DefaultPeerURL      = "http://127.0.0.1:0"
+	DefaultTickMs       = 100
+	DefaultElectionMs   = 1000
+	DefaultLogLevel     = "error"
+	DefaultStartTimeout = 30 * time.Second
+)
+
+// DefaultConfig returns the production presets with Dir unset: fill in Dir
+// (and usually ClientURL) before calling Start.
+func DefaultConfig() Config {
+	return Config{
+		Name:         DefaultName,
+		ClientURL:    DefaultClientURL,
+		PeerURL:      DefaultPeerURL,
+		TickMs:       DefaultTickMs,
+		ElectionMs:   DefaultElectionMs,
+		LogLevel:     DefaultLogLevel,
+		StartTimeout: DefaultStartTimeout,
+	}
+}
+
+// TestConfig returns presets for tests in dir: fast elections (TickMs 10,
+// ElectionMs 100), a silent log, no fsync, free ports.
+func TestConfig(dir string) Config {
+	cfg := DefaultConfig()
+	cfg.Dir = dir
+	cfg.TickMs = 10
+	cfg.ElectionMs = 100
+	cfg.LogLevel = "fatal"
+	cfg.StartTimeout = 20 * time.Second
+	cfg.UnsafeNoFsync = true
+	return cfg
+}
+
+// withDefaults fills the zero-valued optional fields.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Name == "" {
+		c.Name = d.Name
+	}
+	if c.ClientURL == "" {
+		c.ClientURL = d.ClientURL
+	}
+	if c.PeerURL == "" {
+		c.PeerURL = d.PeerURL
+	}
+	if c.TickMs == 0 {
+		c.TickMs = d.TickMs
+	}
+	if c.ElectionMs == 0 {
+		c.ElectionMs = d.ElectionMs
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = d.LogLevel
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = d.StartTimeout
+	}
+	return c
+}
+
+// Validate reports every problem with c at once, without side effects.
+// Zero-valued optional fields are valid (they take their defaults).
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	var errs []error
+	if strings.TrimSpace(c.Dir) == "" {
+		errs = append(errs, errors.New("required field Dir is empty"))
+	}
+	if err := checkURL("ClientURL", c.ClientURL, true); err != nil {
+		errs = append(errs, err)
+	}
+	if err := checkURL("PeerURL", c.PeerURL, false); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ElectionMs < 5*c.TickMs {
+		errs = append(errs, fmt.Errorf("ElectionMs (%d) must be at least 5×TickMs (%d)", c.ElectionMs, c.TickMs))
+	}
+	if c.ElectionMs > 50000 {
+		errs = append(errs, fmt.Errorf("ElectionMs (%d) must be at most 50000", c.ElectionMs))
+	}
+	if c.Logger == nil {
+		if _, err := zapcore.ParseLevel(c.LogLevel); err != nil {
+			errs = append(errs, fmt.Errorf("LogLevel %q: want debug, info, warn, error, dpanic, panic or fatal", c.LogLevel))
+		}
+	}
+	if c.StartTimeout < 0 {
+		errs = append(errs, fmt.Errorf("StartTimeout (%v) must not be negative", c.StartTimeout))
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("embedded: invalid config: %w", errors.Join(errs...))
+}
+
+// checkURL checks a listen URL: http with an IP (or localhost) and a port, or
+// (for clients) a unix socket path.
+func checkURL(field, raw string, unixOK bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("%s %q: %w", field, raw, err)
+	}
+	switch u.Scheme {
+	case "http":
+	case "unix":
+		if !unixOK {
+			return fmt.Errorf("%s %q: scheme must be http", field, raw)
+		}
+		if u.Host+u.Path == "" {
+			return fmt.Errorf("%s %q: missing socket path", field, raw)
+		}
+		return nil
+	default:
+		return fmt.Errorf("%s %q: scheme must be http or unix", field, raw)
+	}
+	if u.Port() == "" {
+		return fmt.Errorf("%s %q: missing port (use 0 for a free one)", field, raw)
+	}
+	if h := u.Hostname(); h != "localhost" && net.ParseIP(h) == nil {
+		return fmt.Errorf("%s %q: host must be an IP address or localhost", field, raw)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return fmt.Errorf("%s %q: unexpected path", field, raw)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrConflict is matched (errors.Is) by every *ConflictError: a
+	// compare-and-swap write found another mod revision than expected.
+	ErrConflict = errors.New("store: conflict")
+
+	// ErrNotFound is wrapped when a key does not exist.
+	ErrNotFound = errors.New("store: not found")
+
+	// ErrClosed is returned by Watcher.Err after Close.
+	ErrClosed = errors.New("store: closed")
+)
+
+// ConflictError reports a failed compare-and-swap. Revisions are etcd mod
+// revisions; 0 means "the key does not exist".
+type ConflictError struct {
+	Key      string // the etcd key
+	Expected int64  // the mod revision the caller expected
+	Current  int64  // the mod revision found
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("store: conflict on %s: expected mod revision %s, current %s",
+		e.Key, revString(e.Expected), revString(e.Current))
+}
+
+// Unwrap returns ErrConflict.
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+func revString(rev int64) string {
+	if rev == 0 {
+		return "0 (absent)"
+	}
+	return fmt.Sprint(rev)
+}
+
+// InvalidValueError reports a value found in etcd that does not decode or
+// validate. Readers skip such values; Watch reports them to its handler.
+type InvalidValueError struct {
+	Key         string // the etcd key
+	ModRevision int64
+	Err         error // why it is invalid; may be a *sharedstate.ValidationError
+}
+
+func (e *InvalidValueError) Error() string {
+	return fmt.Sprintf("store: invalid value at %s (mod revision %d): %v", e.Key, e.ModRevision, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *InvalidValueError) Unwrap() error { return e.Err }

@@ -1,0 +1,409 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// PolicyEntry is a policy as stored under policies/<name>.
+//
+// policies/_default holds the fleet default: a complete policy. Every other
+// key holds a dependency's policy as a patch over the default (the fields it
+// sets replace the default's, field by field); sharedstate.MergePolicy
+// computes the effective policy.
+type PolicyEntry struct {
+	// Name is the dependency, or sharedstate.DefaultPolicyName.
+	Name string
+	// Patch is the stored policy. For the default it sets every field, and
+	// sharedstate.MergePolicy(sharedstate.Policy{}, Patch) is the policy.
+	Patch sharedstate.PolicyPatch
+	// Value is the stored JSON (with "schema": 1).
+	Value json.RawMessage
+
+	ModRevision    int64
+	CreateRevision int64
+	Version        int64
+}
+
+// IsDefault reports whether e is the fleet default (policies/_default).
+func (e PolicyEntry) IsDefault() bool { return e.Name == sharedstate.DefaultPolicyName }
+
+// Policy returns the policy in force for e given the fleet default def
+// (ignored when e is the default itself), validated.
+func (e PolicyEntry) Policy(def sharedstate.Policy) (sharedstate.Policy, error) {
+	if e.IsDefault() {
+		def = sharedstate.Policy{}
+	}
+	p := sharedstate.MergePolicy(def, e.Patch)
+	if err := p.Validate(); err != nil {
+		return sharedstate.Policy{}, err
+	}
+	return p, nil
+}
+
+// checkPolicyName accepts sharedstate.DefaultPolicyName and dependency names.
+func checkPolicyName(name string) error {
+	if name == sharedstate.DefaultPolicyName {
+		return nil
+	}
+	return sharedstate.ValidateDependencyName(name)
+}
+
+// parsePolicyValue decodes the value of policies/<name> and checks it on its
+// own: strict JSON, schema 1, a "dependency" field (when present) equal to
+// name, and for the default a complete, valid policy. It does not check a
+// dependency's patch against a default: see checkMerged.
+func parsePolicyValue(name string, data []byte) (sharedstate.PolicyPatch, error) {
+	if name == sharedstate.DefaultPolicyName {
+		p, err := sharedstate.ParsePolicy(data)
+		if err != nil {
+			return sharedstate.PolicyPatch{}, err
+		}
+		if p.Dependency != name {
+			return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
+				Field: "dependency", Value: fmt.Sprintf("%q", p.Dependency), Message: "must be " + name + " in policies/" + name,
+			}}}
+		}
+		return p.Patch(), nil
+	}
+	patch, err := sharedstate.ParsePolicyPatch(data)
+	if err != nil {
+		return sharedstate.PolicyPatch{}, err
+	}
+	if patch.Dependency != "" && patch.Dependency != name {
+		return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
+			Field: "dependency", Value: fmt.Sprintf("%q", patch.Dependency), Message: "must be " + name + " in policies/" + name,
+		}}}
+	}
+	return patch, nil
+}
+
+// checkMerged validates the policy a dependency's patch yields over def.
+func checkMerged(def sharedstate.Policy, name string, patch sharedstate.PolicyPatch) error {
+	p := sharedstate.MergePolicy(def, patch)
+	p.Dependency = name
+	return p.Validate()
+}
+
+// canonicalPolicy returns the JSON to store for name: schema 1 and the
+// dependency name always set, nothing else added.
+func canonicalPolicy(name string, patch sharedstate.PolicyPatch) ([]byte, error) {
+	schema := sharedstate.PolicySchema
+	patch.Schema = &schema
+	patch.Dependency = name
+	return json.Marshal(patch)
+}
+
+// defaultFrom returns the fleet default stored in kv, or the built-in
+// sharedstate.DefaultPolicy when kv is nil.
+func defaultFrom(kv *mvccpb.KeyValue) (sharedstate.Policy, error) {
+	if kv == nil {
+		return sharedstate.DefaultPolicy(), nil
+	}
+	return sharedstate.ParsePolicy(kv.Value)
+}
+
+// PutPolicy validates data and writes it as policies/<name>, with an audit
+// entry in the same transaction; name is a dependency or
+// sharedstate.DefaultPolicyName.
+//
+// The default must be a complete policy; a dependency's policy may set only
+// some fields. Either is refused, with a *sharedstate.ValidationError naming
+// every violation (errors.As works through the returned error), when:
+//   - it does not parse (unknown fields, wrong types, schema other than 1),
+//     or its "dependency" field names another dependency;
+//   - for a dependency: the policy it yields over the stored default (or the
+//     built-in default when none is stored) is invalid;
+//   - for the default: it is invalid, or any stored dependency policy would
+//     yield an invalid policy over it.
+//
+// The write compares the revisions of what it validated against (the
+// default, or every dependency policy), so a concurrent change cannot slip
+// an invalid combination in: the write is retried against the new state.
+// The stored value is data re-encoded with "schema": 1 and "dependency" set.
+// w.Expect is checked against policies/<name>'s mod revision.
+func (s *Store) PutPolicy(ctx context.Context, name string, data []byte, w WriteOptions) (PolicyEntry, error) {
+	if err := checkPolicyName(name); err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: put policy: %w", err)
+	}
+	patch, err := parsePolicyValue(name, data)
+	if err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
+	}
+	value, err := canonicalPolicy(name, patch)
+	if err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
+	}
+	c := change{action: ActionPolicyPut, dependency: name, key: s.PolicyKey(name), opts: w}
+	if name == sharedstate.DefaultPolicyName {
+		def := sharedstate.MergePolicy(sharedstate.Policy{}, patch)
+		c.prepare = func(ctx context.Context, rev int64, _ *mvccpb.KeyValue) ([]byte, []clientv3.Cmp, error) {
+			cmps, err := s.checkPatchesAgainst(ctx, rev, def)
+			return value, cmps, err
+		}
+	} else {
+		c.prepare = func(ctx context.Context, rev int64, _ *mvccpb.KeyValue) ([]byte, []clientv3.Cmp, error) {
+			def, cmp, err := s.readDefault(ctx, rev)
+			if err != nil {
+				return nil, nil, err
+			}
+			if err := checkMerged(def, name, patch); err != nil {
+				return nil, nil, fmt.Errorf("store: put policy %q (merged with the default): %w", name, err)
+			}
+			return value, []clientv3.Cmp{cmp}, nil
+		}
+	}
+	rev, prev, err := s.apply(ctx, c)
+	if err != nil {
+		return PolicyEntry{}, err
+	}
+	e := PolicyEntry{Name: name, Patch: patch, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}
+	if prev != nil {
+		e.CreateRevision, e.Version = prev.CreateRevision, prev.Version+1
+	}
+	return e, nil
+}
+
+// PutPolicyPatch is PutPolicy for a typed patch (sharedstate.Policy.Patch
+// turns a complete policy into one).
+func (s *Store) PutPolicyPatch(ctx context.Context, name string, patch sharedstate.PolicyPatch, w WriteOptions) (PolicyEntry, error) {
+	data, err := json.Marshal(patch)
+	if err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
+	}
+	return s.PutPolicy(ctx, name, data, w)
+}
+
+// DeletePolicy deletes policies/<name>, with an audit entry in the same
+// transaction. It returns an error wrapping ErrNotFound when there is none,
+// and a *ConflictError when w.Expect does not match. Deleting the default
+// makes the built-in sharedstate.DefaultPolicy the default; it is refused
+// (*sharedstate.ValidationError) if a stored dependency policy would be
+// invalid over it.
+func (s *Store) DeletePolicy(ctx context.Context, name string, w WriteOptions) (int64, error) {
+	if err := checkPolicyName(name); err != nil {
+		return 0, fmt.Errorf("store: delete policy: %w", err)
+	}
+	c := change{action: ActionPolicyDelete, dependency: name, key: s.PolicyKey(name), opts: w}
+	if name == sharedstate.DefaultPolicyName {
+		c.prepare = func(ctx context.Context, rev int64, prev *mvccpb.KeyValue) ([]byte, []clientv3.Cmp, error) {
+			if prev == nil {
+				return nil, nil, nil // apply reports ErrNotFound
+			}
+			cmps, err := s.checkPatchesAgainst(ctx, rev, sharedstate.DefaultPolicy())
+			return nil, cmps, err
+		}
+	}
+	rev, _, err := s.apply(ctx, c)
+	return rev, err
+}
+
+// readDefault reads policies/_default at rev and returns the default in
+// force (the built-in one when none is stored) and a compare that holds
+// while that key is unchanged. A stored default that is invalid is an
+// *InvalidValueError: nothing can be validated against it.
+func (s *Store) readDefault(ctx context.Context, rev int64) (sharedstate.Policy, clientv3.Cmp, error) {
+	key := s.PolicyKey(sharedstate.DefaultPolicyName)
+	resp, err := s.cli.Get(ctx, key, clientv3.WithRev(rev))
+	if err != nil {
+		return sharedstate.Policy{}, clientv3.Cmp{}, fmt.Errorf("store: read default policy: %w", err)
+	}
+	var kv *mvccpb.KeyValue
+	modRev := int64(0)
+	if len(resp.Kvs) > 0 {
+		kv, modRev = resp.Kvs[0], resp.Kvs[0].ModRevision
+	}
+	def, err := defaultFrom(kv)
+	if err != nil {
+		return sharedstate.Policy{}, clientv3.Cmp{}, &InvalidValueError{Key: key, ModRevision: modRev, Err: err}
+	}
+	return def, clientv3.Compare(clientv3.ModRevision(key), "=", modRev), nil
+}
+
+// checkPatchesAgainst reads every dependency policy at rev and checks that
+// each yields a valid policy over def. It returns a compare that holds while
+// no key under policies/ has changed since rev, or a
+// *sharedstate.ValidationError listing every violation, each field prefixed
+// with its dependency. Values that do not parse on their own are ignored
+// here: readers skip them whatever the default.
+func (s *Store) checkPatchesAgainst(ctx context.Context, rev int64, def sharedstate.Policy) ([]clientv3.Cmp, error) {
+	prefix := s.prefix + policiesDir
+	var vs []sharedstate.Violation
+	_, err := s.rangeAll(ctx, prefix, rev, func(kv *mvccpb.KeyValue) {
+		name := strings.TrimPrefix(string(kv.Key), prefix)
+		if name == sharedstate.DefaultPolicyName || checkPolicyName(name) != nil {
+			return
+		}
+		patch, err := parsePolicyValue(name, kv.Value)
+		if err != nil {
+			return
+		}
+		var verr *sharedstate.ValidationError
+		if err := checkMerged(def, name, patch); errors.As(err, &verr) {
+			for _, v := range verr.Violations {
+				v.Field = name + ": " + v.Field
+				vs = append(vs, v)
+			}
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: read dependency policies: %w", err)
+	}
+	if len(vs) > 0 {
+		return nil, fmt.Errorf("store: default policy would make dependency policies invalid: %w",
+			&sharedstate.ValidationError{Violations: vs})
+	}
+	// Every key under policies/ still at a mod revision ≤ rev: nothing was
+	// created or changed since the check.
+	return []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(prefix), "<", rev+1).WithPrefix()}, nil
+}
+
+// GetPolicy returns policies/<name>. A dependency's policy is checked
+// against the stored default (read at the same revision): a value that does
+// not parse, or yields an invalid policy, is returned as an
+// *InvalidValueError. A missing key is an error wrapping ErrNotFound.
+func (s *Store) GetPolicy(ctx context.Context, name string) (PolicyEntry, error) {
+	if err := checkPolicyName(name); err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: get policy: %w", err)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.PolicyKey(name)),
+		clientv3.OpGet(s.PolicyKey(sharedstate.DefaultPolicyName)),
+	).Commit()
+	if err != nil {
+		return PolicyEntry{}, fmt.Errorf("store: get policy %q: %w", name, err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return PolicyEntry{}, fmt.Errorf("%w: policy %q", ErrNotFound, name)
+	}
+	var defKV *mvccpb.KeyValue
+	if d := resp.Responses[1].GetResponseRange().Kvs; len(d) > 0 {
+		defKV = d[0]
+	}
+	def, err := defaultFrom(defKV)
+	if err != nil {
+		def = sharedstate.DefaultPolicy() // the default's own problem; judge the patch alone
+	}
+	return s.decodePolicy(kvs[0], def)
+}
+
+// EffectivePolicy returns the policy in force for dependency: its stored
+// policy merged over the stored default (the built-in default when none is
+// stored), validated, and the revision read at. A dependency without a
+// policy of its own gets the default. An invalid stored value is an
+// *InvalidValueError.
+func (s *Store) EffectivePolicy(ctx context.Context, dependency string) (sharedstate.Policy, int64, error) {
+	if err := sharedstate.ValidateDependencyName(dependency); err != nil {
+		return sharedstate.Policy{}, 0, fmt.Errorf("store: effective policy: %w", err)
+	}
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.PolicyKey(dependency)), clientv3.OpGet(defKey)).Commit()
+	if err != nil {
+		return sharedstate.Policy{}, 0, fmt.Errorf("store: effective policy %q: %w", dependency, err)
+	}
+	rev := resp.Header.Revision
+	var defKV *mvccpb.KeyValue
+	if d := resp.Responses[1].GetResponseRange().Kvs; len(d) > 0 {
+		defKV = d[0]
+	}
+	def, err := defaultFrom(defKV)
+	if err != nil {
+		return sharedstate.Policy{}, rev, &InvalidValueError{Key: defKey, ModRevision: defKV.ModRevision, Err: err}
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		p := def
+		p.Dependency = dependency
+		return p, rev, nil
+	}
+	e, err := s.decodePolicy(kvs[0], def)
+	if err != nil {
+		return sharedstate.Policy{}, rev, err
+	}
+	p, _ := e.Policy(def) // decodePolicy validated it
+	return p, rev, nil
+}
+
+// ListPolicies returns every valid policy, the default included, sorted by
+// name, and the revision they were read at. Dependency policies are checked
+// against the default listed with them. Invalid values are skipped and
+// reported in the error (*InvalidValueError, several joined) alongside the
+// valid entries.
+func (s *Store) ListPolicies(ctx context.Context) ([]PolicyEntry, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var kvs []*mvccpb.KeyValue
+	rev, err := s.rangeAll(ctx, s.prefix+policiesDir, 0, func(kv *mvccpb.KeyValue) { kvs = append(kvs, kv) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list policies: %w", err)
+	}
+	entries, invalid := s.decodePolicies(kvs)
+	if len(invalid) > 0 {
+		return entries, rev, joinInvalid(invalid)
+	}
+	return entries, rev, nil
+}
+
+// decodePolicies decodes policies/ key-values read at one revision, the
+// default first so the others can be checked against it.
+func (s *Store) decodePolicies(kvs []*mvccpb.KeyValue) ([]PolicyEntry, []error) {
+	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
+	def := sharedstate.DefaultPolicy()
+	var invalid []error
+	for _, kv := range kvs {
+		if string(kv.Key) == defKey {
+			if d, err := defaultFrom(kv); err == nil {
+				def = d
+			}
+		}
+	}
+	out := make([]PolicyEntry, 0, len(kvs))
+	for _, kv := range kvs {
+		e, err := s.decodePolicy(kv, def)
+		if err != nil {
+			invalid = append(invalid, err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, invalid
+}
+
+// decodePolicy parses a policies/ key-value and, for a dependency, checks it
+// against def. Any problem is an *InvalidValueError.
+func (s *Store) decodePolicy(kv *mvccpb.KeyValue, def sharedstate.Policy) (PolicyEntry, error) {
+	key := string(kv.Key)
+	name := strings.TrimPrefix(key, s.prefix+policiesDir)
+	fail := func(err error) (PolicyEntry, error) {
+		return PolicyEntry{}, &InvalidValueError{Key: key, ModRevision: kv.ModRevision, Err: err}
+	}
+	if err := checkPolicyName(name); err != nil {
+		return fail(err)
+	}
+	patch, err := parsePolicyValue(name, kv.Value)
+	if err != nil {
+		return fail(err)
+	}
+	if name != sharedstate.DefaultPolicyName {
+		if err := checkMerged(def, name, patch); err != nil {
+			return fail(fmt.Errorf("merged with the default: %w", err))
+		}
+	}
+	return PolicyEntry{
+		Name: name, Patch: patch, Value: json.RawMessage(kv.Value),
+		ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version,
+	}, nil
+}

@@ -1,0 +1,43 @@
+package store
+
+import (
+	"context"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// rangePage is how many keys one range request of rangeAll reads, so that
+// no single response grows with the number of dependencies.
+const rangePage = 500
+
+// rangeAll calls fn for every key with the given prefix, in key order, all
+// read at one revision: rev if non-zero, else the revision of the first
+// page. It returns that revision. A compaction past rev makes it fail with
+// rpctypes.ErrCompacted.
+func (s *Store) rangeAll(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue)) (int64, error) {
+	return rangeKeys(ctx, s.cli, prefix, prefixEnd(prefix), rev, fn)
+}
+
+func rangeKeys(ctx context.Context, kv clientv3.KV, from, end string, rev int64, fn func(*mvccpb.KeyValue)) (int64, error) {
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(rangePage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := kv.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, err
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			fn(kv)
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}

@@ -1,0 +1,201 @@
+package sharedstate
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// WindowBuckets is the number of buckets in every sliding window.
+const WindowBuckets = 10
+
+// Counts are the totals a window keeps, and what NodeWindow rows carry.
+type Counts struct {
+	FirstAttempts uint64 `json:"firstAttempts"`
+	Retries       uint64 `json:"retries"`
+	Successes     uint64 `json:"successes"`
+	Failures      uint64 `json:"failures"`
+	SlowCalls     uint64 `json:"slowCalls"`
+	Rejected      uint64 `json:"rejected"`
+}
+
+// Requests is what the breaker's rates are taken over: successes + failures.
+func (c Counts) Requests() uint64 { return c.Successes + c.Failures }
+
+// FailureRate is failures / requests (0 without requests).
+func (c Counts) FailureRate() float64 { return ratio(c.Failures, c.Requests()) }
+
+// SlowCallRate is slowCalls / requests (0 without requests).
+func (c Counts) SlowCallRate() float64 { return ratio(c.SlowCalls, c.Requests()) }
+
+// IsZero reports whether every count is zero.
+func (c Counts) IsZero() bool { return c == Counts{} }
+
+// Plus returns the field-by-field sum of c and o.
+func (c Counts) Plus(o Counts) Counts {
+	return Counts{
+		FirstAttempts: c.FirstAttempts + o.FirstAttempts,
+		Retries:       c.Retries + o.Retries,
+		Successes:     c.Successes + o.Successes,
+		Failures:      c.Failures + o.Failures,
+		SlowCalls:     c.SlowCalls + o.SlowCalls,
+		Rejected:      c.Rejected + o.Rejected,
+	}
+}
+
+func ratio(a, b uint64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// Indexes of the counters in a bucket.
+const (
+	cFirst = iota
+	cRetries
+	cSuccesses
+	cFailures
+	cSlow
+	cRejected
+	numCounters
+)
+
+type bucket struct {
+	epoch atomic.Int64 // bucket start / width; which slice of time the counters hold
+	c     [numCounters]atomic.Uint64
+}
+
+// windowStripes is how many copies of its buckets a Window keeps, so that
+// goroutines recording at the same time on different cores mostly write to
+// different cache lines. Totals add the stripes up.
+const windowStripes = 4
+
+type stripe struct {
+	b [WindowBuckets]bucket
+	_ [64]byte // keeps the next stripe's first bucket off this one's last cache line
+}
+
+// Window is a time-bucketed sliding window of Counts: WindowBuckets buckets of
+// length/WindowBuckets each. Its totals cover the current bucket and the
+// WindowBuckets-1 before it, so between 90% and 100% of length. Adding is
+// lock-free and allocation-free (atomic adds; a mutex is taken only by the
+// first add of each new bucket, to clear it). Safe for concurrent use.
+type Window struct {
+	width int64 // nanoseconds per bucket
+	mu    sync.Mutex
+	s     [windowStripes]stripe
+}
+
+// stripeHint picks the calling goroutine's stripe from the address of its
+// stack (the address is only hashed, never dereferenced): a goroutine keeps
+// to one stripe and goroutines spread over the stripes.
+func stripeHint() int {
+	var marker byte
+	return int(mix64(uint64(uintptr(unsafe.Pointer(&marker)))>>13) % windowStripes)
+}
+
+// NewWindow returns an empty window of the given length (at least
+// WindowBuckets nanoseconds).
+func NewWindow(length time.Duration) *Window {
+	w := &Window{width: int64(length) / WindowBuckets}
+	if w.width < 1 {
+		w.width = 1
+	}
+	return w
+}
+
+// Length is the window's length.
+func (w *Window) Length() time.Duration { return time.Duration(w.width * WindowBuckets) }
+
+// Add adds c to the bucket holding now.
+func (w *Window) Add(now time.Time, c Counts) {
+	b := w.slot(now.UnixNano())
+	addIf(&b.c[cFirst], c.FirstAttempts)
+	addIf(&b.c[cRetries], c.Retries)
+	addIf(&b.c[cSuccesses], c.Successes)
+	addIf(&b.c[cFailures], c.Failures)
+	addIf(&b.c[cSlow], c.SlowCalls)
+	addIf(&b.c[cRejected], c.Rejected)
+}
+
+func addIf(c *atomic.Uint64, v uint64) {
+	if v != 0 {
+		c.Add(v)
+	}
+}
+
+// Totals sums the buckets that are inside the window at now.
+func (w *Window) Totals(now time.Time) Counts { return w.totals(now.UnixNano()) }
+
+// slot returns the bucket for time now (Unix nanoseconds), clearing it first
+// if it still holds an older slice of time. A bucket holding a newer slice
+// (now read from a clock that lags) is used as it is.
+func (w *Window) slot(now int64) *bucket {
+	ep := now / w.width
+	b := &w.s[stripeHint()].b[ep%WindowBuckets]
+	if b.epoch.Load() < ep {
+		w.mu.Lock()
+		if b.epoch.Load() < ep {
+			for i := range b.c {
+				b.c[i].Store(0)
+			}
+			b.epoch.Store(ep) // published after clearing: adders that see ep add to zeroed counters
+		}
+		w.mu.Unlock()
+	}
+	return b
+}
+
+func (w *Window) totals(now int64) Counts {
+	ep := now / w.width
+	var s [numCounters]uint64
+	for k := range w.s {
+		for i := range w.s[k].b {
+			b := &w.s[k].b[i]
+			if e := b.epoch.Load(); e > ep-WindowBuckets && e <= ep {
+				for j := range s {
+					s[j] += b.c[j].Load()
+				}
+			}
+		}
+	}
+	return Counts{
+		FirstAttempts: s[cFirst],
+		Retries:       s[cRetries],
+		Successes:     s[cSuccesses],
+		Failures:      s[cFailures],
+		SlowCalls:     s[cSlow],
+		Rejected:      s[cRejected],
+	}
+}
+
+// NodeWindow is the row a node gossips for one dependency: its window totals.
+// Each node is the only writer of its rows; receivers keep the row with the
+// highest Seq (last writer wins per writer) and drop it 2×window after they
+// received it, or when the node is reported dead.
+type NodeWindow struct {
+	Node       string `json:"node"`
+	Zone       string `json:"zone,omitempty"`
+	Dependency string `json:"dependency"`
+	Seq        uint64 `json:"seq"`
+	// Generation is the generation of the breaker record (of the node's
+	// scope) the counts were collected under. A node starts a fresh window
+	// when it learns that the breaker closed under a new generation, and the
+	// trip rule counts only rows of the current generation or newer, so the
+	// failures that opened a breaker cannot re-open it once it has closed.
+	Generation uint64 `json:"generation"`
+	// LocalOpen reports that the node's own breaker for the dependency is
+	// open or half-open (its own traffic fails while the fleet's does not).
+	LocalOpen bool `json:"localOpen,omitempty"`
+	Counts
+}
+
+// Validate checks a row received from elsewhere.
+func (r NodeWindow) Validate() error {
+	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen {
+		return ErrInvalidRow
+	}
+	return ValidateDependencyName(r.Dependency)
+}
