@@ -1,18 +1,190 @@
-// Package clientlib is what services link to call a dependency through
-// Fusebox: one call that checks the fleet breaker (decided in process from
-// snapshots the local agent pushes), retries the right way (full-jitter
-// backoff, per-attempt timeouts under one deadline, idempotency keys, a fleet
-// retry budget, a single retrying layer) and reports every outcome back.
+// Package clientlib is what services link to call their dependencies
+// through Fusebox: one call that checks the fleet-wide breaker, retries the
+// right way (classified errors, per-attempt timeouts under one deadline,
+// jittered backoff, idempotency keys, a fleet retry budget, a single
+// retrying layer across services) and reports every outcome to the local
+// agent, which pools them with the rest of the fleet.
 //
-// It imports grpc, protobuf and package sharedstate only — never etcd or
-// memberlist (`make verify` checks it).
+// Adoption is one line per dependency:
 //
-// Intended usage (the API arrives with the clientlib issue):
-//
-//	c, err := clientlib.New(clientlib.Config{}) // FUSEBOX_AGENT or the default socket
+//	c, err := clientlib.New(clientlib.Config{}) // agent at $FUSEBOX_AGENT or unix:///run/fusebox/agent.sock
 //	defer c.Close()
 //	shipping := c.Dependency("shipping-api")
 //	err = shipping.Do(ctx, clientlib.Idempotent, func(ctx context.Context, a clientlib.Attempt) error {
 //		return callShipping(ctx)
 //	})
+//
+// or, for HTTP, http.Client{Transport: c.RoundTripper(nil)}; for gRPC,
+// grpc.WithUnaryInterceptor(c.UnaryClientInterceptor(...)); and on the
+// serving side c.Middleware(handler) or c.UnaryServerInterceptor().
+//
+// # Calls
+//
+// Dependency.Do(ctx, class, fn, opts...) and Call[T] run fn once per
+// attempt. The class is the call site's promise: NonRetryable (the zero
+// value: one attempt), Idempotent, or IdempotentWithKey (one key per logical
+// call, the same on every attempt, in Attempt.IdempotencyKey). For code that
+// cannot wrap its call in a closure (streams, callbacks), Dependency.Allow
+// decides one attempt and returns a done function to report its Outcome.
+//
+// Each attempt:
+//
+//   - a first attempt is decided in process from the snapshot the agent
+//     pushed: one atomic pointer load per dependency, no RPC, no lock shared
+//     across dependencies or goroutines (counters are striped across CPUs);
+//   - a retry first takes one retry from the fleet retry budget
+//     (AcquireRetry); a half-open breaker's probe takes a permit
+//     (AcquireProbe); StrictConsult() asks the agent (Check) before a first
+//     attempt too. None of these waits longer than Config.AgentWait (50ms):
+//     past it, or without an agent, the local breaker and budget decide;
+//   - the attempt runs under the policy's perAttemptTimeout, derived from the
+//     caller's context. A retry is started only when its full timeout, plus
+//     the backoff, fits before the caller's deadline; otherwise the call ends
+//     with errors.Join(context.DeadlineExceeded, lastErr);
+//   - between attempts the call sleeps the policy's backoff — full jitter by
+//     default, U[0, min(max, base·2^n)); equal, decorrelated and none are
+//     selectable in the policy — and at least a server's Retry-After or
+//     grpc-retry-pushback-ms, when that fits the deadline (a negative
+//     pushback ends the retries). Sleeps end early when ctx is done; the
+//     error is then errors.Join(ctx.Err(), lastErr).
+//
+// Errors match, with errors.Is: ErrOpen (breaker open or half-open without
+// a permit; fn was not called), ErrForcedOpen (an operator forced it open;
+// also matches ErrOpen), ErrBudgetExhausted (joined with the last attempt's
+// error), ErrNotRetryable (wrap it into an attempt's error to stop retries),
+// ErrInvalidDependency, ErrTooManyDependencies, ErrInvalidOption. Refusals
+// are *RejectedError values naming the dependency and reason, prebuilt per
+// dependency: refusing allocates nothing.
+//
+// # Classification (DefaultClassifier)
+//
+// Retryable, counted as failures: network errors, the attempt's own timeout
+// (never the caller's: a caller that gave up ends the call), HTTP 408, 429,
+// 502, 503, 504, gRPC Unavailable, ResourceExhausted, Aborted and
+// DeadlineExceeded. Failures, not retried: other 5xx, gRPC Internal, Unknown,
+// DataLoss, unrecognised errors. Neither (the dependency answered): other
+// 4xx and gRPC codes. A caller's cancellation counts as nothing; a caller's
+// deadline passing during an attempt counts as a failure (the dependency did
+// not answer in time). WithClassifier replaces it per call.
+//
+// # Options of a call (all optional)
+//
+//   - WithFallback(fb) / WithFallbackValue(fb): called with the final
+//     error instead of returning it (default: none).
+//   - WithClassifier(c): default DefaultClassifier.
+//   - WithMaxAttempts(n): default the policy's maxAttempts (3 by default).
+//   - WithAttemptTimeout(d): default the policy's perAttemptTimeout (500ms by
+//     default); 0 means no per-attempt timeout.
+//   - WithIdempotencyKey(k): default a random 128-bit key per call.
+//   - StrictConsult(): default off (decide from the pushed snapshot).
+//   - NestedRetries(true): default false (see "One retrying layer").
+//
+// Dependency.With(opts...) makes them the defaults of a handle. Options are
+// plain values: passing them allocates nothing.
+//
+// # HTTP and gRPC
+//
+// Client.RoundTripper(next, opts...) retries GET, HEAD, OPTIONS, TRACE, PUT
+// and DELETE; POST and PATCH only with an Idempotency-Key header (or under
+// ContextWithClass(ctx, IdempotentWithKey), which generates the header once
+// for all attempts). Bodies are replayed with GetBody (no GetBody: one
+// attempt). Bodies of failed attempts are read (up to 64 KiB) and closed;
+// when retries end, the last response is returned as a normal response.
+// The per-attempt timeout covers an HTTP attempt until its response
+// headers; a good body is read under the request's context. Options:
+// HTTPDependency(name) (default: the request's host:port),
+// HTTPDependencyFunc, HTTPCallOptions.
+//
+// Client.UnaryClientInterceptor(opts...) does the same for unary gRPC calls.
+// gRPC says nothing about idempotency, so every method is NonRetryable
+// unless GRPCMethods(class, methods...) or GRPCMethodClass(f) say otherwise
+// (or ContextWithClass per call). Options: GRPCDependency(name) (default:
+// the connection's target), GRPCDependencyFunc, GRPCCallOptions. Keep
+// gRPC's own retry policy off on that connection.
+//
+// # One retrying layer
+//
+// Every outgoing attempt carries Fusebox-Retry-Owner: <service> (HTTP
+// header; gRPC metadata fusebox-retry-owner). Client.Middleware (HTTP) and
+// Client.UnaryServerInterceptor / StreamServerInterceptor (gRPC) mark the
+// context of a request that carries it: clientlib calls made under that
+// context make a single attempt and fail fast upward, and pass the original
+// owner on, so a request crossing three services is retried by the first
+// only (3 attempts at the bottom, not 27). Policies have no opt-out field
+// yet: NestedRetries(true), per call or per handle, is the opt-out.
+// ContextWithRetryOwner marks contexts of other transports. HTTP attempts
+// also carry Fusebox-Timeout-Ms, their remaining time; Middleware applies it
+// as the request context's deadline (gRPC propagates deadlines itself).
+//
+// # When the agent is away
+//
+// Calls never wait for the agent: New returns at once, and until the agent's
+// snapshots arrive (or whenever the session is down — agent missing, killed,
+// restarting, refusing a dependency name, or so slow that a send blocks for
+// 20 flush intervals) every dependency is decided by a local breaker and a
+// local retry budget: the sharedstate engine with this process as the only
+// node, fed with the same counts, using the last policy the agent pushed
+// (retry settings, slow-call duration, mode; the breaker thresholds the wire
+// does not carry stay at the defaults). Retries and probes asked of an
+// unreachable or slow agent are decided locally after at most AgentWait. The
+// client reconnects with jittered exponential backoff (ReconnectMin to
+// ReconnectMax) and says so: fusebox_client_agent_connected, the
+// OnAgentChange callback, Client.AgentConnected, Status.FromAgent. Counts
+// made while the agent is away stay local (they would distort the agent's
+// current window); pushed snapshots of the previous session are dropped at
+// disconnection.
+//
+// # Counting
+//
+// Every attempt's outcome — success, failure, slow (at least the policy's
+// slowCallDuration), the attempt's own timeout (a slow failure), rejection —
+// is counted on striped per-dependency counters and sent to the agent as
+// aggregated deltas on the Session stream every FlushInterval (50ms) while
+// there is traffic, by a background goroutine: the caller never waits, and
+// memory is bounded by the number of dependencies (MaxDependencies, default
+// 1000). Retries, probes and refusals decided by AcquireRetry/AcquireProbe
+// are counted by the agent itself and not sent again.
+//
+// # Configuration (Config; every field optional)
+//
+//   - AgentAddress: default $FUSEBOX_AGENT, else unix:///run/fusebox/agent.sock;
+//     "unix:///path", "/path" or a loopback host:port. NoAgent: default false.
+//   - Service: default $FUSEBOX_SERVICE, else the executable's name.
+//     Instance: default "<hostname>-<pid>".
+//   - Dependencies: names announced at connection; default none.
+//   - Registerer: default none (no metrics registered). OnStateChange,
+//     OnAgentChange: default none; called in order from one goroutine.
+//   - Clock: default SystemClock{} (tests: NewManualClock). Random: default
+//     math/rand/v2.Uint64.
+//   - FlushInterval: default 50ms (at most 50ms). AgentWait: default 50ms.
+//     ReconnectMin/ReconnectMax: default 100ms/5s. MaxDependencies: default
+//     1000. DialOptions: default none.
+//
+// # Metrics (with Config.Registerer)
+//
+//   - fusebox_client_attempts_total{dependency,kind="first|retry"}
+//   - fusebox_client_outcomes_total{dependency,outcome="success|failure"}
+//   - fusebox_client_slow_calls_total{dependency}
+//   - fusebox_client_rejected_total{dependency}
+//   - fusebox_client_breaker_state{dependency,state="closed|open|half_open|forced_open|forced_closed"}
+//   - fusebox_client_dependencies, fusebox_client_dependencies_refused_total
+//   - fusebox_client_agent_connected, fusebox_client_agent_sessions_total,
+//     fusebox_client_agent_session_failures_total
+//   - fusebox_client_agent_fallbacks_total{call="acquire_retry|acquire_probe|check"}
+//   - fusebox_client_agent_refused_dependencies_total
+//   - fusebox_client_events_dropped_total
+//
+// They are read from the client's own counters at scrape time (nothing on
+// the call path); two clients never share a series.
+//
+// # Testing against clientlib
+//
+// Config.AgentAddress points a client at any agent (a real one in a
+// t.TempDir() socket); Client.AgentConnected, Dependency.Status and the two
+// callbacks tell a test what the client sees; ManualClock drives attempt
+// deadlines, backoff and slow-call measurement (start it at time.Now() when
+// calls leave the process: gRPC reads deadlines against the real clock).
+//
+// clientlib imports grpc, protobuf, client_golang and package sharedstate
+// only — never etcd or memberlist (`make verify` checks it).
 package clientlib

@@ -1,0 +1,223 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Classification is what a Classifier says about one failed attempt.
+type Classification struct {
+	// Retryable: another attempt may succeed (the call's class and the
+	// retry budget still decide whether one is made).
+	Retryable bool
+	// Failure: the error counts against the dependency's breaker. Errors
+	// that are the caller's fault (most 4xx, InvalidArgument, NotFound…)
+	// are not failures: the dependency answered.
+	Failure bool
+	// RetryAfter is the server's "not before" hint (Retry-After,
+	// grpc-retry-pushback-ms): the next attempt waits at least this long,
+	// and is not made when that does not fit the caller's deadline.
+	RetryAfter time.Duration
+}
+
+// Classifier decides what a failed attempt means. It is called with the
+// non-nil error an attempt returned, only while the caller's context is
+// still live (a caller that gave up ends the call without asking), and never
+// for an attempt that hit its own per-attempt timeout (always retryable,
+// always a failure). It must be safe for concurrent use.
+type Classifier func(err error) Classification
+
+// DefaultClassifier is the classifier of every call without WithClassifier:
+//
+//   - retryable failures: network errors (refused, reset, unreachable,
+//     broken pipe, unexpected EOF, DNS timeouts, i/o timeouts), a
+//     DeadlineExceeded (the caller's context is live, so it is the
+//     attempt's), HTTP 408, 429, 502, 503, 504 (*HTTPStatusError), gRPC
+//     Unavailable, ResourceExhausted, Aborted, DeadlineExceeded;
+//   - failures, not retried: other HTTP 5xx, gRPC Internal, Unknown,
+//     DataLoss, errors of the breaker of a nested dependency (ErrOpen,
+//     ErrBudgetExhausted) and any error it does not recognise;
+//   - neither: other HTTP 4xx, other gRPC codes, context.Canceled.
+//
+// Any error wrapping ErrNotRetryable is not retried. A *RetryAfterError
+// sets RetryAfter; a negative one (gRPC pushback < 0) means "do not retry".
+func DefaultClassifier(err error) Classification {
+	c := classifyBase(err)
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		if ra.After < 0 {
+			c.Retryable = false
+		} else if ra.After > c.RetryAfter {
+			c.RetryAfter = ra.After
+		}
+	}
+	if c.Retryable && errors.Is(err, ErrNotRetryable) {
+		c.Retryable = false
+	}
+	return c
+}
+
+func classifyBase(err error) Classification {
+	if err == nil {
+		return Classification{}
+	}
+	if errors.Is(err, ErrOpen) || errors.Is(err, ErrBudgetExhausted) {
+		return Classification{Failure: true}
+	}
+	var hs *HTTPStatusError
+	if errors.As(err, &hs) {
+		return classifyHTTPStatus(hs.StatusCode, hs.RetryAfter)
+	}
+	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
+		return classifyCode(st.Code())
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return Classification{Retryable: true, Failure: true}
+	}
+	if errors.Is(err, context.Canceled) {
+		return Classification{}
+	}
+	if isNetworkError(err) {
+		return Classification{Retryable: true, Failure: true}
+	}
+	return Classification{Failure: true}
+}
+
+func classifyHTTPStatus(code int, retryAfter time.Duration) Classification {
+	switch {
+	case code == http.StatusRequestTimeout, code == http.StatusTooManyRequests,
+		code == http.StatusBadGateway, code == http.StatusServiceUnavailable,
+		code == http.StatusGatewayTimeout:
+		return Classification{Retryable: true, Failure: true, RetryAfter: retryAfter}
+	case code >= 500:
+		return Classification{Failure: true}
+	default:
+		return Classification{}
+	}
+}
+
+func classifyCode(c codes.Code) Classification {
+	switch c {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded:
+		return Classification{Retryable: true, Failure: true}
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		return Classification{Failure: true}
+	default:
+		return Classification{}
+	}
+}
+
+func isNetworkError(err error) bool {
+	for _, errno := range [...]syscall.Errno{syscall.ECONNREFUSED, syscall.ECONNRESET,
+		syscall.ECONNABORTED, syscall.EPIPE, syscall.EHOSTUNREACH, syscall.ENETUNREACH,
+		syscall.ENETDOWN, syscall.ETIMEDOUT} {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return true
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return dns.IsTimeout || dns.IsTemporary
+	}
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return true
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	// net/http reports a connection the server closed before answering as
+	// a bare io.EOF inside its *url.Error.
+	var ue *url.Error
+	return errors.As(err, &ue) && errors.Is(ue.Err, io.EOF)
+}
+
+// HTTPStatusError is an HTTP response whose status the caller treats as an
+// error. The RoundTripper produces it for statuses it may retry; attempt
+// functions that call HTTP themselves can return CheckResponse(resp) to get
+// the default classification of statuses.
+type HTTPStatusError struct {
+	StatusCode int
+	Status     string
+	// RetryAfter is the response's Retry-After, 0 when absent or invalid.
+	RetryAfter time.Duration
+}
+
+func (e *HTTPStatusError) Error() string {
+	if e.Status != "" {
+		return "fusebox: http status " + e.Status
+	}
+	return "fusebox: http status " + strconv.Itoa(e.StatusCode)
+}
+
+// CheckResponse returns nil for a response with a status below 400 and an
+// *HTTPStatusError (with Retry-After parsed) otherwise. It does not touch the
+// body.
+func CheckResponse(resp *http.Response) error {
+	if resp == nil || resp.StatusCode < 400 {
+		return nil
+	}
+	return &HTTPStatusError{
+		StatusCode: resp.StatusCode,
+		Status:     resp.Status,
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+	}
+}
+
+// parseRetryAfter reads delay-seconds or an HTTP-date; 0 when absent,
+// invalid or in the past.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs <= 0 {
+			return 0
+		}
+		if secs > int64(24*time.Hour/time.Second) {
+			secs = int64(24 * time.Hour / time.Second)
+		}
+		return time.Duration(secs) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d
+		}
+	}
+	return 0
+}
+
+// RetryAfterError carries a server's wish about the next attempt: wait at
+// least After, or (After < 0) do not retry at all. The gRPC interceptor wraps
+// errors in it when the response had a grpc-retry-pushback-ms trailer.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string {
+	if e.After < 0 {
+		return e.Err.Error() + " (server asked not to retry)"
+	}
+	return e.Err.Error() + " (retry after " + e.After.String() + ")"
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }

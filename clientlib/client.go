@@ -1,0 +1,400 @@
+package clientlib
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	gbackoff "google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Version is sent to the agent in Hello.client_version.
+const Version = "clientlib/0.1"
+
+// Client is one service's link to Fusebox: it holds the session with the
+// local agent, the local fallback breaker and the handles of the
+// dependencies it calls. Make one per process with New and Close it at
+// shutdown. All methods are safe for concurrent use.
+type Client struct {
+	cfg      Config
+	clock    Clock
+	sysClock bool      // clock is SystemClock: read the monotonic clock alone
+	epoch    time.Time // mono() origin
+	service  string
+	random   func() uint64
+	nstripes int
+	engine   *sharedstate.Engine
+	agent    fuseboxv1.AgentClient // nil with NoAgent
+	conn     *grpc.ClientConn
+	sess     *session
+	metrics  *metrics
+
+	depMu sync.Mutex // guards creation and ndeps
+	deps  atomic.Pointer[map[string]*depState]
+	ndeps int
+
+	tokens   sync.Pool
+	tokenSeq atomic.Uint32
+
+	events        chan any
+	eventsDropped atomic.Uint64
+
+	ctx       context.Context
+	cancel    context.CancelFunc
+	flushStop chan struct{}
+	flushDone chan struct{}
+	wg        sync.WaitGroup // flusher, session, dispatcher
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// New returns a Client configured by cfg, its empty fields taking their
+// defaults (New(Config{}) is the zero-config client). It does not wait for
+// the agent: calls work at once, on the local breaker until the agent's
+// snapshots arrive. It fails only on an invalid Config or a Registerer
+// refusing the metrics; then it has started nothing.
+func New(cfg Config) (c *Client, err error) {
+	cfg.fillDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c = &Client{
+		cfg: cfg, clock: cfg.Clock, service: cfg.Service, random: cfg.Random,
+		nstripes: stripeCount(), flushStop: make(chan struct{}), flushDone: make(chan struct{}),
+		done: make(chan struct{}),
+	}
+	_, c.sysClock = c.clock.(SystemClock)
+	c.epoch = c.clock.Now()
+	empty := map[string]*depState{}
+	c.deps.Store(&empty)
+	c.tokens.New = c.newToken
+	if cfg.OnStateChange != nil || cfg.OnAgentChange != nil {
+		c.events = make(chan any, 1024)
+	}
+	c.engine, err = sharedstate.NewEngine(sharedstate.EngineConfig{
+		Node:            cfg.Instance,
+		Clock:           cfg.Clock,
+		MaxDependencies: cfg.MaxDependencies,
+		OnChange:        c.onEngineChange,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clientlib: local breaker: %w", err)
+	}
+	c.metrics = newMetrics(c)
+	if cfg.Registerer != nil {
+		if err := c.metrics.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				c.metrics.unregister(cfg.Registerer)
+			}
+		}()
+	}
+	c.sess = newSession(c)
+	if !cfg.NoAgent {
+		target, _ := agentTarget(cfg.AgentAddress) // validated above
+		opts := append([]grpc.DialOption{
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			// Reconnect the transport at the session's pace, not gRPC's
+			// default (up to 2 minutes between attempts).
+			grpc.WithConnectParams(grpc.ConnectParams{
+				Backoff: gbackoff.Config{BaseDelay: cfg.ReconnectMin, Multiplier: 1.6, Jitter: 0.2,
+					MaxDelay: cfg.ReconnectMax},
+				MinConnectTimeout: time.Second,
+			}),
+		}, cfg.DialOptions...)
+		c.conn, err = grpc.NewClient(target, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("clientlib: agent connection to %s: %w", cfg.AgentAddress, err)
+		}
+		c.agent = fuseboxv1.NewAgentClient(c.conn)
+	}
+	for _, name := range cfg.Dependencies {
+		c.depState(name)
+	}
+
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	if c.events != nil {
+		c.wg.Add(1)
+		go c.dispatch()
+	}
+	c.wg.Add(1)
+	go c.flushLoop()
+	if c.agent != nil {
+		c.wg.Add(1)
+		go c.sess.loop(c.ctx)
+	}
+	return c, nil
+}
+
+// mono returns the time since the client's epoch: one monotonic clock read
+// with the system clock (time.Now reads two clocks), for measuring attempts.
+func (c *Client) mono() time.Duration {
+	if c.sysClock {
+		return time.Since(c.epoch)
+	}
+	return c.clock.Now().Sub(c.epoch)
+}
+
+func stripeCount() int {
+	n := 4
+	for n < 2*runtime.GOMAXPROCS(0) && n < 64 {
+		n *= 2
+	}
+	return n
+}
+
+// Close stops the client, in this order: the flusher stops after a last
+// flush; the session sends what is queued and half-closes, waiting at most
+// AgentWait for the agent to end it; the connection closes; queued
+// callbacks run; the metrics are unregistered. It waits for every goroutine the
+// client started and is idempotent. Handles keep working after Close,
+// deciding from the last state seen, but report nothing.
+func (c *Client) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.flushStop)
+		<-c.flushDone
+		c.sess.finish(c.cfg.AgentWait)
+		c.cancel()
+		if c.conn != nil {
+			c.conn.Close()
+		}
+		c.wg.Wait() // the dispatcher exits once the others are gone
+		if c.cfg.Registerer != nil {
+			c.metrics.unregister(c.cfg.Registerer)
+		}
+		close(c.done)
+	})
+	return nil
+}
+
+// Done is closed when Close has finished.
+func (c *Client) Done() <-chan struct{} { return c.done }
+
+// Service returns the service name the client reports and sends as
+// Fusebox-Retry-Owner.
+func (c *Client) Service() string { return c.service }
+
+// AgentConnected reports whether a session with the agent is up (snapshots
+// from it decide) or not (the local fallback decides).
+func (c *Client) AgentConnected() bool { return c.sess.isConnected() }
+
+// Dependency returns the handle on dependency name. Names are 1–128
+// characters of [A-Za-z0-9._:/-]. An invalid name, or a new name past
+// Config.MaxDependencies, gives a handle whose every call fails at once with
+// an error matching ErrInvalidDependency or ErrTooManyDependencies, without
+// calling the attempt function; Dependency.Err tells it up front.
+func (c *Client) Dependency(name string) *Dependency {
+	return &Dependency{st: c.depState(name)}
+}
+
+func (c *Client) lookup(name string) *depState { return (*c.deps.Load())[name] }
+
+func (c *Client) depState(name string) *depState {
+	if st := c.lookup(name); st != nil {
+		return st
+	}
+	if err := sharedstate.ValidateDependencyName(name); err != nil {
+		return newDepState(c, name, err)
+	}
+	c.depMu.Lock()
+	if st := c.lookup(name); st != nil {
+		c.depMu.Unlock()
+		return st
+	}
+	if c.ndeps >= c.cfg.MaxDependencies {
+		c.depMu.Unlock()
+		c.metrics.refused.Add(1)
+		return newDepState(c, name, &sharedstate.TooManyDependenciesError{Dependency: name, Limit: c.cfg.MaxDependencies})
+	}
+	st := newDepState(c, name, nil)
+	st.publish()
+	next := maps.Clone(*c.deps.Load())
+	next[name] = st
+	c.deps.Store(&next)
+	c.ndeps++
+	c.depMu.Unlock()
+	c.sess.subscribe(st)
+	return st
+}
+
+// each calls f for every tracked dependency.
+func (c *Client) each(f func(*depState)) {
+	for _, st := range *c.deps.Load() {
+		f(st)
+	}
+}
+
+// AgentEvent tells OnAgentChange that the session with the agent came up
+// or went down.
+type AgentEvent struct {
+	Connected bool
+	// Node is the agent's node name (from its Welcome) when connected.
+	Node string
+	// Err is why the session ended (nil when connected).
+	Err error
+}
+
+func (c *Client) emit(ev any) {
+	if c.events == nil {
+		return
+	}
+	select {
+	case c.events <- ev:
+	default:
+		c.eventsDropped.Add(1)
+	}
+}
+
+// dispatch runs the callbacks, in order, on one goroutine.
+func (c *Client) dispatch() {
+	defer c.wg.Done()
+	run := func(ev any) {
+		switch ev := ev.(type) {
+		case StateChange:
+			if c.cfg.OnStateChange != nil {
+				c.cfg.OnStateChange(ev)
+			}
+		case AgentEvent:
+			if c.cfg.OnAgentChange != nil {
+				c.cfg.OnAgentChange(ev)
+			}
+		}
+	}
+	for {
+		select {
+		case ev := <-c.events:
+			run(ev)
+		case <-c.ctx.Done():
+			// Close cancels after the last flush; what is queued still runs.
+			for {
+				select {
+				case ev := <-c.events:
+					run(ev)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// flushLoop feeds the local breaker and queues deltas for the agent every
+// FlushInterval, and ticks the local breaker.
+func (c *Client) flushLoop() {
+	defer c.wg.Done()
+	defer close(c.flushDone)
+	t := time.NewTicker(c.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			c.flush()
+		case <-c.flushStop:
+			c.flush()
+			return
+		}
+	}
+}
+
+// flush computes each dependency's deltas since the previous flush. The
+// local breaker gets what it has not counted itself; the agent (when a
+// session is up) gets what it has not counted itself: AcquireRetry and
+// AcquireProbe count the retries, probes and refusals they decide.
+func (c *Client) flush() {
+	connected := c.sess.isConnected()
+	c.each(func(st *depState) {
+		t := st.sum()
+		la, ll := st.sentAgent, st.sentLocal
+		st.sentAgent, st.sentLocal = t, t
+		local := sharedstate.Counts{
+			FirstAttempts: (t.first - ll.first) + (t.probesAgent - ll.probesAgent),
+			Retries:       t.retriesAgent - ll.retriesAgent,
+			Successes:     t.success - ll.success,
+			Failures:      t.failure - ll.failure,
+			SlowCalls:     t.slow - ll.slow,
+			Rejected:      (t.rejected - ll.rejected) + (t.rejectedAgent - ll.rejectedAgent),
+		}
+		if !local.IsZero() {
+			c.ensureLocalPolicy(st)
+			_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
+		}
+		if connected {
+			agent := &fuseboxv1.Counts{
+				FirstAttempts: t.first - la.first,
+				Successes:     t.success - la.success,
+				Failures:      t.failure - la.failure,
+				SlowCalls:     t.slow - la.slow,
+				Rejected:      t.rejected - la.rejected,
+			}
+			if agent.FirstAttempts|agent.Successes|agent.Failures|agent.SlowCalls|agent.Rejected != 0 {
+				c.sess.addDeltas(st, agent)
+			}
+		}
+	})
+	c.engine.Tick() // single node: the records it proposes need no gossip
+	c.sess.kick()
+}
+
+// onEngineChange is the local engine's OnChange: republish the decision of
+// a dependency the local breaker decides.
+func (c *Client) onEngineChange(dep string) {
+	if st := c.lookup(dep); st != nil {
+		st.publish()
+	}
+}
+
+// localSnapshot is the local breaker's view of st. Caller holds st.mu.
+func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
+	if s := c.engine.Snapshot(st.name); s != nil {
+		return s
+	}
+	// Not tracked (new, or forgotten while idle): closed, last policy seen.
+	if st.fallbackSnap == nil {
+		var p sharedstate.Policy
+		if st.localPol != nil {
+			p = *st.localPol
+		} else {
+			p = c.engine.Policy(st.name)
+		}
+		st.fallbackSnap = snapshotFromPolicy(st.name, p)
+	}
+	return st.fallbackSnap
+}
+
+func snapshotFromPolicy(name string, p sharedstate.Policy) *sharedstate.Snapshot {
+	r := p.Retry
+	return &sharedstate.Snapshot{
+		Dependency: name, State: Closed, LocalState: Closed,
+		Mode: p.Breaker.Mode, Scope: p.Breaker.Scope, SlowCallDuration: p.Breaker.SlowCallDuration.Std(),
+		Retry: sharedstate.RetrySettings{
+			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
+			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
+			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
+		},
+	}
+}
+
+// ensureLocalPolicy gives the local engine st's last seen policy before it
+// (re)starts tracking st.
+func (c *Client) ensureLocalPolicy(st *depState) {
+	if c.engine.Snapshot(st.name) != nil {
+		return
+	}
+	st.mu.Lock()
+	p := st.localPol
+	st.mu.Unlock()
+	if p != nil {
+		_ = c.engine.SetPolicy(st.name, *p) // validated when stored
+	}
+}

@@ -1,0 +1,295 @@
+package clientlib
+
+import (
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Dependency is a handle on one dependency of this service. Get it once with
+// Client.Dependency and keep it: it is cheap to copy and safe for concurrent
+// use. Its calls decide first attempts in process, from the snapshot the
+// agent pushed (or the local breaker's while the agent is away).
+type Dependency struct {
+	st       *depState
+	defaults []CallOption
+}
+
+// Name returns the dependency's name.
+func (d *Dependency) Name() string { return d.st.name }
+
+// Err returns the error every call of this handle fails with when its name
+// was refused (ErrInvalidDependency, ErrTooManyDependencies), else nil.
+func (d *Dependency) Err() error { return d.st.err }
+
+// With returns a handle on the same dependency whose calls apply opts before
+// their own options, e.g. c.Dependency("ledger").With(NestedRetries(true)).
+func (d *Dependency) With(opts ...CallOption) *Dependency {
+	merged := make([]CallOption, 0, len(d.defaults)+len(opts))
+	merged = append(append(merged, d.defaults...), opts...)
+	return &Dependency{st: d.st, defaults: merged}
+}
+
+// Status returns the breaker as this client currently decides from it.
+func (d *Dependency) Status() Status { return d.st.dec.Load().status(d.st.name) }
+
+// BreakerState is a breaker's state: Closed, Open or HalfOpen.
+type BreakerState = sharedstate.BreakerState
+
+// OverrideState is an operator override: OverrideNone, ForcedOpen, ForcedClosed.
+type OverrideState = sharedstate.OverrideState
+
+// Breaker states and overrides, re-exported from package sharedstate.
+const (
+	Closed       = sharedstate.Closed
+	Open         = sharedstate.Open
+	HalfOpen     = sharedstate.HalfOpen
+	OverrideNone = sharedstate.OverrideNone
+	ForcedOpen   = sharedstate.ForcedOpen
+	ForcedClosed = sharedstate.ForcedClosed
+)
+
+// Status is a dependency's breaker as one client sees it.
+type Status struct {
+	Dependency string
+	// State is the governing (fleet, zone or node-scope) breaker's state.
+	State BreakerState
+	// LocalState is the host's own breaker (the agent's node-local breaker,
+	// scope fleet/zone): Open or HalfOpen when only this host's traffic fails.
+	LocalState BreakerState
+	Override   OverrideState
+	// Shadow: the policy's mode is shadow; nothing is rejected.
+	Shadow     bool
+	Generation uint64
+	Since      time.Time
+	// FromAgent is true when the agent's snapshot decides, false when the
+	// local fallback breaker does (agent away, or not yet pushed).
+	FromAgent bool
+}
+
+// Rejecting reports whether a first attempt would be refused now (probes
+// aside).
+func (s Status) Rejecting() bool {
+	if s.Override == ForcedOpen {
+		return true
+	}
+	if s.Override == ForcedClosed || s.Shadow {
+		return false
+	}
+	return s.State != Closed || s.LocalState != Closed
+}
+
+// StateChange tells OnStateChange that a dependency's Status changed in a
+// way that matters to callers (state, local state, override, shadow mode or
+// the deciding side).
+type StateChange struct {
+	Dependency string
+	From, To   Status
+}
+
+// retrySettings are the retry part of a decision, converted once.
+type retrySettings struct {
+	maxAttempts int
+	perAttempt  time.Duration
+	backoff     backoff.Policy
+}
+
+func retryFrom(r sharedstate.RetrySettings) retrySettings {
+	rs := retrySettings{
+		maxAttempts: r.MaxAttempts,
+		perAttempt:  r.PerAttemptTimeout,
+		backoff:     backoff.Policy{Base: r.BackoffBase, Max: r.BackoffMax, Jitter: jitterFrom(r.Jitter)},
+	}
+	if rs.maxAttempts < 1 {
+		rs.maxAttempts = 1
+	}
+	if rs.perAttempt < 0 {
+		rs.perAttempt = 0
+	}
+	return rs
+}
+
+func jitterFrom(j sharedstate.Jitter) backoff.Jitter {
+	switch j {
+	case sharedstate.JitterEqual:
+		return backoff.Equal
+	case sharedstate.JitterDecorrelated:
+		return backoff.Decorrelated
+	case sharedstate.JitterNone:
+		return backoff.None
+	}
+	return backoff.Full
+}
+
+// decision is what the hot path reads: an immutable snapshot plus what is
+// derived from it once. A new one is published (atomic pointer) whenever the
+// agent pushes a snapshot, the local breaker changes, or the agent comes or
+// goes.
+type decision struct {
+	snap      *sharedstate.Snapshot
+	first     sharedstate.Decision
+	rejErr    error // when first rejects
+	retry     retrySettings
+	slow      time.Duration
+	fromAgent bool
+}
+
+func (d *decision) status(name string) Status {
+	s := d.snap
+	return Status{
+		Dependency: name, State: s.State, LocalState: s.LocalState, Override: s.Override,
+		Shadow: s.Mode == sharedstate.ModeShadow, Generation: s.Generation, Since: s.Since,
+		FromAgent: d.fromAgent,
+	}
+}
+
+// stripe holds the hot-path counters of one dependency for a subset of the
+// goroutines: calls spread over the stripes, so no cache line is written by
+// every core. Exactly one cache line.
+type stripe struct {
+	first    atomic.Uint64 // first attempts admitted in process (snapshot or Check)
+	success  atomic.Uint64
+	failure  atomic.Uint64
+	slow     atomic.Uint64
+	rejected atomic.Uint64 // refused in process
+	_        [24]byte
+}
+
+func (s *stripe) record(failure, slow bool) {
+	if failure {
+		s.failure.Add(1)
+	} else {
+		s.success.Add(1)
+	}
+	if slow {
+		s.slow.Add(1)
+	}
+}
+
+// rareCounters count what the agent or the local engine admitted or refused
+// (retries, probes): these paths already wait on an RPC or a lock.
+type rareCounters struct {
+	retriesAgent, retriesLocal   atomic.Uint64
+	probesAgent, probesLocal     atomic.Uint64
+	rejectedAgent, rejectedLocal atomic.Uint64
+}
+
+// totals is a sum over the stripes and rare counters.
+type totals struct {
+	first, success, failure, slow, rejected              uint64
+	retriesAgent, retriesLocal, probesAgent, probesLocal uint64
+	rejectedAgent, rejectedLocal                         uint64
+}
+
+// depState is the shared state behind every handle of one dependency.
+type depState struct {
+	c       *Client
+	name    string
+	err     error // non-nil: every call fails with it
+	dec     atomic.Pointer[decision]
+	stripes []stripe
+	mask    uint32
+	_       [64]byte // keep the rare counters off dec's cache line
+	rare    rareCounters
+
+	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
+
+	mu           sync.Mutex // guards the fields below; never taken by a first attempt
+	agentSnap    *sharedstate.Snapshot
+	localPol     *sharedstate.Policy   // the last policy seen, for the local breaker
+	fallbackSnap *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
+	refusedMsg   string                // why the agent refused this name
+
+	refused atomic.Bool // the agent refused this name: decide locally
+
+	// Owned by the flusher goroutine.
+	sentAgent, sentLocal totals
+}
+
+func newDepState(c *Client, name string, err error) *depState {
+	st := &depState{c: c, name: name, err: err}
+	if err != nil {
+		return st
+	}
+	st.stripes = make([]stripe, c.nstripes)
+	st.mask = uint32(c.nstripes - 1)
+	st.rejOpen = &RejectedError{Dependency: name, Reason: "open", Err: ErrOpen}
+	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
+	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
+	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
+	return st
+}
+
+func (st *depState) rejection(r sharedstate.Reason) error {
+	switch r {
+	case sharedstate.ReasonForcedOpen:
+		return st.rejForced
+	case sharedstate.ReasonHalfOpenNoPermit:
+		return st.rejNoPermit
+	case sharedstate.ReasonBudgetExhausted:
+		return st.rejBudget
+	}
+	return st.rejOpen
+}
+
+// anyStripe picks a stripe for a call that holds no token.
+func (st *depState) anyStripe() *stripe {
+	return &st.stripes[uint32(rand.Uint64())&st.mask]
+}
+
+func (st *depState) sum() totals {
+	var t totals
+	for i := range st.stripes {
+		s := &st.stripes[i]
+		t.first += s.first.Load()
+		t.success += s.success.Load()
+		t.failure += s.failure.Load()
+		t.slow += s.slow.Load()
+		t.rejected += s.rejected.Load()
+	}
+	r := &st.rare
+	t.retriesAgent, t.retriesLocal = r.retriesAgent.Load(), r.retriesLocal.Load()
+	t.probesAgent, t.probesLocal = r.probesAgent.Load(), r.probesLocal.Load()
+	t.rejectedAgent, t.rejectedLocal = r.rejectedAgent.Load(), r.rejectedLocal.Load()
+	return t
+}
+
+// publish recomputes the decision from the current sources. Caller holds st.mu.
+func (st *depState) publishLocked() {
+	var (
+		snap      *sharedstate.Snapshot
+		fromAgent bool
+	)
+	if st.agentSnap != nil && st.c.sess.isConnected() {
+		snap, fromAgent = st.agentSnap, true
+	} else {
+		snap = st.c.localSnapshot(st)
+	}
+	old := st.dec.Load()
+	if old != nil && old.snap == snap && old.fromAgent == fromAgent {
+		return
+	}
+	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Retry),
+		slow: snap.SlowCallDuration, fromAgent: fromAgent}
+	if d.first.Verdict == sharedstate.Reject {
+		d.rejErr = st.rejection(d.first.Reason)
+	}
+	st.dec.Store(d)
+	if old != nil {
+		from, to := old.status(st.name), d.status(st.name)
+		if from.State != to.State || from.LocalState != to.LocalState || from.Override != to.Override ||
+			from.Shadow != to.Shadow || from.FromAgent != to.FromAgent {
+			st.c.emit(StateChange{Dependency: st.name, From: from, To: to})
+		}
+	}
+}
+
+func (st *depState) publish() {
+	st.mu.Lock()
+	st.publishLocked()
+	st.mu.Unlock()
+}

@@ -1,0 +1,64 @@
+package clientlib
+
+import (
+	"errors"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Sentinel errors. Match them with errors.Is: the errors a call returns wrap
+// them (often joined with the last attempt's error).
+var (
+	// ErrOpen: the dependency's breaker is open (fleet-wide, or this node's
+	// own), or half-open without a probe permit for this call. The call was
+	// not made (or, for a retry, not made again).
+	ErrOpen = errors.New("fusebox: breaker open")
+
+	// ErrForcedOpen: an operator forced the breaker open. errors.Is(err,
+	// ErrOpen) is true for it too.
+	ErrForcedOpen error = forcedOpen{}
+
+	// ErrBudgetExhausted: the fleet retry budget (or the local one, while the
+	// agent is away) has no room for another retry. It is joined with the
+	// error of the last attempt.
+	ErrBudgetExhausted = errors.New("fusebox: retry budget exhausted")
+
+	// ErrNotRetryable, wrapped into an error returned by an attempt, tells
+	// the default classifier not to retry that error whatever it is.
+	ErrNotRetryable = errors.New("fusebox: not retryable")
+
+	// ErrInvalidDependency is wrapped by the error every call of a handle
+	// with an invalid dependency name returns (see Client.Dependency).
+	ErrInvalidDependency = sharedstate.ErrInvalidDependencyName
+
+	// ErrTooManyDependencies is wrapped by the error every call of a handle
+	// returns when the client already tracked Config.MaxDependencies names.
+	ErrTooManyDependencies = sharedstate.ErrTooManyDependencies
+
+	// ErrInvalidOption is wrapped by the error a call returns when one of its
+	// options is out of range; the attempt function is not called.
+	ErrInvalidOption = errors.New("fusebox: invalid call option")
+)
+
+type forcedOpen struct{}
+
+func (forcedOpen) Error() string        { return "fusebox: breaker forced open" }
+func (forcedOpen) Is(target error) bool { return target == ErrOpen }
+
+// RejectedError is what a refused attempt returns: the dependency, why, and
+// the sentinel it wraps (ErrOpen, ErrForcedOpen or ErrBudgetExhausted).
+// A handle builds its rejection errors once, so refusing allocates nothing.
+type RejectedError struct {
+	Dependency string
+	// Reason is "open", "forced-open", "half-open-no-permit" or
+	// "budget-exhausted".
+	Reason string
+	Err    error
+}
+
+func (e *RejectedError) Error() string {
+	return e.Err.Error() + " (dependency " + e.Dependency + ", " + e.Reason + ")"
+}
+
+// Unwrap returns the sentinel.
+func (e *RejectedError) Unwrap() error { return e.Err }

@@ -1,0 +1,319 @@
+package clientlib
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// waitFor polls cond until it holds, failing the test after 10 s. It waits
+// for a state; it never asserts a timing.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// zeroRandom makes every jittered backoff 0 (full jitter draws U[0, c)).
+func zeroRandom() uint64 { return 0 }
+
+// newClient starts a client closed at the end of the test.
+func newClient(t testing.TB, cfg Config) *Client {
+	t.Helper()
+	if cfg.Service == "" {
+		cfg.Service = "test-svc"
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = "test-1"
+	}
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// localClient is a client without an agent, on a manual clock, whose
+// backoffs are all zero. The clock starts at the real time because gRPC
+// reads context deadlines against the real clock.
+func localClient(t testing.TB) (*Client, *ManualClock) {
+	clk := NewManualClock(time.Now())
+	return newClient(t, Config{NoAgent: true, Clock: clk, Random: zeroRandom}), clk
+}
+
+var errUnavailable = status.Error(codes.Unavailable, "try again")
+
+// --- a fake agent: fuseboxv1.AgentServer on a real gRPC server, unix socket ---
+
+type fakeAgent struct {
+	fuseboxv1.UnimplementedAgentServer
+	t    testing.TB
+	path string
+	srv  *grpc.Server
+
+	mu          sync.Mutex
+	hellos      []*fuseboxv1.Hello
+	counts      map[string]*fuseboxv1.Counts
+	probes      []*fuseboxv1.ProbeResult
+	subscribed  []string
+	sessions    map[chan *fuseboxv1.SessionResponse]bool
+	snaps       map[string]*fuseboxv1.DecisionSnapshot // pushed at hello too
+	retryCalls  int
+	probeCalls  int
+	checkCalls  int
+	onRetry     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onProbe     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onCheck     func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
+	welcomeWith *fuseboxv1.RetrySettings
+}
+
+func newFakeAgent(t testing.TB) *fakeAgent {
+	dir := t.TempDir()
+	if len(dir) > 90 { // unix socket paths are limited to 108 bytes
+		var err error
+		if dir, err = os.MkdirTemp("", "fbx"); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+	}
+	f := &fakeAgent{t: t, path: filepath.Join(dir, "agent.sock"),
+		counts: map[string]*fuseboxv1.Counts{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
+		snaps: map[string]*fuseboxv1.DecisionSnapshot{}}
+	f.start()
+	t.Cleanup(f.stop)
+	return f
+}
+
+func (f *fakeAgent) address() string { return "unix://" + f.path }
+
+func (f *fakeAgent) start() {
+	lis, err := net.Listen("unix", f.path)
+	if err != nil {
+		f.t.Fatalf("listen: %v", err)
+	}
+	srv := grpc.NewServer()
+	fuseboxv1.RegisterAgentServer(srv, f)
+	f.mu.Lock()
+	f.srv = srv
+	f.mu.Unlock()
+	go srv.Serve(lis)
+}
+
+// stop kills the agent: listener and connections close at once.
+func (f *fakeAgent) stop() {
+	f.mu.Lock()
+	srv := f.srv
+	f.srv = nil
+	f.mu.Unlock()
+	if srv != nil {
+		srv.Stop()
+	}
+}
+
+func (f *fakeAgent) Session(stream grpc.BidiStreamingServer[fuseboxv1.SessionRequest, fuseboxv1.SessionResponse]) error {
+	req, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := req.GetHello()
+	if hello == nil {
+		return status.Error(codes.InvalidArgument, "hello first")
+	}
+	out := make(chan *fuseboxv1.SessionResponse, 64)
+	f.mu.Lock()
+	f.hellos = append(f.hellos, hello)
+	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultRetry: f.welcomeWith}
+	var initial []*fuseboxv1.DecisionSnapshot
+	for _, d := range hello.GetDependencies() {
+		if s := f.snaps[d]; s != nil {
+			initial = append(initial, s)
+		}
+	}
+	f.sessions[out] = true
+	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		delete(f.sessions, out)
+		f.mu.Unlock()
+	}()
+	if err := stream.Send(&fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: welcome}}); err != nil {
+		return err
+	}
+	if len(initial) > 0 {
+		out <- update(initial...)
+	}
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			f.record(req.GetDeltas())
+		}
+	}()
+	for {
+		select {
+		case m := <-out:
+			if err := stream.Send(m); err != nil {
+				return err
+			}
+		case <-recvErr:
+			return nil
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		}
+	}
+}
+
+func update(snaps ...*fuseboxv1.DecisionSnapshot) *fuseboxv1.SessionResponse {
+	return &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Update{
+		Update: &fuseboxv1.SnapshotUpdate{Snapshots: snaps}}}
+}
+
+func (f *fakeAgent) record(d *fuseboxv1.CountDeltas) {
+	if d == nil {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, dc := range d.GetDeltas() {
+		c := f.counts[dc.GetDependency()]
+		if c == nil {
+			c = &fuseboxv1.Counts{}
+			f.counts[dc.GetDependency()] = c
+		}
+		n := dc.GetCounts()
+		c.FirstAttempts += n.GetFirstAttempts()
+		c.Retries += n.GetRetries()
+		c.Successes += n.GetSuccesses()
+		c.Failures += n.GetFailures()
+		c.SlowCalls += n.GetSlowCalls()
+		c.Rejected += n.GetRejected()
+	}
+	f.probes = append(f.probes, d.GetProbeResults()...)
+	f.subscribed = append(f.subscribed, d.GetSubscribe()...)
+}
+
+// push sends snapshots to every session now, and at every later hello.
+func (f *fakeAgent) push(snaps ...*fuseboxv1.DecisionSnapshot) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range snaps {
+		f.snaps[s.GetDependency()] = s
+	}
+	for out := range f.sessions {
+		out <- update(snaps...)
+	}
+}
+
+// agentCounts is what the fake agent summed for one dependency.
+type agentCounts struct {
+	FirstAttempts, Retries, Successes, Failures, SlowCalls, Rejected uint64
+}
+
+func (f *fakeAgent) countsOf(dep string) agentCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c := f.counts[dep]; c != nil {
+		return agentCounts{c.FirstAttempts, c.Retries, c.Successes, c.Failures, c.SlowCalls, c.Rejected}
+	}
+	return agentCounts{}
+}
+
+func (f *fakeAgent) helloCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.hellos)
+}
+
+func allowDecision() *fuseboxv1.Decision {
+	return &fuseboxv1.Decision{Verdict: fuseboxv1.Verdict_VERDICT_ALLOW}
+}
+
+func (f *fakeAgent) AcquireRetry(ctx context.Context, r *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
+	f.mu.Lock()
+	f.retryCalls++
+	h := f.onRetry
+	f.mu.Unlock()
+	if h != nil {
+		return h(ctx, r)
+	}
+	return allowDecision(), nil
+}
+
+func (f *fakeAgent) AcquireProbe(ctx context.Context, r *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
+	f.mu.Lock()
+	f.probeCalls++
+	h := f.onProbe
+	f.mu.Unlock()
+	if h != nil {
+		return h(ctx, r)
+	}
+	return &fuseboxv1.Decision{Verdict: fuseboxv1.Verdict_VERDICT_ALLOW_PROBE}, nil
+}
+
+func (f *fakeAgent) Check(ctx context.Context, r *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error) {
+	f.mu.Lock()
+	f.checkCalls++
+	h := f.onCheck
+	f.mu.Unlock()
+	if h != nil {
+		return h(ctx, r)
+	}
+	return allowDecision(), nil
+}
+
+func (f *fakeAgent) calls() (retry, probe, check int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.retryCalls, f.probeCalls, f.checkCalls
+}
+
+// agentClient connects a client to f, with zero backoffs and fast reconnects.
+func agentClient(t testing.TB, f *fakeAgent, cfg Config) *Client {
+	cfg.AgentAddress = f.address()
+	if cfg.Random == nil {
+		cfg.Random = zeroRandom
+	}
+	if cfg.ReconnectMin == 0 {
+		cfg.ReconnectMin = 5 * time.Millisecond
+		cfg.ReconnectMax = 20 * time.Millisecond
+	}
+	c := newClient(t, cfg)
+	waitFor(t, "the session with the fake agent", c.AgentConnected)
+	return c
+}
+
+func snapshot(dep string, state fuseboxv1.BreakerState) *fuseboxv1.DecisionSnapshot {
+	return &fuseboxv1.DecisionSnapshot{
+		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE,
+		Retry: &fuseboxv1.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: durationpb.New(500 * time.Millisecond),
+			BackoffBase: durationpb.New(100 * time.Millisecond), BackoffMax: durationpb.New(5 * time.Second),
+			Jitter: fuseboxv1.Jitter_JITTER_FULL, BudgetRatio: 0.1, BudgetMinRetriesPerSecond: 10},
+		SlowCallDuration: durationpb.New(2 * time.Second),
+	}
+}

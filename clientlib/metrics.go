@@ -1,0 +1,136 @@
+package clientlib
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are read from the client's own counters at scrape time: the call
+// path never touches a Prometheus object, and two clients in one process
+// share nothing.
+type metrics struct {
+	c *Client
+
+	sessions        atomic.Uint64
+	sessionFailures atomic.Uint64
+	agentRefusals   atomic.Uint64
+	refused         atomic.Uint64
+	fallbacks       [3]atomic.Uint64 // acquire_retry, acquire_probe, check
+
+	attempts, outcomes, slow, rejected, state    *prometheus.Desc
+	dependencies, dependenciesRefused            *prometheus.Desc
+	connected, sessionsDesc, sessionFailuresDesc *prometheus.Desc
+	fallbacksDesc, agentRefusalsDesc, dropped    *prometheus.Desc
+}
+
+var fallbackCalls = [3]string{"acquire_retry", "acquire_probe", "check"}
+
+func newMetrics(c *Client) *metrics {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("fusebox_client_"+name, help, labels, nil)
+	}
+	return &metrics{
+		c:            c,
+		attempts:     d("attempts_total", "Attempts made, by dependency and kind (first attempts include probes).", "dependency", "kind"),
+		outcomes:     d("outcomes_total", "Finished attempts by dependency and outcome as counted by the breaker (success or failure).", "dependency", "outcome"),
+		slow:         d("slow_calls_total", "Attempts at least as slow as the policy's slowCallDuration, timeouts included.", "dependency"),
+		rejected:     d("rejected_total", "Attempts refused by the breaker or the retry budget.", "dependency"),
+		state:        d("breaker_state", "1 for the breaker state this client currently decides with (forced overrides included), 0 for the others.", "dependency", "state"),
+		dependencies: d("dependencies", "Dependencies this client tracks."),
+		dependenciesRefused: d("dependencies_refused_total",
+			"Dependency handles refused because MaxDependencies was reached."),
+		connected:           d("agent_connected", "1 while a session with the local agent is up, 0 while the local fallback decides."),
+		sessionsDesc:        d("agent_sessions_total", "Sessions established with the local agent."),
+		sessionFailuresDesc: d("agent_session_failures_total", "Attempts to open a session with the agent that failed, and sessions that ended (each followed by a reconnect)."),
+		fallbacksDesc: d("agent_fallbacks_total",
+			"Synchronous questions to the agent that failed or took longer than AgentWait and were decided locally.", "call"),
+		agentRefusalsDesc: d("agent_refused_dependencies_total", "Dependency names the agent refused (invalid or past its cap)."),
+		dropped:           d("events_dropped_total", "State-change and agent events dropped because the callback queue was full."),
+	}
+}
+
+func (m *metrics) fallback(call string) {
+	for i, n := range fallbackCalls {
+		if n == call {
+			m.fallbacks[i].Add(1)
+		}
+	}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	if err := r.Register(m); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			return errors.New("clientlib: metrics already registered (one Client per Registerer)")
+		}
+		return err
+	}
+	return nil
+}
+
+func (m *metrics) unregister(r prometheus.Registerer) { r.Unregister(m) }
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{m.attempts, m.outcomes, m.slow, m.rejected, m.state,
+		m.dependencies, m.dependenciesRefused, m.connected, m.sessionsDesc, m.sessionFailuresDesc,
+		m.fallbacksDesc, m.agentRefusalsDesc, m.dropped} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	n := 0
+	m.c.each(func(st *depState) {
+		n++
+		t := st.sum()
+		counter(m.attempts, t.first+t.probesAgent+t.probesLocal, st.name, "first")
+		counter(m.attempts, t.retriesAgent+t.retriesLocal, st.name, "retry")
+		counter(m.outcomes, t.success, st.name, "success")
+		counter(m.outcomes, t.failure, st.name, "failure")
+		counter(m.slow, t.slow, st.name)
+		counter(m.rejected, t.rejected+t.rejectedAgent+t.rejectedLocal, st.name)
+		s := st.dec.Load().status(st.name)
+		cur := "closed"
+		switch {
+		case s.Override == ForcedOpen:
+			cur = "forced_open"
+		case s.Override == ForcedClosed:
+			cur = "forced_closed"
+		case s.State == Open || (s.State == Closed && s.LocalState == Open):
+			cur = "open"
+		case s.State == HalfOpen || (s.State == Closed && s.LocalState == HalfOpen):
+			cur = "half_open"
+		}
+		for _, name := range [...]string{"closed", "open", "half_open", "forced_open", "forced_closed"} {
+			v := 0.0
+			if name == cur {
+				v = 1
+			}
+			gauge(m.state, v, st.name, name)
+		}
+	})
+	gauge(m.dependencies, float64(n))
+	counter(m.dependenciesRefused, m.refused.Load())
+	conn := 0.0
+	if m.c.sess.isConnected() {
+		conn = 1
+	}
+	gauge(m.connected, conn)
+	counter(m.sessionsDesc, m.sessions.Load())
+	counter(m.sessionFailuresDesc, m.sessionFailures.Load())
+	for i, call := range fallbackCalls {
+		counter(m.fallbacksDesc, m.fallbacks[i].Load(), call)
+	}
+	counter(m.agentRefusalsDesc, m.agentRefusals.Load())
+	counter(m.dropped, m.c.eventsDropped.Load())
+}
