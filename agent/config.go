@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"strings"
+	"time"
 )
 
 // Default ports and paths (DESIGN.md "Names").
@@ -15,20 +16,38 @@ const (
 	DefaultHTTPAddr   = "127.0.0.1:7951"
 	DefaultSocket     = "/run/fusebox/agent.sock"
 	DefaultDataDir    = "/var/lib/fusebox/agent"
+	DefaultEtcdPrefix = "/fusebox/"
+)
+
+// Default timings. Tests shorten them through Config.
+const (
+	DefaultGossipInterval   = 200 * time.Millisecond
+	DefaultPushPullInterval = 15 * time.Second
+	DefaultProbeInterval    = time.Second
+	DefaultTickInterval     = 100 * time.Millisecond
+	DefaultRetransmitMult   = 4
+	DefaultShutdownTimeout  = 5 * time.Second
+	DefaultMemberTTL        = 10 * time.Second
+	DefaultMaxDependencies  = 10000
+	DefaultKeyringReload    = 10 * time.Second
 )
 
 // Config configures one agent. Build it with DefaultConfig and check it with
-// Validate, which has no side effects.
+// Validate, which has no side effects. LoadConfig fills it from flags,
+// FUSEBOX_* environment variables and a YAML file.
 type Config struct {
-	// Name is the node name in the gossip cluster (optional, default the hostname).
+	// Name is the node name in the gossip cluster, unique in the fleet
+	// (optional, default the hostname).
 	Name string
 	// Zone is the failure zone of this host, used by `scope: zone` policies
 	// (optional, default "default").
 	Zone string
 	// DataDir holds the last good policies and overrides, used at start when
-	// etcd is unreachable (optional, default /var/lib/fusebox/agent).
+	// etcd is unreachable (optional, default /var/lib/fusebox/agent; created
+	// when missing).
 	DataDir string
-	// GossipAddr is the memberlist bind address, host:port (optional, default 0.0.0.0:7946).
+	// GossipAddr is the memberlist bind address, host:port; port 0 picks a
+	// free port (optional, default 0.0.0.0:7946).
 	GossipAddr string
 	// AdvertiseAddr is the address other agents reach this one at, host:port
 	// (optional, default: derived from GossipAddr).
@@ -36,7 +55,7 @@ type Config struct {
 	// Join lists gossip addresses of agents to join, host:port (optional).
 	Join []string
 	// Etcd lists etcd client endpoints (optional: without it the agent runs
-	// on its cached policies and --join alone).
+	// on its cached policies and Join alone).
 	Etcd []string
 	// EtcdCA, EtcdCert, EtcdKey configure TLS to etcd (optional).
 	EtcdCA, EtcdCert, EtcdKey string
@@ -45,15 +64,21 @@ type Config struct {
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// Socket is the unix socket path of the local API (optional, default
-	// /run/fusebox/agent.sock; its directory is created, mode 0660).
+	// /run/fusebox/agent.sock; its directory is created, the socket gets
+	// mode 0660). Empty turns the socket off when GRPCAddr is set.
 	Socket string
 	// GRPCAddr serves the local API on loopback TCP too, host:port
 	// (optional, default off).
 	GRPCAddr string
-	// HTTPAddr serves /metrics, /healthz and /readyz (optional, default 127.0.0.1:7951).
+	// HTTPAddr serves /metrics, /healthz and /readyz (optional, default
+	// 127.0.0.1:7951; empty turns HTTP off).
 	HTTPAddr string
-	// KeyringFile holds base64 gossip encryption keys, one per line, the
-	// first one primary (optional, default: no encryption).
+	// KeyringFile holds base64 gossip encryption keys (16, 24 or 32 bytes
+	// each), one per line, the first one primary (optional, default: no
+	// encryption). The file is re-read every KeyringReloadInterval, so a
+	// rotation needs no restart: add the new key as a second line on every
+	// agent, then move it to the first line everywhere, then remove the old
+	// one.
 	KeyringFile string
 	// MaxDependencies caps how many dependencies this agent tracks (optional,
 	// default 10000).
@@ -62,38 +87,77 @@ type Config struct {
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
 	LogLevel string
+
+	// GossipInterval is memberlist's gossip interval (optional, default 200ms).
+	GossipInterval time.Duration
+	// PushPullInterval is memberlist's full-state exchange interval, which
+	// repairs missed broadcasts (optional, default 15s).
+	PushPullInterval time.Duration
+	// ProbeInterval is memberlist's failure-detection probe interval
+	// (optional, default 1s).
+	ProbeInterval time.Duration
+	// RetransmitMult scales how often a broadcast is retransmitted
+	// (optional, default 4; FIELD-NOTES: 2 loses broadcasts at 20+ nodes).
+	RetransmitMult int
+	// TickInterval is how often the agent ticks the engine and gossips the
+	// rows that changed (optional, default 100ms).
+	TickInterval time.Duration
+	// ShutdownTimeout bounds Close: leave, session close, servers stop
+	// (optional, default 5s).
+	ShutdownTimeout time.Duration
+	// MemberTTL is the TTL of this agent's etcd registration lease (optional,
+	// default 10s, at least 2s).
+	MemberTTL time.Duration
+	// KeyringReloadInterval is how often KeyringFile is re-read; changes
+	// apply without a restart (optional, default 10s).
+	KeyringReloadInterval time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Name:            host,
-		Zone:            "default",
-		DataDir:         DefaultDataDir,
-		GossipAddr:      DefaultGossipAddr,
-		Socket:          DefaultSocket,
-		GRPCAddr:        DefaultGRPCAddr,
-		HTTPAddr:        DefaultHTTPAddr,
-		EtcdPrefix:      "/fusebox/",
-		MaxDependencies: 10000,
-		LogFormat:       "text",
-		LogLevel:        "info",
+		Name:             host,
+		Zone:             "default",
+		DataDir:          DefaultDataDir,
+		GossipAddr:       DefaultGossipAddr,
+		Socket:           DefaultSocket,
+		GRPCAddr:         DefaultGRPCAddr,
+		HTTPAddr:         DefaultHTTPAddr,
+		EtcdPrefix:       DefaultEtcdPrefix,
+		MaxDependencies:  DefaultMaxDependencies,
+		LogFormat:        "text",
+		LogLevel:         "info",
+		GossipInterval:   DefaultGossipInterval,
+		PushPullInterval: DefaultPushPullInterval,
+		ProbeInterval:    DefaultProbeInterval,
+		RetransmitMult:   DefaultRetransmitMult,
+		TickInterval:     DefaultTickInterval,
+		ShutdownTimeout:  DefaultShutdownTimeout,
+		MemberTTL:        DefaultMemberTTL,
+
+		KeyringReloadInterval: DefaultKeyringReload,
 	}
 }
 
 // Validate reports every problem of the configuration at once, each naming
-// the field and the offending value. It changes nothing.
+// the field (by its flag name) and the offending value. It changes nothing.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("agent config: %s: "+format, append([]any{field}, args...)...))
 	}
-	if strings.TrimSpace(c.Name) == "" {
+	switch {
+	case strings.TrimSpace(c.Name) == "":
 		bad("name", "must not be empty")
+	case len(c.Name) > 128 || strings.ContainsAny(c.Name, " \t\r\n/"):
+		bad("name", "must be 1-128 characters without blanks or '/', got %q", c.Name)
 	}
-	if c.Zone == "" {
+	switch {
+	case c.Zone == "":
 		bad("zone", "must not be empty")
+	case len(c.Zone) > 64:
+		bad("zone", "must be at most 64 characters, got %d", len(c.Zone))
 	}
 	if c.DataDir == "" {
 		bad("data-dir", "must not be empty")
@@ -126,6 +190,14 @@ func (c Config) Validate() error {
 	if c.Socket == "" && c.GRPCAddr == "" {
 		bad("socket", "must be set when grpc-addr is not (clients need a way in)")
 	}
+	if len(c.Socket) > 104 {
+		bad("socket", "path too long for a unix socket (%d bytes, at most 104)", len(c.Socket))
+	}
+	for _, e := range c.Etcd {
+		if strings.TrimSpace(e) == "" {
+			bad("etcd", "empty endpoint")
+		}
+	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
 		bad("etcd-cert", "etcd-cert and etcd-key go together, got cert %q key %q", c.EtcdCert, c.EtcdKey)
 	}
@@ -145,6 +217,21 @@ func (c Config) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		bad("log-level", `must be debug, info, warn or error, got %q`, c.LogLevel)
+	}
+	positive := func(field string, d, min time.Duration) {
+		if d < min {
+			bad(field, "must be at least %v, got %v", min, d)
+		}
+	}
+	positive("gossip-interval", c.GossipInterval, time.Millisecond)
+	positive("push-pull-interval", c.PushPullInterval, time.Millisecond)
+	positive("probe-interval", c.ProbeInterval, time.Millisecond)
+	positive("tick-interval", c.TickInterval, time.Millisecond)
+	positive("shutdown-timeout", c.ShutdownTimeout, 100*time.Millisecond)
+	positive("member-ttl", c.MemberTTL, 2*time.Second)
+	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
+	if c.RetransmitMult < 1 {
+		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}
 	return errors.Join(errs...)
 }

@@ -1,8 +1,13 @@
 package agent
 
 import (
+	"errors"
+	"flag"
+	"io"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestDefaultConfigIsValid(t *testing.T) {
@@ -27,6 +32,93 @@ func TestValidateNamesEveryViolation(t *testing.T) {
 		"max-dependencies: must be > 0, got 0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+// Flags win over FUSEBOX_* environment variables, which win over the YAML
+// file, which wins over the defaults.
+func TestLoadConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	yamlPath := dir + "/agent.yaml"
+	yamlData := `
+name: from-yaml
+zone: yaml-zone
+data-dir: /yaml/data
+join: [10.0.0.1:7946, 10.0.0.2:7946]
+etcd: http://yaml:2379
+gossip-interval: 300ms
+max-dependencies: 500
+log-format: json
+`
+	if err := os.WriteFile(yamlPath, []byte(yamlData), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"FUSEBOX_CONFIG":           yamlPath,
+		"FUSEBOX_ZONE":             "env-zone",
+		"FUSEBOX_MAX_DEPENDENCIES": "700",
+		"FUSEBOX_HTTP_ADDR":        "127.0.0.1:9999",
+	}
+	cfg, err := LoadConfig([]string{"--zone", "flag-zone", "--join=127.0.0.1:1,127.0.0.1:2"}, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := DefaultConfig()
+	checks := []struct {
+		field     string
+		got, want any
+	}{
+		{"name (yaml)", cfg.Name, "from-yaml"},
+		{"zone (flag over env over yaml)", cfg.Zone, "flag-zone"},
+		{"data-dir (yaml)", cfg.DataDir, "/yaml/data"},
+		{"join (flag over yaml)", strings.Join(cfg.Join, ","), "127.0.0.1:1,127.0.0.1:2"},
+		{"etcd (yaml, comma string)", strings.Join(cfg.Etcd, ","), "http://yaml:2379"},
+		{"gossip-interval (yaml)", cfg.GossipInterval, 300 * time.Millisecond},
+		{"max-dependencies (env over yaml)", cfg.MaxDependencies, 700},
+		{"http-addr (env)", cfg.HTTPAddr, "127.0.0.1:9999"},
+		{"log-format (yaml)", cfg.LogFormat, "json"},
+		{"socket (default)", cfg.Socket, def.Socket},
+		{"tick-interval (default)", cfg.TickInterval, def.TickInterval},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.field, c.got, c.want)
+		}
+	}
+
+	// --config on the command line wins over FUSEBOX_CONFIG; YAML lists
+	// work; unknown keys and bad values are refused with their names.
+	other := dir + "/other.yaml"
+	if err := os.WriteFile(other, []byte("name: other\nzones: typo\nprobe-interval: 5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadConfig([]string{"--config", other}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `unknown key "zones"`) || !strings.Contains(err.Error(), "probe-interval") {
+		t.Errorf("bad YAML: %v", err)
+	}
+	_, err = LoadConfig(nil, func(k string) string {
+		return map[string]string{"FUSEBOX_TICK_INTERVAL": "soon"}[k]
+	}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "FUSEBOX_TICK_INTERVAL") {
+		t.Errorf("bad environment value: %v", err)
+	}
+	// Validation runs on the result.
+	_, err = LoadConfig([]string{"--grpc-addr", "10.1.1.1:7950"}, func(string) string { return "" }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "grpc-addr: must be a loopback address") {
+		t.Errorf("invalid result: %v", err)
+	}
+	var help strings.Builder
+	if _, err := LoadConfig([]string{"-h"}, func(string) string { return "" }, &help); !errors.Is(err, flag.ErrHelp) ||
+		!strings.Contains(help.String(), "FUSEBOX_GOSSIP_ADDR") || !strings.Contains(help.String(), "-keyring-file") {
+		t.Errorf("-h: %v\n%s", err, help.String())
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	for flag, env := range map[string]string{"gossip-addr": "FUSEBOX_GOSSIP_ADDR", "etcd": "FUSEBOX_ETCD", "keyring-file": "FUSEBOX_KEYRING_FILE"} {
+		if got := EnvName(flag); got != env {
+			t.Errorf("EnvName(%q) = %q, want %q", flag, got, env)
 		}
 	}
 }

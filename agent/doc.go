@@ -1,21 +1,120 @@
 // Package agent is the per-host Fusebox daemon (fusebox-agent). It sums the
 // outcomes that local services report over the local gRPC API (package
-// protocol's Agent service on a unix socket), gossips per-dependency counts
-// and breaker records with the other agents through hashicorp/memberlist,
-// follows policies and operator overrides from etcd, and so holds one
-// fleet-wide breaker and one fleet-wide retry budget per dependency, decided
-// by package sharedstate.
+// protocol's Agent service on a unix socket, optionally loopback TCP),
+// gossips per-dependency counts and breaker records with the other agents
+// through hashicorp/memberlist, follows policies and operator overrides from
+// etcd, and so holds one fleet-wide breaker and one fleet-wide retry budget
+// per dependency, decided by package sharedstate's Engine.
 //
-// Usage:
+// # Running
+//
+// As a program: fusebox-agent --etcd http://etcd:2379 (see --help). Every
+// flag also reads FUSEBOX_<FLAG> from the environment and the key <flag> from
+// the YAML file named by --config; flags win over the environment, which wins
+// over the file (LoadConfig).
+//
+// As a library (tests, the demo):
 //
 //	cfg := agent.DefaultConfig()
+//	cfg.Name = "host-1"
 //	cfg.Etcd = []string{"http://127.0.0.1:2379"}
+//	cfg.GossipAddr = "127.0.0.1:0" // port 0: any free port
 //	cfg.Socket = "/run/fusebox/agent.sock"
-//	if err := cfg.Validate(); err != nil {
-//		log.Fatal(err)
+//	a, err := agent.New(cfg, agent.WithLogger(logger))
+//	if err != nil {
+//		return err
 //	}
-//	err := agent.Run(ctx, cfg) // returns when ctx is done
+//	if err := a.Start(ctx); err != nil {
+//		a.Close()
+//		return err
+//	}
+//	defer a.Close()
+//	fmt.Println(a.GossipAddr(), a.SocketPath(), a.HTTPAddr(), a.Ready())
 //
-// Status: this build has the configuration; the daemon itself (gossip, local
-// API, etcd watch, metrics) arrives with the agent issue, and Run says so.
+// or simply agent.Run(ctx, cfg), which returns when ctx is done.
+//
+// # Gossip
+//
+// Gossip owns the memberlist and its delegate. Every member publishes a
+// NodeMeta (JSON, at most 512 bytes: role, zone, version, API addresses);
+// only members with role "agent" count in fleet totals and may probe. Each
+// tick (default 100 ms) the agent broadcasts the NodeWindow rows that
+// changed, plus a heartbeat row every window/2 for idle-but-active
+// dependencies, and the breaker records it proposed. Each row and record is
+// its own frame ([version][type][protobuf], package protocol) in a
+// TransmitLimitedQueue, named (kind, dependency, node), so a newer update
+// invalidates a queued older one. Receivers apply what they get to their
+// engine and re-broadcast what was new to them. A proposer also sends each
+// transition straight to every member (SendBestEffort). Push-pull carries
+// the node's own rows and every breaker record, and repairs anything lost.
+// Members that memberlist reports dead or gone stop counting at once; rows
+// of a silent member go stale after 2×window. RetransmitMult defaults to 4.
+//
+// Gossip is encrypted when Config.KeyringFile names a file of base64 keys:
+// the first key encrypts, all decrypt. Rotate by adding the new key second
+// on every agent, then moving it first on every agent, then removing the
+// old one. An agent with no key in common with the cluster cannot join and
+// logs "no installed keys could decrypt the message" with a keyring hint.
+//
+// Joining: --join host:port,… and/or the etcd members/ registry, where each
+// agent registers itself (gossip address, zone, version) on a
+// concurrency.Session lease; a new agent needs only the etcd address. The
+// agent retries joining, with backoff, whenever it sees no other agent.
+//
+// # Reusing the gossip (the coordinator's fleet observer)
+//
+// An observer joins with NewGossip, role RoleObserver and its own
+// GossipHandler (which records rows and records instead of deciding, and
+// returns nil from LocalState). Agents never count an observer nor pick it
+// as a prober, because its NodeMeta says "observer":
+//
+//	g, err := agent.NewGossip(agent.GossipConfig{
+//		Name: "coordinator-1", BindAddr: "0.0.0.0:7947",
+//		Meta:    agent.NodeMeta{Role: agent.RoleObserver, Software: version},
+//		Handler: fleetView, // implements agent.GossipHandler
+//		Events:  fleetView, // implements agent.MemberEvents (optional)
+//		Keyring: keyring,   // agent.LoadKeyringFile
+//	})
+//	_, err = g.Join(addrs)
+//	defer g.Close(time.Second)
+//
+// # Local API
+//
+// Session streams get a Welcome, then the snapshots of the dependencies
+// they named or reported, pushed again whenever the engine publishes a new
+// snapshot for one of them (the engine's OnChange hook wakes the session at
+// once). AcquireRetry and AcquireProbe are decided by the engine here, not
+// in the client. Check decides a first attempt without counting it, and a
+// retry or probe by taking budget or the probe slot; Report counts outcomes
+// by Engine.Record's counting rule. Names refused (invalid, or past
+// maxDependencies) come back as DependencyError messages, never as
+// unbounded memory. The server also serves grpc.health.v1 and reflection.
+//
+// # Policies and the cache
+//
+// Policies and overrides come from etcd through sharedstate/store's
+// watcher: list, then watch from the next revision, re-list on compaction,
+// retry forever with backoff. Every applied change is written to
+// <data-dir>/policies.json (atomically); at start the agent applies that
+// cache before anything else, so it enforces the last good policies even
+// when etcd is unreachable. An invalid value in etcd is ignored: the last
+// good value stays, the error is logged with the key, and
+// fusebox_agent_etcd_invalid_values_total goes up.
+//
+// # Shutdown
+//
+// Close (and SIGTERM in fusebox-agent) turns health to NOT_SERVING, ends
+// every Session with codes.Unavailable and ShutdownMessage (clientlib then
+// falls back to its local breaker and reconnects with backoff), stops the
+// gRPC servers, leaves the gossip cluster, stops the etcd watch and revokes
+// the registration, stops HTTP and removes the socket, all within
+// Config.ShutdownTimeout (default 5 s).
+//
+// # Observability
+//
+// /metrics serves the agent's own Prometheus registry (names
+// fusebox_agent_*, listed by MetricDocs); /healthz answers while the process
+// runs and is not shutting down; /readyz answers 200 once the agent is
+// Ready: started, joined (when --join is given), policies loaded from etcd
+// or the cache (when etcd is configured).
 package agent

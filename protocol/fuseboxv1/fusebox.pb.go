@@ -3378,6 +3378,10 @@ type NodeWindow struct {
 	Counts     *Counts                `protobuf:"bytes,5,opt,name=counts,proto3" json:"counts,omitempty"`
 	// The node's own traffic tripped its node-local breaker.
 	NodeLocalOpen bool `protobuf:"varint,6,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
+	// The breaker generation the counts belong to: a node starts a fresh
+	// window when it learns the breaker closed under a new generation, and the
+	// trip rule counts only rows of the current generation.
+	Generation    uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3454,6 +3458,13 @@ func (x *NodeWindow) GetNodeLocalOpen() bool {
 	return false
 }
 
+func (x *NodeWindow) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 // BreakerRecord is the replicated breaker decision of one dependency.
 type BreakerRecord struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -3465,6 +3476,8 @@ type BreakerRecord struct {
 	OpenCount     uint32       `protobuf:"varint,5,opt,name=open_count,json=openCount,proto3" json:"open_count,omitempty"`
 	Origin        string       `protobuf:"bytes,6,opt,name=origin,proto3" json:"origin,omitempty"`
 	Reason        string       `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Set for `scope: zone` policies, which keep one record per zone.
+	Zone          string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3544,6 +3557,13 @@ func (x *BreakerRecord) GetOrigin() string {
 func (x *BreakerRecord) GetReason() string {
 	if x != nil {
 		return x.Reason
+	}
+	return ""
+}
+
+func (x *BreakerRecord) GetZone() string {
+	if x != nil {
+		return x.Zone
 	}
 	return ""
 }
@@ -3927,7 +3947,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
-	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"\xba\x01\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"\xda\x01\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -3937,7 +3957,10 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12*\n" +
 	"\x06counts\x18\x05 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12&\n" +
-	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\"\xf6\x01\n" +
+	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\x12\x1e\n" +
+	"\n" +
+	"generation\x18\a \x01(\x04R\n" +
+	"generation\"\x8a\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -3950,7 +3973,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"open_count\x18\x05 \x01(\rR\topenCount\x12\x16\n" +
 	"\x06origin\x18\x06 \x01(\tR\x06origin\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"n\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\"n\n" +
 	"\vGossipBatch\x12*\n" +
 	"\x04rows\x18\x01 \x03(\v2\x16.fusebox.v1.NodeWindowR\x04rows\x123\n" +
 	"\arecords\x18\x02 \x03(\v2\x19.fusebox.v1.BreakerRecordR\arecords\"\xb3\x01\n" +

@@ -1,0 +1,528 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// Version is the agent's software version, published in its gossip
+// metadata, its etcd registration and the Welcome of every session.
+const Version = "0.1.0"
+
+// ShutdownMessage is the message of the codes.Unavailable status with which
+// the agent ends open Session streams when it shuts down. clientlib treats
+// Unavailable as "agent away": it falls back to its local breaker and
+// reconnects with backoff.
+const ShutdownMessage = "fusebox: agent shutting down"
+
+// ErrClosed is returned by Start after Close.
+var ErrClosed = errors.New("agent: closed")
+
+// Option configures the optional knobs of New.
+type Option func(*options)
+
+type options struct {
+	clock         sharedstate.Clock
+	logger        *slog.Logger
+	registerer    prometheus.Registerer
+	defaultPolicy *sharedstate.Policy
+	etcdClient    *clientv3.Client
+}
+
+// WithClock sets the engine's clock (default sharedstate.SystemClock).
+func WithClock(c sharedstate.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets the logger (default: NewLogger(cfg, os.Stderr)).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegisterer also registers the agent's collectors on r (for example a
+// process-wide registry); /metrics always serves the agent's own registry.
+func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
+
+// WithDefaultPolicy sets the fleet default used until etcd (or the cache)
+// provides policies/_default (default sharedstate.DefaultPolicy()). Tests
+// use it for short windows.
+func WithDefaultPolicy(p sharedstate.Policy) Option {
+	return func(o *options) { o.defaultPolicy = &p }
+}
+
+// WithEtcdClient makes the agent use c instead of dialing Config.Etcd; the
+// agent does not close it.
+func WithEtcdClient(c *clientv3.Client) Option { return func(o *options) { o.etcdClient = c } }
+
+// Agent is one running fusebox-agent. Build it with New, run it with
+// Start, stop it with Close.
+type Agent struct {
+	cfg   Config
+	opts  options
+	lg    *slog.Logger
+	clock sharedstate.Clock
+
+	eng     *sharedstate.Engine
+	gossip  *Gossip
+	keyring *memberlist.Keyring // nil without encryption
+	reg     *prometheus.Registry
+	m       *metrics
+	hub     *hub
+
+	grpcSrv *grpc.Server
+	health  *health.Server
+	sockLn  net.Listener
+	tcpLn   net.Listener
+	httpSrv *http.Server
+	httpLn  net.Listener
+
+	etcd     *clientv3.Client
+	ownEtcd  bool
+	etcdOnce sync.Once
+	store    *store.Store
+
+	policies policyState
+
+	ctx      context.Context // canceled by Close
+	cancel   context.CancelFunc
+	shutdown chan struct{} // closed when sessions must end
+	wg       sync.WaitGroup
+
+	started   atomic.Bool
+	closing   atomic.Bool
+	closeOnce sync.Once
+	done      chan struct{}
+	errMu     sync.Mutex
+	err       error
+
+	joined         atomic.Bool // gossip has at least one other member, or was joined once
+	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
+	policiesLoaded atomic.Bool
+	kill           atomic.Bool // Close without leaving (tests: a crash)
+}
+
+// New validates cfg, creates the data directory, loads the keyring and the
+// policy cache, builds the engine and binds every listener (gossip, unix
+// socket, loopback TCP, HTTP), so that the accessors report real addresses
+// even for port 0. memberlist starts answering at once; nothing joins,
+// serves or watches until Start. On error New releases what it took.
+func New(cfg Config, opts ...Option) (_ *Agent, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	for _, o := range opts {
+		o(&a.opts)
+	}
+	a.lg = a.opts.logger
+	if a.lg == nil {
+		a.lg = NewLogger(cfg, os.Stderr)
+	}
+	a.lg = a.lg.With("node", cfg.Name)
+	a.clock = a.opts.clock
+	if a.clock == nil {
+		a.clock = sharedstate.SystemClock{}
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			a.release()
+		}
+	}()
+
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("agent: data dir: %w", err)
+	}
+	if cfg.KeyringFile != "" {
+		if a.keyring, err = LoadKeyringFile(cfg.KeyringFile); err != nil {
+			return nil, err
+		}
+	}
+
+	a.hub = newHub()
+	ec := sharedstate.EngineConfig{
+		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
+		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
+	}
+	if a.eng, err = sharedstate.NewEngine(ec); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a.reg = prometheus.NewRegistry()
+	a.m = newMetrics(a)
+	if err := a.m.register(a.reg); err != nil {
+		return nil, err
+	}
+	if a.opts.registerer != nil {
+		if err := a.m.register(a.opts.registerer); err != nil {
+			return nil, err
+		}
+	}
+	a.policies.init(a.opts.defaultPolicy)
+	a.loadCache()
+
+	// Local API listeners first: their addresses go into the gossip metadata.
+	if cfg.Socket != "" {
+		if a.sockLn, err = listenUnix(cfg.Socket); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.GRPCAddr != "" {
+		if a.tcpLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			return nil, fmt.Errorf("agent: grpc-addr: %w", err)
+		}
+	}
+	if cfg.HTTPAddr != "" {
+		if a.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("agent: http-addr: %w", err)
+		}
+	}
+	a.grpcSrv = grpc.NewServer()
+	fuseboxv1.RegisterAgentServer(a.grpcSrv, &apiServer{a: a})
+	a.health = health.NewServer()
+	healthpb.RegisterHealthServer(a.grpcSrv, a.health)
+	reflection.Register(a.grpcSrv)
+	a.httpSrv = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	a.gossip, err = NewGossip(GossipConfig{
+		Name:             cfg.Name,
+		BindAddr:         cfg.GossipAddr,
+		AdvertiseAddr:    cfg.AdvertiseAddr,
+		Meta:             a.nodeMeta(),
+		Keyring:          a.keyring,
+		GossipInterval:   cfg.GossipInterval,
+		PushPullInterval: cfg.PushPullInterval,
+		ProbeInterval:    cfg.ProbeInterval,
+		RetransmitMult:   cfg.RetransmitMult,
+		Relay:            true,
+		Handler:          (*gossipHandler)(a),
+		Events:           (*memberEvents)(a),
+		Logger:           a.lg,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	if a.opts.etcdClient != nil {
+		a.etcd = a.opts.etcdClient
+	} else if len(cfg.Etcd) > 0 {
+		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
+			return nil, err
+		}
+		a.ownEtcd = true
+	}
+	if a.etcd != nil {
+		if a.store, err = store.New(store.Config{Client: a.etcd, Prefix: cfg.EtcdPrefix, Clock: a.clock}); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+	} else {
+		// No etcd: the cache or the defaults are all the policies there are.
+		a.policiesLoaded.Store(true)
+	}
+	return a, nil
+}
+
+func (a *Agent) nodeMeta() NodeMeta {
+	m := NodeMeta{Role: RoleAgent, Zone: a.cfg.Zone, Software: Version}
+	if a.tcpLn != nil {
+		m.GRPCAddr = a.tcpLn.Addr().String()
+	}
+	if a.httpLn != nil {
+		m.HTTPAddr = a.httpLn.Addr().String()
+	}
+	return m
+}
+
+// listenUnix creates the socket's directory, removes a stale socket file
+// (one nobody answers on) and listens with mode 0660.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return nil, fmt.Errorf("agent: socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("agent: socket %s exists and is not a socket", path)
+		}
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("agent: socket %s is in use by another process", path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("agent: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("agent: socket: %w", err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("agent: socket mode: %w", err)
+	}
+	return ln, nil
+}
+
+// Start joins the gossip cluster, serves the local API and HTTP, and
+// starts the tick loop and the etcd watch and registration. It returns at
+// once; the goroutines run until Close. ctx bounds nothing but Start itself.
+func (a *Agent) Start(ctx context.Context) error {
+	if a.closing.Load() {
+		return ErrClosed
+	}
+	if !a.started.CompareAndSwap(false, true) {
+		return errors.New("agent: already started")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	a.health.SetServingStatus(fuseboxv1.Agent_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	serve := func(name string, fn func() error) {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := fn(); err != nil && !a.closing.Load() {
+				a.lg.Error("server stopped", "server", name, "err", err)
+				a.fail(fmt.Errorf("agent: %s: %w", name, err))
+			}
+		}()
+	}
+	if a.sockLn != nil {
+		serve("unix socket", func() error { return a.grpcSrv.Serve(a.sockLn) })
+	}
+	if a.tcpLn != nil {
+		serve("grpc tcp", func() error { return a.grpcSrv.Serve(a.tcpLn) })
+	}
+	if a.httpLn != nil {
+		serve("http", func() error {
+			if err := a.httpSrv.Serve(a.httpLn); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	a.goLoop(a.tickLoop)
+	a.goLoop(a.joinLoop)
+	if a.keyring != nil {
+		a.goLoop(a.keyringLoop)
+	}
+	if a.store != nil {
+		a.goLoop(a.watchLoop)
+		a.goLoop(a.registerLoop)
+	}
+	a.lg.Info("agent started", "gossip", a.GossipAddr(), "socket", a.cfg.Socket,
+		"grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "etcd", a.cfg.Etcd, "version", Version)
+	return nil
+}
+
+func (a *Agent) goLoop(fn func()) {
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		fn()
+	}()
+}
+
+// fail records a fatal error and starts closing: Done closes, Err reports it.
+func (a *Agent) fail(err error) {
+	a.errMu.Lock()
+	if a.err == nil {
+		a.err = err
+	}
+	a.errMu.Unlock()
+	go a.Close()
+}
+
+// Close shuts the agent down, bounded by Config.ShutdownTimeout, in this
+// order: health and readiness turn to NOT_SERVING; open Session streams end
+// with codes.Unavailable and ShutdownMessage; the gRPC servers stop; the
+// agent leaves the gossip cluster (peers see it "left" at once, not dead
+// after a timeout) and shuts memberlist down; the etcd watch and the
+// registration stop (the registration's lease is revoked); HTTP stops; the
+// socket file is removed. Close waits for every goroutine the agent started
+// and is idempotent; it returns the error that made the agent stop, if any.
+func (a *Agent) Close() error {
+	a.closeOnce.Do(func() {
+		a.closing.Store(true)
+		deadline := time.Now().Add(a.cfg.ShutdownTimeout)
+		a.health.Shutdown()
+		close(a.shutdown)
+
+		// Sessions end with Unavailable; GracefulStop waits for them and
+		// for unary calls in flight, bounded.
+		stopped := make(chan struct{})
+		go func() {
+			a.grpcSrv.GracefulStop()
+			close(stopped)
+		}()
+		t := time.NewTimer(time.Until(deadline) / 3)
+		select {
+		case <-stopped:
+		case <-t.C:
+			a.grpcSrv.Stop()
+			<-stopped
+		}
+		t.Stop()
+
+		leave := min(time.Second, time.Until(deadline)/2)
+		if a.kill.Load() {
+			leave = 0
+		}
+		if err := a.gossip.Close(leave); err != nil {
+			a.lg.Warn("gossip leave", "err", err)
+		}
+		a.cancel() // tick, join, watch, registration loops
+		ctx, cancel := context.WithDeadline(context.Background(), deadline)
+		if err := a.httpSrv.Shutdown(ctx); err != nil {
+			a.httpSrv.Close()
+		}
+		cancel()
+		a.wg.Wait()
+		a.release()
+		a.lg.Info("agent stopped")
+		close(a.done)
+	})
+	<-a.done
+	return a.Err()
+}
+
+// release frees what New took; it is safe on a partly built agent.
+func (a *Agent) release() {
+	if a.cancel != nil {
+		a.cancel()
+	}
+	if a.gossip != nil {
+		a.gossip.Close(0)
+	}
+	for _, ln := range []net.Listener{a.sockLn, a.tcpLn, a.httpLn} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
+	if a.sockLn != nil {
+		os.Remove(a.cfg.Socket)
+	}
+	a.closeEtcd()
+}
+
+// closeEtcd closes the etcd client if the agent dialed it; idempotent.
+func (a *Agent) closeEtcd() {
+	a.etcdOnce.Do(func() {
+		if a.ownEtcd && a.etcd != nil {
+			a.etcd.Close()
+		}
+	})
+}
+
+// Done is closed when the agent has stopped (after Close, or after a fatal
+// error made it close itself).
+func (a *Agent) Done() <-chan struct{} { return a.done }
+
+// Err returns the error that made the agent stop by itself, or nil.
+func (a *Agent) Err() error {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	return a.err
+}
+
+// Name returns the node name.
+func (a *Agent) Name() string { return a.cfg.Name }
+
+// Config returns the configuration the agent runs with.
+func (a *Agent) Config() Config { return a.cfg }
+
+// GossipAddr returns the gossip address peers reach this agent at, host:port.
+func (a *Agent) GossipAddr() string { return a.gossip.Addr() }
+
+// SocketPath returns the unix socket path, or "" when off.
+func (a *Agent) SocketPath() string {
+	if a.sockLn == nil {
+		return ""
+	}
+	return a.cfg.Socket
+}
+
+// GRPCAddr returns the loopback TCP address of the local API, or "" when off.
+func (a *Agent) GRPCAddr() string {
+	if a.tcpLn == nil {
+		return ""
+	}
+	return a.tcpLn.Addr().String()
+}
+
+// HTTPAddr returns the address of /metrics, /healthz and /readyz, or "".
+func (a *Agent) HTTPAddr() string {
+	if a.httpLn == nil {
+		return ""
+	}
+	return a.httpLn.Addr().String()
+}
+
+// Engine returns the agent's engine (read it; the agent feeds it).
+func (a *Agent) Engine() *sharedstate.Engine { return a.eng }
+
+// Gossip returns the agent's gossip layer.
+func (a *Agent) Gossip() *Gossip { return a.gossip }
+
+// Registry returns the agent's metrics registry (what /metrics serves).
+func (a *Agent) Registry() *prometheus.Registry { return a.reg }
+
+// Ready reports whether the agent is ready: started, not closing, gossip
+// joined (or configured alone: no --join, and no peer in the etcd registry
+// that it failed to reach), policies loaded from etcd or the cache (or no
+// etcd configured).
+func (a *Agent) Ready() bool {
+	ok, _ := a.readiness()
+	return ok
+}
+
+func (a *Agent) readiness() (bool, []string) {
+	var why []string
+	if !a.started.Load() {
+		why = append(why, "not started")
+	}
+	if a.closing.Load() {
+		why = append(why, "shutting down")
+	}
+	if !a.joined.Load() && (len(a.cfg.Join) > 0 || a.joinFailing.Load()) {
+		why = append(why, "gossip not joined yet")
+	}
+	if !a.policiesLoaded.Load() {
+		why = append(why, "policies not loaded from etcd or cache yet")
+	}
+	return len(why) == 0, why
+}
+
+// Run runs an agent until ctx is done, then closes it (SIGTERM handling
+// lives in the caller: cancel ctx on the signal).
+func Run(ctx context.Context, cfg Config, opts ...Option) error {
+	a, err := New(cfg, opts...)
+	if err != nil {
+		return err
+	}
+	if err := a.Start(ctx); err != nil {
+		a.Close()
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case <-a.Done():
+	}
+	return a.Close()
+}

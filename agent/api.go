@@ -1,0 +1,426 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/protocol/convert"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// errShuttingDown maps to codes.Unavailable with ShutdownMessage.
+var errShuttingDown = errors.New(ShutdownMessage)
+
+// maxReportErrors bounds the DependencyErrors of one ReportResponse; the
+// rest are summed up in one last entry with an empty dependency.
+const maxReportErrors = 100
+
+// rpcError maps an error to the gRPC status clients see. It is the only
+// place that does, and it matches with errors.Is, never on messages.
+func rpcError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errShuttingDown):
+		return status.Error(codes.Unavailable, ShutdownMessage)
+	case errors.Is(err, sharedstate.ErrInvalidDependencyName), errors.Is(err, sharedstate.ErrInvalidArgument):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, sharedstate.ErrTooManyDependencies):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// apiServer implements the protocol's Agent service.
+type apiServer struct {
+	fuseboxv1.UnimplementedAgentServer
+	a *Agent
+}
+
+func (s *apiServer) decision(method, dep string, d sharedstate.Decision) *fuseboxv1.Decision {
+	s.a.m.decision(method, d)
+	return convert.DecisionToProto(d, s.a.eng.Snapshot(dep))
+}
+
+// AcquireRetry takes one retry from the fleet budget (counted as a retry
+// when allowed, as rejected when not).
+func (s *apiServer) AcquireRetry(ctx context.Context, req *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
+	if s.a.closing.Load() {
+		return nil, rpcError(errShuttingDown)
+	}
+	if err := sharedstate.ValidateDependencyName(req.GetDependency()); err != nil {
+		return nil, rpcError(err)
+	}
+	return s.decision("acquire_retry", req.GetDependency(), s.a.eng.AcquireRetry(req.GetDependency())), nil
+}
+
+// AcquireProbe asks for this node's half-open probe slot.
+func (s *apiServer) AcquireProbe(ctx context.Context, req *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
+	if s.a.closing.Load() {
+		return nil, rpcError(errShuttingDown)
+	}
+	if err := sharedstate.ValidateDependencyName(req.GetDependency()); err != nil {
+		return nil, rpcError(err)
+	}
+	return s.decision("acquire_probe", req.GetDependency(), s.a.eng.AcquireProbe(req.GetDependency())), nil
+}
+
+// Check decides an attempt: a first attempt (or unspecified) is decided
+// without counting anything, as Engine.Decide; a retry is AcquireRetry and
+// a probe AcquireProbe, which take budget or the probe slot. Report the
+// outcome afterwards.
+func (s *apiServer) Check(ctx context.Context, req *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error) {
+	if s.a.closing.Load() {
+		return nil, rpcError(errShuttingDown)
+	}
+	dep := req.GetDependency()
+	if err := sharedstate.ValidateDependencyName(dep); err != nil {
+		return nil, rpcError(err)
+	}
+	var d sharedstate.Decision
+	switch convert.AttemptKind(req.GetKind()) {
+	case sharedstate.Retry:
+		d = s.a.eng.AcquireRetry(dep)
+	case sharedstate.Probe:
+		d = s.a.eng.AcquireProbe(dep)
+	default:
+		d = s.a.eng.Decide(dep, sharedstate.FirstAttempt)
+	}
+	return s.decision("check", dep, d), nil
+}
+
+// Report records outcomes. Per Engine.Record's counting rule, a first
+// attempt counts the attempt and its outcome, a retry or probe only its
+// outcome (AcquireRetry/AcquireProbe counted the attempt). Refused
+// dependencies (invalid names, past maxDependencies) come back in errors,
+// at most maxReportErrors of them plus a summary.
+func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*fuseboxv1.ReportResponse, error) {
+	a := s.a
+	if a.closing.Load() {
+		return nil, rpcError(errShuttingDown)
+	}
+	resp := &fuseboxv1.ReportResponse{}
+	var refused map[string]bool
+	extra := 0
+	refuse := func(dep string, err error) {
+		if refused == nil {
+			refused = map[string]bool{}
+		}
+		if refused[dep] {
+			return
+		}
+		refused[dep] = true
+		a.m.refused(err)
+		if len(resp.Errors) < maxReportErrors {
+			resp.Errors = append(resp.Errors, &fuseboxv1.DependencyError{Dependency: dep, Message: err.Error()})
+		} else {
+			extra++
+		}
+	}
+	var outcomes uint64
+	for _, o := range req.GetOutcomes() {
+		dep := o.GetDependency()
+		if refused[dep] {
+			continue
+		}
+		oc, ok := convert.Outcome(o.GetOutcome())
+		if !ok {
+			refuse(dep, fmt.Errorf("%w: outcome %v", sharedstate.ErrInvalidArgument, o.GetOutcome()))
+			continue
+		}
+		n := uint64(max(o.GetCount(), 1))
+		if err := a.eng.AddCounts(dep, countsFor(convert.AttemptKind(o.GetKind()), oc, n)); err != nil {
+			refuse(dep, err)
+			continue
+		}
+		outcomes += n
+	}
+	for _, p := range req.GetProbeResults() {
+		a.probeResult(p)
+	}
+	if extra > 0 {
+		resp.Errors = append(resp.Errors, &fuseboxv1.DependencyError{
+			Message: fmt.Sprintf("%d more dependencies refused (only the first %d are listed)", extra, maxReportErrors)})
+	}
+	resp.Accepted = uint32(min(outcomes, uint64(^uint32(0))))
+	a.m.outcomes.WithLabelValues("report").Add(float64(outcomes))
+	return resp, nil
+}
+
+// countsFor turns n identical outcomes into window counts by
+// Engine.Record's counting rule.
+func countsFor(kind sharedstate.AttemptKind, o sharedstate.Outcome, n uint64) sharedstate.Counts {
+	var c sharedstate.Counts
+	if o == sharedstate.Rejected {
+		c.Rejected = n
+		return c
+	}
+	if kind == sharedstate.FirstAttempt {
+		c.FirstAttempts = n
+	}
+	switch o {
+	case sharedstate.Success:
+		c.Successes = n
+	case sharedstate.Failure:
+		c.Failures = n
+	case sharedstate.Slow:
+		c.Successes, c.SlowCalls = n, n
+	case sharedstate.SlowFailure:
+		c.Failures, c.SlowCalls = n, n
+	}
+	return c
+}
+
+// probeResult feeds a probe's result to the engine; a resulting transition
+// goes straight out.
+func (a *Agent) probeResult(p *fuseboxv1.ProbeResult) {
+	if rec, ok := a.eng.ProbeResult(p.GetDependency(), p.GetSuccess()); ok {
+		a.proposeNow(rec)
+	}
+}
+
+// Session serves one client process: Hello, then Welcome and the snapshots
+// of the dependencies it named; then count deltas in, snapshot updates out
+// whenever a followed dependency's snapshot changes (dependencies a client
+// reports or subscribes to are followed). Deltas are added verbatim
+// (Engine.AddCounts): their retries must not include those AcquireRetry
+// admitted, which the agent counted already. It ends with
+// codes.Unavailable and ShutdownMessage when the agent shuts down.
+func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
+	a := s.a
+	if a.closing.Load() {
+		return rpcError(errShuttingDown)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return status.Error(codes.InvalidArgument, "fusebox: a session starts with a hello")
+	}
+	sess := newSession(a, hello)
+	a.hub.add(sess)
+	defer a.hub.remove(sess)
+	a.m.sessionsOpened.Inc()
+	a.lg.Debug("session opened", "service", hello.GetService(), "instance", hello.GetInstance())
+
+	def := a.eng.Policy(sharedstate.DefaultPolicyName)
+	welcome := &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: &fuseboxv1.Welcome{
+		Node: a.cfg.Name, Zone: a.cfg.Zone, AgentVersion: Version,
+		DefaultRetry: convert.RetryToProto(convert.RetryFromPolicy(def)),
+	}}}
+	if err := stream.Send(welcome); err != nil {
+		return err
+	}
+	sess.subscribe(hello.GetDependencies())
+
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- sess.recvLoop(stream) }()
+
+	ctx := stream.Context()
+	for {
+		if err := sess.flush(stream); err != nil {
+			return err
+		}
+		select {
+		case <-a.shutdown:
+			return rpcError(errShuttingDown)
+		case <-ctx.Done():
+			return rpcError(ctx.Err())
+		case err := <-recvErr:
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		case <-sess.kick:
+		}
+	}
+}
+
+// session is one Session stream's state. The receive goroutine ingests
+// deltas and subscribes; the handler goroutine sends (flush).
+type session struct {
+	a    *Agent
+	kick chan struct{}
+
+	mu      sync.Mutex
+	subs    map[string]struct{}
+	pending map[string]struct{}
+	errs    []*fuseboxv1.DependencyError
+	refused map[string]bool // names already reported as refused (bounded)
+
+	sent map[string]*sharedstate.Snapshot // owned by the sender
+}
+
+// maxRefusedRemembered bounds a session's memory of refused names.
+const maxRefusedRemembered = 1024
+
+func newSession(a *Agent, h *fuseboxv1.Hello) *session {
+	return &session{
+		a: a, kick: make(chan struct{}, 1),
+		subs: map[string]struct{}{}, pending: map[string]struct{}{}, refused: map[string]bool{},
+		sent: map[string]*sharedstate.Snapshot{},
+	}
+}
+
+func (s *session) signal() {
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// changed is called by the hub when dep's snapshot changed.
+func (s *session) changed(dep string) {
+	s.mu.Lock()
+	_, ok := s.subs[dep]
+	if ok {
+		s.pending[dep] = struct{}{}
+	}
+	s.mu.Unlock()
+	if ok {
+		s.signal()
+	}
+}
+
+// subscribe follows deps: they are tracked by the engine (so they have a
+// snapshot) and their snapshots are pushed now and on every change.
+func (s *session) subscribe(deps []string) {
+	for _, dep := range deps {
+		s.mu.Lock()
+		_, known := s.subs[dep]
+		s.mu.Unlock()
+		if known {
+			continue
+		}
+		if s.a.eng.Snapshot(dep) == nil {
+			if err := s.a.eng.AddCounts(dep, sharedstate.Counts{}); err != nil {
+				s.refuse(dep, err)
+				continue
+			}
+		}
+		s.follow(dep)
+	}
+	s.signal()
+}
+
+// follow adds dep to the subscriptions (bounded by maxDependencies) and
+// marks it pending.
+func (s *session) follow(dep string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subs[dep]; ok {
+		return
+	}
+	if len(s.subs) >= s.a.cfg.MaxDependencies {
+		return
+	}
+	s.subs[dep] = struct{}{}
+	s.pending[dep] = struct{}{}
+}
+
+func (s *session) refuse(dep string, err error) {
+	s.a.m.refused(err)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.refused[dep] {
+		return
+	}
+	if len(s.refused) < maxRefusedRemembered {
+		s.refused[dep] = true
+	}
+	if len(s.errs) < maxReportErrors {
+		s.errs = append(s.errs, &fuseboxv1.DependencyError{Dependency: dep, Message: err.Error()})
+	}
+}
+
+// recvLoop ingests what the client sends until the stream ends.
+func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
+	a := s.a
+	for {
+		req, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		d := req.GetDeltas()
+		if d == nil {
+			continue // a second hello changes nothing
+		}
+		var outcomes uint64
+		newDeps := false
+		for _, dc := range d.GetDeltas() {
+			dep := dc.GetDependency()
+			c := convert.CountsFromProto(dc.GetCounts())
+			if err := a.eng.AddCounts(dep, c); err != nil {
+				s.refuse(dep, err)
+				newDeps = true
+				continue
+			}
+			outcomes += c.Requests() + c.Rejected
+			s.mu.Lock()
+			_, ok := s.subs[dep]
+			s.mu.Unlock()
+			if !ok {
+				s.follow(dep)
+				newDeps = true
+			}
+		}
+		for _, p := range d.GetProbeResults() {
+			a.probeResult(p)
+		}
+		if len(d.GetSubscribe()) > 0 {
+			s.subscribe(d.GetSubscribe())
+		} else if newDeps {
+			s.signal()
+		}
+		a.m.outcomes.WithLabelValues("session").Add(float64(outcomes))
+	}
+}
+
+// flush sends pending errors and the changed snapshots of pending
+// dependencies.
+func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
+	s.mu.Lock()
+	if len(s.pending) == 0 && len(s.errs) == 0 {
+		s.mu.Unlock()
+		return nil
+	}
+	pending := s.pending
+	s.pending = map[string]struct{}{}
+	errs := s.errs
+	s.errs = nil
+	s.mu.Unlock()
+
+	for _, e := range errs {
+		if err := stream.Send(&fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Error{Error: e}}); err != nil {
+			return err
+		}
+	}
+	var upd []*fuseboxv1.DecisionSnapshot
+	for dep := range pending {
+		snap := s.a.eng.Snapshot(dep)
+		if snap == nil || s.sent[dep] == snap {
+			continue
+		}
+		s.sent[dep] = snap
+		upd = append(upd, convert.SnapshotToProto(snap))
+	}
+	if len(upd) == 0 {
+		return nil
+	}
+	s.a.m.snapshotsPushed.Add(float64(len(upd)))
+	return stream.Send(&fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Update{
+		Update: &fuseboxv1.SnapshotUpdate{Snapshots: upd}}})
+}

@@ -1,0 +1,468 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// newEtcdClient dials Config.Etcd with its TLS and user/password settings.
+// The client connects lazily: an unreachable etcd is not an error here.
+func newEtcdClient(cfg Config, lg *slog.Logger) (*clientv3.Client, error) {
+	cc := clientv3.Config{
+		Endpoints:            cfg.Etcd,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Username:             cfg.EtcdUsername,
+		Password:             cfg.EtcdPassword,
+		Logger:               zap.NewNop(),
+	}
+	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if cfg.EtcdCA != "" {
+			pem, err := os.ReadFile(cfg.EtcdCA)
+			if err != nil {
+				return nil, fmt.Errorf("agent: etcd-ca: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("agent: etcd-ca: no PEM certificate in %s", cfg.EtcdCA)
+			}
+			tc.RootCAs = pool
+		}
+		if cfg.EtcdCert != "" {
+			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
+			if err != nil {
+				return nil, fmt.Errorf("agent: etcd-cert/etcd-key: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{cert}
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("agent: etcd client: %w", err)
+	}
+	lg.Debug("etcd client created", "endpoints", cfg.Etcd)
+	return cli, nil
+}
+
+// policySource says where the policies in force came from.
+type policySource int32
+
+const (
+	sourceDefault policySource = iota // built-in or WithDefaultPolicy
+	sourceCache                       // the data dir's cache
+	sourceEtcd                        // a list or watch from etcd
+)
+
+var policySourceNames = [...]string{"default", "cache", "etcd"}
+
+// policyState is what the agent applied from etcd (or the cache): the last
+// good values, which it caches on disk.
+type policyState struct {
+	mu     sync.Mutex
+	def    sharedstate.Policy // the built-in default (no policies/_default)
+	st     store.State
+	source policySource
+}
+
+func (p *policyState) init(def *sharedstate.Policy) {
+	p.def = sharedstate.DefaultPolicy()
+	if def != nil {
+		p.def = *def
+		p.def.Dependency = sharedstate.DefaultPolicyName
+	}
+	p.st = store.State{Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
+}
+
+// loadCache applies the on-disk cache, if any: the agent enforces the last
+// good policies from its first tick, whether etcd answers or not.
+func (a *Agent) loadCache() {
+	c, err := loadCache(a.cfg.DataDir)
+	if err != nil {
+		a.lg.Warn("policy cache unreadable, starting from defaults", "err", err)
+		return
+	}
+	if c == nil {
+		return
+	}
+	st := store.State{Revision: c.Revision, Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
+	for name, raw := range c.Policies {
+		patch, err := sharedstate.ParsePolicyPatch(raw)
+		if err != nil {
+			a.lg.Warn("policy cache: entry skipped", "policy", name, "err", err)
+			continue
+		}
+		st.Policies[name] = store.PolicyEntry{Name: name, Patch: patch, Value: raw}
+	}
+	for dep, raw := range c.Overrides {
+		o, err := sharedstate.ParseOverride(raw)
+		if err != nil {
+			a.lg.Warn("policy cache: override skipped", "dependency", dep, "err", err)
+			continue
+		}
+		st.Overrides[dep] = store.OverrideEntry{Dependency: dep, Override: o}
+	}
+	a.syncState(st, sourceCache)
+	a.policiesLoaded.Store(true)
+	a.lg.Info("policies loaded from cache", "file", CacheFile, "revision", c.Revision,
+		"policies", len(st.Policies), "overrides", len(st.Overrides), "saved", c.Saved)
+}
+
+// syncState replaces everything applied with st.
+func (a *Agent) syncState(st store.State, src policySource) {
+	p := &a.policies
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	old := p.st
+	p.st = st
+	p.source = src
+	a.applyDefaultLocked()
+	for name, e := range st.Policies {
+		if name != sharedstate.DefaultPolicyName {
+			a.applyPolicyLocked(name, e)
+		}
+	}
+	for name := range old.Policies {
+		if _, ok := st.Policies[name]; !ok && name != sharedstate.DefaultPolicyName {
+			a.eng.RemovePolicy(name)
+		}
+	}
+	for dep, e := range st.Overrides {
+		a.applyOverrideLocked(dep, &e)
+	}
+	for dep := range old.Overrides {
+		if _, ok := st.Overrides[dep]; !ok {
+			a.applyOverrideLocked(dep, nil)
+		}
+	}
+}
+
+func (a *Agent) applyDefaultLocked() {
+	def := a.policies.def
+	if e, ok := a.policies.st.Policies[sharedstate.DefaultPolicyName]; ok {
+		p, err := e.Policy(sharedstate.Policy{})
+		if err != nil {
+			a.lg.Error("policies/_default invalid, keeping the previous default", "err", err)
+			a.m.policyRejected.Inc()
+			return
+		}
+		def = p
+	}
+	if err := a.eng.SetDefaultPolicy(def); err != nil {
+		a.lg.Error("default policy applied with errors", "err", err)
+		a.m.policyRejected.Inc()
+	}
+}
+
+func (a *Agent) applyPolicyLocked(name string, e store.PolicyEntry) {
+	if err := a.eng.SetPolicyPatch(name, e.Patch); err != nil {
+		a.lg.Error("policy refused, keeping the last good one", "key", a.policyKey(name), "err", err)
+		a.m.policyRejected.Inc()
+	}
+}
+
+func (a *Agent) applyOverrideLocked(dep string, e *store.OverrideEntry) {
+	var o *sharedstate.Override
+	if e != nil {
+		ov := e.Override
+		o = &ov
+	}
+	if err := a.eng.SetOverride(dep, o); err != nil {
+		a.lg.Error("override refused", "key", a.overrideKey(dep), "err", err)
+		a.m.policyRejected.Inc()
+	}
+}
+
+func (a *Agent) policyKey(name string) string  { return a.cfg.EtcdPrefix + "policies/" + name }
+func (a *Agent) overrideKey(dep string) string { return a.cfg.EtcdPrefix + "overrides/" + dep }
+
+func (p *policyState) counts() (policies, overrides int, rev int64, src policySource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.st.Policies), len(p.st.Overrides), p.st.Revision, p.source
+}
+
+// saveCache writes the state applied now to the data dir.
+func (a *Agent) saveCache() {
+	p := &a.policies
+	p.mu.Lock()
+	c := &policyCache{Revision: p.st.Revision, Saved: time.Now().UTC(),
+		Policies: map[string]json.RawMessage{}, Overrides: map[string]json.RawMessage{}}
+	for name, e := range p.st.Policies {
+		c.Policies[name] = e.Value
+	}
+	var encErr error
+	for dep, e := range p.st.Overrides {
+		b, err := json.Marshal(e.Override)
+		if err != nil {
+			encErr = err
+			continue
+		}
+		c.Overrides[dep] = b
+	}
+	p.mu.Unlock()
+	if encErr != nil {
+		a.lg.Warn("policy cache: override not cached", "err", encErr)
+	}
+	if err := saveCache(a.cfg.DataDir, c); err != nil {
+		a.lg.Error("policy cache not written", "err", err)
+		a.m.cacheErrors.Inc()
+	}
+}
+
+// watchHandler adapts store.Handler to the agent. Its methods run on the
+// watcher's goroutine, one at a time.
+type watchHandler Agent
+
+func (h *watchHandler) Sync(st store.State) {
+	a := (*Agent)(h)
+	a.syncState(st, sourceEtcd)
+	a.saveCache()
+	first := !a.policiesLoaded.Swap(true)
+	a.m.etcdSynced.Set(1)
+	a.lg.Info("policies synced from etcd", "revision", st.Revision, "policies", len(st.Policies),
+		"overrides", len(st.Overrides), "first", first)
+}
+
+func (h *watchHandler) Apply(rev int64, events []store.Event) {
+	a := (*Agent)(h)
+	p := &a.policies
+	p.mu.Lock()
+	p.st.Revision = rev
+	p.source = sourceEtcd
+	for _, ev := range events {
+		switch ev.Kind {
+		case store.PolicyPut:
+			p.st.Policies[ev.Name] = ev.Policy
+			if ev.Name == sharedstate.DefaultPolicyName {
+				a.applyDefaultLocked()
+			} else {
+				a.applyPolicyLocked(ev.Name, ev.Policy)
+			}
+		case store.PolicyDeleted:
+			delete(p.st.Policies, ev.Name)
+			if ev.Name == sharedstate.DefaultPolicyName {
+				a.applyDefaultLocked()
+			} else {
+				a.eng.RemovePolicy(ev.Name)
+			}
+		case store.OverridePut:
+			p.st.Overrides[ev.Name] = ev.Override
+			o := ev.Override
+			a.applyOverrideLocked(ev.Name, &o)
+		case store.OverrideDeleted:
+			delete(p.st.Overrides, ev.Name)
+			a.applyOverrideLocked(ev.Name, nil)
+		}
+		a.lg.Info("etcd change applied", "event", ev.Kind.String(), "name", ev.Name, "revision", ev.Revision)
+	}
+	p.mu.Unlock()
+	a.saveCache()
+}
+
+func (h *watchHandler) Invalid(err *store.InvalidValueError) {
+	a := (*Agent)(h)
+	a.m.etcdInvalid.Inc()
+	a.lg.Error("invalid value in etcd ignored, last good value kept", "key", err.Key,
+		"mod_revision", err.ModRevision, "err", err.Err)
+}
+
+func (h *watchHandler) Error(err error) {
+	a := (*Agent)(h)
+	if a.ctx.Err() != nil {
+		return
+	}
+	a.m.etcdWatchErrors.Inc()
+	a.m.etcdSynced.Set(0)
+	a.lg.Warn("etcd watch error, retrying with backoff", "err", err)
+}
+
+// watchLoop follows policies/ and overrides/ until Close. The store's
+// watcher lists, watches from the revision, re-lists on compaction and
+// retries forever with backoff; its Initial is the applied (cached) state,
+// so a key that is invalid in etcd keeps its cached value.
+func (a *Agent) watchLoop() {
+	a.policies.mu.Lock()
+	init := a.policies.st.Clone()
+	a.policies.mu.Unlock()
+	w := a.store.Watch(a.ctx, (*watchHandler)(a), store.WatchOptions{Initial: &init, ListTimeout: 3 * time.Second})
+	<-a.ctx.Done()
+	w.Close()
+}
+
+// registerLoop keeps members/<name> registered on a concurrency.Session
+// lease, registering again (with backoff) whenever the lease is lost.
+func (a *Agent) registerLoop() {
+	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	for a.ctx.Err() == nil {
+		m := store.Member{Node: a.cfg.Name, Role: string(RoleAgent), Zone: a.cfg.Zone, Version: Version,
+			GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr()}
+		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
+		reg, err := a.store.Register(ctx, m, store.WithMemberTTL(a.cfg.MemberTTL))
+		cancel()
+		if err != nil {
+			if a.ctx.Err() == nil {
+				a.lg.Debug("etcd registration failed, retrying", "err", err)
+			}
+			if !sleepCtx(a.ctx, backoff.next()) {
+				return
+			}
+			continue
+		}
+		backoff.reset()
+		a.lg.Debug("registered in etcd", "key", reg.Key())
+		// A registration may have made this agent findable: try the registry.
+		a.kickJoin()
+		select {
+		case <-a.ctx.Done():
+			a.closeRegistration(reg)
+			return
+		case <-reg.Done():
+			a.lg.Warn("etcd registration lost, registering again")
+			reg.Close()
+		}
+	}
+}
+
+// closeRegistration revokes the registration's lease. With etcd away the
+// revoke would wait for the lease TTL: after a second the agent closes its
+// own etcd client, which ends the revoke, and the key expires with its
+// lease instead (an injected client is not closed: the revoke then takes up
+// to the TTL).
+func (a *Agent) closeRegistration(reg *store.Registration) {
+	done := make(chan struct{})
+	go func() {
+		if err := reg.Close(); err != nil {
+			a.lg.Debug("etcd registration close", "err", err)
+		}
+		close(done)
+	}()
+	t := time.NewTimer(time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	a.lg.Warn("etcd registration not revoked in time (etcd unreachable?); it expires with its lease", "ttl", a.cfg.MemberTTL)
+	a.closeEtcd()
+	<-done
+}
+
+// joinTargets returns the gossip addresses to try: --join, then the other
+// agents registered in etcd (when reachable).
+func (a *Agent) joinTargets() []string {
+	seen := map[string]bool{a.GossipAddr(): true}
+	var out []string
+	for _, j := range a.cfg.Join {
+		if !seen[j] {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	if a.store != nil {
+		ctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
+		members, _, err := a.store.ListMembers(ctx)
+		cancel()
+		if err != nil && len(members) == 0 {
+			a.lg.Debug("etcd members list failed", "err", err)
+		}
+		for _, m := range members {
+			if m.Node == a.cfg.Name || m.GossipAddr == "" || seen[m.GossipAddr] {
+				continue
+			}
+			seen[m.GossipAddr] = true
+			out = append(out, m.GossipAddr)
+		}
+	}
+	return out
+}
+
+func (a *Agent) kickJoin() {
+	select {
+	case a.hub.joinKick <- struct{}{}:
+	default:
+	}
+}
+
+// joinLoop joins the cluster at start and again whenever this agent sees
+// no other agent (a partition healed, everyone restarted), with backoff.
+func (a *Agent) joinLoop() {
+	backoff := newBackoff(200*time.Millisecond, 10*time.Second)
+	for {
+		if a.gossip.NumAgents() > 1 {
+			a.joined.Store(true)
+			backoff.reset()
+		} else if targets := a.joinTargets(); len(targets) > 0 {
+			n, err := a.gossip.Join(targets)
+			switch {
+			case err != nil && n == 0:
+				a.lg.Warn("gossip join failed", "targets", targets, "err", err)
+			case err != nil:
+				a.lg.Info("gossip joined some peers", "joined", n, "targets", targets, "err", err)
+			default:
+				a.lg.Info("gossip joined", "joined", n, "targets", targets)
+			}
+			if n > 0 {
+				a.joined.Store(true)
+			}
+			a.joinFailing.Store(n == 0)
+		}
+		d := backoff.next()
+		if a.joined.Load() && a.gossip.NumAgents() > 1 {
+			d = 2 * time.Second
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-a.ctx.Done():
+			t.Stop()
+			return
+		case <-a.hub.joinKick:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// backoff is an exponential backoff without jitter (one agent, one loop).
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleepCtx waits d or until ctx is done; false if ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,297 @@
+package agent
+
+import (
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+func reportSuccesses(t *testing.T, a *Agent, dep string, n uint32) {
+	t.Helper()
+	_, err := dial(t, a).Report(ctxT(t, 5*time.Second), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
+		Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_SUCCESS, Count: n}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// An agent killed without leaving: its rows stop counting. An agent that
+// joins later learns the current breaker records through push-pull.
+func TestKilledAgentAndLateJoiner(t *testing.T) {
+	f := newFleet(t, 4, false)
+	const dep = "inventory"
+	for _, a := range f.agents[:3] {
+		reportSuccesses(t, a.Agent, dep, 5)
+	}
+	fleetNodes := func(a *testAgent) int {
+		ft, _ := a.eng.Fleet(dep)
+		return ft.FleetNodes
+	}
+	waitFor(t, 2*time.Second, "agent 0 counts 3 nodes", func() bool { return fleetNodes(f.agents[0]) == 3 })
+
+	f.agents[2].crash()
+	start := time.Now()
+	waitFor(t, 10*time.Second, "the killed agent's rows stop counting", func() bool {
+		return fleetNodes(f.agents[0]) == 2 && fleetNodes(f.agents[1]) == 2
+	})
+	t.Logf("killed agent's rows dropped after %v", time.Since(start))
+
+	// Open a breaker, then let a new agent join: push-pull brings the record.
+	const broken = "payments"
+	for _, a := range f.agents[:2] {
+		if _, err := dial(t, a.Agent).Report(ctxT(t, 5*time.Second), failures(broken, 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hasOpen := func(a *testAgent) bool {
+		for _, r := range a.eng.Records() {
+			if r.Dependency == broken && r.State == sharedstate.Open {
+				return true
+			}
+		}
+		return false
+	}
+	waitFor(t, 2*time.Second, "breaker open on the running agents", func() bool {
+		return hasOpen(f.agents[0]) && hasOpen(f.agents[1]) && hasOpen(f.agents[3])
+	})
+	late := f.add("agent-late")
+	start = time.Now()
+	waitFor(t, 2*time.Second, "the late joiner holds the open record", func() bool { return hasOpen(late) })
+	t.Logf("late joiner learned the record after %v", time.Since(start))
+	if s := late.eng.Snapshot(broken); s == nil || s.State == sharedstate.Closed {
+		t.Fatalf("late joiner's snapshot: %+v, want open or half-open", s)
+	}
+}
+
+func writeKeyring(t *testing.T, keys ...[]byte) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# test keyring\n")
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	p := filepath.Join(t.TempDir(), "keyring")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// An agent with the wrong gossip key cannot join and says why in its log;
+// one that sends with the cluster's key and also holds a new one (the first
+// step of a rotation) can.
+func TestGossipKeyring(t *testing.T) {
+	k1 := []byte("0123456789abcdef0123456789abcdef")
+	k2 := []byte("fedcba9876543210fedcba9876543210")
+
+	cfgA := testConfig(t, "keyed-a")
+	cfgA.KeyringFile = writeKeyring(t, k1)
+	a := startAgent(t, cfgA)
+
+	cfgB := testConfig(t, "wrong-key")
+	cfgB.KeyringFile = writeKeyring(t, k2)
+	cfgB.Join = []string{a.GossipAddr()}
+	b := startAgent(t, cfgB)
+	waitFor(t, 5*time.Second, "the wrong-key agent logs its failed join", func() bool {
+		return strings.Contains(b.log.String(), "gossip join failed")
+	})
+	logB := b.log.String()
+	if !strings.Contains(logB, "keyring") || !strings.Contains(logB, "could decrypt") {
+		t.Errorf("the failed join does not say that the keys differ:\n%s", logB)
+	}
+	if a.gossip.NumAgents() != 1 || b.gossip.NumAgents() != 1 {
+		t.Fatalf("members: a sees %d, b sees %d; want 1 each", a.gossip.NumAgents(), b.gossip.NumAgents())
+	}
+	if b.Ready() {
+		t.Error("the wrong-key agent is ready though its --join failed")
+	}
+
+	// Rotation, first step: c has added a new key (k2) after the cluster's
+	// primary k1; it sends with k1 and accepts both.
+	cfgC := testConfig(t, "rotating")
+	cfgC.KeyringFile = writeKeyring(t, k1, k2)
+	cfgC.Join = []string{a.GossipAddr()}
+	c := startAgent(t, cfgC)
+	waitFor(t, 5*time.Second, "an agent holding the cluster's key joins", func() bool {
+		return a.gossip.NumAgents() == 2 && c.gossip.NumAgents() == 2
+	})
+	waitFor(t, 2*time.Second, "the joined agent is ready", c.Ready)
+
+	// Rotation, second step, without restarts: a and c promote k2. Then an
+	// agent that knows only k2 joins, and a and c drop k1.
+	for _, cfg := range []Config{cfgA, cfgC} {
+		if err := os.WriteFile(cfg.KeyringFile, []byte(base64.StdEncoding.EncodeToString(k2)+"\n"+base64.StdEncoding.EncodeToString(k1)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "a and c use k2", func() bool {
+		return string(a.keyring.GetPrimaryKey()) == string(k2) && string(c.keyring.GetPrimaryKey()) == string(k2)
+	})
+	cfgD := testConfig(t, "new-key-only")
+	cfgD.KeyringFile = writeKeyring(t, k2)
+	cfgD.Join = []string{a.GossipAddr()}
+	d := startAgent(t, cfgD)
+	waitFor(t, 5*time.Second, "an agent with only the new key joins", func() bool { return d.gossip.NumAgents() >= 3 })
+	for _, cfg := range []Config{cfgA, cfgC} {
+		if err := os.WriteFile(cfg.KeyringFile, []byte(base64.StdEncoding.EncodeToString(k2)+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 5*time.Second, "a and c dropped k1", func() bool {
+		return len(a.keyring.GetKeys()) == 1 && len(c.keyring.GetKeys()) == 1
+	})
+	// Gossip still flows: a record proposed on a reaches d.
+	reportSuccesses(t, a.Agent, "after-rotation", 1)
+	waitFor(t, 5*time.Second, "rows flow after the rotation", func() bool {
+		ft, _ := d.eng.Fleet("after-rotation")
+		return ft.FleetNodes >= 1 && ft.Fleet.Successes == 1
+	})
+}
+
+func TestParseKeyring(t *testing.T) {
+	good := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	tests := []struct {
+		name, data, wantErr string
+		keys                int
+	}{
+		{name: "one key", data: good + "\n", keys: 1},
+		{name: "comments and blanks", data: "# c\n\n" + good + "\n  \n" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef01234567")), keys: 2},
+		{name: "empty", data: "# nothing\n", wantErr: "no keys"},
+		{name: "not base64", data: "!!!", wantErr: "line 1: not base64"},
+		{name: "bad length", data: base64.StdEncoding.EncodeToString([]byte("short")), wantErr: "line 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kr, err := ParseKeyring([]byte(tt.data))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(kr.GetKeys()); n != tt.keys {
+				t.Fatalf("%d keys, want %d", n, tt.keys)
+			}
+		})
+	}
+}
+
+func TestNodeMetaRoundTrip(t *testing.T) {
+	m := NodeMeta{Role: RoleObserver, Zone: "eu-1a", Software: "9.9.9", GRPCAddr: "127.0.0.1:7950", HTTPAddr: "127.0.0.1:7951"}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeNodeMeta(b)
+	m.Version = MetaVersion
+	if err != nil || got != m {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
+	}
+	if got.IsAgent() {
+		t.Error("an observer counts as an agent")
+	}
+	// Newer encoders may add fields.
+	got, err = DecodeNodeMeta([]byte(`{"v":2,"role":"agent","zone":"z","future":true}`))
+	if err != nil || !got.IsAgent() || got.Zone != "z" {
+		t.Fatalf("forward compatible decode: %+v, %v", got, err)
+	}
+	for _, bad := range []string{`{"role":"agent"}`, `not json`} {
+		if _, err := DecodeNodeMeta([]byte(bad)); err == nil {
+			t.Errorf("DecodeNodeMeta(%q) accepted", bad)
+		}
+	}
+	if _, err := (NodeMeta{Role: RoleAgent, Zone: strings.Repeat("z", 600)}).Encode(); err == nil {
+		t.Error("oversized metadata encoded")
+	}
+}
+
+// recorder is an observer's GossipHandler: it keeps what it hears.
+type recorder struct {
+	mu      sync.Mutex
+	rows    map[string]uint64 // node/dependency -> seq
+	records map[string]uint64 // dependency -> generation
+}
+
+func (r *recorder) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range b.GetRows() {
+		r.rows[w.GetNode()+"/"+w.GetDependency()] = w.GetSeq()
+	}
+	for _, rec := range b.GetRecords() {
+		r.records[rec.GetDependency()] = max(r.records[rec.GetDependency()], rec.GetGeneration())
+	}
+	return nil, 0
+}
+
+func (r *recorder) ApplyState(s *fuseboxv1.PushPullState, join bool) (*fuseboxv1.GossipBatch, int) {
+	return r.ApplyBatch(&fuseboxv1.GossipBatch{Rows: s.GetRows(), Records: s.GetRecords()})
+}
+
+func (r *recorder) LocalState(bool) *fuseboxv1.PushPullState { return nil }
+
+func (r *recorder) seen() (rows, records int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.rows), len(r.records)
+}
+
+// A fleet observer (the coordinator's) reuses Gossip in role observer: it
+// hears rows and records, and agents never count it.
+func TestObserverGossip(t *testing.T) {
+	f := newFleet(t, 2, false)
+	rec := &recorder{rows: map[string]uint64{}, records: map[string]uint64{}}
+	obs, err := NewGossip(GossipConfig{
+		Name: "observer-1", BindAddr: "127.0.0.1:0",
+		Meta:           NodeMeta{Role: RoleObserver, Software: "test"},
+		Handler:        rec,
+		GossipInterval: 50 * time.Millisecond, ProbeInterval: 200 * time.Millisecond, PushPullInterval: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer obs.Close(time.Second)
+	if _, err := obs.Join([]string{f.agents[0].GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 2*time.Second, "agents see the observer", func() bool { return len(f.agents[1].gossip.Members()) == 3 })
+	for _, a := range f.agents {
+		if n := a.gossip.NumAgents(); n != 2 {
+			t.Errorf("%s counts %d agents with an observer present, want 2", a.Name(), n)
+		}
+	}
+	for _, a := range f.agents {
+		if _, err := dial(t, a.Agent).Report(ctxT(t, 5*time.Second), failures("observed", 10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 3*time.Second, "the observer hears both agents' rows and the breaker record", func() bool {
+		rows, records := rec.seen()
+		return rows >= 2 && records >= 1
+	})
+	waitFor(t, 2*time.Second, "both agents count both agents", func() bool {
+		for _, a := range f.agents {
+			if ft, _ := a.eng.Fleet("observed"); ft.FleetNodes != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, a := range f.agents {
+		for _, m := range a.gossip.Members() {
+			if m.Name == "observer-1" && (m.Meta.IsAgent() || m.Meta.Role != RoleObserver) {
+				t.Errorf("%s sees the observer as %+v", a.Name(), m.Meta)
+			}
+		}
+	}
+}

@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// metrics holds the agent's own collectors (no package-level metrics: two
+// agents in one process never share a series). Event counters are regular
+// vectors; everything read from the engine, the gossip layer or the hub is
+// produced at scrape time by the agent's Collector.
+type metrics struct {
+	a *Agent
+
+	transitions     *prometheus.CounterVec // dependency, to, origin
+	decisions       *prometheus.CounterVec // method, verdict, reason
+	outcomes        *prometheus.CounterVec // source
+	refusedDeps     *prometheus.CounterVec // reason
+	sessionsOpened  prometheus.Counter
+	snapshotsPushed prometheus.Counter
+	etcdWatchErrors prometheus.Counter
+	etcdInvalid     prometheus.Counter
+	etcdSynced      prometheus.Gauge
+	policyRejected  prometheus.Counter
+	cacheErrors     prometheus.Counter
+
+	scrape *collector
+	docs   []MetricDoc
+}
+
+const ns = "fusebox_agent"
+
+// MetricDoc describes one metric the agent exposes.
+type MetricDoc struct {
+	Name, Type, Help string
+	Labels           []string
+}
+
+// MetricDocs lists every metric of the agent, in the order of the code: the
+// README's metric list is generated from it (and a test checks /metrics
+// against it).
+func MetricDocs() []MetricDoc {
+	return newMetrics(&Agent{}).docs
+}
+
+func (m *metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: "counter", Help: help, Labels: labels})
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+}
+
+func (m *metrics) counter(name, help string) prometheus.Counter {
+	m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: "counter", Help: help})
+	return prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
+}
+
+func (m *metrics) gauge(name, help string) prometheus.Gauge {
+	m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: "gauge", Help: help})
+	return prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help})
+}
+
+func newMetrics(a *Agent) *metrics {
+	m := &metrics{a: a}
+	m.transitions = m.counterVec("breaker_transitions_total",
+		"Breaker records this agent adopted, by dependency, new state and origin (self: proposed here; peer: learned by gossip).",
+		"dependency", "to", "origin")
+	m.decisions = m.counterVec("decisions_total",
+		"Decisions answered over the local API, by method, verdict and reason.",
+		"method", "verdict", "reason")
+	m.outcomes = m.counterVec("outcomes_total",
+		"Outcomes (requests and rejections) ingested from clients, by source (session, report).",
+		"source")
+	m.refusedDeps = m.counterVec("dependencies_refused_total",
+		"Dependency names refused on the local API, by reason (invalid_name, too_many, invalid_argument).",
+		"reason")
+	m.sessionsOpened = m.counter("sessions_opened_total",
+		"Client sessions opened.")
+	m.snapshotsPushed = m.counter("snapshots_pushed_total",
+		"Decision snapshots pushed to client sessions.")
+	m.etcdWatchErrors = m.counter("etcd_watch_errors_total",
+		"Failed etcd lists or watches (each is retried with backoff).")
+	m.etcdInvalid = m.counter("etcd_invalid_values_total",
+		"Invalid policy or override values found in etcd and ignored (the last good value is kept).")
+	m.etcdSynced = m.gauge("etcd_synced",
+		"1 once policies were listed from etcd, 0 after a reported list or watch error until the next list (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+	m.policyRejected = m.counter("policies_rejected_total",
+		"Policies or overrides the engine refused once merged (the last good one is kept).")
+	m.cacheErrors = m.counter("cache_write_errors_total",
+		"Failed writes of the policy cache in the data dir.")
+	m.scrape = newCollector(a, m)
+	return m
+}
+
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened,
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.scrape}
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range m.collectors() {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *metrics) transition(r sharedstate.BreakerRecord, origin string) {
+	m.transitions.WithLabelValues(r.Dependency, labelState(r.State), origin).Inc()
+}
+
+// forget drops an untracked dependency's series, so their number stays
+// bounded by maxDependencies.
+func (m *metrics) forget(dep string) {
+	m.transitions.DeletePartialMatch(prometheus.Labels{"dependency": dep})
+}
+
+func (m *metrics) decision(method string, d sharedstate.Decision) {
+	m.decisions.WithLabelValues(method, labelVerdict(d.Verdict), labelReason(d.Reason)).Inc()
+}
+
+func (m *metrics) refused(err error) {
+	reason := "invalid_argument"
+	switch {
+	case errors.Is(err, sharedstate.ErrTooManyDependencies):
+		reason = "too_many"
+	case errors.Is(err, sharedstate.ErrInvalidDependencyName):
+		reason = "invalid_name"
+	}
+	m.refusedDeps.WithLabelValues(reason).Inc()
+}
+
+func labelState(s sharedstate.BreakerState) string {
+	switch s {
+	case sharedstate.Open:
+		return "open"
+	case sharedstate.HalfOpen:
+		return "half_open"
+	}
+	return "closed"
+}
+
+func labelVerdict(v sharedstate.Verdict) string {
+	switch v {
+	case sharedstate.AllowProbe:
+		return "allow_probe"
+	case sharedstate.Reject:
+		return "reject"
+	}
+	return "allow"
+}
+
+func labelReason(r sharedstate.Reason) string {
+	switch r {
+	case sharedstate.ReasonOpen:
+		return "open"
+	case sharedstate.ReasonForcedOpen:
+		return "forced_open"
+	case sharedstate.ReasonHalfOpenNoPermit:
+		return "half_open_no_permit"
+	case sharedstate.ReasonBudgetExhausted:
+		return "budget_exhausted"
+	}
+	return "none"
+}
+
+// collector produces, at scrape time, the series read from the engine, the
+// gossip layer, the hub and the policy state.
+type collector struct {
+	a *Agent
+
+	info, ready, deps, depsMax, depsEvicted, depsRefusedEngine       *prometheus.Desc
+	members, sessions, gossipBytes, gossipMsgs, gossipDropped, queue *prometheus.Desc
+	policies, overrides, revision, source                            *prometheus.Desc
+	local, fleet, fleetNodes, state, localOpen, forced, generation   *prometheus.Desc
+	budget, budgetUsed, permit                                       *prometheus.Desc
+}
+
+func newCollector(a *Agent, m *metrics) *collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		typ := "gauge"
+		if strings.HasSuffix(name, "_total") {
+			typ = "counter"
+		}
+		m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: typ, Help: help, Labels: labels})
+		return prometheus.NewDesc(ns+"_"+name, help, labels, nil)
+	}
+	return &collector{
+		a:                 a,
+		info:              d("info", "Always 1; labels name the agent's node, zone and version.", "node", "zone", "version"),
+		ready:             d("ready", "1 when the agent is ready (gossip joined, policies loaded).", nil...),
+		deps:              d("dependencies", "Dependencies the engine tracks.", nil...),
+		depsMax:           d("dependencies_max", "The maxDependencies cap.", nil...),
+		depsEvicted:       d("dependencies_evicted_total", "Idle dependencies the engine forgot.", nil...),
+		depsRefusedEngine: d("engine_dependencies_refused_total", "New dependency names the engine refused at maxDependencies (local API and gossip).", nil...),
+		members:           d("members", "Gossip members this agent sees, by role and state.", "role", "state"),
+		sessions:          d("sessions", "Open client sessions.", nil...),
+		gossipBytes:       d("gossip_bytes_total", "Gossip payload bytes, by direction (in, out) and kind (message, push_pull).", "direction", "kind"),
+		gossipMsgs:        d("gossip_messages_total", "Gossip frames, by direction (in, out) and kind (message, push_pull).", "direction", "kind"),
+		gossipDropped:     d("gossip_dropped_total", "Received gossip frames or items dropped, by reason.", "reason"),
+		queue:             d("gossip_broadcast_queue", "Broadcasts waiting in the transmit queue.", nil...),
+		policies:          d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
+		overrides:         d("overrides", "Overrides in force from etcd or the cache.", nil...),
+		revision:          d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
+		source:            d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
+		local:             d("window_local", "This agent's own counts over the window, by dependency and kind.", "dependency", "kind"),
+		fleet:             d("window_fleet", "The fleet's counts over the window as this agent sees them, by dependency and kind.", "dependency", "kind"),
+		fleetNodes:        d("window_fleet_nodes", "Nodes with counts for the dependency over the window.", "dependency"),
+		state:             d("breaker_state", "1 for the breaker state governing this agent (closed, open, half_open).", "dependency", "state"),
+		localOpen:         d("breaker_local_open", "1 while this node's own breaker for the dependency is open or half-open.", "dependency"),
+		forced:            d("breaker_override", "1 while an operator override is in force (forced_open, forced_closed).", "dependency", "override"),
+		generation:        d("breaker_generation", "Generation of the breaker record in force.", "dependency"),
+		budget:            d("retry_budget", "Retries the fleet (or zone) may make over the window.", "dependency"),
+		budgetUsed:        d("retry_budget_used_ratio", "Retries made over the window divided by the retry budget.", "dependency"),
+		permit:            d("probe_permit", "1 while this agent holds a half-open probe permit.", "dependency"),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.info, c.ready, c.deps, c.depsMax, c.depsEvicted, c.depsRefusedEngine,
+		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
+		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
+		c.budget, c.budgetUsed, c.permit} {
+		ch <- d
+	}
+}
+
+var countKinds = [...]string{"first_attempts", "retries", "successes", "failures", "slow_calls", "rejected"}
+
+func countValues(c sharedstate.Counts) [6]float64 {
+	return [6]float64{float64(c.FirstAttempts), float64(c.Retries), float64(c.Successes),
+		float64(c.Failures), float64(c.SlowCalls), float64(c.Rejected)}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, v, labels...)
+	}
+	b2f := func(b bool) float64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	gauge(c.info, 1, a.cfg.Name, a.cfg.Zone, Version)
+	gauge(c.ready, b2f(a.Ready()))
+	st := a.eng.Stats()
+	gauge(c.deps, float64(st.Dependencies))
+	gauge(c.depsMax, float64(a.cfg.MaxDependencies))
+	counter(c.depsEvicted, float64(st.Evicted))
+	counter(c.depsRefusedEngine, float64(st.RefusedDependencies))
+	gauge(c.sessions, float64(a.hub.count()))
+
+	if a.gossip != nil {
+		type key struct{ role, state string }
+		members := map[key]int{}
+		for _, m := range a.gossip.Members() {
+			role := string(m.Meta.Role)
+			if role != string(RoleAgent) && role != string(RoleObserver) {
+				role = "unknown"
+			}
+			members[key{role, m.State}]++
+		}
+		for k, n := range members {
+			gauge(c.members, float64(n), k.role, k.state)
+		}
+		gs := a.gossip.Stats()
+		for _, kind := range gossipKinds {
+			counter(c.gossipBytes, float64(gs.BytesIn[kind]), "in", kind)
+			counter(c.gossipBytes, float64(gs.BytesOut[kind]), "out", kind)
+			counter(c.gossipMsgs, float64(gs.MsgsIn[kind]), "in", kind)
+			counter(c.gossipMsgs, float64(gs.MsgsOut[kind]), "out", kind)
+		}
+		for _, r := range DropReasons {
+			counter(c.gossipDropped, float64(gs.Dropped[r]), r)
+		}
+		gauge(c.queue, float64(a.gossip.QueuedBroadcasts()))
+	}
+
+	np, no, rev, src := a.policies.counts()
+	gauge(c.policies, float64(np))
+	gauge(c.overrides, float64(no))
+	gauge(c.revision, float64(rev))
+	for i, name := range policySourceNames {
+		gauge(c.source, b2f(policySource(i) == src), name)
+	}
+
+	for _, dep := range a.eng.Dependencies() {
+		snap := a.eng.Snapshot(dep)
+		ft, ok := a.eng.Fleet(dep)
+		if snap == nil || !ok {
+			continue
+		}
+		lv, fv := countValues(ft.Node), countValues(ft.Fleet)
+		for i, k := range countKinds {
+			gauge(c.local, lv[i], dep, k)
+			gauge(c.fleet, fv[i], dep, k)
+		}
+		gauge(c.fleetNodes, float64(ft.FleetNodes), dep)
+		for _, s := range []sharedstate.BreakerState{sharedstate.Closed, sharedstate.Open, sharedstate.HalfOpen} {
+			gauge(c.state, b2f(snap.State == s), dep, labelState(s))
+		}
+		gauge(c.localOpen, b2f(snap.LocalOpen()), dep)
+		switch snap.Override {
+		case sharedstate.ForcedOpen:
+			gauge(c.forced, 1, dep, "forced_open")
+		case sharedstate.ForcedClosed:
+			gauge(c.forced, 1, dep, "forced_closed")
+		}
+		gauge(c.generation, float64(snap.Generation), dep)
+		gauge(c.budget, ft.RetryBudget, dep)
+		used := 0.0
+		if ft.RetryBudget > 0 {
+			used = float64(ft.Evaluated.Retries) / ft.RetryBudget
+		}
+		gauge(c.budgetUsed, used, dep)
+		gauge(c.permit, b2f(snap.ProbePermit), dep)
+	}
+}

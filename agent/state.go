@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/convert"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// gossipHandler feeds decoded gossip into the engine (GossipHandler).
+type gossipHandler Agent
+
+func (h *gossipHandler) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
+	return h.apply(b.GetRows(), b.GetRecords(), true)
+}
+
+func (h *gossipHandler) ApplyState(s *fuseboxv1.PushPullState, join bool) (*fuseboxv1.GossipBatch, int) {
+	// Rows from push-pull are not relayed: their writer heartbeats them.
+	return h.apply(s.GetRows(), s.GetRecords(), false)
+}
+
+func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.BreakerRecord, relayRows bool) (*fuseboxv1.GossipBatch, int) {
+	a := (*Agent)(h)
+	var fresh fuseboxv1.GossipBatch
+	refused := 0
+	for _, m := range rows {
+		r := convert.RowFromProto(m)
+		if r.Validate() != nil {
+			refused++
+			continue
+		}
+		if a.eng.ApplyRow(r) && relayRows {
+			fresh.Rows = append(fresh.Rows, m)
+		}
+	}
+	for _, m := range recs {
+		r, ok := convert.RecordFromProto(m)
+		if !ok || r.Validate() != nil {
+			refused++
+			continue
+		}
+		if a.eng.ApplyRecord(r) {
+			fresh.Records = append(fresh.Records, m)
+			a.m.transition(r, "peer")
+		}
+	}
+	if len(fresh.Rows) == 0 && len(fresh.Records) == 0 {
+		return nil, refused
+	}
+	return &fresh, refused
+}
+
+func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
+	a := (*Agent)(h)
+	s := &fuseboxv1.PushPullState{Node: a.cfg.Name}
+	for _, r := range a.eng.Records() {
+		s.Records = append(s.Records, convert.RecordToProto(r))
+	}
+	for _, r := range a.eng.LocalRows() {
+		s.Rows = append(s.Rows, convert.RowToProto(r))
+	}
+	_, _, s.OverridesRevision, _ = a.policies.counts()
+	return s
+}
+
+// memberEvents keeps the engine's member list in step with memberlist:
+// rows of dead or departed agents stop counting at once. Observers and
+// members without a role never count.
+type memberEvents Agent
+
+func (e *memberEvents) MemberJoined(m Member) {
+	a := (*Agent)(e)
+	if m.Name == a.cfg.Name {
+		return
+	}
+	if m.Meta.IsAgent() {
+		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+	}
+	a.lg.Info("gossip member joined", "member", m.Name, "addr", m.Addr, "role", m.Meta.Role, "zone", m.Meta.Zone)
+	if m.MetaErr != nil {
+		a.lg.Warn("gossip member has unreadable metadata, ignored", "member", m.Name, "err", m.MetaErr)
+	}
+}
+
+func (e *memberEvents) MemberLeft(m Member) {
+	a := (*Agent)(e)
+	if m.Name == a.cfg.Name {
+		return
+	}
+	a.eng.MemberDead(m.Name)
+	// memberlist does not tell a leave from a death here (Node.State is stale).
+	a.lg.Info("gossip member left or failed", "member", m.Name, "addr", m.Addr)
+}
+
+func (e *memberEvents) MemberUpdated(m Member) {
+	a := (*Agent)(e)
+	if m.Name != a.cfg.Name && m.Meta.IsAgent() {
+		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+	}
+}
+
+// tickLoop ticks the engine every TickInterval and gossips what changed.
+func (a *Agent) tickLoop() {
+	t := time.NewTicker(a.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-t.C:
+			a.tick()
+		}
+	}
+}
+
+// tick runs one engine tick: proposals go out as broadcasts and straight to
+// every member; changed and heartbeat rows go out as broadcasts.
+func (a *Agent) tick() {
+	recs := a.eng.Tick()
+	rows := a.eng.RowsToSend()
+	if len(recs) == 0 && len(rows) == 0 {
+		return
+	}
+	b := &fuseboxv1.GossipBatch{}
+	for _, r := range rows {
+		b.Rows = append(b.Rows, convert.RowToProto(r))
+	}
+	for _, r := range recs {
+		b.Records = append(b.Records, convert.RecordToProto(r))
+		a.m.transition(r, "self")
+		a.lg.Info("breaker transition proposed", "dependency", r.Dependency, "zone", r.Zone,
+			"state", r.State.String(), "generation", r.Generation, "reason", r.Reason)
+	}
+	a.gossip.Broadcast(b)
+	if len(b.Records) > 0 {
+		a.gossip.SendDirect(b.Records)
+	}
+}
+
+// proposeNow sends a record this node just proposed (a probe result)
+// without waiting for the tick, which broadcasts it again.
+func (a *Agent) proposeNow(r sharedstate.BreakerRecord) {
+	a.lg.Info("breaker transition proposed", "dependency", r.Dependency, "state", r.State.String(),
+		"generation", r.Generation, "reason", r.Reason)
+	a.gossip.SendDirect([]*fuseboxv1.BreakerRecord{convert.RecordToProto(r)})
+}
+
+// onChange is the engine's OnChange hook: push the dependency's snapshot to
+// the sessions that follow it, and drop its metric series once untracked.
+func (a *Agent) onChange(dep string) {
+	if a.hub != nil {
+		a.hub.changed(dep)
+	}
+	if a.m != nil && a.eng != nil && a.eng.Snapshot(dep) == nil {
+		a.m.forget(dep)
+	}
+}
+
+// hub fans snapshot changes out to sessions.
+type hub struct {
+	mu       sync.RWMutex
+	sessions map[*session]struct{}
+	joinKick chan struct{}
+}
+
+func newHub() *hub {
+	return &hub{sessions: map[*session]struct{}{}, joinKick: make(chan struct{}, 1)}
+}
+
+func (h *hub) add(s *session) {
+	h.mu.Lock()
+	h.sessions[s] = struct{}{}
+	h.mu.Unlock()
+}
+
+func (h *hub) remove(s *session) {
+	h.mu.Lock()
+	delete(h.sessions, s)
+	h.mu.Unlock()
+}
+
+func (h *hub) count() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.sessions)
+}
+
+func (h *hub) changed(dep string) {
+	h.mu.RLock()
+	for s := range h.sessions {
+		s.changed(dep)
+	}
+	h.mu.RUnlock()
+}

@@ -1,0 +1,78 @@
+package convert
+
+import (
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+func TestRecordRoundTripThroughTheWire(t *testing.T) {
+	for _, r := range []sharedstate.BreakerRecord{
+		{Dependency: "a", Generation: 3, State: sharedstate.Open, Since: time.Unix(0, 12345).UTC(), OpenCount: 2, Origin: "n1", Reason: "trip"},
+		{Dependency: "b", Zone: "eu-1", Generation: 1, State: sharedstate.Closed, Origin: "n2"},
+	} {
+		b, err := proto.Marshal(RecordToProto(r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m fuseboxv1.BreakerRecord
+		if err := proto.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		got, ok := RecordFromProto(&m)
+		if !ok || !sharedstate.SameRecord(got, r) {
+			t.Errorf("round trip of %+v: %+v, %v", r, got, ok)
+		}
+	}
+	if _, ok := RecordFromProto(&fuseboxv1.BreakerRecord{Dependency: "x", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}); ok {
+		t.Error("a half-open record was accepted from the wire")
+	}
+}
+
+func TestRowRoundTripThroughTheWire(t *testing.T) {
+	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true,
+		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6}}
+	b, err := proto.Marshal(RowToProto(r))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m fuseboxv1.NodeWindow
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if got := RowFromProto(&m); got != r {
+		t.Errorf("round trip: %+v, want %+v", got, r)
+	}
+}
+
+func TestSnapshotAndDecision(t *testing.T) {
+	s := &sharedstate.Snapshot{Dependency: "d", State: sharedstate.Closed, LocalState: sharedstate.HalfOpen, ProbePermit: true,
+		Generation: 2, Override: sharedstate.ForcedOpen, OverrideReason: "ops", Mode: sharedstate.ModeShadow,
+		SlowCallDuration: time.Second, Since: time.Unix(5, 0),
+		Retry: sharedstate.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: time.Second, Jitter: sharedstate.JitterEqual, BudgetRatio: 0.1}}
+	m := SnapshotToProto(s)
+	if !m.GetNodeLocalOpen() || !m.GetProbePermit() || m.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN ||
+		m.GetMode() != fuseboxv1.Mode_MODE_SHADOW || m.GetRetry().GetJitter() != fuseboxv1.Jitter_JITTER_EQUAL ||
+		m.GetSince().AsTime().Unix() != 5 || m.GetSlowCallDuration().AsDuration() != time.Second {
+		t.Errorf("snapshot: %v", m)
+	}
+	d := DecisionToProto(sharedstate.Decision{Verdict: sharedstate.Reject, Reason: sharedstate.ReasonBudgetExhausted}, nil)
+	if d.GetVerdict() != fuseboxv1.Verdict_VERDICT_REJECT || d.GetReason() != fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED || d.Snapshot != nil {
+		t.Errorf("decision: %v", d)
+	}
+	for in, want := range map[fuseboxv1.Outcome]sharedstate.Outcome{
+		fuseboxv1.Outcome_OUTCOME_TIMEOUT: sharedstate.SlowFailure, fuseboxv1.Outcome_OUTCOME_SLOW_SUCCESS: sharedstate.Slow,
+		fuseboxv1.Outcome_OUTCOME_REJECTED: sharedstate.Rejected,
+	} {
+		if got, ok := Outcome(in); !ok || got != want {
+			t.Errorf("Outcome(%v) = %v, %v", in, got, ok)
+		}
+	}
+	if _, ok := Outcome(fuseboxv1.Outcome_OUTCOME_UNSPECIFIED); ok {
+		t.Error("unspecified outcome accepted")
+	}
+}

@@ -1,0 +1,74 @@
+package convert
+
+import (
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// BreakerState maps an engine state to the protocol enum.
+func BreakerState(s sharedstate.BreakerState) fuseboxv1.BreakerState {
+	switch s {
+	case sharedstate.Closed:
+		return fuseboxv1.BreakerState_BREAKER_STATE_CLOSED
+	case sharedstate.Open:
+		return fuseboxv1.BreakerState_BREAKER_STATE_OPEN
+	case sharedstate.HalfOpen:
+		return fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN
+	}
+	return fuseboxv1.BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+// OverrideState maps an engine override state to the protocol enum.
+func OverrideState(s sharedstate.OverrideState) fuseboxv1.OverrideState {
+	switch s {
+	case sharedstate.ForcedOpen:
+		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
+	case sharedstate.ForcedClosed:
+		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED
+	}
+	return fuseboxv1.OverrideState_OVERRIDE_STATE_NONE
+}
+
+// RecordToProto converts a breaker record for the wire.
+func RecordToProto(r sharedstate.BreakerRecord) *fuseboxv1.BreakerRecord {
+	m := &fuseboxv1.BreakerRecord{
+		Dependency: r.Dependency,
+		Generation: r.Generation,
+		State:      BreakerState(r.State),
+		OpenCount:  r.OpenCount,
+		Origin:     r.Origin,
+		Reason:     r.Reason,
+		Zone:       r.Zone,
+	}
+	if !r.Since.IsZero() {
+		m.SinceUnixNano = r.Since.UnixNano()
+	}
+	return m
+}
+
+// RecordFromProto converts a received record. ok is false when the state is
+// not closed or open (the caller drops it); the engine validates the rest.
+func RecordFromProto(m *fuseboxv1.BreakerRecord) (r sharedstate.BreakerRecord, ok bool) {
+	r = sharedstate.BreakerRecord{
+		Dependency: m.GetDependency(),
+		Generation: m.GetGeneration(),
+		OpenCount:  m.GetOpenCount(),
+		Origin:     m.GetOrigin(),
+		Reason:     m.GetReason(),
+		Zone:       m.GetZone(),
+	}
+	if ns := m.GetSinceUnixNano(); ns != 0 {
+		r.Since = time.Unix(0, ns).UTC()
+	}
+	switch m.GetState() {
+	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
+		r.State = sharedstate.Closed
+	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
+		r.State = sharedstate.Open
+	default:
+		return r, false
+	}
+	return r, true
+}
