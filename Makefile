@@ -35,6 +35,12 @@ build: ## build the four binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
 
+.PHONY: run
+run: ## build and run the demo fleet (flags: make run ARGS='--duration 70s --headless')
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/fusebox-demo ./cmd/fusebox-demo
+	$(BIN)/fusebox-demo $(ARGS)
+
 test: ## run every test with -race (fuzz seed corpora included)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 

@@ -4,14 +4,38 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+)
+
+// Default addresses (DESIGN.md "Names").
+const (
+	DefaultGRPCAddr        = "127.0.0.1:7960"
+	DefaultHTTPAddr        = "127.0.0.1:7070"
+	DefaultGossipAddr      = "127.0.0.1:7947"
+	DefaultEmbeddedEtcdURL = "http://127.0.0.1:2379"
+	DefaultDataDir         = "/var/lib/fusebox/coordinator"
+	DefaultEtcdPrefix      = "/fusebox/"
 )
 
 // Config configures one coordinator. Build it with DefaultConfig and check it
-// with Validate, which has no side effects.
+// with Validate, which has no side effects. Every address may use port 0
+// (the kernel picks one; the Coordinator's accessors report it).
 type Config struct {
+	// Name is the observer's node name in the gossip cluster (optional,
+	// default "coordinator-<hostname>"). Two coordinators in one cluster need
+	// different names.
+	Name string
 	// DataDir holds the embedded etcd's data when Etcd is empty (optional,
-	// default /var/lib/fusebox/coordinator).
+	// default /var/lib/fusebox/coordinator; the data goes in DataDir/etcd).
 	DataDir string
+	// EmbeddedEtcdURL is the client URL the embedded etcd listens on and
+	// agents connect to (optional, default http://127.0.0.1:2379; used only
+	// when Etcd is empty).
+	EmbeddedEtcdURL string
 	// Etcd lists external etcd endpoints (optional: empty starts an embedded
 	// etcd in DataDir and prints its client URL for the agents).
 	Etcd []string
@@ -23,67 +47,133 @@ type Config struct {
 	EtcdPrefix string
 	// GRPCAddr serves the Admin API (optional, default 127.0.0.1:7960).
 	GRPCAddr string
-	// HTTPAddr serves the dashboard, JSON API, SSE and /metrics (optional,
-	// default 127.0.0.1:7070).
+	// HTTPAddr serves the JSON API, SSE, /metrics, /healthz and the page at /
+	// (optional, default 127.0.0.1:7070).
 	HTTPAddr string
 	// GossipAddr is the fleet observer's memberlist bind address (optional,
-	// default 127.0.0.1:7947).
+	// default 127.0.0.1:7947). It must be reachable by the agents.
 	GossipAddr string
-	// Join lists agents' gossip addresses to join, host:port (optional).
+	// GossipAdvertiseAddr is the address agents reach the observer at
+	// (optional, default: derived from GossipAddr).
+	GossipAdvertiseAddr string
+	// Join lists agents' gossip addresses to join, host:port (optional,
+	// default: the gossip addresses of the agents registered in etcd).
 	Join []string
-	// TokensFile holds "ROLE TOKEN" lines, ROLE viewer or admin (optional:
-	// without it the coordinator serves loopback only and says so).
+	// KeyringFile holds the gossip encryption keys, the agents' format
+	// (optional, default no encryption; must match the agents').
+	KeyringFile string
+	// TokensFile holds "ROLE TOKEN [NAME]" lines, ROLE viewer or admin
+	// (optional: without it the coordinator serves loopback only, every
+	// loopback caller is an admin, and it says so in its log).
 	TokensFile string
 	// TLSCert and TLSKey serve the Admin API and HTTP over TLS (optional).
 	TLSCert, TLSKey string
-	// TLSClientCA requires client certificates signed by this CA (optional, mTLS).
+	// TLSClientCA requires client certificates signed by this CA on both the
+	// Admin API and HTTP (optional, mTLS). Bearer tokens are still checked
+	// when there is a tokens file.
 	TLSClientCA string
+	// MaxDependencies caps how many dependencies the fleet view tracks
+	// (optional, default 10000); more are dropped and counted.
+	MaxDependencies int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
+	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
+	LogLevel string
+	// ShutdownTimeout bounds the graceful part of Close (optional, default 5s).
+	ShutdownTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
-		DataDir:    "/var/lib/fusebox/coordinator",
-		EtcdPrefix: "/fusebox/",
-		GRPCAddr:   "127.0.0.1:7960",
-		HTTPAddr:   "127.0.0.1:7070",
-		GossipAddr: "127.0.0.1:7947",
-		LogFormat:  "text",
+		DataDir:         DefaultDataDir,
+		EmbeddedEtcdURL: DefaultEmbeddedEtcdURL,
+		EtcdPrefix:      DefaultEtcdPrefix,
+		GRPCAddr:        DefaultGRPCAddr,
+		HTTPAddr:        DefaultHTTPAddr,
+		GossipAddr:      DefaultGossipAddr,
+		MaxDependencies: 10000,
+		LogFormat:       "text",
+		LogLevel:        "info",
+		ShutdownTimeout: 5 * time.Second,
 	}
 }
 
-// Validate reports every problem of the configuration at once.
+// Validate reports every problem of the configuration at once, each naming
+// the flag and the offending value. It changes nothing and reads no file.
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("coordinator config: %s: "+format, append([]any{field}, args...)...))
 	}
-	if len(c.Etcd) == 0 && c.DataDir == "" {
-		bad("data-dir", "must be set when --etcd is not (the embedded etcd keeps its data there)")
+	if len(c.Etcd) == 0 {
+		if c.DataDir == "" {
+			bad("data-dir", "must be set when --etcd is not (the embedded etcd keeps its data there)")
+		}
+		if u, err := url.Parse(c.EmbeddedEtcdURL); err != nil || u.Scheme != "http" || u.Port() == "" {
+			bad("embedded-etcd-url", "must be http://IP:PORT, got %q", c.EmbeddedEtcdURL)
+		}
 	}
-	for field, v := range map[string]string{"grpc-addr": c.GRPCAddr, "http-addr": c.HTTPAddr, "gossip-addr": c.GossipAddr} {
+	for _, e := range c.Etcd {
+		if u, err := url.Parse(e); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+			bad("etcd", "must be http(s)://host:port, got %q", e)
+		}
+	}
+	checkAddr := func(field, v string, optional bool) {
+		if v == "" && optional {
+			return
+		}
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			bad(field, "must be host:port, got %q", v)
 		}
 	}
+	checkAddr("grpc-addr", c.GRPCAddr, false)
+	checkAddr("http-addr", c.HTTPAddr, false)
+	checkAddr("gossip-addr", c.GossipAddr, false)
+	checkAddr("gossip-advertise-addr", c.GossipAdvertiseAddr, true)
 	for _, j := range c.Join {
-		if _, _, err := net.SplitHostPort(j); err != nil {
-			bad("join", "must be host:port, got %q", j)
+		checkAddr("join", j, false)
+	}
+	if c.TokensFile == "" {
+		// No tokens: nobody is authenticated, so nobody off this host may
+		// reach the APIs.
+		for _, f := range [][2]string{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
+			if _, _, err := net.SplitHostPort(f[1]); err == nil && !auth.IsLoopbackHost(f[1]) {
+				bad(f[0], "%q is not a loopback address: without --tokens-file the coordinator serves loopback only", f[1])
+			}
 		}
 	}
 	if (c.TLSCert == "") != (c.TLSKey == "") {
-		bad("tls-cert", "tls-cert and tls-key go together")
+		bad("tls-cert", "tls-cert and tls-key go together, got cert %q key %q", c.TLSCert, c.TLSKey)
 	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		bad("tls-client-ca", "needs tls-cert and tls-key")
 	}
 	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		bad("etcd-cert", "etcd-cert and etcd-key go together")
+		bad("etcd-cert", "etcd-cert and etcd-key go together, got cert %q key %q", c.EtcdCert, c.EtcdKey)
+	}
+	if c.EtcdPassword != "" && c.EtcdUsername == "" {
+		bad("etcd-password", "needs etcd-user")
+	}
+	if len(c.Etcd) == 0 && (c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdUsername != "" || c.EtcdPassword != "") {
+		bad("etcd", "etcd-ca, etcd-cert and etcd-user need --etcd (the embedded etcd uses none of them)")
+	}
+	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
+		bad("etcd-prefix", "must start and end with '/', got %q", c.EtcdPrefix)
+	}
+	if c.MaxDependencies <= 0 {
+		bad("max-dependencies", "must be > 0, got %d", c.MaxDependencies)
 	}
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("log-level", `must be debug, info, warn or error, got %q`, c.LogLevel)
+	}
+	if c.ShutdownTimeout < 0 {
+		bad("shutdown-timeout", "must not be negative, got %v", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
 }

@@ -1,19 +1,61 @@
-// Package coordinator is Fusebox's control plane (fusebox-coordinator): the
-// Admin gRPC API behind fuseboxctl (policies, overrides, audit, members,
-// fleet snapshot), a fleet observer that joins the gossip with role
-// "observer", and the HTTP side: /api/v1/fleet (JSON), /api/v1/events (SSE),
-// /metrics, /healthz and the dashboard at /. It is stateless: everything
-// durable is in etcd, so several coordinators can run side by side.
+// Package coordinator is Fusebox's control plane (fusebox-coordinator).
 //
-// Usage:
+// A Coordinator serves:
+//
+//   - the Admin gRPC API (protocol/fuseboxv1 Admin service) behind fuseboxctl:
+//     policies get/list/put with an expected revision/delete/validate,
+//     overrides force-open/force-closed/clear with a TTL and a reason, the
+//     audit log, members and the fleet snapshot;
+//   - a fleet observer: a gossip member with role "observer" (never counted,
+//     never a prober, decode-only) that keeps every node's latest window
+//     rows, the merged breaker records, the membership and five minutes of
+//     history per dependency, all in bounded memory;
+//   - HTTP: /api/v1/fleet (the fleet snapshot as JSON), /api/v1/history,
+//     /api/v1/events (server-sent events of transitions, overrides and
+//     policy changes), /api/v1/audit, /api/v1/overrides (GET; POST and
+//     DELETE /api/v1/overrides/{dependency} to force and clear),
+//     /api/v1/policies (the effective policies), /api/v1/whoami, /metrics
+//     (its own registry, fusebox_coordinator_*), /healthz, and the fleet
+//     dashboard at / (package internal/dashboard: embedded, works offline,
+//     live through /api/v1/events). The JSON writes call the Admin API's
+//     own handlers: same validation, store and audit as fuseboxctl.
+//
+// It is stateless: policies, overrides, the audit log and member
+// registrations live in etcd (package sharedstate/store), so two
+// coordinators side by side give the same answers. Without Config.Etcd it
+// starts an embedded etcd in DataDir and logs the client URL for the agents.
+//
+// Access: with a tokens file ("ROLE TOKEN [NAME]" per line, ROLE viewer or
+// admin) every Admin call and /api/v1/* request needs "Authorization:
+// Bearer TOKEN"; writes need admin. A browser's EventSource cannot send
+// that header, so GET /api/v1/events alone also takes ?access_token=TOKEN,
+// which then counts as a viewer whatever the token's role. Browser writes
+// must be same-origin (http.CrossOriginProtection) and POST bodies JSON.
+// Without a tokens file the coordinator refuses non-loopback listen
+// addresses, every loopback caller is an admin (named "loopback" in the
+// audit), and /api/v1/* answer only requests whose Host is a loopback name
+// (no DNS rebinding from a web page). TLS and mTLS are optional. The audit
+// actor of a write is the request's actor field plus the token's identity,
+// e.g. "alice@laptop (ops-admin)".
+//
+// Errors become gRPC status codes in one place (toStatus): invalid policy →
+// InvalidArgument with every violation as a BadRequest field violation (and
+// one per line in the message); revision conflict → Aborted; not found →
+// NotFound; missing/unknown token → Unauthenticated; viewer writing →
+// PermissionDenied; invalid data already in etcd → FailedPrecondition;
+// etcd unreachable → Unavailable.
+//
+// Usage, in a program or a test (every address may use port 0):
 //
 //	cfg := coordinator.DefaultConfig()
-//	cfg.DataDir = "/var/lib/fusebox/coordinator" // embedded etcd when cfg.Etcd is empty
-//	if err := cfg.Validate(); err != nil {
-//		log.Fatal(err)
-//	}
-//	err := coordinator.Run(ctx, cfg)
+//	cfg.DataDir = dir // embedded etcd in dir/etcd
+//	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+//	cfg.EmbeddedEtcdURL = "http://127.0.0.1:0"
+//	c, err := coordinator.New(cfg)
+//	if err != nil { … }
+//	if err := c.Start(ctx); err != nil { … }
+//	defer c.Close()
+//	fmt.Println(c.GRPCAddr(), c.HTTPAddr(), c.GossipAddr(), c.EtcdEndpoints())
 //
-// Status: this build has the configuration; the servers arrive with the
-// control-plane issue, and Run says so.
+// or simply coordinator.Run(ctx, cfg), which returns when ctx is done.
 package coordinator

@@ -1,11 +1,17 @@
 // Command fusebox-coordinator is Fusebox's control plane. It parses its flags
 // into a coordinator.Config and calls coordinator.Run.
+//
+// Without --etcd it starts an embedded etcd in --data-dir and logs the client
+// URL to give the agents (--etcd on each agent). Without --tokens-file it
+// serves loopback addresses only, and every loopback caller is an admin.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -15,9 +21,9 @@ import (
 )
 
 func main() {
-	cfg, err := parseFlags(os.Args[1:])
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
 	if err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		fmt.Fprintln(os.Stderr, "fusebox-coordinator:", err)
@@ -31,24 +37,29 @@ func main() {
 	}
 }
 
-func parseFlags(args []string) (coordinator.Config, error) {
+func parseFlags(args []string, usage io.Writer) (coordinator.Config, error) {
 	cfg := coordinator.DefaultConfig()
 	fs := flag.NewFlagSet("fusebox-coordinator", flag.ContinueOnError)
+	fs.SetOutput(usage)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: fusebox-coordinator [flags]
 
-Fusebox's control plane: the Admin API behind fuseboxctl, the fleet observer,
-the dashboard, the JSON/SSE API and /metrics. Without --etcd it starts an
-embedded etcd in --data-dir.
+Fusebox's control plane: the Admin API behind fuseboxctl, the fleet observer
+(a gossip member with role "observer"), /api/v1/fleet, /api/v1/events (SSE),
+/metrics and /healthz. Everything durable is in etcd, so several coordinators
+can run side by side.
 
-Status: this build parses and validates its configuration only; the servers
-arrive with the control-plane issue.
+Without --etcd it starts an embedded etcd in --data-dir and logs the client
+URL for the agents. Without --tokens-file it refuses non-loopback listen
+addresses and every loopback caller is an admin.
 
 Flags:
 `)
 		fs.PrintDefaults()
 	}
+	fs.StringVar(&cfg.Name, "name", cfg.Name, `the observer's gossip node name (default "coordinator-<hostname>")`)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd (used when --etcd is empty)")
+	fs.StringVar(&cfg.EmbeddedEtcdURL, "embedded-etcd-url", cfg.EmbeddedEtcdURL, "client URL the embedded etcd listens on (agents use it as --etcd)")
 	etcd := fs.String("etcd", "", "comma-separated endpoints of an external etcd (default: start an embedded one)")
 	fs.StringVar(&cfg.EtcdCA, "etcd-ca", "", "CA bundle to verify etcd's TLS certificate")
 	fs.StringVar(&cfg.EtcdCert, "etcd-cert", "", "client certificate for etcd TLS")
@@ -57,16 +68,24 @@ Flags:
 	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "etcd password")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of Fusebox's data in etcd")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "address of the Admin gRPC API")
-	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of the dashboard, /api/v1/*, /metrics and /healthz")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of /api/v1/*, /metrics and /healthz")
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "memberlist bind address of the fleet observer, host:port")
-	join := fs.String("join", "", "comma-separated gossip addresses of agents to join")
-	fs.StringVar(&cfg.TokensFile, "tokens-file", "", `file of "ROLE TOKEN" lines (ROLE viewer or admin); without it only loopback is served`)
+	fs.StringVar(&cfg.GossipAdvertiseAddr, "gossip-advertise-addr", "", "address agents reach the observer at (default: from --gossip-addr)")
+	join := fs.String("join", "", "comma-separated gossip addresses of agents to join (default: the agents registered in etcd)")
+	fs.StringVar(&cfg.KeyringFile, "keyring-file", "", "gossip keyring, the agents' format (must match theirs)")
+	fs.StringVar(&cfg.TokensFile, "tokens-file", "", `file of "ROLE TOKEN [NAME]" lines (ROLE viewer or admin); without it only loopback is served`)
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate of the Admin API and HTTP")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key of the Admin API and HTTP")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS)")
+	fs.IntVar(&cfg.MaxDependencies, "max-dependencies", cfg.MaxDependencies, "most dependencies the fleet view tracks")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
+	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn or error")
+	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful stop may take")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
 	cfg.Etcd = splitList(*etcd)
 	cfg.Join = splitList(*join)

@@ -1,68 +1,111 @@
 // Command fusebox-demo runs a whole demo fleet in one process: an embedded
 // etcd, a coordinator, three agents, a demo dependency that cycles through
 // healthy → failing → slow → recovering, and traffic from three services.
+// `make run` builds and starts it; the logic lives in package
+// cmd/fusebox-demo/internal/demo.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
-	"time"
+	"os/signal"
+	"syscall"
+
+	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 )
 
-// config is what the demo's flags set.
-type config struct {
-	duration      time.Duration
-	phaseDuration time.Duration
-	headless      bool
-	dataDir       string
-	httpAddr      string
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func main() {
-	cfg, err := parseFlags(os.Args[1:])
+// run parses the flags and runs the demo until SIGINT/SIGTERM or
+// --duration; it returns the exit code (0 ok, 1 failure, 2 usage).
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stdout, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			os.Exit(0)
+			return 0
 		}
-		fmt.Fprintln(os.Stderr, "fusebox-demo:", err)
-		os.Exit(2)
+		fmt.Fprintln(stderr, "fusebox-demo:", err)
+		return 2
 	}
-	_ = cfg
-	fmt.Fprintln(os.Stderr, "fusebox-demo: the demo fleet is not built yet: it arrives with the demo issue")
-	os.Exit(1)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		// After the first signal, a second one kills the process at once.
+		<-ctx.Done()
+		stop()
+	}()
+	defer stop()
+	if err := demo.Run(ctx, cfg); err != nil {
+		fmt.Fprintln(stderr, "fusebox-demo:", err)
+		return 1
+	}
+	return 0
 }
 
-func parseFlags(args []string) (config, error) {
-	cfg := config{phaseDuration: 15 * time.Second, httpAddr: "127.0.0.1:7070"}
+func parseFlags(args []string, stdout, stderr io.Writer) (demo.Config, error) {
+	cfg := demo.DefaultConfig()
+	cfg.Out = stdout
+	logLevel := "warn"
 	fs := flag.NewFlagSet("fusebox-demo", flag.ContinueOnError)
+	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: fusebox-demo [flags]
 
-Runs a demo fleet in one process (embedded etcd, coordinator, 3 agents, a
-demo dependency cycling healthy → failing → slow → recovering, 3 services
-calling it through clientlib) and prints the dashboard URL.
-
-Status: not built yet; it arrives with the demo issue.
+Runs a demo fleet in one process: an embedded etcd with a demo policy, a
+coordinator (dashboard, JSON and Admin API), 3 agents gossiping on loopback
+in 3 zones, and 3 services calling two dependencies through clientlib.
+shipping-api cycles healthy -> failing -> slow -> recovering; catalog-api
+stays healthy (force it open from the dashboard with the printed token).
+Every breaker transition is logged; Ctrl-C (or --duration) stops the demo
+and prints a summary.
 
 Flags:
 `)
 		fs.PrintDefaults()
 	}
-	fs.DurationVar(&cfg.duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
-	fs.DurationVar(&cfg.phaseDuration, "phase-duration", cfg.phaseDuration, "length of each phase of the dependency's cycle")
-	fs.BoolVar(&cfg.headless, "headless", false, "do not print the dashboard URL banner; log transitions only")
-	fs.StringVar(&cfg.dataDir, "data-dir", "", "data directory of the embedded etcd (default: a temporary directory)")
-	fs.StringVar(&cfg.httpAddr, "http-addr", cfg.httpAddr, "address of the coordinator's dashboard")
+	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
+	fs.DurationVar(&cfg.PhaseDuration, "phase-duration", cfg.PhaseDuration, "length of each of the 4 phases of shipping-api's cycle")
+	fs.BoolVar(&cfg.Headless, "headless", false, "no banner: print the addresses on one line, then phases, transitions and the summary")
+	fs.StringVar(&cfg.DataDir, "data-dir", "", "directory for etcd's data and the agents' caches (default: a temporary directory, removed at exit)")
+	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "coordinator HTTP address: dashboard, /api/v1, /metrics (port 0: any free port)")
+	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "coordinator Admin API address, for fuseboxctl (port 0: any free port)")
+	fs.StringVar(&cfg.AdminToken, "token", "", "admin bearer token of the coordinator (default: a random one, printed)")
+	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "shipping-api calls per second of each service")
+	fs.StringVar(&logLevel, "log-level", logLevel, "level of the coordinator's and agents' logs on stderr: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}
-	if cfg.phaseDuration <= 0 {
-		return cfg, fmt.Errorf("--phase-duration must be > 0, got %s", cfg.phaseDuration)
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %v", fs.Args())
 	}
-	if cfg.duration < 0 {
-		return cfg, fmt.Errorf("--duration must be >= 0, got %s", cfg.duration)
+	// Config takes zero values as "the default": on the command line a
+	// zero is a mistake, not a request for the default.
+	var errs []error
+	if cfg.Rate <= 0 {
+		errs = append(errs, fmt.Errorf("--rate must be > 0, got %d", cfg.Rate))
 	}
+	if cfg.PhaseDuration <= 0 {
+		errs = append(errs, fmt.Errorf("--phase-duration must be > 0, got %v", cfg.PhaseDuration))
+	}
+	if cfg.HTTPAddr == "" || cfg.GRPCAddr == "" {
+		errs = append(errs, errors.New("--http-addr and --grpc-addr must not be empty"))
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(logLevel)); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level: %w", err))
+	}
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return cfg, errors.Join(errs...)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
 	return cfg, nil
 }

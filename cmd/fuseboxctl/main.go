@@ -1,10 +1,7 @@
-// Command fuseboxctl is the Fusebox admin CLI: it talks to a coordinator's
-// Admin API to show the fleet, set policies and force breakers open.
 package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -12,10 +9,14 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	cmd := newRootCommand()
-	if err := cmd.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "fuseboxctl:", err)
-		os.Exit(exitCode(err))
-	}
+	code := run(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run executes one command line and returns the exit code.
+func run(ctx context.Context, args []string) int {
+	cmd := newRootCommand(os.Stdin, os.Stdout, os.Stderr)
+	cmd.SetArgs(args)
+	return report(os.Stderr, cmd.ExecuteContext(ctx))
 }

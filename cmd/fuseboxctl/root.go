@@ -1,78 +1,103 @@
 package main
 
 import (
-	"errors"
+	"io"
 	"os"
+	"os/user"
+	"time"
 
 	"github.com/spf13/cobra"
 )
 
-// globalOptions are the flags every command shares.
+// defaultCoordinator is the Admin API address used without --coordinator
+// and $FUSEBOX_COORDINATOR.
+const defaultCoordinator = "127.0.0.1:7960"
+
+// globalOptions are the flags every command shares, and the process's
+// streams (so tests and main share one code path).
 type globalOptions struct {
-	coordinator string
-	tokenFile   string
-	output      string
+	coordinator   string
+	tokenFile     string
+	output        string
+	actor         string
+	timeout       time.Duration
+	tlsCA         string
+	tlsCert       string
+	tlsKey        string
+	tlsServerName string
+
+	stdin          io.Reader
+	stdout, stderr io.Writer
 }
 
-// errNotBuilt is returned by commands whose server side is not built yet.
-var errNotBuilt = errors.New("this command needs the coordinator's Admin API, which arrives with the control-plane issue")
-
-func newRootCommand() *cobra.Command {
-	opts := &globalOptions{}
+func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	opts := &globalOptions{stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd := &cobra.Command{
 		Use:   "fuseboxctl",
 		Short: "Administer a Fusebox fleet through a coordinator",
 		Long: `fuseboxctl shows the fleet's breakers, sets policies and forces breakers
 open or closed through a coordinator's Admin API.
 
-Status: the command set is in place; every command that needs the Admin API
-fails with exit code 1 until the control-plane issue lands.`,
+Exit codes: 0 ok, 1 other error (usage errors included), 2 invalid policy
+(every violation on stderr), 3 revision conflict, 4 coordinator unreachable,
+5 credentials refused.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return checkFormat(opts.output)
+		},
 	}
+	cmd.SetIn(stdin)
+	cmd.SetOut(stdout)
+	cmd.SetErr(stderr)
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+
 	def := os.Getenv("FUSEBOX_COORDINATOR")
 	if def == "" {
-		def = "127.0.0.1:7960"
+		def = defaultCoordinator
 	}
-	cmd.PersistentFlags().StringVar(&opts.coordinator, "coordinator", def, "coordinator Admin API address (env FUSEBOX_COORDINATOR)")
-	cmd.PersistentFlags().StringVar(&opts.tokenFile, "token-file", "", "file holding the bearer token (or env FUSEBOX_TOKEN)")
-	cmd.PersistentFlags().StringVarP(&opts.output, "output", "o", "table", "output format: table, json or yaml")
-	for _, c := range []struct{ use, short string }{
-		{"status", "Show the fleet: breakers, overrides, members"},
-		{"deps", "List dependencies with state and rates"},
-		{"dep", "Show one dependency (dep show NAME)"},
-		{"policy", "Get, set, edit, lint or remove policies"},
-		{"force-open NAME", "Force a breaker open (--ttl, --reason)"},
-		{"force-closed NAME", "Force a breaker closed (--ttl, --reason)"},
-		{"clear NAME", "Clear an override"},
-		{"members", "List the fleet's members"},
-		{"audit", "Show the audit trail"},
-		{"watch", "Stream transitions and overrides"},
-	} {
-		cmd.AddCommand(&cobra.Command{
-			Use:   c.use,
-			Short: c.short + " (not built yet)",
-			RunE: func(*cobra.Command, []string) error {
-				if opts.output != "table" && opts.output != "json" && opts.output != "yaml" {
-					return usageError{errors.New(`-o must be table, json or yaml, got "` + opts.output + `"`)}
-				}
-				return errNotBuilt
-			},
-		})
-	}
+	pf := cmd.PersistentFlags()
+	pf.StringVar(&opts.coordinator, "coordinator", def, "coordinator Admin API address, host:port (env FUSEBOX_COORDINATOR)")
+	pf.StringVar(&opts.tokenFile, "token-file", "", "file holding the bearer token (default: env FUSEBOX_TOKEN)")
+	pf.StringVarP(&opts.output, "output", "o", formatTable, "output format: table, json or yaml")
+	pf.StringVar(&opts.actor, "actor", defaultActor(), "who you are, recorded in the audit beside the token's identity")
+	pf.DurationVar(&opts.timeout, "timeout", 10*time.Second, "deadline of each call to the coordinator")
+	pf.StringVar(&opts.tlsCA, "tls-ca", "", "CA bundle to verify the coordinator's certificate (turns TLS on)")
+	pf.StringVar(&opts.tlsCert, "tls-cert", "", "client certificate for mTLS")
+	pf.StringVar(&opts.tlsKey, "tls-key", "", "client key for mTLS")
+	pf.StringVar(&opts.tlsServerName, "tls-server-name", "", "server name to verify (turns TLS on; default: the host of --coordinator)")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
+		[]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+
+	cmd.AddCommand(
+		newStatusCommand(opts),
+		newDepsCommand(opts),
+		newDepCommand(opts),
+		newPolicyCommand(opts),
+		newForceOpenCommand(opts),
+		newForceClosedCommand(opts),
+		newClearCommand(opts),
+		newMembersCommand(opts),
+		newAuditCommand(opts),
+		newWatchCommand(opts),
+	)
 	return cmd
 }
 
-// usageError marks errors in how the command was called (exit code 2).
-type usageError struct{ error }
-
-func (u usageError) Unwrap() error { return u.error }
-
-// exitCode maps an error to the exit codes documented in the README.
-func exitCode(err error) int {
-	var u usageError
-	if errors.As(err, &u) {
-		return 2
+// defaultActor is "$USER@hostname", or what of it is known.
+func defaultActor() string {
+	name := os.Getenv("USER")
+	if name == "" {
+		if u, err := user.Current(); err == nil {
+			name = u.Username
+		}
 	}
-	return 1
+	host, _ := os.Hostname()
+	switch {
+	case name != "" && host != "":
+		return name + "@" + host
+	case name != "":
+		return name
+	}
+	return host
 }

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+// adminClient is a connection to one coordinator's Admin API.
+type adminClient struct {
+	addr  string
+	conn  *grpc.ClientConn
+	admin fuseboxv1.AdminClient
+	opts  *globalOptions
+}
+
+// dial connects to the coordinator of o. The connection is lazy: an
+// unreachable coordinator shows up as the first call's error (exit 4).
+func (o *globalOptions) dial() (*adminClient, error) {
+	token, err := o.token()
+	if err != nil {
+		return nil, err
+	}
+	// The coordinator sends fleet snapshots of up to 64 MiB.
+	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
+	tlsOn := o.tlsCA != "" || o.tlsCert != "" || o.tlsServerName != ""
+	if tlsOn {
+		tc, err := o.tlsConfig()
+		if err != nil {
+			return nil, err
+		}
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	} else {
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	}
+	if token != "" {
+		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsOn}))
+	}
+	target := o.coordinator
+	if !strings.Contains(target, "://") {
+		target = "passthrough:///" + target
+	}
+	conn, err := grpc.NewClient(target, dialOpts...)
+	if err != nil {
+		return nil, &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s: %v", o.coordinator, err)}, err: err}
+	}
+	return &adminClient{addr: o.coordinator, conn: conn, admin: fuseboxv1.NewAdminClient(conn), opts: o}, nil
+}
+
+// call runs one RPC bounded by --timeout and maps its error to an exit code.
+func (c *adminClient) call(ctx context.Context, fn func(ctx context.Context, admin fuseboxv1.AdminClient) error) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
+	defer cancel()
+	err := fn(ctx, c.admin)
+	if err == nil {
+		return nil
+	}
+	return rpcError(err, c.addr, c.conn.GetState() == connectivity.Ready)
+}
+
+func (c *adminClient) Close() error { return c.conn.Close() }
+
+// token reads --token-file, else $FUSEBOX_TOKEN; empty means none (a
+// coordinator without a tokens file serves loopback callers without one).
+func (o *globalOptions) token() (string, error) {
+	if o.tokenFile != "" {
+		b, err := os.ReadFile(o.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		t := strings.TrimSpace(string(b))
+		if t == "" {
+			return "", fmt.Errorf("--token-file %s is empty", o.tokenFile)
+		}
+		return t, nil
+	}
+	return strings.TrimSpace(os.Getenv("FUSEBOX_TOKEN")), nil
+}
+
+func (o *globalOptions) tlsConfig() (*tls.Config, error) {
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: o.tlsServerName}
+	if o.tlsCA != "" {
+		pem, err := os.ReadFile(o.tlsCA)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--tls-ca %s: no PEM certificates", o.tlsCA)
+		}
+		tc.RootCAs = pool
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return nil, usageError{errors.New("--tls-cert and --tls-key go together")}
+	}
+	if o.tlsCert != "" {
+		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	return tc, nil
+}
+
+// bearer sends the token on every call.
+type bearer struct {
+	token  string
+	secure bool
+}
+
+func (b bearer) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + b.token}, nil
+}
+
+// RequireTransportSecurity is false so tokens work over plaintext loopback;
+// use TLS (--tls-ca) for anything else.
+func (b bearer) RequireTransportSecurity() bool { return b.secure }

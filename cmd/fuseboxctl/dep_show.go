@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+type depShowOptions struct {
+	*globalOptions
+}
+
+func newDepShowCommand(g *globalOptions) *cobra.Command {
+	o := &depShowOptions{globalOptions: g}
+	return &cobra.Command{
+		Use:               "show NAME",
+		Short:             "Show a dependency's breaker, fleet counts, zones and every node",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeDependencies(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+	}
+}
+
+func (o *depShowOptions) run(ctx context.Context, name string) error {
+	c, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var snap *fuseboxv1.FleetSnapshot
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: name})
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(snap.GetDependencies()) == 0 {
+		return &cliError{code: exitError, lines: []string{fmt.Sprintf("dependency %q: not known to the coordinator", name)}}
+	}
+	d := snap.GetDependencies()[0]
+	doc := dependencyOf(d, true)
+	if o.output != formatTable {
+		return printData(o.stdout, o.output, doc)
+	}
+	w := o.stdout
+	state := doc.State
+	if doc.Generation > 0 {
+		state += fmt.Sprintf(" (generation %d", doc.Generation)
+		if doc.OpenCount > 0 {
+			state += fmt.Sprintf(", opened %d time(s) in a row", doc.OpenCount)
+		}
+		if doc.Since != nil {
+			state += ", since " + tsString(d.GetSince())
+		}
+		state += ")"
+	}
+	fmt.Fprintf(w, "Dependency:   %s\n", doc.Dependency)
+	fmt.Fprintf(w, "State:        %s\n", state)
+	if doc.Reason != "" {
+		fmt.Fprintf(w, "Reason:       %s\n", doc.Reason)
+	}
+	override := "none"
+	if doc.Override != "" {
+		override = doc.Override
+		if doc.OverrideReason != "" {
+			override += fmt.Sprintf(" (%s)", doc.OverrideReason)
+		}
+	}
+	fmt.Fprintf(w, "Override:     %s\n", override)
+	fmt.Fprintf(w, "Mode:         %s\n", dash(doc.Mode))
+	f := doc.Fleet
+	fmt.Fprintf(w, "Fleet:        %d requests (%d first attempts, %d retries), %s failures, %s slow, %d rejected\n",
+		f.Successes+f.Failures, f.FirstAttempts, f.Retries, pct(doc.FailureRate), pct(doc.SlowRate), f.Rejected)
+	fmt.Fprintf(w, "Retry budget: %s used\n", pct(doc.BudgetUsed))
+	fmt.Fprintf(w, "Probers:      %s\n", dash(strings.Join(doc.Probers, ", ")))
+	fmt.Fprintf(w, "Node-local:   %s\n", dash(strings.Join(doc.NodeLocalOpen, ", ")))
+
+	if len(doc.Zones) > 0 {
+		fmt.Fprintln(w)
+		t := newTable(w, "ZONE", "REQUESTS", "FAILURES", "SLOW", "RETRIES", "REJECTED")
+		for _, z := range doc.Zones {
+			c := z.Counts
+			t.row(z.Zone, fmt.Sprint(c.Successes+c.Failures), fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls),
+				fmt.Sprint(c.Retries), fmt.Sprint(c.Rejected))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w)
+	if len(doc.Nodes) == 0 {
+		fmt.Fprintln(w, "No node reports traffic.")
+		return nil
+	}
+	t := newTable(w, "NODE", "ZONE", "REQUESTS", "FIRST", "RETRIES", "FAILURES", "SLOW", "REJECTED", "LOCAL-OPEN", "PROBER")
+	for _, n := range doc.Nodes {
+		c := n.Counts
+		t.row(n.Node, n.Zone, fmt.Sprint(c.Successes+c.Failures), fmt.Sprint(c.FirstAttempts), fmt.Sprint(c.Retries),
+			fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls), fmt.Sprint(c.Rejected), yesNo(n.NodeLocalOpen), yesNo(n.Prober))
+	}
+	return t.flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// completeDependencies completes dependency names from the coordinator's
+// fleet view (best effort: nothing when it cannot be reached).
+func completeDependencies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, err := g.dial()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		defer c.Close()
+		var snap *fuseboxv1.FleetSnapshot
+		if err := c.call(cmd.Context(), func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+			snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
+			return err
+		}); err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var names []string
+		for _, d := range snap.GetDependencies() {
+			names = append(names, d.GetDependency())
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
+}

@@ -1,0 +1,129 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Exit codes a script can rely on (see doc.go).
+const (
+	exitOK          = 0
+	exitError       = 1 // anything not below, usage errors included
+	exitInvalid     = 2 // the policy (or name) was refused as invalid; every violation on stderr
+	exitConflict    = 3 // the expected revision did not match (someone else wrote first)
+	exitUnreachable = 4 // the coordinator could not be reached (the message names the address)
+	exitAuth        = 5 // the coordinator refused the credentials (missing/unknown token or role too low)
+)
+
+// cliError is an error with its exit code and the lines to print on stderr.
+type cliError struct {
+	code  int
+	lines []string // printed one per line after "fuseboxctl: "
+	err   error
+}
+
+func (e *cliError) Error() string { return strings.Join(e.lines, "; ") }
+func (e *cliError) Unwrap() error { return e.err }
+
+// violation is one problem of a policy, from the coordinator or from the
+// offline linter.
+type violation struct {
+	Field   string `json:"field"`
+	Value   string `json:"value,omitempty"`
+	Message string `json:"message"`
+}
+
+func (v violation) String() string {
+	if v.Field == "" {
+		return v.Message
+	}
+	if v.Value != "" {
+		return fmt.Sprintf("%s: %s (got %s)", v.Field, v.Message, v.Value)
+	}
+	return v.Field + ": " + v.Message
+}
+
+// invalidError builds the exit-2 error of a refused policy.
+func invalidError(what string, vs []violation, cause error) *cliError {
+	lines := []string{fmt.Sprintf("%s: %d violation(s)", what, len(vs))}
+	for _, v := range vs {
+		lines = append(lines, "  "+v.String())
+	}
+	return &cliError{code: exitInvalid, lines: lines, err: cause}
+}
+
+// rpcError turns an error of an Admin call into a cliError. reachable tells
+// whether the connection to the coordinator was up: an Unavailable from a
+// coordinator that answered (its etcd is down) is not "unreachable".
+func rpcError(err error, addr string, reachable bool) error {
+	var ce *cliError
+	if errors.As(err, &ce) {
+		return err
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return &cliError{code: exitError, lines: []string{err.Error()}, err: err}
+	}
+	switch st.Code() {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return &cliError{code: exitAuth, lines: []string{fmt.Sprintf("coordinator %s refused the request: %s", addr, st.Message())}, err: err}
+	case codes.InvalidArgument:
+		vs := violationsOf(st)
+		if len(vs) == 0 {
+			return &cliError{code: exitInvalid, lines: []string{"invalid: " + st.Message()}, err: err}
+		}
+		return invalidError("invalid policy", vs, err)
+	case codes.Aborted:
+		return &cliError{code: exitConflict, lines: []string{"conflict: " + st.Message()}, err: err}
+	case codes.Unavailable, codes.DeadlineExceeded:
+		if !reachable {
+			return &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s unreachable: %s", addr, st.Message())}, err: err}
+		}
+	case codes.NotFound:
+		return &cliError{code: exitError, lines: []string{st.Message()}, err: err}
+	}
+	return &cliError{code: exitError, lines: []string{fmt.Sprintf("%s: %s", st.Code(), st.Message())}, err: err}
+}
+
+// violationsOf reads the BadRequest field violations of a status.
+func violationsOf(st *status.Status) []violation {
+	var vs []violation
+	for _, d := range st.Details() {
+		br, ok := d.(*errdetails.BadRequest)
+		if !ok {
+			continue
+		}
+		for _, fv := range br.GetFieldViolations() {
+			vs = append(vs, violation{Field: fv.GetField(), Message: fv.GetDescription()})
+		}
+	}
+	return vs
+}
+
+// usageError marks errors in how the command was called. They exit with 1,
+// like every error without a code of its own: 2 means "invalid policy".
+type usageError struct{ error }
+
+func (u usageError) Unwrap() error { return u.error }
+
+// report prints err on stderr and returns the process exit code.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ce *cliError
+	if errors.As(err, &ce) {
+		for _, l := range ce.lines {
+			fmt.Fprintln(stderr, "fuseboxctl:", l)
+		}
+		return ce.code
+	}
+	fmt.Fprintln(stderr, "fuseboxctl:", err)
+	return exitError
+}

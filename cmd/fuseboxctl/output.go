@@ -1,0 +1,275 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	"sigs.k8s.io/yaml"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+// Output formats of -o.
+const (
+	formatTable = "table"
+	formatJSON  = "json"
+	formatYAML  = "yaml"
+)
+
+func checkFormat(f string) error {
+	switch f {
+	case formatTable, formatJSON, formatYAML:
+		return nil
+	}
+	return usageError{fmt.Errorf("-o must be table, json or yaml, got %q", f)}
+}
+
+// printData writes v as JSON or YAML (the same document: YAML is converted
+// from the JSON, so field names match).
+func printData(w io.Writer, format string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if format == formatYAML {
+		y, err := yaml.JSONToYAML(b)
+		if err != nil {
+			return err
+		}
+		_, err = w.Write(y)
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// table writes aligned columns.
+type table struct {
+	tw *tabwriter.Writer
+}
+
+func newTable(w io.Writer, header ...string) *table {
+	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	if len(header) > 0 {
+		t.row(header...)
+	}
+	return t
+}
+
+func (t *table) row(cells ...string) {
+	for i, c := range cells {
+		if c == "" {
+			cells[i] = "-"
+		}
+	}
+	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+}
+
+func (t *table) flush() error { return t.tw.Flush() }
+
+// ---- names of the wire enums, as the CLI prints them ----
+
+func stateName(s fuseboxv1.BreakerState) string {
+	switch s {
+	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
+		return "closed"
+	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
+		return "open"
+	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
+		return "half-open"
+	}
+	return "unknown"
+}
+
+func overrideName(s fuseboxv1.OverrideState) string {
+	switch s {
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
+		return "forced-open"
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
+		return "forced-closed"
+	}
+	return ""
+}
+
+func modeName(m fuseboxv1.Mode) string {
+	switch m {
+	case fuseboxv1.Mode_MODE_SHADOW:
+		return "shadow"
+	case fuseboxv1.Mode_MODE_ENFORCE:
+		return "enforce"
+	}
+	return ""
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+
+func tsString(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return ""
+	}
+	return ts.AsTime().UTC().Format(time.RFC3339)
+}
+
+func tsPtr(ts *timestamppb.Timestamp) *time.Time {
+	if ts == nil {
+		return nil
+	}
+	t := ts.AsTime().UTC()
+	return &t
+}
+
+// ---- JSON/YAML documents (field names are part of the CLI's contract) ----
+
+type countsDoc struct {
+	FirstAttempts uint64 `json:"firstAttempts"`
+	Retries       uint64 `json:"retries"`
+	Successes     uint64 `json:"successes"`
+	Failures      uint64 `json:"failures"`
+	SlowCalls     uint64 `json:"slowCalls"`
+	Rejected      uint64 `json:"rejected"`
+}
+
+func countsOf(c *fuseboxv1.Counts) countsDoc {
+	return countsDoc{
+		FirstAttempts: c.GetFirstAttempts(), Retries: c.GetRetries(), Successes: c.GetSuccesses(),
+		Failures: c.GetFailures(), SlowCalls: c.GetSlowCalls(), Rejected: c.GetRejected(),
+	}
+}
+
+func requests(c *fuseboxv1.Counts) uint64 { return c.GetSuccesses() + c.GetFailures() }
+
+type nodeDoc struct {
+	Node          string    `json:"node"`
+	Zone          string    `json:"zone"`
+	Counts        countsDoc `json:"counts"`
+	NodeLocalOpen bool      `json:"nodeLocalOpen"`
+	Prober        bool      `json:"prober"`
+}
+
+type zoneDoc struct {
+	Zone   string    `json:"zone"`
+	Counts countsDoc `json:"counts"`
+}
+
+type dependencyDoc struct {
+	Dependency     string     `json:"dependency"`
+	State          string     `json:"state"`
+	Generation     uint64     `json:"generation"`
+	Since          *time.Time `json:"since,omitempty"`
+	OpenCount      uint32     `json:"openCount"`
+	Reason         string     `json:"reason,omitempty"`
+	Override       string     `json:"override,omitempty"`
+	OverrideReason string     `json:"overrideReason,omitempty"`
+	Mode           string     `json:"mode,omitempty"`
+	Fleet          countsDoc  `json:"fleet"`
+	FailureRate    float64    `json:"failureRate"`
+	SlowRate       float64    `json:"slowRate"`
+	BudgetUsed     float64    `json:"budgetUsed"`
+	Probers        []string   `json:"probers"`
+	NodeLocalOpen  []string   `json:"nodeLocalOpen"`
+	Zones          []zoneDoc  `json:"zones,omitempty"`
+	Nodes          []nodeDoc  `json:"nodes,omitempty"`
+}
+
+func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
+	doc := dependencyDoc{
+		Dependency: d.GetDependency(), State: stateName(d.GetState()), Generation: d.GetGeneration(),
+		Since: tsPtr(d.GetSince()), OpenCount: d.GetOpenCount(), Reason: d.GetReason(),
+		Override: overrideName(d.GetOverride()), OverrideReason: d.GetOverrideReason(), Mode: modeName(d.GetMode()),
+		Fleet: countsOf(d.GetFleet()), FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(),
+		BudgetUsed: d.GetBudgetUsed(), Probers: nonNil(d.GetProbers()), NodeLocalOpen: nonNil(d.GetNodeLocalOpen()),
+	}
+	if detail {
+		doc.Zones = []zoneDoc{}
+		for _, z := range d.GetZones() {
+			doc.Zones = append(doc.Zones, zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())})
+		}
+		doc.Nodes = []nodeDoc{}
+		for _, n := range d.GetNodes() {
+			doc.Nodes = append(doc.Nodes, nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
+				NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber()})
+		}
+	}
+	return doc
+}
+
+type memberDoc struct {
+	Node       string `json:"node"`
+	Role       string `json:"role"`
+	Zone       string `json:"zone"`
+	Version    string `json:"version"`
+	GossipAddr string `json:"gossipAddr"`
+	APIAddr    string `json:"apiAddr"`
+	Status     string `json:"status"`
+}
+
+func memberOf(m *fuseboxv1.Member) memberDoc {
+	return memberDoc{Node: m.GetNode(), Role: m.GetRole(), Zone: m.GetZone(), Version: m.GetVersion(),
+		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus()}
+}
+
+type overrideDoc struct {
+	Dependency  string     `json:"dependency"`
+	State       string     `json:"state"`
+	Reason      string     `json:"reason"`
+	Actor       string     `json:"actor"`
+	Created     *time.Time `json:"created,omitempty"`
+	Expires     *time.Time `json:"expires,omitempty"`
+	ModRevision int64      `json:"modRevision"`
+}
+
+func overrideOf(o *fuseboxv1.OverrideEntry) overrideDoc {
+	return overrideDoc{Dependency: o.GetDependency(), State: overrideName(o.GetState()), Reason: o.GetReason(),
+		Actor: o.GetActor(), Created: tsPtr(o.GetCreated()), Expires: tsPtr(o.GetExpires()), ModRevision: o.GetModRevision()}
+}
+
+// policyDoc is a policy entry with the policy as a JSON object, not bytes.
+type policyDoc struct {
+	Dependency  string          `json:"dependency"`
+	ModRevision int64           `json:"modRevision"`
+	Policy      json.RawMessage `json:"policy"`
+}
+
+func policyOf(p *fuseboxv1.PolicyEntry) policyDoc {
+	return policyDoc{Dependency: p.GetDependency(), ModRevision: p.GetModRevision(), Policy: rawJSON(p.GetPolicyJson())}
+}
+
+type auditDoc struct {
+	Revision   int64           `json:"revision"`
+	At         *time.Time      `json:"at,omitempty"`
+	Actor      string          `json:"actor"`
+	Action     string          `json:"action"`
+	Dependency string          `json:"dependency"`
+	Before     json.RawMessage `json:"before"`
+	After      json.RawMessage `json:"after"`
+}
+
+func auditOf(a *fuseboxv1.AuditEntry) auditDoc {
+	return auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
+		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter())}
+}
+
+// rawJSON returns b when it is JSON, else b as a JSON string, and null for
+// nothing.
+func rawJSON(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return json.RawMessage("null")
+	}
+	if json.Valid(b) {
+		return json.RawMessage(b)
+	}
+	s, _ := json.Marshal(string(b))
+	return s
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+type policyEditOptions struct {
+	*globalOptions
+}
+
+func newPolicyEditCommand(g *globalOptions) *cobra.Command {
+	o := &policyEditOptions{globalOptions: g}
+	return &cobra.Command{
+		Use:   "edit NAME",
+		Short: "Edit a policy in $EDITOR and write it back if nobody changed it meanwhile",
+		Long: `edit reads the policy of NAME (a skeleton when there is none), opens it in
+$EDITOR (else $VISUAL, else vi) and writes the result back with a
+compare-and-swap on the revision it read: if someone else changed the policy
+in between, nothing is written and it exits with 3. An invalid result exits
+with 2 and lists every violation. Either way your edit is kept in a file
+whose path is printed.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completePolicies(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+	}
+}
+
+func (o *policyEditOptions) run(ctx context.Context, name string) error {
+	c, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var (
+		entry   *fuseboxv1.PolicyEntry
+		missing bool
+	)
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		entry, err = a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
+		if status.Code(err) == codes.NotFound {
+			missing, err = true, nil
+		}
+		return err
+	}); err != nil {
+		return err
+	}
+	var (
+		original []byte
+		revision int64
+	)
+	if missing {
+		original = []byte(fmt.Sprintf("{\n  \"schema\": 1,\n  \"dependency\": %q\n}\n", name))
+	} else {
+		original, revision = indentJSON(entry.GetPolicyJson()), entry.GetModRevision()
+	}
+
+	dir, err := os.MkdirTemp("", "fuseboxctl-edit-")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, safeFileName(name)+".json")
+	if err := os.WriteFile(path, original, 0o600); err != nil {
+		return err
+	}
+	keep := false
+	defer func() {
+		if keep {
+			fmt.Fprintf(o.stderr, "fuseboxctl: your edit is kept in %s\n", path)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
+	}()
+	if err := o.runEditor(ctx, path); err != nil {
+		keep = true
+		return err
+	}
+	edited, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(bytes.TrimSpace(edited), bytes.TrimSpace(original)) {
+		fmt.Fprintf(o.stdout, "policy %s unchanged\n", name)
+		return nil
+	}
+	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: edited, Actor: o.actor, ExpectedRevision: &revision}
+	var e *fuseboxv1.PolicyEntry
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		e, err = a.PutPolicy(ctx, req)
+		return err
+	}); err != nil {
+		keep = true
+		return err
+	}
+	if o.output != formatTable {
+		return printData(o.stdout, o.output, policyOf(e))
+	}
+	fmt.Fprintf(o.stdout, "policy %s written at revision %d\n", e.GetDependency(), e.GetModRevision())
+	return nil
+}
+
+// runEditor opens path in $EDITOR (which may carry arguments, e.g.
+// "code --wait"), $VISUAL or vi, on the terminal.
+func (o *policyEditOptions) runEditor(ctx context.Context, path string) error {
+	editor := os.Getenv("EDITOR")
+	if editor == "" {
+		editor = os.Getenv("VISUAL")
+	}
+	if editor == "" {
+		editor = "vi"
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", editor+` "$1"`, "fuseboxctl-editor", path)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("editor %q: %w", editor, err)
+	}
+	return nil
+}
+
+// safeFileName maps a dependency name ([A-Za-z0-9._:/-]) to a file name.
+func safeFileName(name string) string {
+	return strings.NewReplacer("/", "_", ":", "_").Replace(name)
+}

@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+)
+
+type statusOptions struct {
+	*globalOptions
+}
+
+func newStatusCommand(g *globalOptions) *cobra.Command {
+	o := &statusOptions{globalOptions: g}
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Show the fleet at a glance: members, breakers, overrides",
+		Long: `status summarises the fleet: the members the coordinator's observer sees,
+how many breakers are closed, open and half-open, the overrides in force, and
+every dependency that is not simply closed.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+	}
+}
+
+type statusDoc struct {
+	Coordinator  string          `json:"coordinator"`
+	At           *time.Time      `json:"at,omitempty"`
+	Members      []memberDoc     `json:"members"`
+	Dependencies []dependencyDoc `json:"dependencies"`
+	Overrides    []overrideDoc   `json:"overrides"`
+}
+
+func (o *statusOptions) run(ctx context.Context) error {
+	c, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var (
+		snap *fuseboxv1.FleetSnapshot
+		ovs  *fuseboxv1.ListOverridesResponse
+	)
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		ovs, err = a.ListOverrides(ctx, &fuseboxv1.ListOverridesRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	doc := statusDoc{Coordinator: o.coordinator, At: tsPtr(snap.GetAt()), Members: []memberDoc{},
+		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}}
+	for _, m := range snap.GetMembers() {
+		doc.Members = append(doc.Members, memberOf(m))
+	}
+	for _, d := range snap.GetDependencies() {
+		doc.Dependencies = append(doc.Dependencies, dependencyOf(d, false))
+	}
+	for _, ov := range ovs.GetOverrides() {
+		doc.Overrides = append(doc.Overrides, overrideOf(ov))
+	}
+	if o.output != formatTable {
+		return printData(o.stdout, o.output, doc)
+	}
+
+	roles := map[string]int{}
+	statuses := map[string]int{}
+	var zones []string
+	for _, m := range doc.Members {
+		if m.Status == "alive" || m.Status == "suspect" {
+			roles[m.Role]++
+			if m.Role == "agent" && m.Zone != "" && !slices.Contains(zones, m.Zone) {
+				zones = append(zones, m.Zone)
+			}
+		}
+		statuses[m.Status]++
+	}
+	slices.Sort(zones)
+	states := map[string]int{}
+	var attention []dependencyDoc
+	for _, d := range doc.Dependencies {
+		states[d.State]++
+		if d.State != "closed" || d.Override != "" || len(d.NodeLocalOpen) > 0 {
+			attention = append(attention, d)
+		}
+	}
+	forced := map[string]int{}
+	for _, ov := range doc.Overrides {
+		forced[ov.State]++
+	}
+	w := o.stdout
+	fmt.Fprintf(w, "Coordinator:   %s\n", o.coordinator)
+	zoneText := ""
+	if len(zones) > 0 {
+		zoneText = " in zones " + strings.Join(zones, ", ")
+	}
+	fmt.Fprintf(w, "Members:       %d agent(s) alive%s, %d observer(s); %d suspect, %d dead, %d left\n",
+		roles["agent"], zoneText, roles["observer"], statuses["suspect"], statuses["dead"], statuses["left"])
+	fmt.Fprintf(w, "Dependencies:  %d: %d closed, %d open, %d half-open\n",
+		len(doc.Dependencies), states["closed"], states["open"], states["half-open"])
+	fmt.Fprintf(w, "Overrides:     %d forced-open, %d forced-closed\n", forced["forced-open"], forced["forced-closed"])
+	if len(attention) == 0 {
+		fmt.Fprintln(w, "\nEvery breaker is closed and none is overridden.")
+		return nil
+	}
+	fmt.Fprintln(w)
+	t := newTable(w, "DEPENDENCY", "STATE", "OVERRIDE", "GEN", "REQUESTS", "FAILURE", "SLOW", "NODE-LOCAL-OPEN", "REASON")
+	for _, d := range attention {
+		reason := d.Reason
+		if d.OverrideReason != "" {
+			reason = d.OverrideReason
+		}
+		t.row(d.Dependency, d.State, d.Override, fmt.Sprint(d.Generation), fmt.Sprint(d.Fleet.Successes+d.Fleet.Failures),
+			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
+	}
+	return t.flush()
+}

@@ -1,0 +1,335 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// Limits of Admin requests.
+const (
+	maxActorLen    = 100  // the request's actor; the token identity is added to it
+	maxAuditLimit  = 1000 // ListAudit's limit
+	maxOverrideTTL = 7 * 24 * time.Hour
+)
+
+// adminServer implements the Admin gRPC service. Handlers return plain
+// errors; the interceptor maps them with toStatus.
+type adminServer struct {
+	fuseboxv1.UnimplementedAdminServer
+	c *Coordinator
+}
+
+// writeOptions builds the audit actor of a write: the request's actor
+// field plus the identity of the credential, e.g.
+// "alice@laptop (admin:1f2e3d4c)", or the identity alone.
+func writeOptions(ctx context.Context, actor string, expected *int64) (store.WriteOptions, error) {
+	if len(actor) > maxActorLen {
+		return store.WriteOptions{}, fmt.Errorf("%w: actor is %d bytes, at most %d", ErrInvalidRequest, len(actor), maxActorLen)
+	}
+	id := identityFrom(ctx).Name
+	if id == "" {
+		id = "unknown"
+	}
+	w := store.WriteOptions{Actor: id}
+	if actor != "" {
+		w.Actor = actor + " (" + id + ")"
+	}
+	if expected != nil {
+		if *expected < 0 {
+			return store.WriteOptions{}, fmt.Errorf("%w: expected revision %d is negative", ErrInvalidRequest, *expected)
+		}
+		w.Expect = store.ExpectModRevision(*expected)
+	}
+	return w, nil
+}
+
+func policyEntry(e store.PolicyEntry) *fuseboxv1.PolicyEntry {
+	return &fuseboxv1.PolicyEntry{Dependency: e.Name, PolicyJson: e.Value, ModRevision: e.ModRevision}
+}
+
+func (a *adminServer) GetPolicy(ctx context.Context, req *fuseboxv1.GetPolicyRequest) (*fuseboxv1.PolicyEntry, error) {
+	e, err := a.c.store.GetPolicy(ctx, req.GetDependency())
+	if err != nil {
+		return nil, err
+	}
+	return policyEntry(e), nil
+}
+
+func (a *adminServer) ListPolicies(ctx context.Context, _ *fuseboxv1.ListPoliciesRequest) (*fuseboxv1.ListPoliciesResponse, error) {
+	entries, _, err := a.c.store.ListPolicies(ctx)
+	if err != nil {
+		var invalid *store.InvalidValueError
+		if !errors.As(err, &invalid) {
+			return nil, err
+		}
+		a.c.log.Warn("invalid policies in etcd skipped", "err", err)
+	}
+	resp := &fuseboxv1.ListPoliciesResponse{}
+	for _, e := range entries {
+		resp.Policies = append(resp.Policies, policyEntry(e))
+	}
+	return resp, nil
+}
+
+func (a *adminServer) PutPolicy(ctx context.Context, req *fuseboxv1.PutPolicyRequest) (*fuseboxv1.PolicyEntry, error) {
+	w, err := writeOptions(ctx, req.GetActor(), req.ExpectedRevision)
+	if err != nil {
+		return nil, err
+	}
+	e, err := a.c.store.PutPolicy(ctx, req.GetDependency(), req.GetPolicyJson(), w)
+	if err != nil {
+		return nil, err
+	}
+	a.c.log.Info("policy written", "dependency", e.Name, "revision", e.ModRevision, "actor", w.Actor)
+	return policyEntry(e), nil
+}
+
+func (a *adminServer) DeletePolicy(ctx context.Context, req *fuseboxv1.DeletePolicyRequest) (*fuseboxv1.DeletePolicyResponse, error) {
+	w, err := writeOptions(ctx, req.GetActor(), req.ExpectedRevision)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.c.store.DeletePolicy(ctx, req.GetDependency(), w); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return &fuseboxv1.DeletePolicyResponse{Deleted: false}, nil
+		}
+		return nil, err
+	}
+	a.c.log.Info("policy deleted", "dependency", req.GetDependency(), "actor", w.Actor)
+	return &fuseboxv1.DeletePolicyResponse{Deleted: true}, nil
+}
+
+func (a *adminServer) ValidatePolicy(_ context.Context, req *fuseboxv1.ValidatePolicyRequest) (*fuseboxv1.ValidatePolicyResponse, error) {
+	var deadline time.Duration
+	if d := req.GetDeadline(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return nil, fmt.Errorf("%w: deadline: %v", ErrInvalidRequest, err)
+		}
+		deadline = d.AsDuration()
+	}
+	vs, ws := CheckPolicy(req.GetPolicyJson(), a.c.cache.defaultPolicy(), deadline)
+	resp := &fuseboxv1.ValidatePolicyResponse{Warnings: ws}
+	for _, v := range vs {
+		resp.Violations = append(resp.Violations, &fuseboxv1.Violation{Field: v.Field, Value: v.Value, Message: v.Message})
+	}
+	return resp, nil
+}
+
+// CheckPolicy validates a policy document the way a write would (a
+// dependency's policy over def, the fleet default as a complete policy)
+// and lints it against deadline (when positive). It returns every
+// violation, and the linter's warnings when there is none.
+func CheckPolicy(data []byte, def sharedstate.Policy, deadline time.Duration) ([]sharedstate.Violation, []string) {
+	var verr *sharedstate.ValidationError
+	patch, err := sharedstate.ParsePolicyPatch(data)
+	if err != nil {
+		if errors.As(err, &verr) {
+			return verr.Violations, nil
+		}
+		return []sharedstate.Violation{{Message: err.Error()}}, nil
+	}
+	var p sharedstate.Policy
+	if patch.Dependency == sharedstate.DefaultPolicyName {
+		p, err = sharedstate.ParsePolicy(data)
+	} else {
+		p = sharedstate.MergePolicy(def, patch)
+		err = p.Validate()
+	}
+	if err != nil {
+		if errors.As(err, &verr) {
+			return verr.Violations, nil
+		}
+		return []sharedstate.Violation{{Message: err.Error()}}, nil
+	}
+	return nil, p.Lint(deadline)
+}
+
+func (a *adminServer) ForceOpen(ctx context.Context, req *fuseboxv1.SetOverrideRequest) (*fuseboxv1.OverrideEntry, error) {
+	return a.setOverride(ctx, req, sharedstate.ForcedOpen)
+}
+
+func (a *adminServer) ForceClosed(ctx context.Context, req *fuseboxv1.SetOverrideRequest) (*fuseboxv1.OverrideEntry, error) {
+	return a.setOverride(ctx, req, sharedstate.ForcedClosed)
+}
+
+func (a *adminServer) setOverride(ctx context.Context, req *fuseboxv1.SetOverrideRequest, state sharedstate.OverrideState) (*fuseboxv1.OverrideEntry, error) {
+	dep := req.GetDependency()
+	if err := sharedstate.ValidateDependencyName(dep); err != nil {
+		return nil, err
+	}
+	var ttl time.Duration
+	if d := req.GetTtl(); d != nil {
+		if err := d.CheckValid(); err != nil {
+			return nil, fmt.Errorf("%w: ttl: %v", ErrInvalidRequest, err)
+		}
+		ttl = d.AsDuration()
+	}
+	if ttl < 0 || ttl > maxOverrideTTL {
+		return nil, fmt.Errorf("%w: ttl %v: must be between 0 (no expiry) and %v", ErrInvalidRequest, ttl, maxOverrideTTL)
+	}
+	if len(req.GetReason()) > sharedstate.MaxReasonLen {
+		return nil, fmt.Errorf("%w: reason is %d bytes, at most %d", ErrInvalidRequest, len(req.GetReason()), sharedstate.MaxReasonLen)
+	}
+	w, err := writeOptions(ctx, req.GetActor(), nil)
+	if err != nil {
+		return nil, err
+	}
+	e, err := a.c.store.SetOverride(ctx, dep, store.OverrideSpec{State: state, Reason: req.GetReason(), TTL: ttl}, w)
+	if err != nil {
+		return nil, err
+	}
+	a.c.log.Info("override set", "dependency", dep, "state", state.String(), "ttl", ttl, "reason", req.GetReason(), "actor", w.Actor)
+	return overrideEntry(e), nil
+}
+
+func overrideEntry(e store.OverrideEntry) *fuseboxv1.OverrideEntry {
+	st := fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
+	if e.State == sharedstate.ForcedClosed {
+		st = fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED
+	}
+	o := &fuseboxv1.OverrideEntry{
+		Dependency: e.Dependency, State: st, Reason: e.Reason, Actor: e.Actor,
+		Created: timestamppb.New(e.Created), ModRevision: e.ModRevision,
+	}
+	if !e.Expires.IsZero() {
+		o.Expires = timestamppb.New(e.Expires)
+	}
+	return o
+}
+
+func (a *adminServer) ClearOverride(ctx context.Context, req *fuseboxv1.ClearOverrideRequest) (*fuseboxv1.ClearOverrideResponse, error) {
+	w, err := writeOptions(ctx, req.GetActor(), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.c.store.ClearOverride(ctx, req.GetDependency(), w); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return &fuseboxv1.ClearOverrideResponse{Cleared: false}, nil
+		}
+		return nil, err
+	}
+	a.c.log.Info("override cleared", "dependency", req.GetDependency(), "actor", w.Actor)
+	return &fuseboxv1.ClearOverrideResponse{Cleared: true}, nil
+}
+
+func (a *adminServer) ListOverrides(ctx context.Context, _ *fuseboxv1.ListOverridesRequest) (*fuseboxv1.ListOverridesResponse, error) {
+	entries, _, err := a.c.store.ListOverrides(ctx)
+	if err != nil {
+		var invalid *store.InvalidValueError
+		if !errors.As(err, &invalid) {
+			return nil, err
+		}
+		a.c.log.Warn("invalid overrides in etcd skipped", "err", err)
+	}
+	now := a.c.clock.Now()
+	resp := &fuseboxv1.ListOverridesResponse{}
+	for _, e := range entries {
+		if e.ActiveAt(now) { // an expired one whose lease etcd has not reaped yet is gone for agents
+			resp.Overrides = append(resp.Overrides, overrideEntry(e))
+		}
+	}
+	return resp, nil
+}
+
+func (a *adminServer) ListAudit(ctx context.Context, req *fuseboxv1.ListAuditRequest) (*fuseboxv1.ListAuditResponse, error) {
+	if dep := req.GetDependency(); dep != "" && dep != sharedstate.DefaultPolicyName {
+		if err := sharedstate.ValidateDependencyName(dep); err != nil {
+			return nil, err
+		}
+	}
+	limit := int(req.GetLimit())
+	if limit > maxAuditLimit {
+		limit = maxAuditLimit
+	}
+	entries, err := a.c.store.ListAudit(ctx, store.AuditQuery{Dependency: req.GetDependency(), Limit: limit})
+	if err != nil {
+		var invalid *store.InvalidValueError
+		if !errors.As(err, &invalid) {
+			return nil, err
+		}
+		a.c.log.Warn("invalid audit entries in etcd skipped", "err", err)
+	}
+	resp := &fuseboxv1.ListAuditResponse{}
+	for _, e := range entries {
+		resp.Entries = append(resp.Entries, &fuseboxv1.AuditEntry{
+			Revision: e.Revision, Actor: e.Actor, Action: e.Action, Dependency: e.Dependency,
+			Before: nullToNil(e.Before), After: nullToNil(e.After), At: timestamppb.New(e.At),
+		})
+	}
+	return resp, nil
+}
+
+func nullToNil(b []byte) []byte {
+	if string(b) == "null" {
+		return nil
+	}
+	return b
+}
+
+// ListMembers merges the gossip view (status alive, suspect, dead or left)
+// with the registrations in etcd: a registered node the observer does not
+// see in the gossip is listed with status "registered".
+func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersRequest) (*fuseboxv1.ListMembersResponse, error) {
+	members := a.c.view.Members()
+	regs, _, err := a.c.store.ListMembers(ctx)
+	if err != nil {
+		var invalid *store.InvalidValueError
+		if !errors.As(err, &invalid) {
+			return nil, err
+		}
+	}
+	seen := make(map[string]*fuseboxv1.Member, len(members))
+	for _, m := range members {
+		seen[m.Node] = m
+	}
+	for _, r := range regs {
+		if m, ok := seen[r.Node]; ok {
+			if m.ApiAddr == "" {
+				m.ApiAddr = r.APIAddr
+			}
+			if m.Zone == "" {
+				m.Zone = r.Zone
+			}
+			continue
+		}
+		members = append(members, &fuseboxv1.Member{Node: r.Node, Role: r.Role, Zone: r.Zone, Version: r.Version,
+			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered"})
+	}
+	sortMembers(members)
+	return &fuseboxv1.ListMembersResponse{Members: members}, nil
+}
+
+func (a *adminServer) GetFleet(_ context.Context, req *fuseboxv1.GetFleetRequest) (*fuseboxv1.FleetSnapshot, error) {
+	return a.c.fleetSnapshot(req.GetDependency())
+}
+
+// fleetSnapshot is GetFleet's answer, shared with /api/v1/fleet.
+func (c *Coordinator) fleetSnapshot(dep string) (*fuseboxv1.FleetSnapshot, error) {
+	if dep != "" {
+		if err := sharedstate.ValidateDependencyName(dep); err != nil {
+			return nil, err
+		}
+	}
+	snap := c.view.Snapshot(c.clock.Now(), c.cache, dep)
+	if dep != "" && len(snap.Dependencies) == 0 {
+		return nil, fmt.Errorf("%w: dependency %q: no policy, override or traffic", ErrNotFound, dep)
+	}
+	return snap, nil
+}
+
+func sortMembers(ms []*fuseboxv1.Member) {
+	slices.SortFunc(ms, func(a, b *fuseboxv1.Member) int { return strings.Compare(a.Node, b.Node) })
+}
+
+var _ fleet.Source = (*cache)(nil)

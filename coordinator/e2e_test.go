@@ -1,0 +1,171 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// startAgents starts n real agents on the coordinator's etcd; they find
+// each other, and the coordinator's observer finds them, through the
+// members/ registry. adjust, if any, change each agent's Config last.
+func startAgents(t *testing.T, c *Coordinator, n int, adjust ...func(*agent.Config)) []*agent.Agent {
+	t.Helper()
+	var out []*agent.Agent
+	for i := range n {
+		sock, err := os.MkdirTemp("", "fb") // unix socket paths are short
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(sock) })
+		cfg := agent.DefaultConfig()
+		cfg.Name = fmt.Sprintf("agent-%d", i)
+		cfg.Zone = []string{"zone-a", "zone-b"}[i%2]
+		cfg.DataDir = filepath.Join(t.TempDir(), "data")
+		cfg.GossipAddr = "127.0.0.1:0"
+		cfg.Socket = filepath.Join(sock, "agent.sock")
+		cfg.HTTPAddr = "127.0.0.1:0"
+		cfg.Etcd = c.EtcdEndpoints()
+		cfg.GossipInterval = 50 * time.Millisecond
+		cfg.PushPullInterval = time.Second
+		cfg.ProbeInterval = 200 * time.Millisecond
+		cfg.TickInterval = 50 * time.Millisecond
+		cfg.ShutdownTimeout = 3 * time.Second
+		cfg.MemberTTL = 2 * time.Second
+		for _, f := range adjust {
+			f(&cfg)
+		}
+		a, err := agent.New(cfg, agent.WithLogger(testLogger()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		if err := a.Start(ctxFor(t, 20*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// TestAgentsFollowTheCoordinator: an admin's force-open makes every agent
+// reject within a second; a viewer's is refused; a policy written around
+// the coordinator reaches the coordinator's view and every agent; the
+// observer lists the agents and is never counted by them.
+func TestAgentsFollowTheCoordinator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a coordinator and three agents")
+	}
+	cfg := testConfig(t)
+	cfg.TokensFile = writeTokens(t, testTokens)
+	c := startCoordinator(t, cfg)
+	agents := startAgents(t, c, 3)
+	ctx := ctxFor(t, 30*time.Second)
+	admin := adminClient(t, c.GRPCAddr(), adminToken)
+	viewer := adminClient(t, c.GRPCAddr(), viewerToken)
+
+	eventually(t, 15*time.Second, "the observer to see three agents, and the agents to count three agents", func() bool {
+		members, err := viewer.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
+		if err != nil {
+			return false
+		}
+		alive := 0
+		for _, m := range members.GetMembers() {
+			if m.GetRole() == "agent" && m.GetStatus() == "alive" {
+				alive++
+			}
+		}
+		if alive != 3 {
+			return false
+		}
+		for _, a := range agents {
+			// Every agent knows the observer as a member but does not count it.
+			if len(a.Gossip().Members()) != 4 || a.Gossip().NumAgents() != 3 {
+				return false
+			}
+		}
+		return true
+	})
+
+	dep := "payments"
+	for _, a := range agents {
+		if d := a.Engine().Decide(dep, sharedstate.FirstAttempt); !d.Allowed() {
+			t.Fatalf("%s rejects %s before any override: %v", a.Name(), dep, d)
+		}
+	}
+	if _, err := viewer.ForceOpen(ctx, &fuseboxv1.SetOverrideRequest{Dependency: dep}); err == nil {
+		t.Fatal("a viewer forced a breaker open")
+	}
+	if _, err := adminClient(t, c.GRPCAddr(), "").ForceOpen(ctx, &fuseboxv1.SetOverrideRequest{Dependency: dep}); err == nil {
+		t.Fatal("a caller without a token forced a breaker open")
+	}
+	if _, err := admin.ForceOpen(ctx, &fuseboxv1.SetOverrideRequest{Dependency: dep, Reason: "incident 42",
+		Ttl: durationpb.New(time.Minute), Actor: "oncall"}); err != nil {
+		t.Fatal(err)
+	}
+	set := time.Now()
+	deadline := set.Add(time.Second)
+	for _, a := range agents {
+		for {
+			d := a.Engine().Decide(dep, sharedstate.FirstAttempt)
+			if d.Verdict == sharedstate.Reject && d.Reason == sharedstate.ReasonForcedOpen {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still decides %v %v after the override was set", a.Name(), d, time.Since(set))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	t.Logf("every agent rejected within %v", time.Since(set))
+
+	// A policy written straight into etcd by another client.
+	cli, err := clientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	other, err := store.New(store.Config{Client: cli, Prefix: DefaultEtcdPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.PutPolicy(context.Background(), "ledger", []byte(`{"breaker":{"mode":"shadow"}}`),
+		store.WriteOptions{Actor: "gitops"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the coordinator and every agent to run ledger in shadow mode", func() bool {
+		snap, err := viewer.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "ledger"})
+		if err != nil || snap.GetDependencies()[0].GetMode() != fuseboxv1.Mode_MODE_SHADOW {
+			return false
+		}
+		for _, a := range agents {
+			if a.Engine().Policy("ledger").Breaker.Mode != sharedstate.ModeShadow {
+				return false
+			}
+		}
+		return true
+	})
+
+	// Clearing gives the decision back to the breaker.
+	if _, err := admin.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: dep, Actor: "oncall"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 2*time.Second, "every agent to allow again", func() bool {
+		for _, a := range agents {
+			if !a.Engine().Decide(dep, sharedstate.FirstAttempt).Allowed() {
+				return false
+			}
+		}
+		return true
+	})
+}

@@ -1,0 +1,348 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/dashboard"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// sseKeepAlive is the interval of comment lines on an idle event stream,
+// so proxies and clients see the connection alive.
+const sseKeepAlive = 15 * time.Second
+
+// newHTTPServer builds the HTTP side:
+//
+//	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
+//	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
+//	GET    /api/v1/events[?access_token=TOKEN]         server-sent events (transition, override, policy)
+//	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
+//	GET    /api/v1/overrides                           the overrides in force
+//	GET    /api/v1/policies                            the effective policies the fleet view uses
+//	GET    /api/v1/whoami                              the caller's identity and role
+//	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
+//	DELETE /api/v1/overrides/{dependency}              clear an override (admin)
+//	GET    /metrics                                    Prometheus, the coordinator's own registry
+//	GET    /healthz                                    "ok"
+//	GET    /, /ui/…                                    the fleet dashboard (package internal/dashboard)
+//
+// /api/v1/* authenticate like the Admin API (see authorized): reads need
+// a viewer token, writes an admin token, when there is a tokens file. The
+// writes go through the Admin API's own handlers (adminServer), so the
+// store, the validation and the audit are the same. /metrics, /healthz and
+// the dashboard's static files are open: the page holds no data, it reads
+// /api/v1/* with the token its user types.
+func (c *Coordinator) newHTTPServer() *http.Server {
+	mux := http.NewServeMux()
+	viewer := func(name string, h http.HandlerFunc) http.Handler {
+		return c.instrument(name, c.authorized(auth.RoleViewer, h))
+	}
+	admin := func(name string, h http.HandlerFunc) http.Handler {
+		return c.instrument(name, c.authorized(auth.RoleAdmin, h))
+	}
+	mux.Handle("GET /api/v1/fleet", viewer("fleet", c.handleFleet))
+	mux.Handle("GET /api/v1/history", viewer("history", c.handleHistory))
+	mux.Handle("GET /api/v1/events", viewer("events", c.handleEvents))
+	mux.Handle("GET /api/v1/audit", viewer("audit", c.handleAudit))
+	mux.Handle("GET /api/v1/overrides", viewer("overrides", c.handleListOverrides))
+	mux.Handle("GET /api/v1/policies", viewer("policies", c.handlePolicies))
+	mux.Handle("GET /api/v1/whoami", viewer("whoami", c.handleWhoami))
+	mux.Handle("POST /api/v1/overrides/{dependency...}", admin("override_set", c.handleSetOverride))
+	mux.Handle("DELETE /api/v1/overrides/{dependency...}", admin("override_clear", c.handleClearOverride))
+	mux.Handle("GET /metrics", c.instrument("metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{})))
+	mux.Handle("GET /healthz", c.instrument("healthz", http.HandlerFunc(c.handleHealthz)))
+	ui := dashboard.New()
+	mux.Handle("GET /{$}", c.instrument("dashboard", ui))
+	mux.Handle("GET "+dashboard.AssetPrefix, c.instrument("dashboard", ui))
+	return &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		// No WriteTimeout: /api/v1/events streams for as long as the client stays.
+	}
+}
+
+// statusRecorder remembers the status code for the metrics.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush lets the SSE handler flush through the recorder.
+func (s *statusRecorder) Flush() {
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		h.ServeHTTP(rec, r)
+		if rec.code == 0 {
+			rec.code = http.StatusOK
+		}
+		c.metrics.httpRequests.WithLabelValues(handler, strconv.Itoa(rec.code)).Inc()
+	})
+}
+
+// authorized authenticates a /api/v1 request like the Admin API's
+// interceptor and lets it through when the caller's role is at least need;
+// the handler finds the identity with identityFrom(r.Context()), which the
+// writes put into the audit.
+//
+//   - The token comes from "Authorization: Bearer TOKEN". GET
+//     /api/v1/events also takes it as ?access_token=TOKEN, because a
+//     browser's EventSource cannot send headers; a token given that way
+//     grants at most role viewer, so it can never authorize a write, and the
+//     dashboard serves itself with Referrer-Policy no-referrer so the URL
+//     does not travel further.
+//   - Writes (POST, DELETE) from a browser must be same-origin
+//     (http.CrossOriginProtection: Sec-Fetch-Site, Origin), and a POST
+//     must carry "Content-Type: application/json".
+//   - Without a tokens file every loopback caller is an admin; the Host
+//     header must then be a loopback name too, so that a web page a local
+//     user visits cannot reach the API through DNS rebinding.
+func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
+	csrf := http.NewCrossOriginProtection()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.authn.LoopbackOnly() && !isLoopbackHostHeader(r.Host) {
+			c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
+			httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and answers loopback host names only, not %q", auth.ErrPermissionDenied, r.Host))
+			return
+		}
+		if need > auth.RoleViewer {
+			if err := csrf.Check(r); err != nil {
+				c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
+				httpError(w, http.StatusForbidden, fmt.Sprintf("%v: cross-origin write refused (%v)", auth.ErrPermissionDenied, err))
+				return
+			}
+		}
+		var peer net.Addr
+		if ap, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
+			peer = ap
+		}
+		authz, fromQuery := r.Header.Get("Authorization"), false
+		if tok := r.URL.Query().Get("access_token"); authz == "" && tok != "" && r.Method == http.MethodGet && r.URL.Path == "/api/v1/events" {
+			authz, fromQuery = "Bearer "+tok, true
+		}
+		id, err := c.authn.Authenticate(authz, peer)
+		if err == nil && fromQuery && id.Role > auth.RoleViewer {
+			id.Role = auth.RoleViewer
+		}
+		if err == nil {
+			err = auth.Authorize(id, need)
+		}
+		if err != nil {
+			code, reason := http.StatusUnauthorized, "unauthenticated"
+			if errors.Is(err, auth.ErrPermissionDenied) {
+				code, reason = http.StatusForbidden, "permission_denied"
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="fusebox"`)
+			}
+			c.metrics.authFailures.WithLabelValues("http", reason).Inc()
+			httpError(w, code, err.Error())
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
+	})
+}
+
+// isLoopbackHostHeader reports whether a request's Host ("127.0.0.1:7070",
+// "[::1]:7070", "localhost:7070", with or without the port) names the
+// loopback interface.
+func isLoopbackHostHeader(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.Trim(host, "[]"), ".")
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// errorBody is the JSON body of every /api/v1 error: {"error": "...",
+// "code": "InvalidArgument"}, code being the gRPC code the Admin API
+// would have returned (absent for errors of the HTTP layer itself).
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code,omitempty"`
+}
+
+func httpError(w http.ResponseWriter, code int, msg string) {
+	writeJSON(w, code, errorBody{Error: msg})
+}
+
+// writeError answers err the way the Admin API would: toStatus maps it to
+// a gRPC status (the one place errors become codes), and httpCodes maps
+// the code to an HTTP status.
+func writeError(w http.ResponseWriter, err error) {
+	st := status.Convert(toStatus(err))
+	code, ok := httpCodes[st.Code()]
+	if !ok {
+		code = http.StatusInternalServerError
+	}
+	writeJSON(w, code, errorBody{Error: st.Message(), Code: st.Code().String()})
+}
+
+// httpCodes maps the gRPC codes toStatus returns to HTTP statuses.
+var httpCodes = map[codes.Code]int{
+	codes.InvalidArgument:    http.StatusBadRequest,
+	codes.NotFound:           http.StatusNotFound,
+	codes.Unauthenticated:    http.StatusUnauthorized,
+	codes.PermissionDenied:   http.StatusForbidden,
+	codes.Aborted:            http.StatusConflict,
+	codes.FailedPrecondition: http.StatusInternalServerError, // bad data already in etcd
+	codes.Unavailable:        http.StatusServiceUnavailable,
+	codes.DeadlineExceeded:   http.StatusGatewayTimeout,
+	codes.Canceled:           http.StatusServiceUnavailable,
+	codes.Internal:           http.StatusInternalServerError,
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+func (c *Coordinator) handleFleet(w http.ResponseWriter, r *http.Request) {
+	snap, err := c.fleetSnapshot(r.URL.Query().Get("dependency"))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	mo := protojson.MarshalOptions{EmitUnpopulated: true, Indent: "  "}
+	if r.URL.Query().Has("compact") { // the dashboard polls it: 1,000 dependencies are megabytes indented
+		mo.Indent = ""
+	}
+	b, err := mo.Marshal(snap)
+	if err != nil {
+		httpError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(b)
+}
+
+func (c *Coordinator) handleHistory(w http.ResponseWriter, r *http.Request) {
+	dep := r.URL.Query().Get("dependency")
+	if err := sharedstate.ValidateDependencyName(dep); err != nil {
+		httpError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	samples := c.view.History(dep)
+	if samples == nil {
+		samples = []fleet.Sample{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"dependency": dep, "samples": samples})
+}
+
+// handleEvents streams events as server-sent events:
+//
+//	id: 42
+//	event: transition
+//	data: {"id":42,"type":"transition","dependency":"shipping-api","state":"open",…}
+//
+// A client reconnecting with Last-Event-ID gets the events it missed while
+// the coordinator still keeps them (the last 512).
+func (c *Coordinator) handleEvents(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		httpError(w, http.StatusInternalServerError, "streaming unsupported")
+		return
+	}
+	var after uint64
+	if v := r.Header.Get("Last-Event-ID"); v != "" {
+		after, _ = strconv.ParseUint(v, 10, 64)
+	}
+	sub, ok := c.broker.Subscribe(after)
+	if !ok {
+		httpError(w, http.StatusServiceUnavailable, "coordinator shutting down")
+		return
+	}
+	defer sub.Close()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, ": fusebox events\n\n")
+	fl.Flush()
+	keep := time.NewTicker(sseKeepAlive)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keep.C:
+			fmt.Fprint(w, ": keep-alive\n\n")
+			fl.Flush()
+		case e, ok := <-sub.C:
+			if !ok {
+				return
+			}
+			b, err := json.Marshal(e)
+			if err != nil {
+				continue
+			}
+			fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.ID, e.Type, b)
+			fl.Flush()
+		}
+	}
+}
+
+func (c *Coordinator) handleHealthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	fmt.Fprintln(w, "ok")
+}
+
+// publish hands an event to the SSE subscribers and counts it.
+func (c *Coordinator) publish(e events.Event) {
+	e = c.broker.Publish(e)
+	c.metrics.events.WithLabelValues(e.Type).Inc()
+}
+
+// publishTransition publishes a breaker transition the fleet view derived.
+func (c *Coordinator) publishTransition(t fleet.Transition) {
+	c.publish(events.Event{
+		Type: events.TypeTransition, At: t.At.UTC(), Dependency: t.Dependency, Zone: t.Zone,
+		State: t.State.String(), Previous: t.Previous.String(), Generation: t.Generation,
+		Origin: t.Origin, Reason: t.Reason,
+	})
+}

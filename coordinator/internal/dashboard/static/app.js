@@ -1,0 +1,1223 @@
+// Fusebox fleet dashboard: plain JavaScript, no build step, no third-party
+// code, nothing fetched from anywhere but the coordinator that served it.
+//
+// Data flow (see doc.go):
+//   - GET /api/v1/fleet?compact=1 every 2 s (10 s while the tab is hidden),
+//     and soon after every event: counts, rates, nodes, zones, probers.
+//   - GET /api/v1/events (EventSource): transitions and overrides change the
+//     badges at once, without waiting for the next poll.
+//   - GET /api/v1/history?dependency=NAME seeds a row's sparkline when the row
+//     first scrolls into view (at most 3 requests in flight); each poll and
+//     each event then adds a point, client-side, and points older than 5
+//     minutes fall off.
+//   - GET /api/v1/policies: windows (requests/s) and thresholds.
+//   - The dependency page (#/dep/NAME) adds /api/v1/audit and /api/v1/overrides.
+//
+// Rendering: the model is updated as data arrives and marks rows dirty; one
+// requestAnimationFrame callback writes the DOM, touching only cells whose
+// text changed, moving rows only when the order changed, and redrawing only
+// the sparklines of rows near the viewport (IntersectionObserver).
+'use strict';
+(function () {
+  const HISTORY_MS = 5 * 60 * 1000;
+  const POLL_MS = 2000;
+  const HIDDEN_POLL_MS = 10000;
+  const SEED_CONCURRENCY = 3;
+  const TOKEN_KEY = 'fusebox.token';
+  const SVG_NS = 'http://www.w3.org/2000/svg';
+  // Sort order of the state column: trouble first.
+  const SEVERITY = { 'open': 0, 'forced-open': 1, 'half-open': 2, 'local-open': 3, 'shadow': 4, 'forced-closed': 5, 'closed': 6 };
+  const BAND_STATES = new Set(['open', 'half-open', 'forced-open', 'forced-closed']);
+
+  const $ = (id) => document.getElementById(id);
+
+  // ---- model ----
+
+  const model = {
+    deps: new Map(), // name → dep (see newDep)
+    members: [],
+    at: 0, // server time of the last snapshot (ms)
+    skew: 0, // server clock − browser clock (ms), from the snapshots
+    loaded: false, // a snapshot arrived
+    defaultPolicy: null,
+    policies: {},
+    who: null,
+  };
+
+  function newDep(name) {
+    return {
+      name: name,
+      lowerName: name.toLowerCase(),
+      v: null, // the last DependencyView (protojson)
+      breaker: 'closed', // closed, open, half-open
+      override: '', // '', forced-open, forced-closed
+      shadow: false,
+      shown: 'closed', // what the badge says
+      fr: 0, sr: 0, rps: 0, budget: 0,
+      failing: [], // [{node, failures}] nodes whose window has failures, most first
+      zones: [], // [{zone, nodes, requests, failures, fr, sr, rejected}]
+      probers: [],
+      localOpen: [],
+      eventAt: 0, // server time of the last event applied; a snapshot older than it does not undo it
+      t: [], y: [], s: [], // the sparkline: time (ms), failure rate, state
+      seeded: false, seeding: false,
+      row: null, cells: null, r: {}, // the table row, its cells, what they show
+      visible: false, stateDirty: true, rowDirty: true, sparkDirty: true,
+    };
+  }
+
+  const num = (x) => (x === undefined || x === null || x === '') ? 0 : Number(x);
+  const serverNow = () => Date.now() + model.skew;
+
+  function breakerName(s) {
+    switch (s) {
+      case 'BREAKER_STATE_OPEN': return 'open';
+      case 'BREAKER_STATE_HALF_OPEN': return 'half-open';
+      default: return 'closed';
+    }
+  }
+
+  function overrideName(s) {
+    switch (s) {
+      case 'OVERRIDE_STATE_FORCED_OPEN': return 'forced-open';
+      case 'OVERRIDE_STATE_FORCED_CLOSED': return 'forced-closed';
+      default: return '';
+    }
+  }
+
+  // An override beats everything; a shadow-mode breaker never rejects, so
+  // its badge says shadow (and the row adds what it would do).
+  const shownOf = (d) => d.override || (d.shadow ? 'shadow' : d.breaker);
+
+  function severity(d) {
+    if (d.shown === 'closed' && d.localOpen.length) return SEVERITY['local-open'];
+    return SEVERITY[d.shown];
+  }
+
+  // parseDuration reads a Go duration ("10s", "1m30s", "500ms") in ms.
+  function parseDuration(s) {
+    if (typeof s !== 'string') return NaN;
+    const units = { 'ns': 1e-6, 'us': 1e-3, 'µs': 1e-3, 'ms': 1, 's': 1000, 'm': 60000, 'h': 3600000 };
+    let total = 0;
+    let matched = '';
+    const re = /(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)/g;
+    let m;
+    while ((m = re.exec(s)) !== null) {
+      total += parseFloat(m[1]) * units[m[2]];
+      matched += m[0];
+    }
+    return matched === s.replace(/^[-+]/, '') && matched !== '' ? total : NaN;
+  }
+
+  function policyOf(name) {
+    // hasOwn: "__proto__" is a valid dependency name.
+    return (Object.prototype.hasOwnProperty.call(model.policies, name) && model.policies[name]) || model.defaultPolicy || null;
+  }
+
+  function windowSeconds(name) {
+    const p = policyOf(name);
+    const w = p && p.breaker ? parseDuration(p.breaker.window) : NaN;
+    return w > 0 ? w / 1000 : 10;
+  }
+
+  function threshold(name) {
+    const p = policyOf(name);
+    return p && p.breaker ? num(p.breaker.failureRateThreshold) : 0.5;
+  }
+
+  function applyView(d, v, at) {
+    const oldKey = sortValue(d);
+    d.v = v;
+    if (d.eventAt <= at) {
+      d.breaker = breakerName(v.state);
+      d.override = overrideName(v.override);
+    }
+    d.shadow = v.mode === 'MODE_SHADOW';
+    const f = v.fleet || {};
+    d.fr = num(v.failureRate);
+    d.sr = num(v.slowRate);
+    d.budget = num(v.budgetUsed);
+    d.rps = (num(f.successes) + num(f.failures)) / windowSeconds(d.name);
+    const nodes = v.nodes || [];
+    d.failing = nodes
+      .filter((n) => num(n.counts && n.counts.failures) > 0)
+      .map((n) => ({ node: n.node, failures: num(n.counts.failures) }))
+      .sort((a, b) => b.failures - a.failures || (a.node < b.node ? -1 : 1));
+    const perZone = new Map();
+    for (const n of nodes) {
+      const z = n.zone || '';
+      perZone.set(z, (perZone.get(z) || 0) + 1);
+    }
+    d.zones = (v.zones || []).map((z) => {
+      const c = z.counts || {};
+      const req = num(c.successes) + num(c.failures);
+      return {
+        zone: z.zone || '', nodes: perZone.get(z.zone || '') || 0, requests: req, failures: num(c.failures),
+        fr: req ? num(c.failures) / req : 0, sr: req ? num(c.slowCalls) / req : 0, rejected: num(c.rejected),
+      };
+    });
+    d.probers = v.probers || [];
+    d.localOpen = v.nodeLocalOpen || [];
+    d.shown = shownOf(d);
+    pushPoint(d, at, d.fr, d.shown);
+    d.stateDirty = true;
+    d.rowDirty = true;
+    d.sparkDirty = true;
+    if (sortValue(d) !== oldKey) orderDirty = true;
+  }
+
+  // ---- sparkline series ----
+
+  function pushPoint(d, t, y, s) {
+    const n = d.t.length;
+    if (n === 0 || t >= d.t[n - 1]) {
+      d.t.push(t); d.y.push(y); d.s.push(s);
+    } else {
+      let i = n - 1;
+      while (i > 0 && d.t[i - 1] > t) i--;
+      d.t.splice(i, 0, t); d.y.splice(i, 0, y); d.s.splice(i, 0, s);
+    }
+    const cut = serverNow() - HISTORY_MS - 10000;
+    let k = 0;
+    while (k < d.t.length - 1 && d.t[k] < cut) k++;
+    if (k > 0) {
+      d.t.splice(0, k); d.y.splice(0, k); d.s.splice(0, k);
+    }
+  }
+
+  // seedSeries puts the server's history (5 s samples) before the points
+  // this page collected itself.
+  function seedSeries(d, samples) {
+    const first = d.t.length ? d.t[0] : Infinity;
+    const t = [], y = [], s = [];
+    for (const x of samples) {
+      const at = Date.parse(x.at);
+      if (!(at < first)) break;
+      let st = x.override || x.state || 'closed';
+      if (!x.override && d.shadow) st = 'shadow';
+      t.push(at); y.push(num(x.failureRate)); s.push(st);
+    }
+    d.t = t.concat(d.t); d.y = y.concat(d.y); d.s = s.concat(d.s);
+  }
+
+  // ---- HTTP ----
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  const token = () => $('token').value.trim();
+
+  async function api(path, opts) {
+    opts = opts || {};
+    const headers = { 'Accept': 'application/json' };
+    if (opts.body !== undefined) headers['Content-Type'] = 'application/json';
+    const tok = token();
+    if (tok) headers['Authorization'] = 'Bearer ' + tok;
+    let resp;
+    try {
+      resp = await fetch(path, { method: opts.method || 'GET', headers: headers, body: opts.body, cache: 'no-store', credentials: 'omit' });
+    } catch (e) {
+      throw new ApiError(0, 'the coordinator is unreachable');
+    }
+    const text = await resp.text();
+    let body = null;
+    if (text) {
+      try { body = JSON.parse(text); } catch (e) { body = null; }
+    }
+    if (!resp.ok) {
+      const msg = (body && body.error) || (resp.status + ' ' + resp.statusText);
+      if (resp.status === 401) authProblem(msg);
+      throw new ApiError(resp.status, msg);
+    }
+    return body;
+  }
+
+  // Encodes a dependency name as a URL path: names may contain '/'.
+  const depPath = (name) => name.split('/').map(encodeURIComponent).join('/');
+
+  // ---- snapshots ----
+
+  let pollTimer = 0, soonTimer = 0, polling = false, pollAgain = false, applyMs = 0, renderMs = 0;
+
+  async function poll() {
+    clearTimeout(pollTimer);
+    clearTimeout(soonTimer);
+    if (polling) {
+      pollAgain = true;
+      return;
+    }
+    polling = true;
+    try {
+      const snap = await api('/api/v1/fleet?compact=1');
+      const t0 = performance.now();
+      applySnapshot(snap);
+      applyMs = performance.now() - t0;
+      clearBanner('fleet');
+    } catch (e) {
+      if (e.status !== 401) showBanner('fleet', 'Cannot read the fleet: ' + e.message);
+    } finally {
+      polling = false;
+      if (pollAgain) {
+        pollAgain = false;
+        refreshSoon(50);
+      } else {
+        // Keep polling under a tenth of the main thread, however large the fleet.
+        pollTimer = setTimeout(poll, Math.max(document.hidden ? HIDDEN_POLL_MS : POLL_MS, 10 * (applyMs + renderMs)));
+      }
+    }
+  }
+
+  // refreshSoon coalesces the refreshes that bursts of events ask for.
+  function refreshSoon(ms) {
+    clearTimeout(soonTimer);
+    soonTimer = setTimeout(poll, ms === undefined ? 250 : ms);
+  }
+
+  function applySnapshot(snap) {
+    const at = Date.parse(snap.at) || Date.now();
+    model.skew = at - Date.now();
+    model.at = at;
+    model.members = snap.members || [];
+    const seen = new Set();
+    for (const v of snap.dependencies || []) {
+      let d = model.deps.get(v.dependency);
+      if (!d) d = addDep(v.dependency);
+      seen.add(v.dependency);
+      applyView(d, v, at);
+    }
+    for (const [name, d] of model.deps) {
+      if (!seen.has(name) && d.eventAt <= at) removeDep(d);
+    }
+    model.loaded = true;
+    schedule();
+  }
+
+  let namesDirty = true;
+
+  function addDep(name) {
+    const d = newDep(name);
+    model.deps.set(name, d);
+    orderDirty = true;
+    namesDirty = true;
+    return d;
+  }
+
+  function removeDep(d) {
+    model.deps.delete(d.name);
+    if (d.row) {
+      rowObserver.unobserve(d.row);
+      d.row.remove();
+    }
+    orderDirty = true;
+    namesDirty = true;
+  }
+
+  async function loadPolicies() {
+    try {
+      const p = await api('/api/v1/policies');
+      model.defaultPolicy = p.default || null;
+      model.policies = p.policies || {};
+      schedule();
+    } catch (e) { /* the poll reports the problem */ }
+  }
+
+  async function loadWhoami() {
+    const el = $('whoami');
+    try {
+      const w = await api('/api/v1/whoami');
+      model.who = w;
+      el.textContent = w.name + ' · ' + w.role + (w.tokens ? '' : ' (no tokens file: loopback only)');
+      el.title = el.textContent + (w.role === 'admin' ? ': may read and override' : ': may read; overrides need an admin token');
+      $('coordinator').textContent = w.coordinator + ' · ' + w.version;
+      clearBanner('auth');
+    } catch (e) {
+      model.who = null;
+      el.textContent = e.status === 401 ? 'no valid token' : '';
+      el.title = '';
+    }
+  }
+
+  function authProblem(msg) {
+    showBanner('auth', 'This coordinator needs a token: type a viewer token to watch the fleet, an admin token to override breakers. (' + msg + ')');
+  }
+
+  // ---- live events ----
+
+  let es = null, esTimer = 0, esBackoff = 1000;
+
+  function setConn(state, title) {
+    const c = $('conn');
+    c.dataset.state = state;
+    c.textContent = state;
+    c.title = title || 'The live event stream (/api/v1/events)';
+  }
+
+  function connect() {
+    clearTimeout(esTimer);
+    if (es) {
+      es.close();
+      es = null;
+    }
+    setConn('connecting');
+    const tok = token();
+    // EventSource cannot send an Authorization header: the coordinator
+    // takes the token from ?access_token= for this endpoint only, as a
+    // viewer, and this page sends no Referer.
+    const src = new EventSource('/api/v1/events' + (tok ? '?access_token=' + encodeURIComponent(tok) : ''));
+    es = src;
+    src.onopen = () => {
+      if (es !== src) return;
+      esBackoff = 1000;
+      setConn('live');
+      refreshSoon(0); // whatever happened while we were away
+    };
+    src.onerror = () => {
+      if (es !== src) return;
+      if (src.readyState === EventSource.CONNECTING) {
+        setConn('reconnecting'); // the browser retries by itself
+        return;
+      }
+      src.close();
+      es = null;
+      api('/api/v1/whoami').then(() => {
+        setConn('offline', 'The event stream failed; retrying');
+      }, (e) => {
+        setConn(e.status === 401 ? 'unauthorized' : 'offline', e.message);
+      }).finally(() => {
+        esTimer = setTimeout(connect, esBackoff);
+        esBackoff = Math.min(esBackoff * 2, 30000);
+      });
+    };
+    for (const type of ['transition', 'override', 'policy']) src.addEventListener(type, onEvent);
+  }
+
+  function onEvent(msg) {
+    let e;
+    try { e = JSON.parse(msg.data); } catch (err) { return; }
+    const at = Date.parse(e.at) || serverNow();
+    if (e.type === 'policy') {
+      loadPolicies();
+      refreshSoon();
+      if (route.dep === e.dependency) loadDepExtras();
+      return;
+    }
+    if (!e.dependency || e.dependency === '_default') return;
+    let d = model.deps.get(e.dependency);
+    if (!d) d = addDep(e.dependency);
+    if (e.type === 'transition') {
+      if (e.zone) { // scope "zone": the snapshot says which zone's record shows
+        refreshSoon(0);
+        return;
+      }
+      d.breaker = e.state;
+    } else if (e.type === 'override') {
+      d.override = (e.state === 'forced-open' || e.state === 'forced-closed') ? e.state : '';
+      if (route.dep === d.name) loadDepExtras();
+    } else {
+      return;
+    }
+    markEvent(d, at);
+    refreshSoon();
+  }
+
+  function markEvent(d, at) {
+    const old = sortValue(d);
+    d.eventAt = Math.max(d.eventAt, at);
+    d.shown = shownOf(d);
+    pushPoint(d, at, d.fr, d.shown);
+    d.stateDirty = true;
+    d.rowDirty = true;
+    d.sparkDirty = true;
+    if (sortValue(d) !== old) orderDirty = true;
+    schedule();
+  }
+
+  // ---- overrides ----
+
+  function actionStatus(result, text) {
+    const s = $('action-status');
+    s.dataset.result = result;
+    s.textContent = text;
+    s.title = text;
+  }
+
+  async function override(kind) {
+    const dep = $('force-dep').value.trim();
+    const ttl = $('force-ttl').value.trim();
+    const reason = $('force-reason').value.trim();
+    if (!dep) {
+      actionStatus('error', 'error: name the dependency to override');
+      $('force-dep').focus();
+      return;
+    }
+    actionStatus('pending', (kind === 'clear' ? 'clearing ' : 'setting ' + kind + ' on ') + dep + '…');
+    try {
+      if (kind === 'clear') {
+        const r = await api('/api/v1/overrides/' + depPath(dep), { method: 'DELETE' });
+        actionStatus('ok', r.cleared ? 'ok: cleared the override of ' + dep : 'ok: ' + dep + ' had no override');
+        const d = model.deps.get(dep);
+        if (d && r.cleared) {
+          d.override = '';
+          markEvent(d, serverNow());
+        }
+      } else {
+        const o = await api('/api/v1/overrides/' + depPath(dep), {
+          method: 'POST', body: JSON.stringify({ state: kind, ttl: ttl, reason: reason }),
+        });
+        actionStatus('ok', 'ok: ' + dep + ' is ' + o.state + (o.expires ? ' until ' + fmtTime(o.expires) : ' until cleared') + ' (by ' + o.actor + ')');
+        const d = model.deps.get(dep) || addDep(dep);
+        d.override = o.state;
+        markEvent(d, serverNow());
+      }
+      refreshSoon(0);
+      if (route.dep === dep) loadDepExtras();
+    } catch (e) {
+      if (e.status === 401 || e.status === 403) {
+        // Ask for what is missing: the token box is where it goes.
+        actionStatus('error', 'error: ' + e.message + ' (overrides need an admin token: paste one in the Token box)');
+        $('token').focus();
+      } else {
+        actionStatus('error', 'error: ' + e.message);
+      }
+    }
+  }
+
+  // ---- formatting ----
+
+  function pct(x) {
+    if (!isFinite(x)) return '—';
+    const p = x * 100;
+    if (p === 0) return '0%';
+    return (p >= 10 ? p.toFixed(0) : p.toFixed(1)) + '%';
+  }
+
+  function fmtRate(r) {
+    if (!isFinite(r) || r === 0) return '0';
+    if (r >= 100) return r.toFixed(0);
+    if (r >= 10) return r.toFixed(1);
+    return r.toFixed(2);
+  }
+
+  function fmtTime(x) {
+    const d = new Date(x);
+    return isNaN(d) ? '—' : d.toLocaleTimeString([], { hour12: false });
+  }
+
+  function fmtDateTime(x) {
+    const d = new Date(x);
+    return isNaN(d) ? '—' : d.toLocaleDateString([], { month: 'short', day: 'numeric' }) + ' ' + d.toLocaleTimeString([], { hour12: false });
+  }
+
+  function fmtAgo(ms) {
+    if (!isFinite(ms)) return '';
+    const s = Math.max(0, Math.round(ms / 1000));
+    if (s < 90) return s + 's';
+    if (s < 5400) return Math.round(s / 60) + 'm';
+    return (s / 3600).toFixed(1) + 'h';
+  }
+
+  function el(tag, cls, text) {
+    const e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined) e.textContent = text;
+    return e;
+  }
+
+  function svgEl(tag, attrs) {
+    const e = document.createElementNS(SVG_NS, tag);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    return e;
+  }
+
+  function badge(state) {
+    const b = el('span', 'badge', state);
+    b.dataset.state = state;
+    return b;
+  }
+
+  function stateTitle(d) {
+    const v = d.v || {};
+    const parts = ['breaker ' + d.breaker];
+    if (v.reason) parts.push(v.reason);
+    if (d.override) parts.push(d.override + (v.overrideReason ? ': ' + v.overrideReason : ''));
+    if (d.shadow) parts.push('shadow mode: computes and reports, never rejects');
+    return parts.join(' · ');
+  }
+
+  const nodeList = (xs, n) => xs.length <= n ? xs.join(', ') : xs.slice(0, n).join(', ') + ' +' + (xs.length - n);
+
+  // ---- the fleet table ----
+
+  const tbody = $('dep-rows');
+  const rowTemplate = $('row-template').content.firstElementChild;
+  let orderDirty = true, rafPending = false, filterText = '';
+  const sort = { key: 'state', dir: 1 };
+
+  const rowObserver = new IntersectionObserver((entries) => {
+    let again = false;
+    for (const en of entries) {
+      const d = model.deps.get(en.target.dataset.dep);
+      if (!d) continue;
+      d.visible = en.isIntersecting;
+      if (d.visible) {
+        if (d.sparkDirty || d.rowDirty) again = true;
+        if (!d.seeded) enqueueSeed(d);
+      }
+    }
+    if (again) schedule();
+  }, { rootMargin: '300px 0px' });
+
+  function createRow(d) {
+    const tr = rowTemplate.cloneNode(true);
+    tr.dataset.dep = d.name;
+    const c = tr.cells;
+    const a = c[0].firstElementChild;
+    a.textContent = d.name;
+    a.title = d.name;
+    a.href = '#/dep/' + encodeURIComponent(d.name);
+    const svg = c[9].firstElementChild;
+    d.cells = {
+      state: c[1], badge: c[1].firstElementChild, fr: c[2], sr: c[3], rps: c[4],
+      meter: c[5].firstElementChild, pct: c[5].lastElementChild, nodes: c[6], zones: c[7], probers: c[8],
+      bands: svg.children[0], line: svg.children[1], marks: svg.children[2], local: null, would: null,
+    };
+    d.r = {};
+    d.row = tr;
+    d.stateDirty = true;
+    d.rowDirty = true;
+    d.sparkDirty = true;
+    rowObserver.observe(tr);
+  }
+
+  function setText(d, key, node, text, title) {
+    if (d.r[key] !== text) {
+      d.r[key] = text;
+      node.textContent = text;
+    }
+    if (title !== undefined && d.r[key + '.title'] !== title) {
+      d.r[key + '.title'] = title;
+      node.title = title;
+    }
+  }
+
+  // updateState writes what the DOM contract promises is always current,
+  // in every attached row: the badge, the local-open marker, the shadow
+  // note. It is cheap, so it runs for all of them.
+  function updateState(d) {
+    const c = d.cells;
+    if (d.r.state !== d.shown) {
+      d.r.state = d.shown;
+      c.badge.dataset.state = d.shown;
+      c.badge.textContent = d.shown;
+    }
+    const st = stateTitle(d);
+    if (d.r.stateTitle !== st) {
+      d.r.stateTitle = st;
+      c.badge.title = st;
+    }
+    // Node-local opens: present only while some node is open on its own.
+    if (d.localOpen.length) {
+      if (!c.local) {
+        c.local = el('span', 'local-open');
+        c.state.appendChild(c.local);
+        d.r.local = undefined;
+      }
+      setText(d, 'local', c.local, 'local-open ' + d.localOpen.length, 'open for their own clients only: ' + d.localOpen.join(', '));
+    } else if (c.local) {
+      c.local.remove();
+      c.local = null;
+    }
+    const would = d.shown === 'shadow' && d.breaker !== 'closed' ? 'would be ' + d.breaker : '';
+    if (would) {
+      if (!c.would) {
+        c.would = el('span', 'would');
+        c.state.appendChild(c.would);
+        d.r.would = undefined;
+      }
+      setText(d, 'would', c.would, would);
+    } else if (c.would) {
+      c.would.remove();
+      c.would = null;
+    }
+  }
+
+  // updateCells writes the numbers and lists; render calls it for rows near
+  // the viewport only, and for the others when they come into view.
+  function updateCells(d) {
+    const c = d.cells;
+    setText(d, 'fr', c.fr, pct(d.fr));
+    const hot = d.fr > 0 && d.fr >= threshold(d.name);
+    if (d.r.hot !== hot) {
+      d.r.hot = hot;
+      c.fr.classList.toggle('hot', hot);
+    }
+    setText(d, 'sr', c.sr, pct(d.sr));
+    setText(d, 'rps', c.rps, fmtRate(d.rps));
+    setText(d, 'budget', c.pct, pct(d.budget));
+    const w = Math.min(100, Math.max(0, d.budget * 100)).toFixed(0) + '%';
+    if (d.r.meter !== w) {
+      d.r.meter = w;
+      c.meter.firstElementChild.style.width = w;
+      c.meter.classList.toggle('high', d.budget >= 0.8);
+    }
+    const failing = d.failing.map((n) => n.node);
+    if (d.r.failing !== failing.length > 0) {
+      d.r.failing = failing.length > 0;
+      c.nodes.classList.toggle('failing', d.r.failing);
+    }
+    setText(d, 'nodes', c.nodes, failing.length ? nodeList(failing, 3) : '—',
+      d.failing.map((n) => n.node + ': ' + n.failures + ' failures').join('\n'));
+    const zones = d.zones.filter((z) => z.requests > 0);
+    setText(d, 'zones', c.zones, zones.length ? zones.map((z) => (z.zone || '(none)') + ' ' + pct(z.fr)).join(' · ') : '—',
+      d.zones.map((z) => (z.zone || '(none)') + ': ' + z.nodes + ' nodes, ' + z.requests + ' requests, ' + z.failures + ' failures').join('\n'));
+    setText(d, 'probers', c.probers, d.probers.length ? nodeList(d.probers, 3) : '—', d.probers.join(', '));
+  }
+
+  function sortValue(d) {
+    switch (sort.key) {
+      case 'state': return severity(d);
+      case 'failure': return d.fr;
+      case 'slow': return d.sr;
+      case 'rps': return d.rps;
+      case 'budget': return d.budget;
+      default: return 0;
+    }
+  }
+
+  function compare(a, b) {
+    const va = sortValue(a), vb = sortValue(b);
+    if (va !== vb) return (va < vb ? -1 : 1) * sort.dir;
+    if (a.name === b.name) return 0;
+    return (a.name < b.name ? -1 : 1) * (sort.key === 'name' ? sort.dir : 1);
+  }
+
+  // reorder puts the matching rows in order and detaches the rows the
+  // filter hides. When the order is what the table shows already (the
+  // common case: a poll changed numbers, not states) it touches nothing;
+  // otherwise it replaces the rows in one DOM operation.
+  function reorder() {
+    const list = [];
+    for (const d of model.deps.values()) {
+      if (!filterText || d.lowerName.includes(filterText)) list.push(d);
+    }
+    list.sort(compare);
+    const kids = tbody.children;
+    let same = kids.length === list.length;
+    for (let i = 0; same && i < list.length; i++) same = kids[i] === list[i].row;
+    if (!same) {
+      for (const d of list) {
+        if (!d.row) createRow(d);
+      }
+      tbody.replaceChildren(...list.map((d) => d.row));
+    }
+    const total = model.deps.size;
+    $('shown').textContent = filterText ? list.length + ' of ' + total + ' dependencies' : total + (total === 1 ? ' dependency' : ' dependencies');
+    $('empty').hidden = !model.loaded || total > 0;
+  }
+
+  function drawSeries(d, g, W, H, opts) {
+    const now = model.at || serverNow();
+    const t0 = now - HISTORY_MS;
+    const x = (t) => Math.max(0, Math.min(W, ((t - t0) / HISTORY_MS) * W));
+    const y = (v) => H - 1 - Math.max(0, Math.min(1, v)) * (H - 2);
+    const pts = [];
+    const bands = [];
+    const marks = [];
+    let bandStart = -1;
+    for (let i = 0; i < d.t.length; i++) {
+      const xi = x(d.t[i]);
+      pts.push(xi.toFixed(1) + ',' + y(d.y[i]).toFixed(1));
+      const s = d.s[i];
+      if (i > 0 && s !== d.s[i - 1] && d.t[i] >= t0) {
+        const m = svgEl('line', { x1: xi.toFixed(1), x2: xi.toFixed(1), y1: 0, y2: H, class: 'mark ' + s });
+        const title = svgEl('title', {});
+        title.textContent = fmtTime(d.t[i]) + ' ' + d.s[i - 1] + ' → ' + s;
+        m.appendChild(title);
+        marks.push(m);
+      }
+      if (bandStart >= 0 && s !== d.s[bandStart]) {
+        bands.push(band(x(d.t[bandStart]), xi, H, d.s[bandStart]));
+        bandStart = -1;
+      }
+      if (bandStart < 0 && BAND_STATES.has(s)) bandStart = i;
+    }
+    if (bandStart >= 0) bands.push(band(x(d.t[bandStart]), W, H, d.s[bandStart]));
+    if (opts && opts.threshold > 0) {
+      const ty = y(opts.threshold).toFixed(1);
+      bands.push(svgEl('line', { x1: 0, x2: W, y1: ty, y2: ty, class: 'threshold' }));
+    }
+    g.bands.replaceChildren(...bands);
+    g.line.setAttribute('points', pts.join(' '));
+    g.marks.replaceChildren(...marks);
+  }
+
+  function band(x1, x2, H, state) {
+    return svgEl('rect', { x: x1.toFixed(1), y: 0, width: Math.max(1, x2 - x1).toFixed(1), height: H, class: 'band ' + state });
+  }
+
+  // ---- sparkline seeding ----
+
+  const seedQueue = [];
+  let seedsInFlight = 0;
+
+  function enqueueSeed(d) {
+    if (d.seeded || d.seeding) return;
+    d.seeding = true;
+    seedQueue.push(d);
+    pumpSeeds();
+  }
+
+  function pumpSeeds() {
+    while (seedsInFlight < SEED_CONCURRENCY && seedQueue.length) {
+      const d = seedQueue.shift();
+      if (!d.visible && route.dep !== d.name) { // scrolled away: seeded when it comes back
+        d.seeding = false;
+        continue;
+      }
+      seedsInFlight++;
+      api('/api/v1/history?dependency=' + encodeURIComponent(d.name)).then((r) => {
+        seedSeries(d, (r && r.samples) || []);
+        d.seeded = true;
+        d.sparkDirty = true;
+        schedule();
+      }, () => { /* retried when the row is next in view */ }).finally(() => {
+        d.seeding = false;
+        seedsInFlight--;
+        pumpSeeds();
+      });
+    }
+  }
+
+  // ---- summary ----
+
+  let lastSummary = '';
+
+  function renderSummary() {
+    const counts = { 'open': 0, 'half-open': 0, 'forced-open': 0, 'forced-closed': 0, 'shadow': 0, 'local-open': 0 };
+    for (const d of model.deps.values()) {
+      if (d.shown in counts) counts[d.shown]++;
+      if (d.localOpen.length) counts['local-open']++;
+    }
+    let alive = 0, gone = 0;
+    const zones = new Map();
+    for (const m of model.members) {
+      if (m.role !== 'agent') continue;
+      if (m.status === 'alive' || m.status === 'suspect') {
+        alive++;
+        zones.set(m.zone || '(none)', (zones.get(m.zone || '(none)') || 0) + 1);
+      } else {
+        gone++;
+      }
+    }
+    const key = JSON.stringify([model.deps.size, counts, alive, gone, [...zones]]);
+    if (key !== lastSummary) {
+      lastSummary = key;
+      const chips = [];
+      const chip = (cls, n, label) => {
+        const c = el('span', 'chip ' + cls);
+        c.append(el('b', '', String(n)), ' ' + label);
+        chips.push(c);
+      };
+      chip('total', model.deps.size, 'dependencies');
+      for (const s of ['open', 'half-open', 'forced-open', 'forced-closed', 'shadow', 'local-open']) {
+        if (counts[s]) chip(s, counts[s], s);
+      }
+      $('summary').replaceChildren(...chips);
+      const zs = [...zones].sort().map(([z, n]) => z + ' ' + n).join(', ');
+      $('members').textContent = alive + (alive === 1 ? ' agent' : ' agents') + ' alive' + (zs ? ' (' + zs + ')' : '') + (gone ? ', ' + gone + ' gone' : '');
+    }
+    if (model.at) $('members').title = 'as of ' + fmtTime(model.at);
+  }
+
+  // ---- the dependency page ----
+
+  const depPage = { name: null, override: null, audit: null, auditError: '', chart: null };
+
+  async function loadDepExtras() {
+    const name = route.dep;
+    if (!name) return;
+    const [audit, overrides] = await Promise.allSettled([
+      api('/api/v1/audit?limit=50&dependency=' + encodeURIComponent(name)),
+      api('/api/v1/overrides'),
+    ]);
+    if (route.dep !== name) return;
+    if (audit.status === 'fulfilled') {
+      depPage.audit = audit.value.entries || [];
+      depPage.auditError = '';
+    } else {
+      depPage.auditError = audit.reason.message;
+    }
+    if (overrides.status === 'fulfilled') {
+      depPage.override = (overrides.value.overrides || []).find((o) => o.dependency === name) || null;
+    }
+    renderAudit();
+    schedule();
+  }
+
+  function enterDep(name) {
+    depPage.name = name;
+    depPage.override = null;
+    depPage.audit = null;
+    depPage.auditError = '';
+    $('dep-audit').replaceChildren();
+    $('dep-audit-note').textContent = 'loading…';
+    const d = model.deps.get(name);
+    if (d && !d.seeded) enqueueSeed(d);
+    loadDepExtras();
+  }
+
+  function fact(list, label, value) {
+    list.push(el('dt', '', label));
+    const dd = el('dd');
+    if (value instanceof Node) dd.append(value); else dd.textContent = value;
+    list.push(dd);
+  }
+
+  function renderDep() {
+    const name = route.dep;
+    const d = model.deps.get(name);
+    $('dep-name').textContent = name;
+    $('dep-missing').hidden = !!d || !model.loaded;
+    if (!d) {
+      $('dep-state').replaceChildren();
+      $('dep-facts').replaceChildren();
+      return;
+    }
+    if (!d.seeded) enqueueSeed(d);
+    const head = [badge(d.shown)];
+    if (d.localOpen.length) head.push(el('span', 'local-open', 'local-open ' + d.localOpen.length));
+    if (d.shown === 'shadow' && d.breaker !== 'closed') head.push(el('span', 'would', 'would be ' + d.breaker));
+    $('dep-state').replaceChildren(...head);
+
+    const v = d.v || {};
+    const p = policyOf(name) || {};
+    const b = p.breaker || {};
+    const r = p.retry || {};
+    const f = v.fleet || {};
+    const facts = [];
+    let breaker = d.breaker;
+    if (v.since) breaker += ' since ' + fmtTime(v.since) + ' (' + fmtAgo(model.at - Date.parse(v.since)) + ')';
+    breaker += ' · generation ' + num(v.generation);
+    if (num(v.openCount)) breaker += ' · opened ' + num(v.openCount) + '×';
+    fact(facts, 'Breaker', breaker);
+    fact(facts, 'Reason', v.reason || '—');
+    let ov = 'none';
+    if (d.override) {
+      ov = d.override;
+      const o = depPage.override;
+      if (o) {
+        ov += o.expires ? ' until ' + fmtTime(o.expires) + ' (in ' + fmtAgo(Date.parse(o.expires) - serverNow()) + ')' : ' until cleared';
+        ov += ' · by ' + o.actor + (o.reason ? ' · ' + o.reason : '');
+      } else if (v.overrideReason) {
+        ov += ' · ' + v.overrideReason;
+      }
+    }
+    fact(facts, 'Override', ov);
+    fact(facts, 'Mode', d.shadow ? 'shadow (computes and reports, never rejects)' : (b.mode || 'enforce'));
+    fact(facts, 'Failure rate', pct(d.fr) + (b.failureRateThreshold !== undefined ? ' (opens at ' + pct(num(b.failureRateThreshold)) + ')' : ''));
+    fact(facts, 'Slow calls', pct(d.sr) + (b.slowCallRateThreshold !== undefined ? ' (opens at ' + pct(num(b.slowCallRateThreshold)) + ', slow ≥ ' + b.slowCallDuration + ')' : ''));
+    fact(facts, 'Requests/s', fmtRate(d.rps) + ' (window ' + (b.window || '10s') + ': ' + (num(f.successes) + num(f.failures)) + ' requests, ' +
+      num(f.failures) + ' failures, ' + num(f.retries) + ' retries, ' + num(f.rejected) + ' rejected)');
+    fact(facts, 'Retry budget used', pct(d.budget) + (r.budget ? ' (ratio ' + r.budget.ratio + ', at least ' + r.budget.minRetriesPerSecond + '/s fleet-wide)' : ''));
+    fact(facts, 'Failing nodes', d.failing.length ? d.failing.map((n) => n.node + ' (' + n.failures + ')').join(', ') : '—');
+    fact(facts, 'Probers', d.probers.length ? d.probers.join(', ') : '—');
+    fact(facts, 'Node-local opens', d.localOpen.length ? d.localOpen.join(', ') : '—');
+    if (b.minimumRequests !== undefined) {
+      fact(facts, 'Policy', 'at least ' + b.minimumRequests + ' requests from ' + b.minFailingNodes + ' failing nodes · open ' +
+        b.openDuration + ' (max ' + b.maxOpenDuration + ') · ' + b.halfOpenProbes + ' probes · scope ' + b.scope);
+    }
+    $('dep-facts').replaceChildren(...facts);
+
+    if (!depPage.chart) {
+      const svg = $('dep-chart');
+      depPage.chart = { bands: svgEl('g', {}), line: svgEl('polyline', { class: 'line', points: '' }), marks: svgEl('g', {}) };
+      svg.append(depPage.chart.bands, depPage.chart.line, depPage.chart.marks);
+    }
+    drawSeries(d, depPage.chart, 600, 140, { threshold: num(b.failureRateThreshold) });
+    $('dep-chart-legend').textContent = 'line: failure rate · dashed: threshold ' + pct(num(b.failureRateThreshold)) + ' · shading: open, half-open, forced · marks: state changes';
+    const changes = [];
+    for (let i = d.t.length - 1; i > 0 && changes.length < 20; i--) {
+      if (d.s[i] !== d.s[i - 1]) changes.push(el('li', '', fmtTime(d.t[i]) + '  ' + d.s[i - 1] + ' → ' + d.s[i]));
+    }
+    if (!changes.length) changes.push(el('li', 'muted', 'no state change in the last 5 minutes'));
+    $('dep-changes').replaceChildren(...changes);
+
+    $('dep-zones').replaceChildren(...(d.zones.length ? d.zones.map((z) => {
+      const tr = el('tr');
+      tr.dataset.zone = z.zone;
+      tr.append(el('td', '', z.zone || '(none)'), el('td', 'num', String(z.nodes)), el('td', 'num', String(z.requests)),
+        el('td', 'num', String(z.failures)), el('td', 'num', pct(z.fr)), el('td', 'num', pct(z.sr)), el('td', 'num', String(z.rejected)));
+      return tr;
+    }) : [emptyRow(7, 'no traffic in the window')]));
+
+    const probers = new Set(d.probers);
+    const nodes = (v.nodes || []).map((n) => {
+      const c = n.counts || {};
+      const req = num(c.successes) + num(c.failures);
+      const tr = el('tr');
+      tr.dataset.node = n.node;
+      const role = el('td');
+      if (n.nodeLocalOpen) role.append(el('span', 'local-open', 'local-open'));
+      if (probers.has(n.node) || n.prober) role.append(el('span', 'yes', ' prober'));
+      const fr = el('td', 'num', pct(req ? num(c.failures) / req : 0));
+      if (num(c.failures) > 0) fr.classList.add('hot');
+      tr.append(el('td', '', n.node), el('td', '', n.zone || '—'), el('td', 'num', String(num(c.firstAttempts))),
+        el('td', 'num', String(num(c.retries))), el('td', 'num', String(num(c.successes))), el('td', 'num', String(num(c.failures))),
+        el('td', 'num', String(num(c.slowCalls))), el('td', 'num', String(num(c.rejected))), fr, role);
+      return tr;
+    });
+    $('dep-nodes').replaceChildren(...(nodes.length ? nodes : [emptyRow(10, 'no node reports traffic in the window')]));
+  }
+
+  function emptyRow(span, text) {
+    const tr = el('tr');
+    const td = el('td', 'muted', text);
+    td.colSpan = span;
+    tr.append(td);
+    return tr;
+  }
+
+  function flatten(o, prefix, out) {
+    if (o === null || typeof o !== 'object' || Array.isArray(o)) {
+      out[prefix] = JSON.stringify(o);
+      return out;
+    }
+    for (const k of Object.keys(o)) flatten(o[k], prefix ? prefix + '.' + k : k, out);
+    return out;
+  }
+
+  function auditChange(e) {
+    const before = e.before, after = e.after;
+    switch (e.action) {
+      case 'override.set': {
+        let s = (after && after.state) || '?';
+        if (after && after.expires) s += ' until ' + fmtDateTime(after.expires);
+        else s += ' until cleared';
+        if (after && after.reason) s += ' — ' + after.reason;
+        if (before && before.state) s = 'replaced ' + before.state + ': ' + s;
+        return s;
+      }
+      case 'override.clear':
+        return 'cleared ' + ((before && before.state) || 'the override') + (before && before.reason ? ' — ' + before.reason : '');
+      case 'policy.delete':
+        return 'policy deleted';
+      case 'policy.put': {
+        const a = flatten(after, '', {}), b = before ? flatten(before, '', {}) : {};
+        const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => k !== 'schema' && k !== 'dependency').sort();
+        const lines = keys.filter((k) => a[k] !== b[k]).map((k) => k + ': ' + (b[k] === undefined ? '—' : b[k]) + ' → ' + (a[k] === undefined ? '—' : a[k]));
+        return lines.length ? lines.join('\n') : 'policy written, unchanged';
+      }
+      default:
+        return JSON.stringify(after);
+    }
+  }
+
+  function renderAudit() {
+    const note = $('dep-audit-note');
+    if (depPage.auditError) {
+      note.textContent = 'Cannot read the audit: ' + depPage.auditError;
+      return;
+    }
+    const entries = depPage.audit || [];
+    $('dep-audit').replaceChildren(...(entries.length ? entries.map((e) => {
+      const tr = el('tr');
+      tr.dataset.revision = e.revision;
+      tr.append(el('td', '', fmtDateTime(e.at)), el('td', '', e.actor), el('td', '', e.action), el('td', 'change', auditChange(e)));
+      return tr;
+    }) : [emptyRow(4, 'nobody changed this dependency\'s policy or override')]));
+    note.textContent = entries.length ? 'Newest first (at most 50). Overrides that expire by their TTL leave no entry.' : '';
+  }
+
+  // ---- routing and rendering ----
+
+  const route = { dep: null };
+
+  function parseRoute() {
+    const m = /^#\/dep\/(.+)$/.exec(location.hash || '');
+    let dep = null;
+    if (m) {
+      try { dep = decodeURIComponent(m[1]); } catch (e) { dep = m[1]; }
+    }
+    route.dep = dep;
+    $('view-fleet').hidden = !!dep;
+    $('view-dep').hidden = !dep;
+    if (dep) {
+      $('force-dep').value = dep;
+      document.title = dep + ' · Fusebox';
+      enterDep(dep);
+      window.scrollTo(0, 0);
+    } else {
+      document.title = 'Fusebox fleet';
+      orderDirty = true;
+    }
+    schedule();
+  }
+
+  function schedule() {
+    if (!rafPending) {
+      rafPending = true;
+      requestAnimationFrame(render);
+    }
+  }
+
+  function render() {
+    rafPending = false;
+    const t0 = performance.now();
+    try {
+      renderNow();
+    } finally {
+      renderMs = performance.now() - t0;
+    }
+  }
+
+  function renderNow() {
+    renderSummary();
+    if (namesDirty) {
+      namesDirty = false;
+      const opts = [];
+      for (const name of [...model.deps.keys()].sort()) {
+        const o = document.createElement('option');
+        o.value = name;
+        opts.push(o);
+      }
+      $('dep-names').replaceChildren(...opts);
+    }
+    if (route.dep) {
+      renderDep();
+      return;
+    }
+    if (orderDirty) {
+      orderDirty = false;
+      reorder();
+    }
+    for (const d of model.deps.values()) {
+      if (!d.row || !d.row.isConnected) continue;
+      if (d.stateDirty) {
+        updateState(d);
+        d.stateDirty = false;
+      }
+      if (!d.visible) continue;
+      if (d.rowDirty) {
+        updateCells(d);
+        d.rowDirty = false;
+      }
+      if (d.sparkDirty) {
+        drawSeries(d, d.cells, 120, 24);
+        d.sparkDirty = false;
+      }
+    }
+  }
+
+  // ---- banners ----
+
+  const banners = new Map();
+
+  function showBanner(key, text) {
+    banners.set(key, text);
+    const b = $('banner');
+    b.textContent = [...banners.values()].join(' ');
+    b.hidden = false;
+  }
+
+  function clearBanner(key) {
+    if (!banners.delete(key)) return;
+    const b = $('banner');
+    b.textContent = [...banners.values()].join(' ');
+    b.hidden = banners.size === 0;
+  }
+
+  // ---- wiring ----
+
+  function onTokenChanged() {
+    const t = token();
+    try {
+      if (t) sessionStorage.setItem(TOKEN_KEY, t); else sessionStorage.removeItem(TOKEN_KEY);
+    } catch (e) { /* storage disabled: the token lives in the input only */ }
+    clearBanner('auth');
+    loadWhoami();
+    loadPolicies();
+    connect();
+    refreshSoon(0);
+    if (route.dep) loadDepExtras();
+  }
+
+  function init() {
+    try {
+      const saved = sessionStorage.getItem(TOKEN_KEY);
+      if (saved) $('token').value = saved;
+    } catch (e) { /* no storage */ }
+
+    let tokenTimer = 0;
+    $('token').addEventListener('input', () => {
+      clearTimeout(tokenTimer);
+      tokenTimer = setTimeout(onTokenChanged, 400);
+    });
+    $('token').addEventListener('change', () => {
+      clearTimeout(tokenTimer);
+      onTokenChanged();
+    });
+
+    $('filter').addEventListener('input', () => {
+      filterText = $('filter').value.trim().toLowerCase();
+      orderDirty = true;
+      schedule();
+    });
+    $('filter').addEventListener('keydown', (e) => {
+      if (e.key === 'Escape') {
+        $('filter').value = '';
+        filterText = '';
+        orderDirty = true;
+        schedule();
+      }
+    });
+    document.addEventListener('keydown', (e) => {
+      const t = e.target;
+      if (e.key === '/' && !(t instanceof HTMLInputElement) && !route.dep) {
+        e.preventDefault();
+        $('filter').focus();
+      }
+    });
+
+    for (const th of document.querySelectorAll('#deps th[data-sort]')) {
+      th.addEventListener('click', () => {
+        const key = th.dataset.sort;
+        if (sort.key === key) {
+          sort.dir = -sort.dir;
+        } else {
+          sort.key = key;
+          sort.dir = (key === 'name' || key === 'state') ? 1 : -1; // numbers: largest first
+        }
+        for (const h of document.querySelectorAll('#deps th[data-sort]')) h.removeAttribute('aria-sort');
+        th.setAttribute('aria-sort', (sort.dir === 1) === (key === 'name' || key === 'state') ? 'ascending' : 'descending');
+        orderDirty = true;
+        schedule();
+      });
+    }
+
+    $('override-form').addEventListener('submit', (e) => e.preventDefault());
+    $('force-open-btn').addEventListener('click', () => override('forced-open'));
+    $('force-closed-btn').addEventListener('click', () => override('forced-closed'));
+    $('clear-btn').addEventListener('click', () => override('clear'));
+
+    window.addEventListener('hashchange', parseRoute);
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden) refreshSoon(0);
+    });
+    const top = document.querySelector('.top');
+    const setTop = () => document.documentElement.style.setProperty('--top-h', top.offsetHeight + 'px');
+    window.addEventListener('resize', setTop);
+    setTop();
+
+    parseRoute();
+    loadWhoami();
+    loadPolicies();
+    connect();
+    poll();
+  }
+
+  init();
+})();

@@ -1,0 +1,508 @@
+package fleet
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxDependencies = sharedstate.DefaultMaxDependencies
+	DefaultMaxRows         = 500_000
+	DefaultMaxDeparted     = 1000
+	DefaultHistory         = 5 * time.Minute
+	DefaultHistoryInterval = 5 * time.Second
+	// DepartedRetention is how long a dead or departed member stays listed.
+	DepartedRetention = 5 * time.Minute
+	// MaxZonesPerDependency bounds the per-zone breaker records (scope
+	// "zone") of one dependency.
+	MaxZonesPerDependency = 64
+)
+
+// Refusal reasons passed to Config.OnRefused.
+const (
+	RefusedInvalid     = "invalid"        // a row or record that does not validate
+	RefusedTooManyDeps = "too_many_deps"  // past MaxDependencies
+	RefusedTooManyRows = "too_many_rows"  // past MaxRows
+	RefusedNotAnAgent  = "not_an_agent"   // a row from a member whose role is not agent
+	RefusedTooManyZone = "too_many_zones" // a record for a zone past MaxZonesPerDependency
+)
+
+// Transition is a change of a dependency's breaker state as the observer
+// derives it (half-open included).
+type Transition struct {
+	Dependency string
+	Zone       string // the zone of a scope "zone" record; "" for the fleet-wide one
+	Previous   sharedstate.BreakerState
+	State      sharedstate.BreakerState
+	Generation uint64
+	Origin     string
+	Reason     string
+	At         time.Time
+}
+
+// Config configures a View. The zero value works (every field optional).
+type Config struct {
+	// MaxDependencies bounds the dependencies tracked (optional, default 10000).
+	MaxDependencies int
+	// MaxRows bounds the rows kept over all dependencies (optional, default 500000).
+	MaxRows int
+	// MaxDeparted bounds the dead/left members kept for display (optional, default 1000).
+	MaxDeparted int
+	// History is how much history is kept per dependency (optional, default 5m).
+	History time.Duration
+	// HistoryInterval is the spacing of history samples (optional, default 5s).
+	HistoryInterval time.Duration
+	// Clock stamps receipts (optional, default sharedstate.SystemClock).
+	Clock sharedstate.Clock
+	// OnTransition is called for every derived state change, outside the
+	// View's lock, from the goroutine that caused it (a memberlist goroutine
+	// or the caller of Tick). Optional; must not block.
+	OnTransition func(Transition)
+	// OnRefused is called for every refused row or record, with one of the
+	// Refused* reasons, possibly under the View's lock: keep it cheap
+	// (a counter). Optional.
+	OnRefused func(reason string)
+}
+
+// Source supplies what etcd holds. Implementations must be safe for
+// concurrent use and cheap: Snapshot calls them per dependency.
+type Source interface {
+	// Policy returns the effective policy of a dependency (its patch over
+	// the fleet default).
+	Policy(dependency string) sharedstate.Policy
+	// Override returns the override of a dependency in force at now.
+	Override(dependency string, now time.Time) (Override, bool)
+	// Dependencies returns the names that have a policy or an override, so
+	// that they are listed even without traffic.
+	Dependencies() []string
+}
+
+// Override is an operator override as the view shows it.
+type Override struct {
+	State   sharedstate.OverrideState
+	Reason  string
+	Actor   string
+	Expires time.Time // zero: no expiry
+}
+
+type row struct {
+	zone     string
+	seq      uint64
+	counts   sharedstate.Counts
+	local    bool
+	received time.Time
+}
+
+type recKey struct{ dep, zone string }
+
+type derivedState struct {
+	state      sharedstate.BreakerState
+	generation uint64
+}
+
+type memberInfo struct {
+	agent.Member
+	changed time.Time
+}
+
+// View is the observer's fleet view. Its methods are safe for concurrent use.
+type View struct {
+	cfg Config
+
+	mu       sync.Mutex
+	rows     map[string]map[string]*row // dependency → node → row
+	nrows    int
+	records  map[string]map[string]sharedstate.BreakerRecord // dependency → zone ("" fleet-wide) → merged record
+	derived  map[recKey]derivedState                         // last derived state, for transitions
+	members  map[string]*memberInfo                          // alive, suspect, dead, left
+	history  map[string]*ring
+	lastTick time.Time
+}
+
+// New returns an empty View.
+func New(cfg Config) *View {
+	if cfg.MaxDependencies <= 0 {
+		cfg.MaxDependencies = DefaultMaxDependencies
+	}
+	if cfg.MaxRows <= 0 {
+		cfg.MaxRows = DefaultMaxRows
+	}
+	if cfg.MaxDeparted <= 0 {
+		cfg.MaxDeparted = DefaultMaxDeparted
+	}
+	if cfg.History <= 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.HistoryInterval <= 0 {
+		cfg.HistoryInterval = DefaultHistoryInterval
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = sharedstate.SystemClock{}
+	}
+	return &View{
+		cfg:     cfg,
+		rows:    map[string]map[string]*row{},
+		records: map[string]map[string]sharedstate.BreakerRecord{},
+		derived: map[recKey]derivedState{},
+		members: map[string]*memberInfo{},
+		history: map[string]*ring{},
+	}
+}
+
+func (v *View) refuse(reason string) {
+	if v.cfg.OnRefused != nil {
+		v.cfg.OnRefused(reason)
+	}
+}
+
+// ---- agent.GossipHandler ----
+
+// ApplyBatch records a broadcast or direct message. It relays nothing.
+func (v *View) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
+	return nil, v.apply(b.GetRows(), b.GetRecords())
+}
+
+// ApplyState records a peer's push-pull state.
+func (v *View) ApplyState(s *fuseboxv1.PushPullState, _ bool) (*fuseboxv1.GossipBatch, int) {
+	return nil, v.apply(s.GetRows(), s.GetRecords())
+}
+
+// LocalState returns nil: an observer has no state to share.
+func (v *View) LocalState(bool) *fuseboxv1.PushPullState { return nil }
+
+func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerRecord) int {
+	now := v.cfg.Clock.Now()
+	refused := 0
+	var transitions []Transition
+	v.mu.Lock()
+	for _, r := range rows {
+		if reason := v.applyRowLocked(r, now); reason != "" {
+			refused++
+			v.refuse(reason)
+		}
+	}
+	for _, pr := range records {
+		rec, err := RecordFromProto(pr)
+		if err == nil {
+			err = rec.Validate()
+		}
+		if err != nil {
+			refused++
+			v.refuse(RefusedInvalid)
+			continue
+		}
+		byZone, known := v.records[rec.Dependency]
+		if !known {
+			if !v.knownLocked(rec.Dependency) && v.depsLocked() >= v.cfg.MaxDependencies {
+				refused++
+				v.refuse(RefusedTooManyDeps)
+				continue
+			}
+			byZone = map[string]sharedstate.BreakerRecord{}
+			v.records[rec.Dependency] = byZone
+		}
+		old, ok := byZone[rec.Zone]
+		if !ok && len(byZone) >= MaxZonesPerDependency {
+			refused++
+			v.refuse(RefusedTooManyZone)
+			continue
+		}
+		merged := rec
+		if ok {
+			merged = sharedstate.Merge(old, rec)
+		}
+		byZone[rec.Zone] = merged
+		if !ok || !sharedstate.SameRecord(old, merged) {
+			// The policy is not at hand here: Tick derives half-open.
+			if t, changed := v.deriveLocked(recKey{rec.Dependency, rec.Zone}, merged, merged.State, now); changed {
+				transitions = append(transitions, t)
+			}
+		}
+	}
+	v.mu.Unlock()
+	v.emit(transitions)
+	return refused
+}
+
+func (v *View) emit(ts []Transition) {
+	if v.cfg.OnTransition == nil {
+		return
+	}
+	for _, t := range ts {
+		v.cfg.OnTransition(t)
+	}
+}
+
+// deriveLocked records (state, generation) as the derived state of a
+// record and reports a transition when it differs from the last one. A
+// closed breaker heard of for the first time is no news.
+func (v *View) deriveLocked(key recKey, rec sharedstate.BreakerRecord, state sharedstate.BreakerState, now time.Time) (Transition, bool) {
+	prev, seen := v.derived[key]
+	cur := derivedState{state: state, generation: rec.Generation}
+	v.derived[key] = cur
+	if (seen && prev == cur) || (!seen && state == sharedstate.Closed) {
+		return Transition{}, false
+	}
+	return Transition{Dependency: key.dep, Zone: key.zone, Previous: prev.state, State: state, Generation: rec.Generation,
+		Origin: rec.Origin, Reason: rec.Reason, At: now}, true
+}
+
+func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) string {
+	dep, node := r.GetDependency(), r.GetNode()
+	if sharedstate.ValidateDependencyName(dep) != nil || node == "" ||
+		len(node) > sharedstate.MaxNodeNameLen || len(r.GetZone()) > sharedstate.MaxNodeNameLen {
+		return RefusedInvalid
+	}
+	if m, ok := v.members[node]; ok && m.MetaErr == nil && m.Meta.Role != "" && !m.Meta.IsAgent() {
+		return RefusedNotAnAgent
+	}
+	byNode, ok := v.rows[dep]
+	if !ok {
+		if !v.knownLocked(dep) && v.depsLocked() >= v.cfg.MaxDependencies {
+			return RefusedTooManyDeps
+		}
+		byNode = map[string]*row{}
+		v.rows[dep] = byNode
+	}
+	cur, ok := byNode[node]
+	if ok && cur.seq >= r.GetSeq() {
+		return "" // older or the same: not new, not an error
+	}
+	if !ok {
+		if v.nrows >= v.cfg.MaxRows {
+			if len(byNode) == 0 {
+				delete(v.rows, dep)
+			}
+			return RefusedTooManyRows
+		}
+		cur = &row{}
+		byNode[node] = cur
+		v.nrows++
+	}
+	*cur = row{zone: r.GetZone(), seq: r.GetSeq(), counts: CountsFromProto(r.GetCounts()),
+		local: r.GetNodeLocalOpen(), received: now}
+	return ""
+}
+
+// knownLocked reports whether dep already takes a slot.
+func (v *View) knownLocked(dep string) bool {
+	if _, ok := v.rows[dep]; ok {
+		return true
+	}
+	_, ok := v.records[dep]
+	return ok
+}
+
+// depsLocked counts the dependencies that take a slot.
+func (v *View) depsLocked() int {
+	n := len(v.rows)
+	for dep := range v.records {
+		if _, ok := v.rows[dep]; !ok {
+			n++
+		}
+	}
+	return n
+}
+
+// ---- agent.MemberEvents ----
+
+// MemberJoined records a member.
+func (v *View) MemberJoined(m agent.Member) { v.member(m) }
+
+// MemberUpdated records a member's new metadata.
+func (v *View) MemberUpdated(m agent.Member) { v.member(m) }
+
+// MemberLeft records a member's departure and drops its rows.
+func (v *View) MemberLeft(m agent.Member) {
+	if m.State == "alive" || m.State == "suspect" {
+		m.State = "dead"
+	}
+	v.member(m)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for dep, byNode := range v.rows {
+		if _, ok := byNode[m.Name]; ok {
+			delete(byNode, m.Name)
+			v.nrows--
+			if len(byNode) == 0 {
+				delete(v.rows, dep)
+			}
+		}
+	}
+}
+
+func (v *View) member(m agent.Member) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.members[m.Name] = &memberInfo{Member: m, changed: v.cfg.Clock.Now()}
+	v.trimDepartedLocked(v.cfg.Clock.Now())
+}
+
+func departed(state string) bool { return state == "dead" || state == "left" }
+
+func (v *View) trimDepartedLocked(now time.Time) {
+	var gone []*memberInfo
+	for name, m := range v.members {
+		if !departed(m.State) {
+			continue
+		}
+		if now.Sub(m.changed) > DepartedRetention {
+			delete(v.members, name)
+			continue
+		}
+		gone = append(gone, m)
+	}
+	if len(gone) <= v.cfg.MaxDeparted {
+		return
+	}
+	sort.Slice(gone, func(i, j int) bool { return gone[i].changed.Before(gone[j].changed) })
+	for _, m := range gone[:len(gone)-v.cfg.MaxDeparted] {
+		delete(v.members, m.Name)
+	}
+}
+
+// Members returns the members as the observer sees them, sorted by name,
+// including dead and departed ones for DepartedRetention.
+func (v *View) Members() []*fuseboxv1.Member {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.membersLocked()
+}
+
+func (v *View) membersLocked() []*fuseboxv1.Member {
+	out := make([]*fuseboxv1.Member, 0, len(v.members))
+	for _, m := range v.members {
+		role := string(m.Meta.Role)
+		if m.MetaErr != nil || role == "" {
+			role = "unknown"
+		}
+		out = append(out, &fuseboxv1.Member{
+			Node: m.Name, Role: role, Zone: m.Meta.Zone, Version: m.Meta.Software,
+			GossipAddr: m.Addr, ApiAddr: m.Meta.GRPCAddr, Status: m.State,
+		})
+	}
+	slices.SortFunc(out, func(a, b *fuseboxv1.Member) int {
+		switch {
+		case a.Node < b.Node:
+			return -1
+		case a.Node > b.Node:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// AliveAgents returns how many alive or suspect members have role agent.
+func (v *View) AliveAgents() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	n := 0
+	for _, m := range v.members {
+		if !departed(m.State) && m.Meta.IsAgent() {
+			n++
+		}
+	}
+	return n
+}
+
+// Stats are gauges of the view's size.
+type Stats struct {
+	Dependencies int
+	Rows         int
+	Members      map[string]int // by status
+	States       map[string]int // breaker records by derived state (closed, open, half-open)
+}
+
+// Stats returns the view's current sizes.
+func (v *View) Stats() Stats {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	s := Stats{Dependencies: v.depsLocked(), Rows: v.nrows,
+		Members: map[string]int{"alive": 0, "suspect": 0, "dead": 0, "left": 0},
+		States:  map[string]int{"closed": 0, "open": 0, "half-open": 0}}
+	for _, m := range v.members {
+		s.Members[m.State]++
+	}
+	for _, d := range v.derived {
+		s.States[d.state.String()]++
+	}
+	return s
+}
+
+// ---- conversions ----
+
+// CountsFromProto converts wire counts.
+func CountsFromProto(c *fuseboxv1.Counts) sharedstate.Counts {
+	return sharedstate.Counts{
+		FirstAttempts: c.GetFirstAttempts(), Retries: c.GetRetries(), Successes: c.GetSuccesses(),
+		Failures: c.GetFailures(), SlowCalls: c.GetSlowCalls(), Rejected: c.GetRejected(),
+	}
+}
+
+// CountsToProto converts counts to the wire form.
+func CountsToProto(c sharedstate.Counts) *fuseboxv1.Counts {
+	return &fuseboxv1.Counts{
+		FirstAttempts: c.FirstAttempts, Retries: c.Retries, Successes: c.Successes,
+		Failures: c.Failures, SlowCalls: c.SlowCalls, Rejected: c.Rejected,
+	}
+}
+
+// RecordFromProto converts a gossiped breaker record, zone included.
+func RecordFromProto(r *fuseboxv1.BreakerRecord) (sharedstate.BreakerRecord, error) {
+	var st sharedstate.BreakerState
+	switch r.GetState() {
+	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
+		st = sharedstate.Closed
+	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
+		st = sharedstate.Open
+	default:
+		return sharedstate.BreakerRecord{}, fmt.Errorf("fleet: record of %q: state %v does not travel", r.GetDependency(), r.GetState())
+	}
+	return sharedstate.BreakerRecord{
+		Dependency: r.GetDependency(), Zone: r.GetZone(), Generation: r.GetGeneration(), State: st,
+		Since: time.Unix(0, r.GetSinceUnixNano()).UTC(), OpenCount: r.GetOpenCount(),
+		Origin: r.GetOrigin(), Reason: r.GetReason(),
+	}, nil
+}
+
+// StateToProto converts a breaker state.
+func StateToProto(s sharedstate.BreakerState) fuseboxv1.BreakerState {
+	switch s {
+	case sharedstate.Open:
+		return fuseboxv1.BreakerState_BREAKER_STATE_OPEN
+	case sharedstate.HalfOpen:
+		return fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN
+	}
+	return fuseboxv1.BreakerState_BREAKER_STATE_CLOSED
+}
+
+// OverrideToProto converts an override state.
+func OverrideToProto(s sharedstate.OverrideState) fuseboxv1.OverrideState {
+	switch s {
+	case sharedstate.ForcedOpen:
+		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
+	case sharedstate.ForcedClosed:
+		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED
+	}
+	return fuseboxv1.OverrideState_OVERRIDE_STATE_NONE
+}
+
+// ModeToProto converts a policy mode.
+func ModeToProto(m sharedstate.Mode) fuseboxv1.Mode {
+	switch m {
+	case sharedstate.ModeShadow:
+		return fuseboxv1.Mode_MODE_SHADOW
+	case sharedstate.ModeEnforce:
+		return fuseboxv1.Mode_MODE_ENFORCE
+	}
+	return fuseboxv1.Mode_MODE_UNSPECIFIED
+}

@@ -1,0 +1,377 @@
+package fleet
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// staticSource is a fleet.Source with fixed policies and overrides.
+type staticSource struct {
+	policies  map[string]sharedstate.Policy
+	overrides map[string]Override
+}
+
+func (s staticSource) Policy(dep string) sharedstate.Policy {
+	if p, ok := s.policies[dep]; ok {
+		return p
+	}
+	p := sharedstate.DefaultPolicy()
+	p.Dependency = dep
+	return p
+}
+
+func (s staticSource) Override(dep string, _ time.Time) (Override, bool) {
+	o, ok := s.overrides[dep]
+	return o, ok
+}
+
+func (s staticSource) Dependencies() []string {
+	var out []string
+	for d := range s.policies {
+		out = append(out, d)
+	}
+	for d := range s.overrides {
+		out = append(out, d)
+	}
+	return out
+}
+
+var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func mkRow(node, zone, dep string, seq uint64, failures uint64) *fuseboxv1.NodeWindow {
+	return &fuseboxv1.NodeWindow{Node: node, Zone: zone, Dependency: dep, Seq: seq,
+		Counts: &fuseboxv1.Counts{FirstAttempts: 10, Successes: 10 - failures, Failures: failures}}
+}
+
+func rec(dep string, gen uint64, open bool, since time.Time, origin string) *fuseboxv1.BreakerRecord {
+	st := fuseboxv1.BreakerState_BREAKER_STATE_CLOSED
+	if open {
+		st = fuseboxv1.BreakerState_BREAKER_STATE_OPEN
+	}
+	return &fuseboxv1.BreakerRecord{Dependency: dep, Generation: gen, State: st, SinceUnixNano: since.UnixNano(), OpenCount: 1, Origin: origin}
+}
+
+type recorder struct {
+	mu      sync.Mutex
+	trans   []Transition
+	refused map[string]int
+}
+
+func (r *recorder) config(c Config) Config {
+	r.refused = map[string]int{}
+	c.OnTransition = func(t Transition) { r.mu.Lock(); r.trans = append(r.trans, t); r.mu.Unlock() }
+	c.OnRefused = func(reason string) { r.refused[reason]++ } // called under the View's lock
+	return c
+}
+
+func (r *recorder) take() []Transition {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := r.trans
+	r.trans = nil
+	return out
+}
+
+func TestRowsLastWriterWinsAndExpire(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock}))
+	src := staticSource{}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "a", "db", 5, 3)}})
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "a", "db", 4, 9)}}) // older: ignored
+	d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if d.GetFleet().GetFailures() != 3 {
+		t.Fatalf("failures = %d, want 3 (seq 5 kept over seq 4)", d.GetFleet().GetFailures())
+	}
+	v.ApplyState(&fuseboxv1.PushPullState{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "a", "db", 6, 7), mkRow("n2", "b", "db", 1, 1)}}, false)
+	d = v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if d.GetFleet().GetFailures() != 8 || len(d.GetNodes()) != 2 || len(d.GetZones()) != 2 {
+		t.Fatalf("after push-pull: %v", d)
+	}
+	// n2 refreshes later; n1 goes quiet and expires after 2×window (20s).
+	clock.Advance(15 * time.Second)
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n2", "b", "db", 2, 2)}})
+	clock.Advance(6 * time.Second)
+	d = v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if len(d.GetNodes()) != 1 || d.GetNodes()[0].GetNode() != "n2" {
+		t.Fatalf("after 21s: nodes %v, want only n2", d.GetNodes())
+	}
+	v.Tick(clock.Now(), src)
+	if st := v.Stats(); st.Rows != 1 {
+		t.Fatalf("rows after Tick = %d, want 1", st.Rows)
+	}
+	// A departed member's rows go at once.
+	v.MemberJoined(agent.Member{Name: "n2", State: "alive", Meta: agent.NodeMeta{Role: agent.RoleAgent}})
+	v.MemberLeft(agent.Member{Name: "n2", State: "left", Meta: agent.NodeMeta{Role: agent.RoleAgent}})
+	if st := v.Stats(); st.Rows != 0 || st.Dependencies != 0 || st.Members["left"] != 1 {
+		t.Fatalf("after n2 left: %+v", st)
+	}
+	// And is forgotten after DepartedRetention.
+	clock.Advance(DepartedRetention + time.Second)
+	v.Tick(clock.Now(), src)
+	if n := len(v.Members()); n != 0 {
+		t.Fatalf("members after retention = %d", n)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock, MaxDependencies: 2, MaxRows: 3}))
+	v.MemberJoined(agent.Member{Name: "obs", State: "alive", Meta: agent.NodeMeta{Role: agent.RoleObserver}})
+	_, refused := v.ApplyBatch(&fuseboxv1.GossipBatch{
+		Rows: []*fuseboxv1.NodeWindow{
+			mkRow("obs", "", "db", 1, 0),       // an observer's row: never counted
+			mkRow("n1", "", "bad name!", 1, 0), // invalid
+			mkRow("", "", "db", 1, 0),          // no node
+			mkRow("n1", "", "a", 1, 0),
+			mkRow("n1", "", "b", 1, 0),
+			mkRow("n1", "", "c", 1, 0), // third dependency
+			mkRow("n2", "", "a", 1, 0),
+			mkRow("n3", "", "a", 1, 0), // fourth row
+		},
+		Records: []*fuseboxv1.BreakerRecord{
+			rec("d", 1, true, t0, "n1"), // third dependency
+			{Dependency: "a", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}, // half-open never travels
+		},
+	})
+	want := map[string]int{RefusedNotAnAgent: 1, RefusedInvalid: 3, RefusedTooManyDeps: 2, RefusedTooManyRows: 1}
+	if refused != 7 || fmt.Sprint(r.refused) != fmt.Sprint(want) {
+		t.Fatalf("refused %d: %v, want 7: %v", refused, r.refused, want)
+	}
+	if st := v.Stats(); st.Dependencies != 2 || st.Rows != 3 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestRecordsMergeAndTransitions(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock}))
+	src := staticSource{overrides: map[string]Override{"db": {State: sharedstate.ForcedOpen, Reason: "maintenance"}}}
+
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 0, false, t0, "n1")}})
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("a closed generation-0 record is no news: %v", got)
+	}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 2, true, t0, "n2")}})
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 2, true, t0, "n2")}})  // duplicate
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 1, false, t0, "n1")}}) // older
+	got := r.take()
+	if len(got) != 1 || got[0].State != sharedstate.Open || got[0].Generation != 2 || got[0].Origin != "n2" {
+		t.Fatalf("transitions = %+v, want one open at generation 2", got)
+	}
+	d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if d.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_OPEN || d.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN ||
+		d.GetOverrideReason() != "maintenance" {
+		t.Fatalf("view = %v", d)
+	}
+	// openDuration 5s (openCount 1): half-open after it, derived by Tick.
+	clock.Advance(5 * time.Second)
+	v.Tick(clock.Now(), src)
+	got = r.take()
+	if len(got) != 1 || got[0].State != sharedstate.HalfOpen || got[0].Previous != sharedstate.Open {
+		t.Fatalf("transitions = %+v, want open → half-open", got)
+	}
+	v.Tick(clock.Now(), src)
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("a second Tick reported %v", got)
+	}
+	// A failed probe: same state family, new generation: reported.
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 3, true, clock.Now(), "n1")}})
+	if got := r.take(); len(got) != 1 || got[0].State != sharedstate.Open || got[0].Generation != 3 {
+		t.Fatalf("transitions = %+v, want open at generation 3", got)
+	}
+	if st := v.Stats(); st.States["open"] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestProbersAndBudget(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	v := New(Config{Clock: clock})
+	pol := sharedstate.DefaultPolicy()
+	pol.Breaker.HalfOpenProbes = 2
+	src := staticSource{policies: map[string]sharedstate.Policy{"db": pol}}
+	var rows []*fuseboxv1.NodeWindow
+	for i := range 5 {
+		r := mkRow(fmt.Sprintf("n%d", i), "z", "db", 1, 1)
+		r.Counts.Retries = 4
+		rows = append(rows, r)
+	}
+	rows = append(rows, &fuseboxv1.NodeWindow{Node: "idle", Dependency: "db", Seq: 1, Counts: &fuseboxv1.Counts{}})
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: rows, Records: []*fuseboxv1.BreakerRecord{rec("db", 7, true, t0.Add(-time.Minute), "n0")}})
+	d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if d.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN {
+		t.Fatalf("state %v", d.GetState())
+	}
+	// The probers are the agents' choice: rendezvous over the nodes with traffic.
+	rec7, _ := RecordFromProto(rec("db", 7, true, t0.Add(-time.Minute), "n0"))
+	want := Probers("db", rec7, pol.Breaker, clock.Now(), []string{"n0", "n1", "n2", "n3", "n4"})
+	if fmt.Sprint(d.GetProbers()) != fmt.Sprint(want) || len(want) != 2 {
+		t.Fatalf("probers %v, want %v", d.GetProbers(), want)
+	}
+	n := 0
+	for _, nv := range d.GetNodes() {
+		if nv.GetProber() {
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d nodes flagged prober", n)
+	}
+	// 20 retries against max(10/s × 10s, 0.1 × 50) = 100.
+	if d.GetBudgetUsed() != 0.2 {
+		t.Fatalf("budget used %v, want 0.2", d.GetBudgetUsed())
+	}
+}
+
+func TestHistoryIsBounded(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	v := New(Config{Clock: clock, History: time.Second, HistoryInterval: 100 * time.Millisecond})
+	src := staticSource{policies: map[string]sharedstate.Policy{"db": sharedstate.DefaultPolicy()}}
+	for i := range 25 {
+		v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "", "db", uint64(i+1), uint64(i%10))}})
+		v.Tick(clock.Now(), src)
+		v.Tick(clock.Now(), src) // within the interval: no sample
+		clock.Advance(100 * time.Millisecond)
+	}
+	h := v.History("db")
+	if len(h) != 10 {
+		t.Fatalf("history has %d samples, want 10", len(h))
+	}
+	if !h[0].At.Before(h[9].At) || h[9].Fleet.Failures != 24%10 || h[9].Nodes != 1 {
+		t.Fatalf("history %+v", h)
+	}
+	if v.History("unknown") != nil {
+		t.Fatal("history of an unknown dependency")
+	}
+}
+
+// TestViewStaysBounded: whatever the gossip says, the view never holds
+// more than its caps, and every row kept is the highest seq heard.
+func TestViewStaysBounded(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		clock := sharedstate.NewManualClock(t0)
+		maxDeps := rapid.IntRange(1, 5).Draw(rt, "maxDeps")
+		maxRows := rapid.IntRange(1, 12).Draw(rt, "maxRows")
+		v := New(Config{Clock: clock, MaxDependencies: maxDeps, MaxRows: maxRows, History: time.Second, HistoryInterval: 200 * time.Millisecond})
+		src := staticSource{}
+		best := map[[2]string]uint64{}
+		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
+		for range steps {
+			dep := rapid.SampledFrom([]string{"a", "b", "c", "d", "e", "f", "g"}).Draw(rt, "dep")
+			node := rapid.SampledFrom([]string{"n1", "n2", "n3", "n4"}).Draw(rt, "node")
+			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			case 0, 1:
+				seq := rapid.Uint64Range(1, 20).Draw(rt, "seq")
+				_, refused := v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow(node, "", dep, seq, 0)}})
+				if refused == 0 && seq > best[[2]string{dep, node}] {
+					best[[2]string{dep, node}] = seq
+				}
+			case 2:
+				gen := rapid.Uint64Range(0, 5).Draw(rt, "gen")
+				v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec(dep, gen, gen%2 == 1, clock.Now(), node)}})
+			case 3:
+				clock.Advance(time.Duration(rapid.IntRange(0, 30).Draw(rt, "secs")) * time.Second)
+				v.Tick(clock.Now(), src)
+				best = map[[2]string]uint64{} // expiry may have dropped rows; restart the LWW check
+				v.mu.Lock()
+				for dep, byNode := range v.rows {
+					for node, r := range byNode {
+						best[[2]string{dep, node}] = r.seq
+					}
+				}
+				v.mu.Unlock()
+			}
+			st := v.Stats()
+			if st.Dependencies > maxDeps || st.Rows > maxRows {
+				rt.Fatalf("stats %+v beyond caps deps %d rows %d", st, maxDeps, maxRows)
+			}
+			v.mu.Lock()
+			n := 0
+			for dep, byNode := range v.rows {
+				if len(byNode) == 0 {
+					rt.Fatalf("empty row map kept for %s", dep)
+				}
+				for node, r := range byNode {
+					n++
+					if r.seq != best[[2]string{dep, node}] {
+						rt.Fatalf("row %s/%s has seq %d, the highest heard is %d", dep, node, r.seq, best[[2]string{dep, node}])
+					}
+				}
+			}
+			for _, h := range v.history {
+				if h.n > 5 {
+					rt.Fatalf("history of %d samples, cap 5", h.n)
+				}
+			}
+			v.mu.Unlock()
+			if n != st.Rows {
+				rt.Fatalf("row count %d, counted %d", st.Rows, n)
+			}
+		}
+	})
+}
+
+// zoned returns r carrying zone, as agents send it for scope: zone.
+func zoned(r *fuseboxv1.BreakerRecord, zone string) *fuseboxv1.BreakerRecord {
+	r.Zone = zone
+	return r
+}
+
+func TestZoneRecords(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock}))
+	pol := sharedstate.DefaultPolicy()
+	pol.Breaker.Scope = sharedstate.ScopeZone
+	src := staticSource{policies: map[string]sharedstate.Policy{"db": pol}}
+	a := rec("db", 2, true, t0.Add(-time.Minute), "a1")
+	a.Reason = "zone a failing"
+	v.ApplyBatch(&fuseboxv1.GossipBatch{
+		Rows: []*fuseboxv1.NodeWindow{mkRow("a1", "a", "db", 1, 5), mkRow("a2", "a", "db", 1, 5), mkRow("b1", "b", "db", 1, 0)},
+		Records: []*fuseboxv1.BreakerRecord{
+			zoned(a, "a"),
+			zoned(rec("db", 5, false, t0, "b1"), "b"), // a higher generation in another zone must not hide zone a
+		},
+	})
+	got := r.take()
+	if len(got) != 1 || got[0].Zone != "a" || got[0].State != sharedstate.Open {
+		t.Fatalf("transitions = %+v, want zone a opening", got)
+	}
+	d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if d.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN || d.GetGeneration() != 2 || d.GetReason() != "zone a: zone a failing" {
+		t.Fatalf("view = %v", d)
+	}
+	// Probers of zone a come from zone a only.
+	for _, p := range d.GetProbers() {
+		if !strings.HasPrefix(p, "a") {
+			t.Fatalf("probers %v include a node outside zone a", d.GetProbers())
+		}
+	}
+	if len(d.GetProbers()) != 2 {
+		t.Fatalf("probers %v, want a1 and a2", d.GetProbers())
+	}
+	v.Tick(clock.Now(), src)
+	if got := r.take(); len(got) != 1 || got[0].Zone != "a" || got[0].State != sharedstate.HalfOpen {
+		t.Fatalf("transitions = %+v, want zone a half-open", got)
+	}
+	// Zones per dependency are bounded.
+	var many []*fuseboxv1.BreakerRecord
+	for i := range MaxZonesPerDependency {
+		many = append(many, zoned(rec("db", 1, false, t0, "x"), fmt.Sprintf("z%d", i)))
+	}
+	if _, refused := v.ApplyBatch(&fuseboxv1.GossipBatch{Records: many}); refused != 2 || r.refused[RefusedTooManyZone] != 2 {
+		t.Fatalf("refused %d (%v), want the 2 zones past %d", refused, r.refused, MaxZonesPerDependency)
+	}
+}

@@ -1,0 +1,351 @@
+package fleet
+
+import (
+	"slices"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Sample is one point of a dependency's history.
+type Sample struct {
+	At          time.Time          `json:"at"`
+	State       string             `json:"state"`
+	Override    string             `json:"override,omitempty"`
+	Generation  uint64             `json:"generation"`
+	Fleet       sharedstate.Counts `json:"fleet"`
+	FailureRate float64            `json:"failureRate"`
+	SlowRate    float64            `json:"slowRate"`
+	BudgetUsed  float64            `json:"budgetUsed"`
+	Nodes       int                `json:"nodes"`
+}
+
+// ring is a bounded history, oldest first.
+type ring struct {
+	buf   []Sample
+	start int
+	n     int
+}
+
+func newRing(size int) *ring { return &ring{buf: make([]Sample, size)} }
+
+func (r *ring) add(s Sample) {
+	if r.n < len(r.buf) {
+		r.buf[(r.start+r.n)%len(r.buf)] = s
+		r.n++
+		return
+	}
+	r.buf[r.start] = s
+	r.start = (r.start + 1) % len(r.buf)
+}
+
+func (r *ring) samples() []Sample {
+	out := make([]Sample, r.n)
+	for i := range r.n {
+		out[i] = r.buf[(r.start+i)%len(r.buf)]
+	}
+	return out
+}
+
+// Tick does the view's periodic work at now: it drops rows older than
+// 2×window (of each dependency's policy) and departed members past
+// DepartedRetention, derives half-open states (reporting transitions), and
+// adds a history sample per dependency when HistoryInterval has passed
+// since the last one. The coordinator calls it about once a second; tests
+// call it with a moved clock.
+func (v *View) Tick(now time.Time, src Source) {
+	var transitions []Transition
+	v.mu.Lock()
+	for dep, byNode := range v.rows {
+		maxAge := 2 * src.Policy(dep).Breaker.Window.Std()
+		for node, r := range byNode {
+			if now.Sub(r.received) > maxAge {
+				delete(byNode, node)
+				v.nrows--
+			}
+		}
+		if len(byNode) == 0 {
+			delete(v.rows, dep)
+		}
+	}
+	for dep, byZone := range v.records {
+		b := src.Policy(dep).Breaker
+		for zone, rec := range byZone {
+			if t, changed := v.deriveLocked(recKey{dep, zone}, rec, rec.StateAt(b, now), now); changed {
+				transitions = append(transitions, t)
+			}
+		}
+	}
+	v.trimDepartedLocked(now)
+	if v.lastTick.IsZero() || now.Sub(v.lastTick) >= v.cfg.HistoryInterval {
+		v.lastTick = now
+		size := max(1, int(v.cfg.History/v.cfg.HistoryInterval))
+		names := v.namesLocked(src)
+		keep := make(map[string]bool, len(names))
+		for _, dep := range names {
+			keep[dep] = true
+			h, ok := v.history[dep]
+			if !ok {
+				if len(v.history) >= v.cfg.MaxDependencies {
+					continue
+				}
+				h = newRing(size)
+				v.history[dep] = h
+			}
+			d, nodes := v.dependencyLocked(dep, now, src, false)
+			h.add(sampleOf(d, nodes, now))
+		}
+		for dep := range v.history {
+			if !keep[dep] {
+				delete(v.history, dep)
+			}
+		}
+	}
+	v.mu.Unlock()
+	v.emit(transitions)
+}
+
+func sampleOf(d *fuseboxv1.DependencyView, nodes int, now time.Time) Sample {
+	return Sample{
+		At: now, State: sharedstateName(d.GetState()), Override: overrideName(d.GetOverride()),
+		Generation: d.GetGeneration(), Fleet: CountsFromProto(d.GetFleet()),
+		FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(), BudgetUsed: d.GetBudgetUsed(),
+		Nodes: nodes,
+	}
+}
+
+func sharedstateName(s fuseboxv1.BreakerState) string {
+	switch s {
+	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
+		return sharedstate.Open.String()
+	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
+		return sharedstate.HalfOpen.String()
+	}
+	return sharedstate.Closed.String()
+}
+
+func overrideName(s fuseboxv1.OverrideState) string {
+	switch s {
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
+		return sharedstate.ForcedOpen.String()
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
+		return sharedstate.ForcedClosed.String()
+	}
+	return ""
+}
+
+// History returns the samples of a dependency, oldest first (nil when there
+// are none).
+func (v *View) History(dependency string) []Sample {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	h, ok := v.history[dependency]
+	if !ok {
+		return nil
+	}
+	return h.samples()
+}
+
+// namesLocked returns every dependency the view knows of, from gossip and
+// from etcd, sorted.
+func (v *View) namesLocked(src Source) []string {
+	set := make(map[string]struct{}, len(v.rows)+len(v.records))
+	for dep := range v.rows {
+		set[dep] = struct{}{}
+	}
+	for dep := range v.records {
+		set[dep] = struct{}{}
+	}
+	for _, dep := range src.Dependencies() {
+		if sharedstate.ValidateDependencyName(dep) == nil {
+			set[dep] = struct{}{}
+		}
+	}
+	names := make([]string, 0, len(set))
+	for dep := range set {
+		names = append(names, dep)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Snapshot returns the fleet at now: every dependency (or only the one
+// named, when only is not empty; none when the view does not know it) and
+// the members.
+func (v *View) Snapshot(now time.Time, src Source, only string) *fuseboxv1.FleetSnapshot {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	snap := &fuseboxv1.FleetSnapshot{At: timestamppb.New(now), Members: v.membersLocked()}
+	names := v.namesLocked(src)
+	if only != "" {
+		if _, found := slices.BinarySearch(names, only); !found {
+			return snap
+		}
+		names = []string{only}
+	}
+	for _, dep := range names {
+		d, _ := v.dependencyLocked(dep, now, src, true)
+		snap.Dependencies = append(snap.Dependencies, d)
+	}
+	return snap
+}
+
+// dependencyLocked builds the view of one dependency. State is the
+// breaker's own state as the gossip says (half-open derived with the
+// policy); an override, which beats it, is reported beside it. With scope
+// "zone" (one record per zone) it shows the most severe zone's record,
+// its reason prefixed with the zone, and the probers of every half-open
+// zone. Without
+// detail, zones and nodes are left out (history samples). It also returns
+// the number of nodes with live rows.
+func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bool) (*fuseboxv1.DependencyView, int) {
+	pol := src.Policy(dep)
+	window := pol.Breaker.Window.Std()
+	d := &fuseboxv1.DependencyView{
+		Dependency: dep,
+		State:      fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
+		Mode:       ModeToProto(pol.Breaker.Mode),
+	}
+	if rec, state, ok := shownRecord(v.records[dep], pol.Breaker, now); ok {
+		d.State = StateToProto(state)
+		d.Generation = rec.Generation
+		d.OpenCount = rec.OpenCount
+		d.Reason = rec.Reason
+		if rec.Zone != "" {
+			d.Reason = "zone " + rec.Zone + ": " + rec.Reason
+		}
+		if !rec.Since.IsZero() && rec.Since.Unix() > 0 {
+			d.Since = timestamppb.New(rec.Since)
+		}
+	}
+	if o, ok := src.Override(dep, now); ok {
+		d.Override = OverrideToProto(o.State)
+		d.OverrideReason = o.Reason
+	}
+
+	var fleet sharedstate.Counts
+	zones := map[string]sharedstate.Counts{}
+	traffic := map[string][]string{} // zone → nodes with live rows and traffic: probe candidates
+	nodes := make([]*fuseboxv1.NodeView, 0, len(v.rows[dep]))
+	for node, r := range v.rows[dep] {
+		if now.Sub(r.received) > 2*window {
+			continue
+		}
+		fleet = fleet.Plus(r.counts)
+		zones[r.zone] = zones[r.zone].Plus(r.counts)
+		if !r.counts.IsZero() {
+			traffic[r.zone] = append(traffic[r.zone], node)
+		}
+		if r.local {
+			d.NodeLocalOpen = append(d.NodeLocalOpen, node)
+		}
+		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: CountsToProto(r.counts), NodeLocalOpen: r.local})
+	}
+	slices.Sort(d.NodeLocalOpen)
+	d.Fleet = CountsToProto(fleet)
+	d.FailureRate = fleet.FailureRate()
+	d.SlowRate = fleet.SlowCallRate()
+	d.BudgetUsed = budgetUsed(pol, fleet)
+	for zone, rec := range v.records[dep] {
+		if rec.StateAt(pol.Breaker, now) != sharedstate.HalfOpen {
+			continue
+		}
+		var candidates []string
+		for z, nodes := range traffic {
+			if zone == "" || z == zone {
+				candidates = append(candidates, nodes...)
+			}
+		}
+		d.Probers = append(d.Probers, Probers(dep, rec, pol.Breaker, now, candidates)...)
+	}
+	slices.Sort(d.Probers)
+	if !detail {
+		return d, len(nodes)
+	}
+	probers := map[string]bool{}
+	for _, p := range d.Probers {
+		probers[p] = true
+	}
+	for _, n := range nodes {
+		n.Prober = probers[n.Node]
+	}
+	slices.SortFunc(nodes, func(a, b *fuseboxv1.NodeView) int { return compare(a.Node, b.Node) })
+	d.Nodes = nodes
+	zoneNames := make([]string, 0, len(zones))
+	for z := range zones {
+		zoneNames = append(zoneNames, z)
+	}
+	slices.Sort(zoneNames)
+	for _, z := range zoneNames {
+		d.Zones = append(d.Zones, &fuseboxv1.ZoneView{Zone: z, Counts: CountsToProto(zones[z])})
+	}
+	return d, len(nodes)
+}
+
+// shownRecord picks the record a dependency's view shows: the most severe
+// state (open, then half-open, then closed), then the higher generation,
+// then the fleet-wide record before a zone's, then the lower zone.
+func shownRecord(byZone map[string]sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time) (sharedstate.BreakerRecord, sharedstate.BreakerState, bool) {
+	severity := map[sharedstate.BreakerState]int{sharedstate.Closed: 0, sharedstate.HalfOpen: 1, sharedstate.Open: 2}
+	var (
+		best      sharedstate.BreakerRecord
+		bestState sharedstate.BreakerState
+		found     bool
+	)
+	for _, rec := range byZone {
+		st := rec.StateAt(b, now)
+		if found {
+			if sb, sr := severity[bestState], severity[st]; sr < sb ||
+				(sr == sb && (rec.Generation < best.Generation ||
+					(rec.Generation == best.Generation && rec.Zone > best.Zone))) {
+				continue
+			}
+		}
+		best, bestState, found = rec, st, true
+	}
+	return best, bestState, found
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// budgetUsed is the fleet's retries over the window divided by the fleet
+// retry budget max(minRetriesPerSecond × window, ratio × firstAttempts).
+func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
+	b := p.Retry.Budget
+	budget := max(b.MinRetriesPerSecond*p.Breaker.Window.Std().Seconds(), b.Ratio*float64(c.FirstAttempts))
+	if budget <= 0 {
+		if c.Retries > 0 {
+			return 1
+		}
+		return 0
+	}
+	return float64(c.Retries) / budget
+}
+
+// Probers returns the members holding probe permits of a half-open
+// breaker at now, as the agents compute them: the top halfOpenProbes of
+// the members with traffic by rendezvous hash of (dependency, generation,
+// probe round), the round advancing every probeTimeout since the breaker
+// turned half-open.
+func Probers(dep string, rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time, members []string) []string {
+	at := rec.HalfOpenAt(b)
+	if now.Before(at) || len(members) == 0 {
+		return nil
+	}
+	var round uint64
+	if pt := b.ProbeTimeout.Std(); pt > 0 {
+		round = uint64(now.Sub(at) / pt)
+	}
+	return sharedstate.ProbeHolders(dep, rec.Generation, round, members, b.HalfOpenProbes)
+}

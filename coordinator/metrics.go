@@ -1,0 +1,163 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+)
+
+// MetricNames lists every metric the coordinator exports, so the README's
+// list can be checked against the code (a test compares them with what
+// /metrics serves).
+var MetricNames = []string{
+	"fusebox_coordinator_admin_requests_total",
+	"fusebox_coordinator_admin_request_duration_seconds",
+	"fusebox_coordinator_auth_failures_total",
+	"fusebox_coordinator_http_requests_total",
+	"fusebox_coordinator_events_total",
+	"fusebox_coordinator_sse_events_dropped_total",
+	"fusebox_coordinator_sse_clients",
+	"fusebox_coordinator_etcd_invalid_values_total",
+	"fusebox_coordinator_etcd_watch_restarts_total",
+	"fusebox_coordinator_policies",
+	"fusebox_coordinator_overrides",
+	"fusebox_coordinator_gossip_refused_total",
+	"fusebox_coordinator_gossip_dropped_total",
+	"fusebox_coordinator_gossip_messages_received_total",
+	"fusebox_coordinator_gossip_received_bytes_total",
+	"fusebox_coordinator_dependencies",
+	"fusebox_coordinator_rows",
+	"fusebox_coordinator_members",
+	"fusebox_coordinator_breakers",
+}
+
+// metrics are the coordinator's own series, registered on its registry.
+type metrics struct {
+	requests      *prometheus.CounterVec
+	duration      *prometheus.HistogramVec
+	authFailures  *prometheus.CounterVec
+	httpRequests  *prometheus.CounterVec
+	events        *prometheus.CounterVec
+	sseDropped    prometheus.Counter
+	invalidValues *prometheus.CounterVec
+	watchRestarts prometheus.Counter
+	gossipRefused *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_admin_requests_total",
+			Help: "Admin API requests by method and gRPC status code.",
+		}, []string{"method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fusebox_coordinator_admin_request_duration_seconds",
+			Help:    "Admin API request latency by method.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"method"}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_auth_failures_total",
+			Help: "Requests refused by authentication or authorization, by API (grpc, http) and reason (unauthenticated, permission_denied).",
+		}, []string{"api", "reason"}),
+		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_http_requests_total",
+			Help: "HTTP requests by handler and status code.",
+		}, []string{"handler", "code"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_events_total",
+			Help: "Events published to /api/v1/events subscribers, by type (transition, override, policy).",
+		}, []string{"type"}),
+		sseDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_sse_events_dropped_total",
+			Help: "Events not delivered to a server-sent-events client that was too slow to read them.",
+		}),
+		invalidValues: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_etcd_invalid_values_total",
+			Help: "Invalid policies or overrides found in etcd and ignored (last good value kept), by kind.",
+		}, []string{"kind"}),
+		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_etcd_watch_restarts_total",
+			Help: "Times the etcd watch of policies and overrides re-listed (compaction, lost connection).",
+		}),
+		gossipRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_gossip_refused_total",
+			Help: "Gossip rows and records the fleet view refused, by reason (invalid, too_many_deps, too_many_rows, not_an_agent, too_many_zones).",
+		}, []string{"reason"}),
+	}
+	for _, r := range []string{"unauthenticated", "permission_denied"} {
+		for _, api := range []string{"grpc", "http"} {
+			m.authFailures.WithLabelValues(api, r)
+		}
+	}
+	for _, r := range []string{fleet.RefusedInvalid, fleet.RefusedTooManyDeps, fleet.RefusedTooManyRows, fleet.RefusedNotAnAgent, fleet.RefusedTooManyZone} {
+		m.gossipRefused.WithLabelValues(r)
+	}
+	for _, k := range []string{"policy", "override"} {
+		m.invalidValues.WithLabelValues(k)
+	}
+	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
+		m.sseDropped, m.invalidValues, m.watchRestarts, m.gossipRefused, &stateCollector{c: c}}
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// stateCollector reports gauges read from the coordinator's parts at scrape
+// time, and the gossip layer's cumulative counters.
+type stateCollector struct {
+	c *Coordinator
+}
+
+var (
+	descSSEClients   = prometheus.NewDesc("fusebox_coordinator_sse_clients", "Connected /api/v1/events clients.", nil, nil)
+	descPolicies     = prometheus.NewDesc("fusebox_coordinator_policies", "Policies in the coordinator's etcd cache, the default included.", nil, nil)
+	descOverrides    = prometheus.NewDesc("fusebox_coordinator_overrides", "Overrides in force, by state.", []string{"state"}, nil)
+	descDeps         = prometheus.NewDesc("fusebox_coordinator_dependencies", "Dependencies the fleet view tracks from gossip.", nil, nil)
+	descRows         = prometheus.NewDesc("fusebox_coordinator_rows", "NodeWindow rows the fleet view holds.", nil, nil)
+	descMembers      = prometheus.NewDesc("fusebox_coordinator_members", "Gossip members the observer sees, by status.", []string{"status"}, nil)
+	descBreakers     = prometheus.NewDesc("fusebox_coordinator_breakers", "Breaker records (one per dependency, one per zone for scope zone) by state (closed, open, half-open) as the observer derives it.", []string{"state"}, nil)
+	descGossipDrop   = prometheus.NewDesc("fusebox_coordinator_gossip_dropped_total", "Gossip frames and items the observer dropped, by reason.", []string{"reason"}, nil)
+	descGossipMsgs   = prometheus.NewDesc("fusebox_coordinator_gossip_messages_received_total", "Gossip messages received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
+	descGossipBytesR = prometheus.NewDesc("fusebox_coordinator_gossip_received_bytes_total", "Gossip bytes received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
+)
+
+func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descSSEClients, descPolicies, descOverrides, descDeps, descRows,
+		descMembers, descBreakers, descGossipDrop, descGossipMsgs, descGossipBytesR} {
+		ch <- d
+	}
+}
+
+func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c := s.c
+	ch <- prometheus.MustNewConstMetric(descSSEClients, prometheus.GaugeValue, float64(c.broker.Subscribers()))
+	policies, forced := c.cache.counts(c.clock.Now())
+	ch <- prometheus.MustNewConstMetric(descPolicies, prometheus.GaugeValue, float64(policies))
+	for _, st := range []string{"forced-open", "forced-closed"} {
+		ch <- prometheus.MustNewConstMetric(descOverrides, prometheus.GaugeValue, float64(forced[st]), st)
+	}
+	st := c.view.Stats()
+	ch <- prometheus.MustNewConstMetric(descDeps, prometheus.GaugeValue, float64(st.Dependencies))
+	ch <- prometheus.MustNewConstMetric(descRows, prometheus.GaugeValue, float64(st.Rows))
+	for status, n := range st.Members {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), status)
+	}
+	for state, n := range st.States {
+		ch <- prometheus.MustNewConstMetric(descBreakers, prometheus.GaugeValue, float64(n), state)
+	}
+	var gs agent.GossipStats
+	if g := c.gossipNode(); g != nil {
+		gs = g.Stats()
+	}
+	for _, r := range agent.DropReasons {
+		ch <- prometheus.MustNewConstMetric(descGossipDrop, prometheus.CounterValue, float64(gs.Dropped[r]), r)
+	}
+	for _, k := range []string{"message", "push_pull"} {
+		ch <- prometheus.MustNewConstMetric(descGossipMsgs, prometheus.CounterValue, float64(gs.MsgsIn[k]), k)
+		ch <- prometheus.MustNewConstMetric(descGossipBytesR, prometheus.CounterValue, float64(gs.BytesIn[k]), k)
+	}
+}

@@ -1,0 +1,59 @@
+package coordinator
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+)
+
+// Option sets an optional knob of New. A coordinator needs none.
+type Option func(*options)
+
+type options struct {
+	logger       *slog.Logger
+	registry     *prometheus.Registry
+	clock        sharedstate.Clock
+	embedded     []func(*embedded.Config)
+	gossip       []func(*agent.GossipConfig)
+	tickInterval time.Duration
+	historyEvery time.Duration
+}
+
+// WithLogger sets the logger (default: a text or JSON logger on stderr as
+// Config.LogFormat and LogLevel say).
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithRegistry sets the registry the coordinator registers its metrics on
+// and serves at /metrics (default: a new registry of its own, so that two
+// coordinators in one process never share counters).
+func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
+
+// WithClock sets the clock of the fleet view and the etcd store (default
+// the system clock).
+func WithClock(c sharedstate.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithEmbeddedEtcd adjusts the embedded etcd's configuration before it
+// starts (tests use embedded.TestConfig's fast elections and silent log).
+// It has no effect with Config.Etcd set.
+func WithEmbeddedEtcd(f func(*embedded.Config)) Option {
+	return func(o *options) { o.embedded = append(o.embedded, f) }
+}
+
+// WithGossip adjusts the fleet observer's gossip configuration before it
+// starts (tests shorten the intervals). Name, Meta, Handler and Events are
+// the coordinator's and are restored after f runs.
+func WithGossip(f func(*agent.GossipConfig)) Option {
+	return func(o *options) { o.gossip = append(o.gossip, f) }
+}
+
+// WithTickInterval sets how often the fleet view expires rows, derives
+// half-open states and records history (default 1s); the history keeps a
+// sample per HistoryInterval (default 5s) of it.
+func WithTickInterval(tick, history time.Duration) Option {
+	return func(o *options) { o.tickInterval, o.historyEvery = tick, history }
+}
