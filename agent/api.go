@@ -219,7 +219,8 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 	def := a.eng.Policy(sharedstate.DefaultPolicyName)
 	welcome := &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: &fuseboxv1.Welcome{
 		Node: a.cfg.Name, Zone: a.cfg.Zone, AgentVersion: Version,
-		DefaultRetry: convert.RetryToProto(convert.RetryFromPolicy(def)),
+		DefaultRetry:   convert.RetryToProto(convert.RetryFromPolicy(def)),
+		DefaultBreaker: convert.BreakerToProto(def.Breaker),
 	}}}
 	if err := stream.Send(welcome); err != nil {
 		return err
@@ -261,7 +262,15 @@ type session struct {
 	errs    []*fuseboxv1.DependencyError
 	refused map[string]bool // names already reported as refused (bounded)
 
-	sent map[string]*sharedstate.Snapshot // owned by the sender
+	sent map[string]sentSnapshot // owned by the sender
+}
+
+// sentSnapshot is what a session last pushed for a dependency: the
+// snapshot, and the breaker settings of the policy it went out with (a
+// change of thresholds alone does not change the snapshot, but is pushed).
+type sentSnapshot struct {
+	snap    *sharedstate.Snapshot
+	breaker sharedstate.BreakerPolicy
 }
 
 // maxRefusedRemembered bounds a session's memory of refused names.
@@ -271,7 +280,7 @@ func newSession(a *Agent, h *fuseboxv1.Hello) *session {
 	return &session{
 		a: a, kick: make(chan struct{}, 1),
 		subs: map[string]struct{}{}, pending: map[string]struct{}{}, refused: map[string]bool{},
-		sent: map[string]*sharedstate.Snapshot{},
+		sent: map[string]sentSnapshot{},
 	}
 }
 
@@ -282,7 +291,21 @@ func (s *session) signal() {
 	}
 }
 
-// changed is called by the hub when dep's snapshot changed.
+// changedAll is called by the hub when every dependency's policy may have
+// changed (a new fleet default).
+func (s *session) changedAll() {
+	s.mu.Lock()
+	for dep := range s.subs {
+		s.pending[dep] = struct{}{}
+	}
+	n := len(s.subs)
+	s.mu.Unlock()
+	if n > 0 {
+		s.signal()
+	}
+}
+
+// changed is called by the hub when dep's snapshot or policy changed.
 func (s *session) changed(dep string) {
 	s.mu.Lock()
 	_, ok := s.subs[dep]
@@ -390,7 +413,7 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 }
 
 // flush sends pending errors and the changed snapshots of pending
-// dependencies.
+// dependencies, each with the breaker settings of its effective policy.
 func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 	s.mu.Lock()
 	if len(s.pending) == 0 && len(s.errs) == 0 {
@@ -411,11 +434,17 @@ func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 	var upd []*fuseboxv1.DecisionSnapshot
 	for dep := range pending {
 		snap := s.a.eng.Snapshot(dep)
-		if snap == nil || s.sent[dep] == snap {
+		if snap == nil {
 			continue
 		}
-		s.sent[dep] = snap
-		upd = append(upd, convert.SnapshotToProto(snap))
+		breaker := s.a.eng.Policy(dep).Breaker
+		if last, ok := s.sent[dep]; ok && last.snap == snap && last.breaker == breaker {
+			continue
+		}
+		s.sent[dep] = sentSnapshot{snap: snap, breaker: breaker}
+		m := convert.SnapshotToProto(snap)
+		m.Breaker = convert.BreakerToProto(breaker)
+		upd = append(upd, m)
 	}
 	if len(upd) == 0 {
 		return nil

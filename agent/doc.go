@@ -80,10 +80,13 @@
 //
 // # Local API
 //
-// Session streams get a Welcome, then the snapshots of the dependencies
-// they named or reported, pushed again whenever the engine publishes a new
-// snapshot for one of them (the engine's OnChange hook wakes the session at
-// once). AcquireRetry and AcquireProbe are decided by the engine here, not
+// Session streams get a Welcome (with the fleet default's retry and breaker
+// settings), then the snapshots of the dependencies they named or reported,
+// each with the breaker settings of its effective policy, pushed again
+// whenever the engine publishes a new snapshot for one of them (the
+// engine's OnChange hook wakes the session at once) or a policy from etcd
+// changes its thresholds, so a client's local fallback breaker uses the
+// policy in force. AcquireRetry and AcquireProbe are decided by the engine here, not
 // in the client. Check decides a first attempt without counting it, and a
 // retry or probe by taking budget or the probe slot; Report counts outcomes
 // by Engine.Record's counting rule. Names refused (invalid, or past

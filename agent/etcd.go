@@ -139,7 +139,7 @@ func (a *Agent) syncState(st store.State, src policySource) {
 	}
 	for name := range old.Policies {
 		if _, ok := st.Policies[name]; !ok && name != sharedstate.DefaultPolicyName {
-			a.eng.RemovePolicy(name)
+			a.removePolicyLocked(name)
 		}
 	}
 	for dep, e := range st.Overrides {
@@ -167,13 +167,23 @@ func (a *Agent) applyDefaultLocked() {
 		a.lg.Error("default policy applied with errors", "err", err)
 		a.m.policyRejected.Inc()
 	}
+	// Breaker thresholds are not part of a snapshot: sessions re-check
+	// every dependency and push those whose policy changed.
+	a.hub.changedAll()
 }
 
 func (a *Agent) applyPolicyLocked(name string, e store.PolicyEntry) {
 	if err := a.eng.SetPolicyPatch(name, e.Patch); err != nil {
 		a.lg.Error("policy refused, keeping the last good one", "key", a.policyKey(name), "err", err)
 		a.m.policyRejected.Inc()
+		return
 	}
+	a.hub.changed(name)
+}
+
+func (a *Agent) removePolicyLocked(name string) {
+	a.eng.RemovePolicy(name)
+	a.hub.changed(name)
 }
 
 func (a *Agent) applyOverrideLocked(dep string, e *store.OverrideEntry) {
@@ -259,7 +269,7 @@ func (h *watchHandler) Apply(rev int64, events []store.Event) {
 			if ev.Name == sharedstate.DefaultPolicyName {
 				a.applyDefaultLocked()
 			} else {
-				a.eng.RemovePolicy(ev.Name)
+				a.removePolicyLocked(ev.Name)
 			}
 		case store.OverridePut:
 			p.st.Overrides[ev.Name] = ev.Override

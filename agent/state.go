@@ -187,6 +187,16 @@ func (h *hub) count() int {
 	return len(h.sessions)
 }
 
+// changedAll tells every session that every dependency it follows may have
+// a new policy.
+func (h *hub) changedAll() {
+	h.mu.RLock()
+	for s := range h.sessions {
+		s.changedAll()
+	}
+	h.mu.RUnlock()
+}
+
 func (h *hub) changed(dep string) {
 	h.mu.RLock()
 	for s := range h.sessions {

@@ -13,6 +13,7 @@ import (
 	gbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -373,15 +374,10 @@ func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
 }
 
 func snapshotFromPolicy(name string, p sharedstate.Policy) *sharedstate.Snapshot {
-	r := p.Retry
 	return &sharedstate.Snapshot{
 		Dependency: name, State: Closed, LocalState: Closed,
 		Mode: p.Breaker.Mode, Scope: p.Breaker.Scope, SlowCallDuration: p.Breaker.SlowCallDuration.Std(),
-		Retry: sharedstate.RetrySettings{
-			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
-			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
-			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
-		},
+		Retry: convert.RetryFromPolicy(p),
 	}
 }
 

@@ -198,11 +198,14 @@ type depState struct {
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
 
-	mu           sync.Mutex // guards the fields below; never taken by a first attempt
-	agentSnap    *sharedstate.Snapshot
-	localPol     *sharedstate.Policy   // the last policy seen, for the local breaker
-	fallbackSnap *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
-	refusedMsg   string                // why the agent refused this name
+	mu        sync.Mutex // guards the fields below; never taken by a first attempt
+	agentSnap *sharedstate.Snapshot
+	// agentSnapAnswer: agentSnap came with an answer (AcquireRetry…), not
+	// on the stream; a pushed snapshot older than it is late.
+	agentSnapAnswer bool
+	localPol        *sharedstate.Policy   // the last policy seen, for the local breaker
+	fallbackSnap    *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
+	refusedMsg      string                // why the agent refused this name
 
 	refused atomic.Bool // the agent refused this name: decide locally
 

@@ -124,10 +124,12 @@
 // 20 flush intervals) every dependency is decided by a local breaker and a
 // local retry budget: the sharedstate engine with this process as the only
 // node, fed with the same counts, using the last policy the agent pushed
-// (retry settings, slow-call duration, mode; the breaker thresholds the wire
-// does not carry stay at the defaults). Retries and probes asked of an
-// unreachable or slow agent are decided locally after at most AgentWait. The
-// client reconnects with jittered exponential backoff (ReconnectMin to
+// (every breaker threshold and retry setting of the dependency's effective
+// policy; the fleet default's, from the agent's Welcome, for dependencies
+// it never pushed; the built-in defaults before any agent was seen).
+// Overrides are the agent's: they do not survive its absence. Retries and
+// probes asked of an unreachable or slow agent are decided locally after at
+// most AgentWait. The client reconnects with jittered exponential backoff (ReconnectMin to
 // ReconnectMax) and says so: fusebox_client_agent_connected, the
 // OnAgentChange callback, Client.AgentConnected, Status.FromAgent. Counts
 // made while the agent is away stay local (they would distort the agent's

@@ -87,6 +87,8 @@ type fakeAgent struct {
 	onProbe     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
 	onCheck     func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
 	welcomeWith *fuseboxv1.RetrySettings
+	// welcomeBreaker is the Welcome's default_breaker.
+	welcomeBreaker *fuseboxv1.BreakerSettings
 }
 
 func newFakeAgent(t testing.TB) *fakeAgent {
@@ -144,7 +146,7 @@ func (f *fakeAgent) Session(stream grpc.BidiStreamingServer[fuseboxv1.SessionReq
 	out := make(chan *fuseboxv1.SessionResponse, 64)
 	f.mu.Lock()
 	f.hellos = append(f.hellos, hello)
-	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultRetry: f.welcomeWith}
+	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultRetry: f.welcomeWith, DefaultBreaker: f.welcomeBreaker}
 	var initial []*fuseboxv1.DecisionSnapshot
 	for _, d := range hello.GetDependencies() {
 		if s := f.snaps[d]; s != nil {

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -30,6 +31,9 @@ const (
 type session struct {
 	c         *Client
 	connected atomic.Bool
+	// epoch counts the sessions welcomed so far: an agent's answer is
+	// applied only to the session it was asked in.
+	epoch atomic.Uint64
 
 	wake chan struct{} // cap 1: deltas are queued
 
@@ -218,6 +222,7 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	}
 	c.applyWelcome(w)
 
+	s.epoch.Add(1)
 	s.mu.Lock()
 	s.stop = cancel
 	s.node = w.GetNode()
@@ -240,7 +245,9 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 		switch m := resp.GetMsg().(type) {
 		case *fuseboxv1.SessionResponse_Update:
 			for _, ps := range m.Update.GetSnapshots() {
-				c.applyAgentSnapshot(ps)
+				if st := c.lookup(ps.GetDependency()); st != nil {
+					c.applyAgentSnapshot(st, ps, true)
+				}
 			}
 		case *fuseboxv1.SessionResponse_Error:
 			c.applyDependencyError(m.Error)
@@ -303,44 +310,71 @@ func (s *session) disconnect() {
 	})
 }
 
-// applyWelcome makes the fleet default retry settings the local default.
+// applyWelcome makes the fleet default policy's retry and breaker settings
+// the local default.
 func (c *Client) applyWelcome(w *fuseboxv1.Welcome) {
-	if w.GetDefaultRetry() == nil {
+	if w.GetDefaultRetry() == nil && w.GetDefaultBreaker() == nil {
 		return
 	}
 	p := c.engine.Policy(sharedstate.DefaultPolicyName)
 	p.Dependency = sharedstate.DefaultPolicyName
-	applyRetry(&p, w.GetDefaultRetry())
+	p = convert.PolicyWithBreaker(p, w.GetDefaultBreaker())
+	p = convert.PolicyWithRetry(p, w.GetDefaultRetry())
 	_ = c.engine.SetDefaultPolicy(p) // an invalid default is ignored: the previous one stays
 }
 
-// applyAgentSnapshot installs a pushed snapshot and remembers its policy
-// for the local fallback.
-func (c *Client) applyAgentSnapshot(ps *fuseboxv1.DecisionSnapshot) {
-	st := c.lookup(ps.GetDependency())
-	if st == nil {
+// applyAgentSnapshot installs a snapshot from the agent, and gives its
+// policy (breaker thresholds and retry settings) to the local fallback
+// breaker, which decides with it whenever the agent is away.
+//
+// pushed says where ps comes from. The Session stream is ordered, so a
+// pushed snapshot is the agent's latest and is installed, except one older
+// (lower version) than a snapshot an answer installed meanwhile: that one
+// is late. (A pushed version may also go down when the agent restarts or
+// forgets an idle dependency; the stream then still decides.) An answer's
+// snapshot (AcquireRetry, AcquireProbe, Check) is installed only when it is
+// newer than the one held.
+func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot, pushed bool) {
+	st.mu.Lock()
+	held := st.agentSnap
+	if pushed {
+		if held != nil && st.agentSnapAnswer && ps.GetVersion() < held.Version {
+			st.mu.Unlock()
+			return
+		}
+	} else if held == nil || ps.GetVersion() <= held.Version {
+		st.mu.Unlock()
 		return
 	}
-	st.mu.Lock()
 	var base sharedstate.Policy
 	if st.localPol != nil {
 		base = *st.localPol
 	} else {
 		base = c.engine.Policy(st.name)
 	}
-	pol := base
+	pol := convert.PolicyFromSnapshot(base, ps)
 	pol.Dependency = st.name
-	applyRetry(&pol, ps.GetRetry())
-	if d := ps.GetSlowCallDuration(); d != nil {
-		pol.Breaker.SlowCallDuration = sharedstate.Duration(d.AsDuration())
-	}
-	pol.Breaker.Mode = modeFromProto(ps.GetMode(), pol.Breaker.Mode)
 	polChanged := (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
 	if polChanged {
 		st.localPol = &pol
 		st.fallbackSnap = nil
 	}
-	st.agentSnap = snapshotFromProto(ps, pol)
+	snap := convert.SnapshotFromProto(ps)
+	// What an older agent leaves out comes from the policy.
+	if ps.GetRetry() == nil {
+		snap.Retry = convert.RetryFromPolicy(pol)
+	}
+	if ps.GetSlowCallDuration() == nil {
+		snap.SlowCallDuration = pol.Breaker.SlowCallDuration.Std()
+	}
+	if snap.Mode == "" {
+		snap.Mode = pol.Breaker.Mode
+	}
+	if snap.Scope == "" {
+		snap.Scope = pol.Breaker.Scope
+	}
+	st.agentSnap = snap
+	st.agentSnapAnswer = !pushed
 	st.refusedMsg = ""
 	st.refused.Store(false)
 	st.publishLocked()
@@ -348,6 +382,19 @@ func (c *Client) applyAgentSnapshot(ps *fuseboxv1.DecisionSnapshot) {
 	if polChanged {
 		_ = c.engine.SetPolicy(st.name, pol)
 	}
+}
+
+// applyAnswer installs the snapshot of an agent's answer given in session
+// epoch (see applyAgentSnapshot), if that session is still up.
+func (c *Client) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
+	ps := d.GetSnapshot()
+	if ps == nil || ps.GetDependency() != st.name || ps.GetVersion() == 0 {
+		return
+	}
+	if !c.sess.isConnected() || c.sess.epoch.Load() != epoch {
+		return
+	}
+	c.applyAgentSnapshot(st, ps, false)
 }
 
 func (c *Client) applyDependencyError(e *fuseboxv1.DependencyError) {
@@ -364,91 +411,6 @@ func (c *Client) applyDependencyError(e *fuseboxv1.DependencyError) {
 	st.refused.Store(true)
 }
 
-func applyRetry(p *sharedstate.Policy, r *fuseboxv1.RetrySettings) {
-	if r == nil {
-		return
-	}
-	if r.GetMaxAttempts() > 0 {
-		p.Retry.MaxAttempts = int(r.GetMaxAttempts())
-	}
-	if d := r.GetPerAttemptTimeout(); d != nil {
-		p.Retry.PerAttemptTimeout = sharedstate.Duration(d.AsDuration())
-	}
-	if d := r.GetBackoffBase(); d != nil {
-		p.Retry.Backoff.Base = sharedstate.Duration(d.AsDuration())
-	}
-	if d := r.GetBackoffMax(); d != nil {
-		p.Retry.Backoff.Max = sharedstate.Duration(d.AsDuration())
-	}
-	switch r.GetJitter() {
-	case fuseboxv1.Jitter_JITTER_FULL:
-		p.Retry.Backoff.Jitter = sharedstate.JitterFull
-	case fuseboxv1.Jitter_JITTER_EQUAL:
-		p.Retry.Backoff.Jitter = sharedstate.JitterEqual
-	case fuseboxv1.Jitter_JITTER_DECORRELATED:
-		p.Retry.Backoff.Jitter = sharedstate.JitterDecorrelated
-	case fuseboxv1.Jitter_JITTER_NONE:
-		p.Retry.Backoff.Jitter = sharedstate.JitterNone
-	}
-	p.Retry.Budget.Ratio = r.GetBudgetRatio()
-	p.Retry.Budget.MinRetriesPerSecond = r.GetBudgetMinRetriesPerSecond()
-}
-
-func modeFromProto(m fuseboxv1.Mode, def sharedstate.Mode) sharedstate.Mode {
-	switch m {
-	case fuseboxv1.Mode_MODE_ENFORCE:
-		return sharedstate.ModeEnforce
-	case fuseboxv1.Mode_MODE_SHADOW:
-		return sharedstate.ModeShadow
-	}
-	return def
-}
-
-// snapshotFromProto rebuilds the engine's Snapshot from the wire; pol
-// supplies what the wire leaves unset.
-func snapshotFromProto(ps *fuseboxv1.DecisionSnapshot, pol sharedstate.Policy) *sharedstate.Snapshot {
-	s := snapshotFromPolicy(ps.GetDependency(), pol)
-	switch ps.GetState() {
-	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
-		s.State = Open
-	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
-		s.State = HalfOpen
-	}
-	s.Generation = ps.GetGeneration()
-	if t := ps.GetSince(); t != nil {
-		s.Since = t.AsTime()
-	}
-	s.ProbePermit = ps.GetProbePermit()
-	if ps.GetNodeLocalOpen() {
-		// The wire has one bit for the node-local breaker: with a probe
-		// permit under a closed fleet breaker it can only be half-open.
-		s.LocalState = Open
-		if s.State == Closed && s.ProbePermit {
-			s.LocalState = HalfOpen
-		}
-	}
-	switch ps.GetOverride() {
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
-		s.Override = ForcedOpen
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
-		s.Override = ForcedClosed
-	}
-	s.OverrideReason = ps.GetOverrideReason()
-	return s
-}
-
-func reasonFromProto(r fuseboxv1.RejectReason) sharedstate.Reason {
-	switch r {
-	case fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN:
-		return sharedstate.ReasonForcedOpen
-	case fuseboxv1.RejectReason_REJECT_REASON_HALF_OPEN_NO_PERMIT:
-		return sharedstate.ReasonHalfOpenNoPermit
-	case fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED:
-		return sharedstate.ReasonBudgetExhausted
-	}
-	return sharedstate.ReasonOpen
-}
-
 // --- synchronous questions to the agent (retries, probes, strict mode) ---
 
 // viaAgent reports whether st's rare-path questions go to the agent.
@@ -456,15 +418,29 @@ func (c *Client) viaAgent(st *depState) bool {
 	return c.agent != nil && c.sess.isConnected() && !st.refused.Load()
 }
 
-// askAgent runs one unary call under Config.AgentWait.
-func (c *Client) askAgent(ctx context.Context, call string, f func(context.Context) (*fuseboxv1.Decision, error)) (*fuseboxv1.Decision, error) {
+// askAgent runs one unary call about st under Config.AgentWait; the
+// snapshot of its answer is installed when it is newer than st's.
+func (c *Client) askAgent(ctx context.Context, st *depState, call string, f func(context.Context) (*fuseboxv1.Decision, error)) (*fuseboxv1.Decision, error) {
+	epoch := c.sess.epoch.Load()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AgentWait)
 	defer cancel()
 	d, err := f(actx)
-	if err != nil && ctx.Err() == nil {
-		c.metrics.fallback(call)
+	if err != nil {
+		if ctx.Err() == nil {
+			c.metrics.fallback(call)
+		}
+		return d, err
 	}
-	return d, err
+	c.applyAnswer(st, epoch, d)
+	return d, nil
+}
+
+// rejectReason is the reason of an agent's refusal (open when it names none).
+func rejectReason(r fuseboxv1.RejectReason) sharedstate.Reason {
+	if reason := convert.ReasonFromProto(r); reason != sharedstate.ReasonNone {
+		return reason
+	}
+	return sharedstate.ReasonOpen
 }
 
 func (c *Client) acquireRequest(st *depState) *fuseboxv1.AcquireRequest {
@@ -480,13 +456,13 @@ func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 	}
 	c := st.c
 	if c.viaAgent(st) {
-		d, err := c.askAgent(ctx, "acquire_retry", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+		d, err := c.askAgent(ctx, st, "acquire_retry", func(ctx context.Context) (*fuseboxv1.Decision, error) {
 			return c.agent.AcquireRetry(ctx, c.acquireRequest(st))
 		})
 		if err == nil {
 			if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT {
 				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(reasonFromProto(d.GetReason()))
+				return grant{}, st.rejection(rejectReason(d.GetReason()))
 			}
 			st.rare.retriesAgent.Add(1)
 			return grant{}, nil
@@ -506,7 +482,7 @@ func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 func (st *depState) acquireProbe(ctx context.Context, askAgent bool, dec *decision) (grant, error) {
 	c := st.c
 	if askAgent && c.viaAgent(st) {
-		d, err := c.askAgent(ctx, "acquire_probe", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+		d, err := c.askAgent(ctx, st, "acquire_probe", func(ctx context.Context) (*fuseboxv1.Decision, error) {
 			return c.agent.AcquireProbe(ctx, c.acquireRequest(st))
 		})
 		if err == nil {
@@ -523,7 +499,7 @@ func (st *depState) acquireProbe(ctx context.Context, askAgent bool, dec *decisi
 				return grant{}, nil
 			default:
 				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(reasonFromProto(d.GetReason()))
+				return grant{}, st.rejection(rejectReason(d.GetReason()))
 			}
 		}
 	}
@@ -546,14 +522,14 @@ func (st *depState) acquireProbe(ctx context.Context, askAgent bool, dec *decisi
 func (st *depState) check(ctx context.Context) (sharedstate.Decision, bool) {
 	c := st.c
 	if c.viaAgent(st) {
-		d, err := c.askAgent(ctx, "check", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+		d, err := c.askAgent(ctx, st, "check", func(ctx context.Context) (*fuseboxv1.Decision, error) {
 			return c.agent.Check(ctx, &fuseboxv1.CheckRequest{Dependency: st.name,
 				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Service: c.service, Instance: c.cfg.Instance})
 		})
 		if err == nil {
 			switch d.GetVerdict() {
 			case fuseboxv1.Verdict_VERDICT_REJECT:
-				return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: reasonFromProto(d.GetReason())}, true
+				return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: rejectReason(d.GetReason())}, true
 			case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
 				return sharedstate.Decision{Verdict: sharedstate.AllowProbe}, true
 			}

@@ -8,5 +8,9 @@
 //
 //	msg := convert.RecordToProto(rec)          // for a GossipBatch
 //	rec, ok := convert.RecordFromProto(msg)    // ok is false for a state that never travels
-//	snap := convert.SnapshotToProto(engine.Snapshot("shipping-api"))
+//	msg := convert.SnapshotToProto(engine.Snapshot("shipping-api"))
+//	msg.Breaker = convert.BreakerToProto(engine.Policy("shipping-api").Breaker)
+//	…
+//	snap := convert.SnapshotFromProto(msg)        // decides exactly as the agent's
+//	pol := convert.PolicyFromSnapshot(last, msg)  // the policy it was made under
 package convert

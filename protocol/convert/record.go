@@ -20,6 +20,32 @@ func BreakerState(s sharedstate.BreakerState) fuseboxv1.BreakerState {
 	return fuseboxv1.BreakerState_BREAKER_STATE_UNSPECIFIED
 }
 
+// BreakerStateFromProto maps a protocol state; ok is false for unspecified
+// or an unknown value.
+func BreakerStateFromProto(s fuseboxv1.BreakerState) (sharedstate.BreakerState, bool) {
+	switch s {
+	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
+		return sharedstate.Closed, true
+	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
+		return sharedstate.Open, true
+	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
+		return sharedstate.HalfOpen, true
+	}
+	return sharedstate.Closed, false
+}
+
+// OverrideStateFromProto maps a protocol override; none or unknown is
+// OverrideNone.
+func OverrideStateFromProto(s fuseboxv1.OverrideState) sharedstate.OverrideState {
+	switch s {
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
+		return sharedstate.ForcedOpen
+	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
+		return sharedstate.ForcedClosed
+	}
+	return sharedstate.OverrideNone
+}
+
 // OverrideState maps an engine override state to the protocol enum.
 func OverrideState(s sharedstate.OverrideState) fuseboxv1.OverrideState {
 	switch s {
@@ -62,13 +88,10 @@ func RecordFromProto(m *fuseboxv1.BreakerRecord) (r sharedstate.BreakerRecord, o
 	if ns := m.GetSinceUnixNano(); ns != 0 {
 		r.Since = time.Unix(0, ns).UTC()
 	}
-	switch m.GetState() {
-	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
-		r.State = sharedstate.Closed
-	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
-		r.State = sharedstate.Open
-	default:
+	st, ok := BreakerStateFromProto(m.GetState())
+	if !ok || st == sharedstate.HalfOpen {
 		return r, false
 	}
+	r.State = st
 	return r, true
 }

@@ -8,86 +8,92 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// Jitter maps a policy jitter to the protocol enum.
-func Jitter(j sharedstate.Jitter) fuseboxv1.Jitter {
-	switch j {
-	case sharedstate.JitterFull:
-		return fuseboxv1.Jitter_JITTER_FULL
-	case sharedstate.JitterEqual:
-		return fuseboxv1.Jitter_JITTER_EQUAL
-	case sharedstate.JitterDecorrelated:
-		return fuseboxv1.Jitter_JITTER_DECORRELATED
-	case sharedstate.JitterNone:
-		return fuseboxv1.Jitter_JITTER_NONE
-	}
-	return fuseboxv1.Jitter_JITTER_UNSPECIFIED
-}
-
-// Mode maps a policy mode to the protocol enum.
-func Mode(m sharedstate.Mode) fuseboxv1.Mode {
-	switch m {
-	case sharedstate.ModeEnforce:
-		return fuseboxv1.Mode_MODE_ENFORCE
-	case sharedstate.ModeShadow:
-		return fuseboxv1.Mode_MODE_SHADOW
-	}
-	return fuseboxv1.Mode_MODE_UNSPECIFIED
-}
-
-// RetryToProto converts effective retry settings.
-func RetryToProto(r sharedstate.RetrySettings) *fuseboxv1.RetrySettings {
-	return &fuseboxv1.RetrySettings{
-		MaxAttempts:               uint32(max(r.MaxAttempts, 0)),
-		PerAttemptTimeout:         durationpb.New(r.PerAttemptTimeout),
-		BackoffBase:               durationpb.New(r.BackoffBase),
-		BackoffMax:                durationpb.New(r.BackoffMax),
-		Jitter:                    Jitter(r.Jitter),
-		BudgetRatio:               r.BudgetRatio,
-		BudgetMinRetriesPerSecond: r.MinRetriesPerSecond,
-	}
-}
-
-// RetryFromPolicy returns the retry settings of a policy.
-func RetryFromPolicy(p sharedstate.Policy) sharedstate.RetrySettings {
-	return sharedstate.RetrySettings{
-		MaxAttempts:         p.Retry.MaxAttempts,
-		PerAttemptTimeout:   p.Retry.PerAttemptTimeout.Std(),
-		BackoffBase:         p.Retry.Backoff.Base.Std(),
-		BackoffMax:          p.Retry.Backoff.Max.Std(),
-		Jitter:              p.Retry.Backoff.Jitter,
-		BudgetRatio:         p.Retry.Budget.Ratio,
-		MinRetriesPerSecond: p.Retry.Budget.MinRetriesPerSecond,
-	}
-}
-
-// SnapshotToProto converts a decision snapshot for a client.
+// SnapshotToProto converts a decision snapshot for a client. Every field of
+// the Snapshot travels, so SnapshotFromProto rebuilds it exactly (times to
+// the nanosecond, in UTC). The message's breaker settings are not part of a
+// Snapshot: the agent adds them with BreakerToProto(policy.Breaker).
 //
-// The protocol's DecisionSnapshot has one state and a node_local_open flag:
-// a closed fleet breaker with this node's own breaker open or half-open is
-// sent as state CLOSED with node_local_open set, and probe_permit tells
-// whether this node may probe its own half-open breaker. A client deciding
-// from the message alone treats node_local_open as open unless it holds a
-// probe permit.
+// node_local_open is still set (LocalState is not Closed) for clients that
+// predate local_state.
 func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 	if s == nil {
 		return nil
 	}
 	m := &fuseboxv1.DecisionSnapshot{
 		Dependency:       s.Dependency,
+		Version:          s.Version,
 		State:            BreakerState(s.State),
 		Generation:       s.Generation,
+		OpenCount:        s.OpenCount,
+		ProbeRound:       s.ProbeRound,
+		ProbePermit:      s.ProbePermit,
+		LocalState:       BreakerState(s.LocalState),
+		NodeLocalOpen:    s.LocalOpen(),
 		Override:         OverrideState(s.Override),
 		OverrideReason:   s.OverrideReason,
 		Mode:             Mode(s.Mode),
-		NodeLocalOpen:    s.LocalOpen(),
-		ProbePermit:      s.ProbePermit,
-		Retry:            RetryToProto(s.Retry),
+		Scope:            Scope(s.Scope),
 		SlowCallDuration: durationpb.New(s.SlowCallDuration),
+		Retry:            RetryToProto(s.Retry),
 	}
 	if !s.Since.IsZero() {
 		m.Since = timestamppb.New(s.Since)
 	}
+	if !s.OverrideExpires.IsZero() {
+		m.OverrideExpires = timestamppb.New(s.OverrideExpires)
+	}
 	return m
+}
+
+// SnapshotFromProto rebuilds a Snapshot from the wire (nil for nil): the
+// inverse of SnapshotToProto, so the result decides (DecideFirst) exactly
+// as the agent's. Times come back in UTC without a monotonic reading.
+//
+// From an agent that predates local_state, the node-local breaker is read
+// from node_local_open: open, or half-open when the fleet breaker is closed
+// and this node holds a probe permit (the only way it can hold one then).
+// An unspecified or unknown state is Closed.
+func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
+	if m == nil {
+		return nil
+	}
+	s := &sharedstate.Snapshot{
+		Dependency:       m.GetDependency(),
+		Version:          m.GetVersion(),
+		State:            snapshotState(m.GetState()),
+		Generation:       m.GetGeneration(),
+		OpenCount:        m.GetOpenCount(),
+		ProbeRound:       m.GetProbeRound(),
+		ProbePermit:      m.GetProbePermit(),
+		LocalState:       snapshotState(m.GetLocalState()),
+		Override:         OverrideStateFromProto(m.GetOverride()),
+		OverrideReason:   m.GetOverrideReason(),
+		Mode:             ModeFromProto(m.GetMode()),
+		Scope:            ScopeFromProto(m.GetScope()),
+		SlowCallDuration: duration(m.GetSlowCallDuration()),
+		Retry:            RetryFromProto(m.GetRetry()),
+	}
+	if t := m.GetSince(); t != nil {
+		s.Since = t.AsTime()
+	}
+	if t := m.GetOverrideExpires(); t != nil {
+		s.OverrideExpires = t.AsTime()
+	}
+	if m.GetLocalState() == fuseboxv1.BreakerState_BREAKER_STATE_UNSPECIFIED && m.GetNodeLocalOpen() {
+		s.LocalState = sharedstate.Open
+		if s.State == sharedstate.Closed && s.ProbePermit {
+			s.LocalState = sharedstate.HalfOpen
+		}
+	}
+	return s
+}
+
+func snapshotState(s fuseboxv1.BreakerState) sharedstate.BreakerState {
+	st, ok := BreakerStateFromProto(s)
+	if !ok {
+		return sharedstate.Closed
+	}
+	return st
 }
 
 // Verdict maps an engine verdict to the protocol enum.
@@ -103,6 +109,20 @@ func Verdict(v sharedstate.Verdict) fuseboxv1.Verdict {
 	return fuseboxv1.Verdict_VERDICT_UNSPECIFIED
 }
 
+// VerdictFromProto maps a protocol verdict; ok is false for unspecified or
+// an unknown value.
+func VerdictFromProto(v fuseboxv1.Verdict) (sharedstate.Verdict, bool) {
+	switch v {
+	case fuseboxv1.Verdict_VERDICT_ALLOW:
+		return sharedstate.Allow, true
+	case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
+		return sharedstate.AllowProbe, true
+	case fuseboxv1.Verdict_VERDICT_REJECT:
+		return sharedstate.Reject, true
+	}
+	return sharedstate.Allow, false
+}
+
 // Reason maps an engine reason to the protocol enum.
 func Reason(r sharedstate.Reason) fuseboxv1.RejectReason {
 	switch r {
@@ -116,6 +136,21 @@ func Reason(r sharedstate.Reason) fuseboxv1.RejectReason {
 		return fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED
 	}
 	return fuseboxv1.RejectReason_REJECT_REASON_NONE
+}
+
+// ReasonFromProto maps a protocol reason; none or unknown is ReasonNone.
+func ReasonFromProto(r fuseboxv1.RejectReason) sharedstate.Reason {
+	switch r {
+	case fuseboxv1.RejectReason_REJECT_REASON_OPEN:
+		return sharedstate.ReasonOpen
+	case fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN:
+		return sharedstate.ReasonForcedOpen
+	case fuseboxv1.RejectReason_REJECT_REASON_HALF_OPEN_NO_PERMIT:
+		return sharedstate.ReasonHalfOpenNoPermit
+	case fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED:
+		return sharedstate.ReasonBudgetExhausted
+	}
+	return sharedstate.ReasonNone
 }
 
 // DecisionToProto converts a decision, with the snapshot it was made under.

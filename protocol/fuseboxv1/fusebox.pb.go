@@ -351,6 +351,59 @@ func (RejectReason) EnumDescriptor() ([]byte, []int) {
 	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{5}
 }
 
+// Scope says whose traffic a dependency's breaker and retry budget pool.
+type Scope int32
+
+const (
+	Scope_SCOPE_UNSPECIFIED Scope = 0
+	Scope_SCOPE_FLEET       Scope = 1
+	Scope_SCOPE_ZONE        Scope = 2
+	Scope_SCOPE_NODE        Scope = 3
+)
+
+// Enum value maps for Scope.
+var (
+	Scope_name = map[int32]string{
+		0: "SCOPE_UNSPECIFIED",
+		1: "SCOPE_FLEET",
+		2: "SCOPE_ZONE",
+		3: "SCOPE_NODE",
+	}
+	Scope_value = map[string]int32{
+		"SCOPE_UNSPECIFIED": 0,
+		"SCOPE_FLEET":       1,
+		"SCOPE_ZONE":        2,
+		"SCOPE_NODE":        3,
+	}
+)
+
+func (x Scope) Enum() *Scope {
+	p := new(Scope)
+	*p = x
+	return p
+}
+
+func (x Scope) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Scope) Descriptor() protoreflect.EnumDescriptor {
+	return file_fusebox_v1_fusebox_proto_enumTypes[6].Descriptor()
+}
+
+func (Scope) Type() protoreflect.EnumType {
+	return &file_fusebox_v1_fusebox_proto_enumTypes[6]
+}
+
+func (x Scope) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Scope.Descriptor instead.
+func (Scope) EnumDescriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{6}
+}
+
 // Jitter selects the backoff formula between attempts.
 type Jitter int32
 
@@ -391,11 +444,11 @@ func (x Jitter) String() string {
 }
 
 func (Jitter) Descriptor() protoreflect.EnumDescriptor {
-	return file_fusebox_v1_fusebox_proto_enumTypes[6].Descriptor()
+	return file_fusebox_v1_fusebox_proto_enumTypes[7].Descriptor()
 }
 
 func (Jitter) Type() protoreflect.EnumType {
-	return &file_fusebox_v1_fusebox_proto_enumTypes[6]
+	return &file_fusebox_v1_fusebox_proto_enumTypes[7]
 }
 
 func (x Jitter) Number() protoreflect.EnumNumber {
@@ -404,7 +457,7 @@ func (x Jitter) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Jitter.Descriptor instead.
 func (Jitter) EnumDescriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{6}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{7}
 }
 
 // Outcome is what one attempt came to.
@@ -457,11 +510,11 @@ func (x Outcome) String() string {
 }
 
 func (Outcome) Descriptor() protoreflect.EnumDescriptor {
-	return file_fusebox_v1_fusebox_proto_enumTypes[7].Descriptor()
+	return file_fusebox_v1_fusebox_proto_enumTypes[8].Descriptor()
 }
 
 func (Outcome) Type() protoreflect.EnumType {
-	return &file_fusebox_v1_fusebox_proto_enumTypes[7]
+	return &file_fusebox_v1_fusebox_proto_enumTypes[8]
 }
 
 func (x Outcome) Number() protoreflect.EnumNumber {
@@ -470,7 +523,7 @@ func (x Outcome) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Outcome.Descriptor instead.
 func (Outcome) EnumDescriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{7}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
 }
 
 // Counts are the per-dependency tallies of a window (or a delta of them).
@@ -651,8 +704,155 @@ func (x *RetrySettings) GetBudgetMinRetriesPerSecond() float64 {
 	return 0
 }
 
+// BreakerSettings are the breaker part of the effective policy of a
+// dependency (policy "breaker" object). Every valid value is non-zero, so a
+// zero field means "not sent" (an older agent) and the receiver keeps what
+// it had.
+type BreakerSettings struct {
+	state                 protoimpl.MessageState `protogen:"open.v1"`
+	FailureRateThreshold  float64                `protobuf:"fixed64,1,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
+	SlowCallRateThreshold float64                `protobuf:"fixed64,2,opt,name=slow_call_rate_threshold,json=slowCallRateThreshold,proto3" json:"slow_call_rate_threshold,omitempty"`
+	SlowCallDuration      *durationpb.Duration   `protobuf:"bytes,3,opt,name=slow_call_duration,json=slowCallDuration,proto3" json:"slow_call_duration,omitempty"`
+	MinimumRequests       uint32                 `protobuf:"varint,4,opt,name=minimum_requests,json=minimumRequests,proto3" json:"minimum_requests,omitempty"`
+	MinFailingNodes       uint32                 `protobuf:"varint,5,opt,name=min_failing_nodes,json=minFailingNodes,proto3" json:"min_failing_nodes,omitempty"`
+	Window                *durationpb.Duration   `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
+	OpenDuration          *durationpb.Duration   `protobuf:"bytes,7,opt,name=open_duration,json=openDuration,proto3" json:"open_duration,omitempty"`
+	MaxOpenDuration       *durationpb.Duration   `protobuf:"bytes,8,opt,name=max_open_duration,json=maxOpenDuration,proto3" json:"max_open_duration,omitempty"`
+	HalfOpenProbes        uint32                 `protobuf:"varint,9,opt,name=half_open_probes,json=halfOpenProbes,proto3" json:"half_open_probes,omitempty"`
+	ProbeSuccessThreshold uint32                 `protobuf:"varint,10,opt,name=probe_success_threshold,json=probeSuccessThreshold,proto3" json:"probe_success_threshold,omitempty"`
+	ProbeTimeout          *durationpb.Duration   `protobuf:"bytes,11,opt,name=probe_timeout,json=probeTimeout,proto3" json:"probe_timeout,omitempty"`
+	Scope                 Scope                  `protobuf:"varint,12,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
+	Mode                  Mode                   `protobuf:"varint,13,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *BreakerSettings) Reset() {
+	*x = BreakerSettings{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BreakerSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BreakerSettings) ProtoMessage() {}
+
+func (x *BreakerSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BreakerSettings.ProtoReflect.Descriptor instead.
+func (*BreakerSettings) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *BreakerSettings) GetFailureRateThreshold() float64 {
+	if x != nil {
+		return x.FailureRateThreshold
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetSlowCallRateThreshold() float64 {
+	if x != nil {
+		return x.SlowCallRateThreshold
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetSlowCallDuration() *durationpb.Duration {
+	if x != nil {
+		return x.SlowCallDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetMinimumRequests() uint32 {
+	if x != nil {
+		return x.MinimumRequests
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetMinFailingNodes() uint32 {
+	if x != nil {
+		return x.MinFailingNodes
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetWindow() *durationpb.Duration {
+	if x != nil {
+		return x.Window
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.OpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetMaxOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.MaxOpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetHalfOpenProbes() uint32 {
+	if x != nil {
+		return x.HalfOpenProbes
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetProbeSuccessThreshold() uint32 {
+	if x != nil {
+		return x.ProbeSuccessThreshold
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetProbeTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.ProbeTimeout
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
+func (x *BreakerSettings) GetMode() Mode {
+	if x != nil {
+		return x.Mode
+	}
+	return Mode_MODE_UNSPECIFIED
+}
+
 // DecisionSnapshot is everything a client needs to decide a first attempt in
-// process, without asking the agent.
+// process, without asking the agent. It carries every field of the engine's
+// snapshot (package sharedstate), so a client rebuilds it exactly and
+// decides as the agent would, plus the breaker settings of the effective
+// policy for the client's local fallback breaker.
 type DecisionSnapshot struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Dependency     string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
@@ -668,14 +868,32 @@ type DecisionSnapshot struct {
 	Retry            *RetrySettings       `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
 	SlowCallDuration *durationpb.Duration `protobuf:"bytes,10,opt,name=slow_call_duration,json=slowCallDuration,proto3" json:"slow_call_duration,omitempty"`
 	// When the breaker last changed state.
-	Since         *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
+	// Increases by one with each snapshot the agent's engine publishes for
+	// the dependency (it starts again at 1 when the agent restarts or forgets
+	// an idle dependency). 0: not sent by an older agent.
+	Version uint64 `protobuf:"varint,12,opt,name=version,proto3" json:"version,omitempty"`
+	// Opens in a row of the governing breaker (openDuration doubles with it).
+	OpenCount uint32 `protobuf:"varint,13,opt,name=open_count,json=openCount,proto3" json:"open_count,omitempty"`
+	// The half-open probe round (state HALF_OPEN, scope fleet or zone).
+	ProbeRound uint64 `protobuf:"varint,14,opt,name=probe_round,json=probeRound,proto3" json:"probe_round,omitempty"`
+	// This node's own breaker under scope fleet/zone: CLOSED, OPEN or
+	// HALF_OPEN (it matters only while state is CLOSED). UNSPECIFIED from an
+	// older agent: node_local_open alone then tells it.
+	LocalState BreakerState `protobuf:"varint,15,opt,name=local_state,json=localState,proto3,enum=fusebox.v1.BreakerState" json:"local_state,omitempty"`
+	// When the override expires; unset: until cleared (or no override).
+	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
+	Scope           Scope                  `protobuf:"varint,17,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
+	// The breaker settings of the effective policy, for the client's local
+	// fallback while the agent is away. Unset in Decision answers.
+	Breaker       *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecisionSnapshot) Reset() {
 	*x = DecisionSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[2]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +905,7 @@ func (x *DecisionSnapshot) String() string {
 func (*DecisionSnapshot) ProtoMessage() {}
 
 func (x *DecisionSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[2]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +918,7 @@ func (x *DecisionSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DecisionSnapshot.ProtoReflect.Descriptor instead.
 func (*DecisionSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{2}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DecisionSnapshot) GetDependency() string {
@@ -780,6 +998,55 @@ func (x *DecisionSnapshot) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *DecisionSnapshot) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetOpenCount() uint32 {
+	if x != nil {
+		return x.OpenCount
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetProbeRound() uint64 {
+	if x != nil {
+		return x.ProbeRound
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetLocalState() BreakerState {
+	if x != nil {
+		return x.LocalState
+	}
+	return BreakerState_BREAKER_STATE_UNSPECIFIED
+}
+
+func (x *DecisionSnapshot) GetOverrideExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverrideExpires
+	}
+	return nil
+}
+
+func (x *DecisionSnapshot) GetScope() Scope {
+	if x != nil {
+		return x.Scope
+	}
+	return Scope_SCOPE_UNSPECIFIED
+}
+
+func (x *DecisionSnapshot) GetBreaker() *BreakerSettings {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
+}
+
 // Decision is the agent's answer for one attempt.
 type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -792,7 +1059,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[3]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -804,7 +1071,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[3]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -817,7 +1084,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{3}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Decision) GetVerdict() Verdict {
@@ -855,7 +1122,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[4]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +1134,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[4]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +1147,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{4}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Hello) GetService() string {
@@ -921,7 +1188,7 @@ type DependencyCounts struct {
 
 func (x *DependencyCounts) Reset() {
 	*x = DependencyCounts{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[5]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1200,7 @@ func (x *DependencyCounts) String() string {
 func (*DependencyCounts) ProtoMessage() {}
 
 func (x *DependencyCounts) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[5]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1213,7 @@ func (x *DependencyCounts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyCounts.ProtoReflect.Descriptor instead.
 func (*DependencyCounts) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{5}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *DependencyCounts) GetDependency() string {
@@ -975,7 +1242,7 @@ type ProbeResult struct {
 
 func (x *ProbeResult) Reset() {
 	*x = ProbeResult{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[6]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1254,7 @@ func (x *ProbeResult) String() string {
 func (*ProbeResult) ProtoMessage() {}
 
 func (x *ProbeResult) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[6]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1267,7 @@ func (x *ProbeResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProbeResult.ProtoReflect.Descriptor instead.
 func (*ProbeResult) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{6}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProbeResult) GetDependency() string {
@@ -1036,7 +1303,7 @@ type CountDeltas struct {
 
 func (x *CountDeltas) Reset() {
 	*x = CountDeltas{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[7]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1315,7 @@ func (x *CountDeltas) String() string {
 func (*CountDeltas) ProtoMessage() {}
 
 func (x *CountDeltas) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[7]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1328,7 @@ func (x *CountDeltas) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CountDeltas.ProtoReflect.Descriptor instead.
 func (*CountDeltas) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{7}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CountDeltas) GetDeltas() []*DependencyCounts {
@@ -1098,7 +1365,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[8]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1377,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[8]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1390,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SessionRequest) GetMsg() isSessionRequest_Msg {
@@ -1174,14 +1441,16 @@ type Welcome struct {
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// The fleet default policy's retry settings, for dependencies without a
 	// snapshot yet.
-	DefaultRetry  *RetrySettings `protobuf:"bytes,4,opt,name=default_retry,json=defaultRetry,proto3" json:"default_retry,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	DefaultRetry *RetrySettings `protobuf:"bytes,4,opt,name=default_retry,json=defaultRetry,proto3" json:"default_retry,omitempty"`
+	// The fleet default policy's breaker settings, likewise.
+	DefaultBreaker *BreakerSettings `protobuf:"bytes,5,opt,name=default_breaker,json=defaultBreaker,proto3" json:"default_breaker,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[9]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1193,7 +1462,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[9]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1206,7 +1475,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Welcome) GetNode() string {
@@ -1237,6 +1506,13 @@ func (x *Welcome) GetDefaultRetry() *RetrySettings {
 	return nil
 }
 
+func (x *Welcome) GetDefaultBreaker() *BreakerSettings {
+	if x != nil {
+		return x.DefaultBreaker
+	}
+	return nil
+}
+
 type SnapshotUpdate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Snapshots     []*DecisionSnapshot    `protobuf:"bytes,1,rep,name=snapshots,proto3" json:"snapshots,omitempty"`
@@ -1246,7 +1522,7 @@ type SnapshotUpdate struct {
 
 func (x *SnapshotUpdate) Reset() {
 	*x = SnapshotUpdate{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[10]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1534,7 @@ func (x *SnapshotUpdate) String() string {
 func (*SnapshotUpdate) ProtoMessage() {}
 
 func (x *SnapshotUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[10]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1547,7 @@ func (x *SnapshotUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotUpdate.ProtoReflect.Descriptor instead.
 func (*SnapshotUpdate) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{10}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SnapshotUpdate) GetSnapshots() []*DecisionSnapshot {
@@ -1293,7 +1569,7 @@ type DependencyError struct {
 
 func (x *DependencyError) Reset() {
 	*x = DependencyError{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[11]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1581,7 @@ func (x *DependencyError) String() string {
 func (*DependencyError) ProtoMessage() {}
 
 func (x *DependencyError) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[11]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1594,7 @@ func (x *DependencyError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyError.ProtoReflect.Descriptor instead.
 func (*DependencyError) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{11}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *DependencyError) GetDependency() string {
@@ -1349,7 +1625,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[12]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1361,7 +1637,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[12]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1374,7 +1650,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{12}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionResponse) GetMsg() isSessionResponse_Msg {
@@ -1444,7 +1720,7 @@ type AcquireRequest struct {
 
 func (x *AcquireRequest) Reset() {
 	*x = AcquireRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[13]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1456,7 +1732,7 @@ func (x *AcquireRequest) String() string {
 func (*AcquireRequest) ProtoMessage() {}
 
 func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[13]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1469,7 +1745,7 @@ func (x *AcquireRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireRequest.ProtoReflect.Descriptor instead.
 func (*AcquireRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{13}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AcquireRequest) GetDependency() string {
@@ -1505,7 +1781,7 @@ type CheckRequest struct {
 
 func (x *CheckRequest) Reset() {
 	*x = CheckRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[14]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1793,7 @@ func (x *CheckRequest) String() string {
 func (*CheckRequest) ProtoMessage() {}
 
 func (x *CheckRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[14]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1806,7 @@ func (x *CheckRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckRequest.ProtoReflect.Descriptor instead.
 func (*CheckRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{14}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CheckRequest) GetDependency() string {
@@ -1574,7 +1850,7 @@ type OutcomeReport struct {
 
 func (x *OutcomeReport) Reset() {
 	*x = OutcomeReport{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[15]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +1862,7 @@ func (x *OutcomeReport) String() string {
 func (*OutcomeReport) ProtoMessage() {}
 
 func (x *OutcomeReport) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[15]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +1875,7 @@ func (x *OutcomeReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutcomeReport.ProtoReflect.Descriptor instead.
 func (*OutcomeReport) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{15}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OutcomeReport) GetDependency() string {
@@ -1640,7 +1916,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[16]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1928,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[16]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1941,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{16}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReportRequest) GetOutcomes() []*OutcomeReport {
@@ -1692,7 +1968,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[17]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1704,7 +1980,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[17]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1717,7 +1993,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{17}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReportResponse) GetAccepted() uint32 {
@@ -1746,7 +2022,7 @@ type PolicyEntry struct {
 
 func (x *PolicyEntry) Reset() {
 	*x = PolicyEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[18]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +2034,7 @@ func (x *PolicyEntry) String() string {
 func (*PolicyEntry) ProtoMessage() {}
 
 func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[18]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +2047,7 @@ func (x *PolicyEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyEntry.ProtoReflect.Descriptor instead.
 func (*PolicyEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{18}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PolicyEntry) GetDependency() string {
@@ -1804,7 +2080,7 @@ type GetPolicyRequest struct {
 
 func (x *GetPolicyRequest) Reset() {
 	*x = GetPolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[19]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2092,7 @@ func (x *GetPolicyRequest) String() string {
 func (*GetPolicyRequest) ProtoMessage() {}
 
 func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[19]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2105,7 @@ func (x *GetPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPolicyRequest.ProtoReflect.Descriptor instead.
 func (*GetPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{19}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetPolicyRequest) GetDependency() string {
@@ -1847,7 +2123,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[20]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1859,7 +2135,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[20]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1872,7 +2148,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{20}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
 }
 
 type ListPoliciesResponse struct {
@@ -1884,7 +2160,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1896,7 +2172,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1909,7 +2185,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyEntry {
@@ -1934,7 +2210,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1946,7 +2222,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1959,7 +2235,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *PutPolicyRequest) GetDependency() string {
@@ -2001,7 +2277,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2289,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2302,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeletePolicyRequest) GetDependency() string {
@@ -2059,7 +2335,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2071,7 +2347,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2084,7 +2360,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DeletePolicyResponse) GetDeleted() bool {
@@ -2105,7 +2381,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2393,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2406,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *Violation) GetField() string {
@@ -2165,7 +2441,7 @@ type ValidatePolicyRequest struct {
 
 func (x *ValidatePolicyRequest) Reset() {
 	*x = ValidatePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2177,7 +2453,7 @@ func (x *ValidatePolicyRequest) String() string {
 func (*ValidatePolicyRequest) ProtoMessage() {}
 
 func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2190,7 +2466,7 @@ func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyRequest.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ValidatePolicyRequest) GetPolicyJson() []byte {
@@ -2217,7 +2493,7 @@ type ValidatePolicyResponse struct {
 
 func (x *ValidatePolicyResponse) Reset() {
 	*x = ValidatePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2505,7 @@ func (x *ValidatePolicyResponse) String() string {
 func (*ValidatePolicyResponse) ProtoMessage() {}
 
 func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2518,7 @@ func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyResponse.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ValidatePolicyResponse) GetViolations() []*Violation {
@@ -2275,7 +2551,7 @@ type OverrideEntry struct {
 
 func (x *OverrideEntry) Reset() {
 	*x = OverrideEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2287,7 +2563,7 @@ func (x *OverrideEntry) String() string {
 func (*OverrideEntry) ProtoMessage() {}
 
 func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2300,7 +2576,7 @@ func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideEntry.ProtoReflect.Descriptor instead.
 func (*OverrideEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *OverrideEntry) GetDependency() string {
@@ -2365,7 +2641,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2653,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2666,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetOverrideRequest) GetDependency() string {
@@ -2431,7 +2707,7 @@ type ClearOverrideRequest struct {
 
 func (x *ClearOverrideRequest) Reset() {
 	*x = ClearOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2719,7 @@ func (x *ClearOverrideRequest) String() string {
 func (*ClearOverrideRequest) ProtoMessage() {}
 
 func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2732,7 @@ func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ClearOverrideRequest) GetDependency() string {
@@ -2482,7 +2758,7 @@ type ClearOverrideResponse struct {
 
 func (x *ClearOverrideResponse) Reset() {
 	*x = ClearOverrideResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2770,7 @@ func (x *ClearOverrideResponse) String() string {
 func (*ClearOverrideResponse) ProtoMessage() {}
 
 func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2783,7 @@ func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ClearOverrideResponse) GetCleared() bool {
@@ -2525,7 +2801,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2813,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2826,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
 }
 
 type ListOverridesResponse struct {
@@ -2562,7 +2838,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2574,7 +2850,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2587,7 +2863,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*OverrideEntry {
@@ -2612,7 +2888,7 @@ type AuditEntry struct {
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2900,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2913,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *AuditEntry) GetRevision() int64 {
@@ -2701,7 +2977,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2989,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +3002,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListAuditRequest) GetDependency() string {
@@ -2752,7 +3028,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2764,7 +3040,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2777,7 +3053,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -2804,7 +3080,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3092,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3105,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Member) GetNode() string {
@@ -2889,7 +3165,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2901,7 +3177,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2914,7 +3190,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
 }
 
 type ListMembersResponse struct {
@@ -2926,7 +3202,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2938,7 +3214,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2951,7 +3227,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -2971,7 +3247,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3259,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3272,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3019,7 +3295,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3307,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3320,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3092,7 +3368,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3380,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3393,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3160,7 +3436,7 @@ type DependencyView struct {
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3172,7 +3448,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3185,7 +3461,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -3318,7 +3594,7 @@ type FleetSnapshot struct {
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3330,7 +3606,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3343,7 +3619,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -3388,7 +3664,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3400,7 +3676,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3413,7 +3689,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -3484,7 +3760,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3496,7 +3772,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3509,7 +3785,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -3579,7 +3855,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3591,7 +3867,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3604,7 +3880,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -3635,7 +3911,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3647,7 +3923,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3660,7 +3936,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -3713,7 +3989,22 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"backoffMax\x12*\n" +
 	"\x06jitter\x18\x05 \x01(\x0e2\x12.fusebox.v1.JitterR\x06jitter\x12!\n" +
 	"\fbudget_ratio\x18\x06 \x01(\x01R\vbudgetRatio\x12@\n" +
-	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\"\xff\x03\n" +
+	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\"\xcb\x05\n" +
+	"\x0fBreakerSettings\x124\n" +
+	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
+	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12G\n" +
+	"\x12slow_call_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x10slowCallDuration\x12)\n" +
+	"\x10minimum_requests\x18\x04 \x01(\rR\x0fminimumRequests\x12*\n" +
+	"\x11min_failing_nodes\x18\x05 \x01(\rR\x0fminFailingNodes\x121\n" +
+	"\x06window\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12>\n" +
+	"\ropen_duration\x18\a \x01(\v2\x19.google.protobuf.DurationR\fopenDuration\x12E\n" +
+	"\x11max_open_duration\x18\b \x01(\v2\x19.google.protobuf.DurationR\x0fmaxOpenDuration\x12(\n" +
+	"\x10half_open_probes\x18\t \x01(\rR\x0ehalfOpenProbes\x126\n" +
+	"\x17probe_success_threshold\x18\n" +
+	" \x01(\rR\x15probeSuccessThreshold\x12>\n" +
+	"\rprobe_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\fprobeTimeout\x12'\n" +
+	"\x05scope\x18\f \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x12$\n" +
+	"\x04mode\x18\r \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\"\xbb\x06\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -3730,7 +4021,17 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x05retry\x18\t \x01(\v2\x19.fusebox.v1.RetrySettingsR\x05retry\x12G\n" +
 	"\x12slow_call_duration\x18\n" +
 	" \x01(\v2\x19.google.protobuf.DurationR\x10slowCallDuration\x120\n" +
-	"\x05since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"\xa5\x01\n" +
+	"\x05since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
+	"\aversion\x18\f \x01(\x04R\aversion\x12\x1d\n" +
+	"\n" +
+	"open_count\x18\r \x01(\rR\topenCount\x12\x1f\n" +
+	"\vprobe_round\x18\x0e \x01(\x04R\n" +
+	"probeRound\x129\n" +
+	"\vlocal_state\x18\x0f \x01(\x0e2\x18.fusebox.v1.BreakerStateR\n" +
+	"localState\x12E\n" +
+	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12'\n" +
+	"\x05scope\x18\x11 \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x125\n" +
+	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\"\xa5\x01\n" +
 	"\bDecision\x12-\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x13.fusebox.v1.VerdictR\averdict\x120\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x18.fusebox.v1.RejectReasonR\x06reason\x128\n" +
@@ -3760,12 +4061,13 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.fusebox.v1.HelloH\x00R\x05hello\x121\n" +
 	"\x06deltas\x18\x02 \x01(\v2\x17.fusebox.v1.CountDeltasH\x00R\x06deltasB\x05\n" +
-	"\x03msg\"\x96\x01\n" +
+	"\x03msg\"\xdc\x01\n" +
 	"\aWelcome\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12#\n" +
 	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12>\n" +
-	"\rdefault_retry\x18\x04 \x01(\v2\x19.fusebox.v1.RetrySettingsR\fdefaultRetry\"L\n" +
+	"\rdefault_retry\x18\x04 \x01(\v2\x19.fusebox.v1.RetrySettingsR\fdefaultRetry\x12D\n" +
+	"\x0fdefault_breaker\x18\x05 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\x0edefaultBreaker\"L\n" +
 	"\x0eSnapshotUpdate\x12:\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1c.fusebox.v1.DecisionSnapshotR\tsnapshots\"K\n" +
 	"\x0fDependencyError\x12\x1e\n" +
@@ -4011,7 +4313,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x12REJECT_REASON_OPEN\x10\x01\x12\x1d\n" +
 	"\x19REJECT_REASON_FORCED_OPEN\x10\x02\x12%\n" +
 	"!REJECT_REASON_HALF_OPEN_NO_PERMIT\x10\x03\x12\"\n" +
-	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04*m\n" +
+	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04*O\n" +
+	"\x05Scope\x12\x15\n" +
+	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vSCOPE_FLEET\x10\x01\x12\x0e\n" +
+	"\n" +
+	"SCOPE_ZONE\x10\x02\x12\x0e\n" +
+	"\n" +
+	"SCOPE_NODE\x10\x03*m\n" +
 	"\x06Jitter\x12\x16\n" +
 	"\x12JITTER_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vJITTER_FULL\x10\x01\x12\x10\n" +
@@ -4058,8 +4367,8 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 	return file_fusebox_v1_fusebox_proto_rawDescData
 }
 
-var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 8)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -4067,158 +4376,172 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(AttemptKind)(0),               // 3: fusebox.v1.AttemptKind
 	(Verdict)(0),                   // 4: fusebox.v1.Verdict
 	(RejectReason)(0),              // 5: fusebox.v1.RejectReason
-	(Jitter)(0),                    // 6: fusebox.v1.Jitter
-	(Outcome)(0),                   // 7: fusebox.v1.Outcome
-	(*Counts)(nil),                 // 8: fusebox.v1.Counts
-	(*RetrySettings)(nil),          // 9: fusebox.v1.RetrySettings
-	(*DecisionSnapshot)(nil),       // 10: fusebox.v1.DecisionSnapshot
-	(*Decision)(nil),               // 11: fusebox.v1.Decision
-	(*Hello)(nil),                  // 12: fusebox.v1.Hello
-	(*DependencyCounts)(nil),       // 13: fusebox.v1.DependencyCounts
-	(*ProbeResult)(nil),            // 14: fusebox.v1.ProbeResult
-	(*CountDeltas)(nil),            // 15: fusebox.v1.CountDeltas
-	(*SessionRequest)(nil),         // 16: fusebox.v1.SessionRequest
-	(*Welcome)(nil),                // 17: fusebox.v1.Welcome
-	(*SnapshotUpdate)(nil),         // 18: fusebox.v1.SnapshotUpdate
-	(*DependencyError)(nil),        // 19: fusebox.v1.DependencyError
-	(*SessionResponse)(nil),        // 20: fusebox.v1.SessionResponse
-	(*AcquireRequest)(nil),         // 21: fusebox.v1.AcquireRequest
-	(*CheckRequest)(nil),           // 22: fusebox.v1.CheckRequest
-	(*OutcomeReport)(nil),          // 23: fusebox.v1.OutcomeReport
-	(*ReportRequest)(nil),          // 24: fusebox.v1.ReportRequest
-	(*ReportResponse)(nil),         // 25: fusebox.v1.ReportResponse
-	(*PolicyEntry)(nil),            // 26: fusebox.v1.PolicyEntry
-	(*GetPolicyRequest)(nil),       // 27: fusebox.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),    // 28: fusebox.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 29: fusebox.v1.ListPoliciesResponse
-	(*PutPolicyRequest)(nil),       // 30: fusebox.v1.PutPolicyRequest
-	(*DeletePolicyRequest)(nil),    // 31: fusebox.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),   // 32: fusebox.v1.DeletePolicyResponse
-	(*Violation)(nil),              // 33: fusebox.v1.Violation
-	(*ValidatePolicyRequest)(nil),  // 34: fusebox.v1.ValidatePolicyRequest
-	(*ValidatePolicyResponse)(nil), // 35: fusebox.v1.ValidatePolicyResponse
-	(*OverrideEntry)(nil),          // 36: fusebox.v1.OverrideEntry
-	(*SetOverrideRequest)(nil),     // 37: fusebox.v1.SetOverrideRequest
-	(*ClearOverrideRequest)(nil),   // 38: fusebox.v1.ClearOverrideRequest
-	(*ClearOverrideResponse)(nil),  // 39: fusebox.v1.ClearOverrideResponse
-	(*ListOverridesRequest)(nil),   // 40: fusebox.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 41: fusebox.v1.ListOverridesResponse
-	(*AuditEntry)(nil),             // 42: fusebox.v1.AuditEntry
-	(*ListAuditRequest)(nil),       // 43: fusebox.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 44: fusebox.v1.ListAuditResponse
-	(*Member)(nil),                 // 45: fusebox.v1.Member
-	(*ListMembersRequest)(nil),     // 46: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 47: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 48: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 49: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 50: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 51: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 52: fusebox.v1.FleetSnapshot
-	(*NodeWindow)(nil),             // 53: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 54: fusebox.v1.BreakerRecord
-	(*GossipBatch)(nil),            // 55: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 56: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 57: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 58: google.protobuf.Timestamp
+	(Scope)(0),                     // 6: fusebox.v1.Scope
+	(Jitter)(0),                    // 7: fusebox.v1.Jitter
+	(Outcome)(0),                   // 8: fusebox.v1.Outcome
+	(*Counts)(nil),                 // 9: fusebox.v1.Counts
+	(*RetrySettings)(nil),          // 10: fusebox.v1.RetrySettings
+	(*BreakerSettings)(nil),        // 11: fusebox.v1.BreakerSettings
+	(*DecisionSnapshot)(nil),       // 12: fusebox.v1.DecisionSnapshot
+	(*Decision)(nil),               // 13: fusebox.v1.Decision
+	(*Hello)(nil),                  // 14: fusebox.v1.Hello
+	(*DependencyCounts)(nil),       // 15: fusebox.v1.DependencyCounts
+	(*ProbeResult)(nil),            // 16: fusebox.v1.ProbeResult
+	(*CountDeltas)(nil),            // 17: fusebox.v1.CountDeltas
+	(*SessionRequest)(nil),         // 18: fusebox.v1.SessionRequest
+	(*Welcome)(nil),                // 19: fusebox.v1.Welcome
+	(*SnapshotUpdate)(nil),         // 20: fusebox.v1.SnapshotUpdate
+	(*DependencyError)(nil),        // 21: fusebox.v1.DependencyError
+	(*SessionResponse)(nil),        // 22: fusebox.v1.SessionResponse
+	(*AcquireRequest)(nil),         // 23: fusebox.v1.AcquireRequest
+	(*CheckRequest)(nil),           // 24: fusebox.v1.CheckRequest
+	(*OutcomeReport)(nil),          // 25: fusebox.v1.OutcomeReport
+	(*ReportRequest)(nil),          // 26: fusebox.v1.ReportRequest
+	(*ReportResponse)(nil),         // 27: fusebox.v1.ReportResponse
+	(*PolicyEntry)(nil),            // 28: fusebox.v1.PolicyEntry
+	(*GetPolicyRequest)(nil),       // 29: fusebox.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),    // 30: fusebox.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 31: fusebox.v1.ListPoliciesResponse
+	(*PutPolicyRequest)(nil),       // 32: fusebox.v1.PutPolicyRequest
+	(*DeletePolicyRequest)(nil),    // 33: fusebox.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),   // 34: fusebox.v1.DeletePolicyResponse
+	(*Violation)(nil),              // 35: fusebox.v1.Violation
+	(*ValidatePolicyRequest)(nil),  // 36: fusebox.v1.ValidatePolicyRequest
+	(*ValidatePolicyResponse)(nil), // 37: fusebox.v1.ValidatePolicyResponse
+	(*OverrideEntry)(nil),          // 38: fusebox.v1.OverrideEntry
+	(*SetOverrideRequest)(nil),     // 39: fusebox.v1.SetOverrideRequest
+	(*ClearOverrideRequest)(nil),   // 40: fusebox.v1.ClearOverrideRequest
+	(*ClearOverrideResponse)(nil),  // 41: fusebox.v1.ClearOverrideResponse
+	(*ListOverridesRequest)(nil),   // 42: fusebox.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 43: fusebox.v1.ListOverridesResponse
+	(*AuditEntry)(nil),             // 44: fusebox.v1.AuditEntry
+	(*ListAuditRequest)(nil),       // 45: fusebox.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),      // 46: fusebox.v1.ListAuditResponse
+	(*Member)(nil),                 // 47: fusebox.v1.Member
+	(*ListMembersRequest)(nil),     // 48: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 49: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 50: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 51: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 52: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 53: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 54: fusebox.v1.FleetSnapshot
+	(*NodeWindow)(nil),             // 55: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 56: fusebox.v1.BreakerRecord
+	(*GossipBatch)(nil),            // 57: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 58: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	57, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	57, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	57, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
-	6,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	0,  // 4: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,  // 5: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,  // 6: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	9,  // 7: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	57, // 8: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	58, // 9: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	4,  // 10: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,  // 11: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	10, // 12: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	8,  // 13: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	13, // 14: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	14, // 15: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	12, // 16: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	15, // 17: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	9,  // 18: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
-	10, // 19: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	17, // 20: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	18, // 21: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	19, // 22: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,  // 23: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,  // 24: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	7,  // 25: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	23, // 26: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	14, // 27: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	19, // 28: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	26, // 29: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	57, // 30: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	33, // 31: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,  // 32: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	58, // 33: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	58, // 34: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	57, // 35: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	36, // 36: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	58, // 37: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	42, // 38: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	45, // 39: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	8,  // 40: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	8,  // 41: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 42: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 43: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 44: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	8,  // 45: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	50, // 46: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	49, // 47: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	58, // 48: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	58, // 49: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	51, // 50: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	45, // 51: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	8,  // 52: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 53: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	53, // 54: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	54, // 55: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	54, // 56: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	53, // 57: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	16, // 58: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	21, // 59: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	21, // 60: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	22, // 61: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	24, // 62: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	27, // 63: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	28, // 64: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	30, // 65: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	31, // 66: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	34, // 67: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	37, // 68: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	37, // 69: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	38, // 70: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	40, // 71: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	43, // 72: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	46, // 73: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	48, // 74: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	20, // 75: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	11, // 76: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	11, // 77: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	11, // 78: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	25, // 79: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	26, // 80: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	29, // 81: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	26, // 82: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 83: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	35, // 84: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	36, // 85: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	36, // 86: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	39, // 87: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	41, // 88: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	44, // 89: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	47, // 90: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	52, // 91: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	75, // [75:92] is the sub-list for method output_type
-	58, // [58:75] is the sub-list for method input_type
-	58, // [58:58] is the sub-list for extension type_name
-	58, // [58:58] is the sub-list for extension extendee
-	0,  // [0:58] is the sub-list for field type_name
+	59, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	59, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	59, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
+	59, // 4: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
+	59, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	59, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	59, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	59, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	6,  // 9: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
+	2,  // 10: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
+	0,  // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,  // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,  // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	10, // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	59, // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	60, // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,  // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	60, // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,  // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	11, // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,  // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,  // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	12, // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	9,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	15, // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	16, // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	14, // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	17, // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	10, // 29: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
+	11, // 30: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
+	12, // 31: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	19, // 32: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	20, // 33: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	21, // 34: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,  // 35: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,  // 36: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,  // 37: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	25, // 38: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	16, // 39: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	21, // 40: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	28, // 41: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	59, // 42: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	35, // 43: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,  // 44: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	60, // 45: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	60, // 46: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	59, // 47: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	38, // 48: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	60, // 49: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	44, // 50: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	47, // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	9,  // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	9,  // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	9,  // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	52, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	51, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	60, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	60, // 61: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	53, // 62: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	47, // 63: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 64: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 65: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	55, // 66: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	56, // 67: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	56, // 68: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	55, // 69: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	18, // 70: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	23, // 71: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	23, // 72: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	24, // 73: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	26, // 74: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	29, // 75: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	30, // 76: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	32, // 77: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	33, // 78: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	36, // 79: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	39, // 80: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	39, // 81: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 82: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	42, // 83: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	45, // 84: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	48, // 85: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	50, // 86: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	22, // 87: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	13, // 88: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	13, // 89: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	13, // 90: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	27, // 91: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	28, // 92: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	31, // 93: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	28, // 94: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	34, // 95: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	37, // 96: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	38, // 97: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	38, // 98: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	41, // 99: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	43, // 100: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	46, // 101: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	49, // 102: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	54, // 103: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	87, // [87:104] is the sub-list for method output_type
+	70, // [70:87] is the sub-list for method input_type
+	70, // [70:70] is the sub-list for extension type_name
+	70, // [70:70] is the sub-list for extension extendee
+	0,  // [0:70] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -4226,24 +4549,24 @@ func file_fusebox_v1_fusebox_proto_init() {
 	if File_fusebox_v1_fusebox_proto != nil {
 		return
 	}
-	file_fusebox_v1_fusebox_proto_msgTypes[8].OneofWrappers = []any{
+	file_fusebox_v1_fusebox_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Deltas)(nil),
 	}
-	file_fusebox_v1_fusebox_proto_msgTypes[12].OneofWrappers = []any{
+	file_fusebox_v1_fusebox_proto_msgTypes[13].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
 		(*SessionResponse_Update)(nil),
 		(*SessionResponse_Error)(nil),
 	}
-	file_fusebox_v1_fusebox_proto_msgTypes[22].OneofWrappers = []any{}
 	file_fusebox_v1_fusebox_proto_msgTypes[23].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
-			NumEnums:      8,
-			NumMessages:   49,
+			NumEnums:      9,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

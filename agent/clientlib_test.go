@@ -1,0 +1,580 @@
+package agent_test
+
+// clientlib against real agents: in-process agents (real gossip on
+// loopback, real gRPC on unix sockets, an embedded etcd), real clientlib
+// clients connected to their sockets, real HTTP dependencies. This package
+// is agent's external test package so that clientlib never imports agent.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/clientlib"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+)
+
+// fleetPolicy is the fleet default of these tests: a 2 s window, 10
+// requests, failures from 2 nodes, and a breaker that stays open for the
+// length of a test once it opened.
+func fleetPolicy() sharedstate.Policy {
+	p := sharedstate.DefaultPolicy()
+	p.Breaker.Window = sharedstate.Duration(2 * time.Second)
+	p.Breaker.MinimumRequests = 10
+	p.Breaker.MinFailingNodes = 2
+	p.Breaker.OpenDuration = sharedstate.Duration(30 * time.Second)
+	p.Breaker.MaxOpenDuration = sharedstate.Duration(time.Minute)
+	p.Retry.PerAttemptTimeout = sharedstate.Duration(2 * time.Second) // generous under -race
+	p.Breaker.ProbeTimeout = sharedstate.Duration(2 * time.Second)
+	return p
+}
+
+// eventually polls cond every 5 ms until it holds, failing the test after
+// timeout. It waits for a state; it asserts no timing.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// syncBuffer is an agent's log, printed when a test fails.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// agentConfig is the config of agent name: loopback, port 0, a socket in
+// a short temporary directory (unix socket paths are limited to 104
+// bytes), short intervals.
+func agentConfig(t testing.TB, name string, etcd []string) agent.Config {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fbc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cfg := agent.DefaultConfig()
+	cfg.Name = name
+	cfg.Zone = "z1"
+	cfg.DataDir = filepath.Join(t.TempDir(), "data")
+	cfg.GossipAddr = "127.0.0.1:0"
+	cfg.Socket = filepath.Join(dir, "agent.sock")
+	cfg.HTTPAddr = ""
+	cfg.Etcd = etcd
+	cfg.GossipInterval = 50 * time.Millisecond
+	cfg.PushPullInterval = time.Second
+	cfg.ProbeInterval = 200 * time.Millisecond
+	cfg.TickInterval = 50 * time.Millisecond
+	cfg.ShutdownTimeout = 3 * time.Second
+	cfg.MemberTTL = 2 * time.Second
+	return cfg
+}
+
+// runAgent builds and starts an agent; it is closed at cleanup (Close is
+// idempotent), and its log is printed if the test failed.
+func runAgent(t testing.TB, cfg agent.Config) *agent.Agent {
+	t.Helper()
+	log := &syncBuffer{}
+	lg := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	a, err := agent.New(cfg, agent.WithLogger(lg), agent.WithDefaultPolicy(fleetPolicy()))
+	if err != nil {
+		t.Fatalf("agent.New(%s): %v", cfg.Name, err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		if t.Failed() {
+			t.Logf("log of %s:\n%s", cfg.Name, log.String())
+		}
+	})
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatalf("Start(%s): %v", cfg.Name, err)
+	}
+	return a
+}
+
+// world is an embedded etcd, its store, and n agents that found each other
+// through it.
+type world struct {
+	store  *store.Store
+	agents []*agent.Agent
+}
+
+func newWorld(t *testing.T, n int) *world {
+	t.Helper()
+	srv := embedded.StartForTest(t)
+	st, err := store.New(store.Config{Client: embedded.ClientForTest(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{store: st}
+	for i := range n {
+		w.agents = append(w.agents, runAgent(t, agentConfig(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())))
+	}
+	eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
+		for _, a := range w.agents {
+			if !a.Ready() || a.Gossip().NumAgents() != n {
+				return false
+			}
+		}
+		return true
+	})
+	return w
+}
+
+// putPolicy writes dep's policy to etcd and waits until every agent
+// applies it (check tells).
+func (w *world) putPolicy(t *testing.T, dep, policy string, check func(sharedstate.Policy) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := w.store.PutPolicy(ctx, dep, []byte(policy), store.WriteOptions{Actor: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "every agent applies the policy of "+dep, func() bool {
+		for _, a := range w.agents {
+			if !check(a.Engine().Policy(dep)) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// zeroRandom makes every jittered backoff 0.
+func zeroRandom() uint64 { return 0 }
+
+// newClient connects a clientlib client to a's socket; it is closed at
+// cleanup.
+func newClient(t testing.TB, a *agent.Agent, service string, mutate func(*clientlib.Config)) *clientlib.Client {
+	t.Helper()
+	cfg := clientlib.Config{
+		AgentAddress: "unix://" + a.SocketPath(),
+		Service:      service,
+		Instance:     service + "@" + a.Name(),
+		Random:       zeroRandom,
+		ReconnectMin: 10 * time.Millisecond,
+		ReconnectMax: 100 * time.Millisecond,
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	c, err := clientlib.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// fromAgent waits until every handle decides from its agent's snapshot.
+func fromAgent(t testing.TB, deps ...*clientlib.Dependency) {
+	t.Helper()
+	eventually(t, 10*time.Second, "every client decides from its agent's snapshot", func() bool {
+		for _, d := range deps {
+			if !d.Status().FromAgent {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+var (
+	errBoom = errors.New("boom") // a failure, not retried
+	errDown = status.Error(codes.Unavailable, "down")
+)
+
+func TestClientlibThroughRealAgents(t *testing.T) {
+	w := newWorld(t, 3)
+
+	// (a) Failures made through clientlib on 2 of 3 agents open the fleet
+	// breaker; a client of the third gets ErrOpen from the snapshot its
+	// agent pushed, its fallback runs and its attempt function never does.
+	t.Run("failures on two agents open the breaker for the third", func(t *testing.T) {
+		const name = "shipping-api"
+		deps := make([]*clientlib.Dependency, len(w.agents))
+		for i, a := range w.agents {
+			deps[i] = newClient(t, a, fmt.Sprintf("checkout-%d", i), func(c *clientlib.Config) {
+				c.Dependencies = []string{name}
+			}).Dependency(name)
+		}
+		fromAgent(t, deps...)
+		for _, d := range deps[:2] {
+			for range 8 { // 8 + 8 ≥ minimumRequests 10, from 2 nodes
+				if err := d.Do(context.Background(), clientlib.NonRetryable, func(context.Context, clientlib.Attempt) error {
+					return errBoom
+				}); !errors.Is(err, errBoom) {
+					t.Fatalf("failure not returned: %v", err)
+				}
+			}
+		}
+		third := deps[2]
+		eventually(t, 10*time.Second, "the third agent pushes the open breaker to its client", func() bool {
+			s := third.Status()
+			return s.FromAgent && s.State == clientlib.Open
+		})
+		called := false
+		var fbErr error
+		err := third.Do(context.Background(), clientlib.Idempotent, func(context.Context, clientlib.Attempt) error {
+			called = true
+			return nil
+		}, clientlib.WithFallback(func(_ context.Context, err error) error {
+			fbErr = err
+			return nil
+		}))
+		if err != nil || called || !errors.Is(fbErr, clientlib.ErrOpen) {
+			t.Fatalf("err %v, fn called %v, fallback got %v: want the fallback with ErrOpen and no call", err, called, fbErr)
+		}
+		var rej *clientlib.RejectedError
+		if !errors.As(fbErr, &rej) || rej.Dependency != name {
+			t.Errorf("fallback error %#v: want a *RejectedError naming %s", fbErr, name)
+		}
+		if s := third.Status(); !s.FromAgent {
+			t.Errorf("status %+v: the refusal did not come from the agent's snapshot", s)
+		}
+	})
+
+	// (b) A force-open override written to etcd makes calls through every
+	// agent fail fast with ErrForcedOpen.
+	t.Run("force-open in etcd fails calls fast on every agent", func(t *testing.T) {
+		const name = "billing-api"
+		deps := make([]*clientlib.Dependency, len(w.agents))
+		for i, a := range w.agents {
+			deps[i] = newClient(t, a, fmt.Sprintf("invoice-%d", i), nil).Dependency(name)
+		}
+		for _, d := range deps { // the dependency works before the override
+			if err := d.Do(context.Background(), clientlib.Idempotent, func(context.Context, clientlib.Attempt) error { return nil }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fromAgent(t, deps...)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := w.store.SetOverride(ctx, name, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "incident 42"},
+			store.WriteOptions{Actor: "oncall"}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, "every client sees the override", func() bool {
+			for _, d := range deps {
+				if s := d.Status(); s.Override != clientlib.ForcedOpen || !s.FromAgent {
+					return false
+				}
+			}
+			return true
+		})
+		for i, d := range deps {
+			called := false
+			err := d.Do(context.Background(), clientlib.Idempotent, func(context.Context, clientlib.Attempt) error {
+				called = true
+				return nil
+			})
+			if !errors.Is(err, clientlib.ErrForcedOpen) || !errors.Is(err, clientlib.ErrOpen) || called {
+				t.Errorf("client of agent %d: err %v, fn called %v; want ErrForcedOpen without a call", i, err, called)
+			}
+		}
+	})
+
+	// (c) A total outage with retries through clientlib: the agents'
+	// AcquireRetry budget caps the retries.
+	//
+	// Bound: node i admits a retry while its retries are below its share,
+	// max(floor, ratio × F_i) × own_i / F_i, where F_i is the fleet's first
+	// attempts as node i sees them (gossip makes F_i lag, never lead) and
+	// own_i ≤ the first attempts its clients made. So node i admits at most
+	// ratio × own_i + floor × own_i/F_i + 1 (the last admitted while below a
+	// fractional share). With consistent views Σ own_i/F_i = 1; with stale
+	// ones each term is at most 1. Over the test, per budget window:
+	// retries ≤ ratio × firstAttempts + n × floor + n.
+	t.Run("the fleet retry budget caps retries at a total outage", func(t *testing.T) {
+		const (
+			name    = "ledger-api"
+			ratio   = 0.1
+			perSec  = 1.0
+			window  = 10 * time.Second
+			workers = 4
+			calls   = 60 // per worker and client: 720 calls in all
+		)
+		// The breaker must not open (it would stop the first attempts).
+		w.putPolicy(t, name, fmt.Sprintf(`{"breaker":{"minimumRequests":1000000,"window":"%s"},"retry":{"budget":{"ratio":%g,"minRetriesPerSecond":%g}}}`,
+			window, ratio, perSec), func(p sharedstate.Policy) bool {
+			return p.Breaker.MinimumRequests == 1000000 && p.Retry.Budget.MinRetriesPerSecond == perSec
+		})
+		deps := make([]*clientlib.Dependency, len(w.agents))
+		for i, a := range w.agents {
+			deps[i] = newClient(t, a, fmt.Sprintf("payments-%d", i), func(c *clientlib.Config) {
+				c.Dependencies = []string{name}
+				c.AgentWait = 5 * time.Second // every retry is the agent's decision, none the local fallback's
+			}).Dependency(name)
+		}
+		fromAgent(t, deps...)
+
+		var first, retries, exhausted atomic.Int64
+		start := time.Now()
+		var wg sync.WaitGroup
+		for _, d := range deps {
+			for range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range calls {
+						err := d.Do(context.Background(), clientlib.Idempotent, func(_ context.Context, a clientlib.Attempt) error {
+							if a.Number == 1 {
+								first.Add(1)
+							} else {
+								retries.Add(1)
+							}
+							return errDown
+						})
+						if errors.Is(err, clientlib.ErrBudgetExhausted) {
+							exhausted.Add(1)
+						} else if !errors.Is(err, errDown) {
+							t.Errorf("unexpected error: %v", err)
+						}
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+
+		n := float64(len(w.agents))
+		floor := perSec * window.Seconds()
+		windows := 1 + float64(elapsed/window) // windows the test spanned
+		bound := ratio*float64(first.Load()) + windows*(n*floor+n)
+		t.Logf("%d first attempts, %d retries admitted (bound %.0f; %d without a budget), %d calls refused a retry, in %v",
+			first.Load(), retries.Load(), bound, 2*first.Load(), exhausted.Load(), elapsed)
+		if want := int64(len(deps) * workers * calls); first.Load() != want {
+			t.Errorf("%d first attempts, want %d", first.Load(), want)
+		}
+		if float64(retries.Load()) > bound {
+			t.Errorf("%d retries admitted, more than ratio × first attempts + n × floor + n = %.0f", retries.Load(), bound)
+		}
+		if retries.Load() == 0 || exhausted.Load() == 0 {
+			t.Errorf("retries %d, refusals %d: want the budget to admit some and refuse the rest", retries.Load(), exhausted.Load())
+		}
+	})
+
+	// (e) Two services chained over HTTP, each on its own agent: the top
+	// one owns retries, the middle one makes single attempts, so one user
+	// request reaches the bottom dependency 3 times (maxAttempts), not 9.
+	t.Run("one retrying layer across two services", func(t *testing.T) {
+		var bottomHits, middleHits atomic.Int64
+		bottom := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			bottomHits.Add(1)
+			http.Error(w, "bottom is down", http.StatusServiceUnavailable)
+		}))
+		defer bottom.Close()
+
+		mid := newClient(t, w.agents[1], "middle", nil)
+		midTransport := &http.Transport{}
+		defer midTransport.CloseIdleConnections()
+		midHTTP := &http.Client{Transport: mid.RoundTripper(midTransport, clientlib.HTTPDependency("bottom"))}
+		middle := httptest.NewServer(mid.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			middleHits.Add(1)
+			req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, bottom.URL, nil)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+			resp, err := midHTTP.Do(req)
+			if err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			w.WriteHeader(resp.StatusCode)
+		})))
+		defer middle.Close()
+
+		top := newClient(t, w.agents[0], "top", nil)
+		topTransport := &http.Transport{}
+		defer topTransport.CloseIdleConnections()
+		topHTTP := &http.Client{Transport: top.RoundTripper(topTransport, clientlib.HTTPDependency("middle"))}
+		// Both ends follow their agents' policy (maxAttempts 3).
+		fromAgent(t, top.Dependency("middle"), mid.Dependency("bottom"))
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, middle.URL, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := topHTTP.Do(req) // one user request
+		if err != nil {
+			t.Fatalf("top: %v", err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("status %d, want the last 503", resp.StatusCode)
+		}
+		if got := bottomHits.Load(); got != 3 {
+			t.Errorf("the bottom dependency saw %d attempts for one user request, want 3 (9 with two retrying layers)", got)
+		}
+		if got := middleHits.Load(); got != 3 {
+			t.Errorf("the middle service saw %d attempts, want 3", got)
+		}
+	})
+}
+
+// (d) The agent is closed mid-traffic: no call outlives its deadline, calls
+// keep succeeding on the local fallback against a healthy dependency, and
+// the client reconnects to a new agent on the same socket path.
+func TestClientlibSurvivesAgentRestart(t *testing.T) {
+	cfg := agentConfig(t, "agent-r", nil)
+	a1 := runAgent(t, cfg)
+
+	var served atomic.Int64
+	dependency := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		_, _ = io.WriteString(w, "ok")
+	}))
+	defer dependency.Close()
+
+	const name = "catalog"
+	var (
+		evMu   sync.Mutex
+		events []bool // AgentEvent.Connected, in order
+	)
+	c := newClient(t, a1, "storefront", func(c *clientlib.Config) {
+		c.Dependencies = []string{name}
+		c.OnAgentChange = func(ev clientlib.AgentEvent) {
+			evMu.Lock()
+			events = append(events, ev.Connected)
+			evMu.Unlock()
+		}
+	})
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: c.RoundTripper(tr, clientlib.HTTPDependency(name))}
+	dep := c.Dependency(name)
+	fromAgent(t, dep)
+
+	var (
+		calls, failed, late, localCalls atomic.Int64
+		stop                            = make(chan struct{})
+		wg                              sync.WaitGroup
+	)
+	const deadline = 2 * time.Second
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				viaAgent := dep.Status().FromAgent
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, dependency.URL, nil)
+				resp, err := hc.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != http.StatusOK {
+						err = fmt.Errorf("status %d", resp.StatusCode)
+					}
+				}
+				if ctx.Err() != nil {
+					late.Add(1) // the call returned after its deadline
+				}
+				cancel()
+				if err != nil {
+					failed.Add(1)
+					t.Errorf("call failed: %v", err)
+				}
+				calls.Add(1)
+				if !viaAgent {
+					localCalls.Add(1)
+				}
+				time.Sleep(2 * time.Millisecond) // paces the traffic; waits for nothing
+			}
+		}()
+	}
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+
+	eventually(t, 10*time.Second, "traffic counted by the agent", func() bool {
+		f, ok := a1.Engine().Fleet(name)
+		return ok && f.Node.Successes > 20
+	})
+	if err := a1.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
+	before := localCalls.Load()
+	eventually(t, 10*time.Second, "calls on the local fallback", func() bool { return localCalls.Load() > before+50 })
+
+	a2 := runAgent(t, cfg) // same socket path
+	eventually(t, 10*time.Second, "the client to reconnect to the new agent", func() bool {
+		return c.AgentConnected() && dep.Status().FromAgent
+	})
+	eventually(t, 10*time.Second, "traffic counted by the new agent", func() bool {
+		f, ok := a2.Engine().Fleet(name)
+		return ok && f.Node.Successes > 0
+	})
+	close(stop)
+	wg.Wait()
+
+	if failed.Load() != 0 || late.Load() != 0 {
+		t.Errorf("%d of %d calls failed, %d outlived their deadline", failed.Load(), calls.Load(), late.Load())
+	}
+	if served.Load() < calls.Load() {
+		t.Errorf("the dependency served %d requests for %d calls", served.Load(), calls.Load())
+	}
+	// Callbacks run on the client's own goroutine: wait for the last one.
+	eventually(t, 10*time.Second, "the reconnection reported to OnAgentChange", func() bool {
+		evMu.Lock()
+		defer evMu.Unlock()
+		return len(events) >= 3 && events[len(events)-1]
+	})
+	evMu.Lock()
+	if !events[0] || events[1] {
+		t.Errorf("agent events (connected?) %v, want connected, lost, …, connected", events)
+	}
+	evMu.Unlock()
+	t.Logf("%d calls, %d decided by the local fallback", calls.Load(), localCalls.Load())
+}

@@ -1,0 +1,257 @@
+package convert
+
+import (
+	"math"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Jitter maps a policy jitter to the protocol enum.
+func Jitter(j sharedstate.Jitter) fuseboxv1.Jitter {
+	switch j {
+	case sharedstate.JitterFull:
+		return fuseboxv1.Jitter_JITTER_FULL
+	case sharedstate.JitterEqual:
+		return fuseboxv1.Jitter_JITTER_EQUAL
+	case sharedstate.JitterDecorrelated:
+		return fuseboxv1.Jitter_JITTER_DECORRELATED
+	case sharedstate.JitterNone:
+		return fuseboxv1.Jitter_JITTER_NONE
+	}
+	return fuseboxv1.Jitter_JITTER_UNSPECIFIED
+}
+
+// JitterFromProto maps a protocol jitter; unspecified or unknown is "".
+func JitterFromProto(j fuseboxv1.Jitter) sharedstate.Jitter {
+	switch j {
+	case fuseboxv1.Jitter_JITTER_FULL:
+		return sharedstate.JitterFull
+	case fuseboxv1.Jitter_JITTER_EQUAL:
+		return sharedstate.JitterEqual
+	case fuseboxv1.Jitter_JITTER_DECORRELATED:
+		return sharedstate.JitterDecorrelated
+	case fuseboxv1.Jitter_JITTER_NONE:
+		return sharedstate.JitterNone
+	}
+	return ""
+}
+
+// Mode maps a policy mode to the protocol enum.
+func Mode(m sharedstate.Mode) fuseboxv1.Mode {
+	switch m {
+	case sharedstate.ModeEnforce:
+		return fuseboxv1.Mode_MODE_ENFORCE
+	case sharedstate.ModeShadow:
+		return fuseboxv1.Mode_MODE_SHADOW
+	}
+	return fuseboxv1.Mode_MODE_UNSPECIFIED
+}
+
+// ModeFromProto maps a protocol mode; unspecified or unknown is "" (which
+// decides as enforce).
+func ModeFromProto(m fuseboxv1.Mode) sharedstate.Mode {
+	switch m {
+	case fuseboxv1.Mode_MODE_ENFORCE:
+		return sharedstate.ModeEnforce
+	case fuseboxv1.Mode_MODE_SHADOW:
+		return sharedstate.ModeShadow
+	}
+	return ""
+}
+
+// Scope maps a policy scope to the protocol enum.
+func Scope(s sharedstate.Scope) fuseboxv1.Scope {
+	switch s {
+	case sharedstate.ScopeFleet:
+		return fuseboxv1.Scope_SCOPE_FLEET
+	case sharedstate.ScopeZone:
+		return fuseboxv1.Scope_SCOPE_ZONE
+	case sharedstate.ScopeNode:
+		return fuseboxv1.Scope_SCOPE_NODE
+	}
+	return fuseboxv1.Scope_SCOPE_UNSPECIFIED
+}
+
+// ScopeFromProto maps a protocol scope; unspecified or unknown is "".
+func ScopeFromProto(s fuseboxv1.Scope) sharedstate.Scope {
+	switch s {
+	case fuseboxv1.Scope_SCOPE_FLEET:
+		return sharedstate.ScopeFleet
+	case fuseboxv1.Scope_SCOPE_ZONE:
+		return sharedstate.ScopeZone
+	case fuseboxv1.Scope_SCOPE_NODE:
+		return sharedstate.ScopeNode
+	}
+	return ""
+}
+
+// u32 clamps a policy integer into a uint32 field (valid policies are far
+// inside the range).
+func u32(v int) uint32 { return uint32(min(max(v, 0), math.MaxUint32)) }
+
+// RetryToProto converts effective retry settings.
+func RetryToProto(r sharedstate.RetrySettings) *fuseboxv1.RetrySettings {
+	return &fuseboxv1.RetrySettings{
+		MaxAttempts:               u32(r.MaxAttempts),
+		PerAttemptTimeout:         durationpb.New(r.PerAttemptTimeout),
+		BackoffBase:               durationpb.New(r.BackoffBase),
+		BackoffMax:                durationpb.New(r.BackoffMax),
+		Jitter:                    Jitter(r.Jitter),
+		BudgetRatio:               r.BudgetRatio,
+		BudgetMinRetriesPerSecond: r.MinRetriesPerSecond,
+	}
+}
+
+// RetryFromProto converts retry settings back; it inverts RetryToProto for
+// every non-negative MaxAttempts. nil is the zero value.
+func RetryFromProto(m *fuseboxv1.RetrySettings) sharedstate.RetrySettings {
+	return sharedstate.RetrySettings{
+		MaxAttempts:         int(m.GetMaxAttempts()),
+		PerAttemptTimeout:   duration(m.GetPerAttemptTimeout()),
+		BackoffBase:         duration(m.GetBackoffBase()),
+		BackoffMax:          duration(m.GetBackoffMax()),
+		Jitter:              JitterFromProto(m.GetJitter()),
+		BudgetRatio:         m.GetBudgetRatio(),
+		MinRetriesPerSecond: m.GetBudgetMinRetriesPerSecond(),
+	}
+}
+
+// RetryFromPolicy returns the retry settings of a policy.
+func RetryFromPolicy(p sharedstate.Policy) sharedstate.RetrySettings {
+	return sharedstate.RetrySettings{
+		MaxAttempts:         p.Retry.MaxAttempts,
+		PerAttemptTimeout:   p.Retry.PerAttemptTimeout.Std(),
+		BackoffBase:         p.Retry.Backoff.Base.Std(),
+		BackoffMax:          p.Retry.Backoff.Max.Std(),
+		Jitter:              p.Retry.Backoff.Jitter,
+		BudgetRatio:         p.Retry.Budget.Ratio,
+		MinRetriesPerSecond: p.Retry.Budget.MinRetriesPerSecond,
+	}
+}
+
+// BreakerToProto converts the breaker part of a policy.
+func BreakerToProto(b sharedstate.BreakerPolicy) *fuseboxv1.BreakerSettings {
+	return &fuseboxv1.BreakerSettings{
+		FailureRateThreshold:  b.FailureRateThreshold,
+		SlowCallRateThreshold: b.SlowCallRateThreshold,
+		SlowCallDuration:      durationpb.New(b.SlowCallDuration.Std()),
+		MinimumRequests:       u32(b.MinimumRequests),
+		MinFailingNodes:       u32(b.MinFailingNodes),
+		Window:                durationpb.New(b.Window.Std()),
+		OpenDuration:          durationpb.New(b.OpenDuration.Std()),
+		MaxOpenDuration:       durationpb.New(b.MaxOpenDuration.Std()),
+		HalfOpenProbes:        u32(b.HalfOpenProbes),
+		ProbeSuccessThreshold: u32(b.ProbeSuccessThreshold),
+		ProbeTimeout:          durationpb.New(b.ProbeTimeout.Std()),
+		Scope:                 Scope(b.Scope),
+		Mode:                  Mode(b.Mode),
+	}
+}
+
+// PolicyWithBreaker returns p with every breaker setting m carries: a zero
+// (or unset) field is one m does not carry, since no valid setting is zero.
+// With a nil m it returns p. The result is not validated.
+func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) sharedstate.Policy {
+	if m == nil {
+		return p
+	}
+	b := &p.Breaker
+	setFloat(&b.FailureRateThreshold, m.GetFailureRateThreshold())
+	setFloat(&b.SlowCallRateThreshold, m.GetSlowCallRateThreshold())
+	setDuration(&b.SlowCallDuration, m.GetSlowCallDuration())
+	setInt(&b.MinimumRequests, m.GetMinimumRequests())
+	setInt(&b.MinFailingNodes, m.GetMinFailingNodes())
+	setDuration(&b.Window, m.GetWindow())
+	setDuration(&b.OpenDuration, m.GetOpenDuration())
+	setDuration(&b.MaxOpenDuration, m.GetMaxOpenDuration())
+	setInt(&b.HalfOpenProbes, m.GetHalfOpenProbes())
+	setInt(&b.ProbeSuccessThreshold, m.GetProbeSuccessThreshold())
+	setDuration(&b.ProbeTimeout, m.GetProbeTimeout())
+	if s := ScopeFromProto(m.GetScope()); s != "" {
+		b.Scope = s
+	}
+	if md := ModeFromProto(m.GetMode()); md != "" {
+		b.Mode = md
+	}
+	return p
+}
+
+// PolicyWithRetry returns p with the retry settings m carries. A present m
+// carries the budget (whose zero values are valid) and every duration it
+// sets; max_attempts 0 and jitter unspecified are not carried. With a nil m
+// it returns p. The result is not validated.
+func PolicyWithRetry(p sharedstate.Policy, m *fuseboxv1.RetrySettings) sharedstate.Policy {
+	if m == nil {
+		return p
+	}
+	r := &p.Retry
+	setInt(&r.MaxAttempts, m.GetMaxAttempts())
+	if d := m.GetPerAttemptTimeout(); d != nil {
+		r.PerAttemptTimeout = sharedstate.Duration(d.AsDuration())
+	}
+	if d := m.GetBackoffBase(); d != nil {
+		r.Backoff.Base = sharedstate.Duration(d.AsDuration())
+	}
+	if d := m.GetBackoffMax(); d != nil {
+		r.Backoff.Max = sharedstate.Duration(d.AsDuration())
+	}
+	if j := JitterFromProto(m.GetJitter()); j != "" {
+		r.Backoff.Jitter = j
+	}
+	r.Budget.Ratio = m.GetBudgetRatio()
+	r.Budget.MinRetriesPerSecond = m.GetBudgetMinRetriesPerSecond()
+	return p
+}
+
+// PolicyFromSnapshot returns the policy a pushed snapshot describes, over
+// base for what the message does not carry: the breaker settings (or, from
+// an agent that sends none, the snapshot's own mode, scope and slow-call
+// duration), the retry settings and the dependency name. The result is not
+// validated.
+func PolicyFromSnapshot(base sharedstate.Policy, m *fuseboxv1.DecisionSnapshot) sharedstate.Policy {
+	p := base
+	if m == nil {
+		return p
+	}
+	if d := m.GetDependency(); d != "" {
+		p.Dependency = d
+	}
+	setDuration(&p.Breaker.SlowCallDuration, m.GetSlowCallDuration())
+	if s := ScopeFromProto(m.GetScope()); s != "" {
+		p.Breaker.Scope = s
+	}
+	if md := ModeFromProto(m.GetMode()); md != "" {
+		p.Breaker.Mode = md
+	}
+	p = PolicyWithBreaker(p, m.GetBreaker())
+	return PolicyWithRetry(p, m.GetRetry())
+}
+
+func duration(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return d.AsDuration()
+}
+
+func setFloat(dst *float64, v float64) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+func setInt(dst *int, v uint32) {
+	if v != 0 {
+		*dst = int(v)
+	}
+}
+
+func setDuration(dst *sharedstate.Duration, d *durationpb.Duration) {
+	if d != nil && d.AsDuration() != 0 {
+		*dst = sharedstate.Duration(d.AsDuration())
+	}
+}
