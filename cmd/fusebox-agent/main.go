@@ -1,8 +1,3 @@
-// Command fusebox-agent is the per-host Fusebox daemon. It builds an
-// agent.Config from its flags, FUSEBOX_* environment variables and an
-// optional YAML file (agent.LoadConfig), and calls agent.Run until SIGTERM or
-// SIGINT, on which the agent leaves the gossip cluster, ends client sessions
-// with codes.Unavailable and exits within its shutdown timeout (5 s).
 package main
 
 import (

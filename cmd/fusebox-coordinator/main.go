@@ -1,9 +1,3 @@
-// Command fusebox-coordinator is Fusebox's control plane. It parses its flags
-// into a coordinator.Config and calls coordinator.Run.
-//
-// Without --etcd it starts an embedded etcd in --data-dir and logs the client
-// URL to give the agents (--etcd on each agent). Without --tokens-file it
-// serves loopback addresses only, and every loopback caller is an admin.
 package main
 
 import (

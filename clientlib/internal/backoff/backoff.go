@@ -1,6 +1,3 @@
-// Package backoff computes the wait between two attempts of a call: an
-// exponential ceiling min(max, base·2^n) and one of four jitters. It is pure:
-// the caller passes the uniform random number, so tests are deterministic.
 package backoff
 
 import "time"
