@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -190,8 +191,11 @@ func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerR
 		}
 	}
 	for _, pr := range records {
-		rec, err := RecordFromProto(pr)
-		if err == nil {
+		rec, ok := convert.RecordFromProto(pr)
+		var err error
+		if !ok {
+			err = fmt.Errorf("fleet: record of %q: state %v does not travel", pr.GetDependency(), pr.GetState())
+		} else {
 			err = rec.Validate()
 		}
 		if err != nil {
@@ -287,7 +291,7 @@ func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) string {
 		byNode[node] = cur
 		v.nrows++
 	}
-	*cur = row{zone: r.GetZone(), seq: r.GetSeq(), counts: CountsFromProto(r.GetCounts()),
+	*cur = row{zone: r.GetZone(), seq: r.GetSeq(), counts: convert.CountsFromProto(r.GetCounts()),
 		local: r.GetNodeLocalOpen(), received: now}
 	return ""
 }
@@ -436,73 +440,4 @@ func (v *View) Stats() Stats {
 		s.States[d.state.String()]++
 	}
 	return s
-}
-
-// ---- conversions ----
-
-// CountsFromProto converts wire counts.
-func CountsFromProto(c *fuseboxv1.Counts) sharedstate.Counts {
-	return sharedstate.Counts{
-		FirstAttempts: c.GetFirstAttempts(), Retries: c.GetRetries(), Successes: c.GetSuccesses(),
-		Failures: c.GetFailures(), SlowCalls: c.GetSlowCalls(), Rejected: c.GetRejected(),
-	}
-}
-
-// CountsToProto converts counts to the wire form.
-func CountsToProto(c sharedstate.Counts) *fuseboxv1.Counts {
-	return &fuseboxv1.Counts{
-		FirstAttempts: c.FirstAttempts, Retries: c.Retries, Successes: c.Successes,
-		Failures: c.Failures, SlowCalls: c.SlowCalls, Rejected: c.Rejected,
-	}
-}
-
-// RecordFromProto converts a gossiped breaker record, zone included.
-func RecordFromProto(r *fuseboxv1.BreakerRecord) (sharedstate.BreakerRecord, error) {
-	var st sharedstate.BreakerState
-	switch r.GetState() {
-	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
-		st = sharedstate.Closed
-	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
-		st = sharedstate.Open
-	default:
-		return sharedstate.BreakerRecord{}, fmt.Errorf("fleet: record of %q: state %v does not travel", r.GetDependency(), r.GetState())
-	}
-	return sharedstate.BreakerRecord{
-		Dependency: r.GetDependency(), Zone: r.GetZone(), Generation: r.GetGeneration(), State: st,
-		Since: time.Unix(0, r.GetSinceUnixNano()).UTC(), OpenCount: r.GetOpenCount(),
-		Origin: r.GetOrigin(), Reason: r.GetReason(),
-	}, nil
-}
-
-// StateToProto converts a breaker state.
-func StateToProto(s sharedstate.BreakerState) fuseboxv1.BreakerState {
-	switch s {
-	case sharedstate.Open:
-		return fuseboxv1.BreakerState_BREAKER_STATE_OPEN
-	case sharedstate.HalfOpen:
-		return fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN
-	}
-	return fuseboxv1.BreakerState_BREAKER_STATE_CLOSED
-}
-
-// OverrideToProto converts an override state.
-func OverrideToProto(s sharedstate.OverrideState) fuseboxv1.OverrideState {
-	switch s {
-	case sharedstate.ForcedOpen:
-		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
-	case sharedstate.ForcedClosed:
-		return fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED
-	}
-	return fuseboxv1.OverrideState_OVERRIDE_STATE_NONE
-}
-
-// ModeToProto converts a policy mode.
-func ModeToProto(m sharedstate.Mode) fuseboxv1.Mode {
-	switch m {
-	case sharedstate.ModeShadow:
-		return fuseboxv1.Mode_MODE_SHADOW
-	case sharedstate.ModeEnforce:
-		return fuseboxv1.Mode_MODE_ENFORCE
-	}
-	return fuseboxv1.Mode_MODE_UNSPECIFIED
 }

@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -215,7 +216,7 @@ func TestProbersAndBudget(t *testing.T) {
 		t.Fatalf("state %v", d.GetState())
 	}
 	// The probers are the agents' choice: rendezvous over the nodes with traffic.
-	rec7, _ := RecordFromProto(rec("db", 7, true, t0.Add(-time.Minute), "n0"))
+	rec7, _ := convert.RecordFromProto(rec("db", 7, true, t0.Add(-time.Minute), "n0"))
 	want := Probers("db", rec7, pol.Breaker, clock.Now(), []string{"n0", "n1", "n2", "n3", "n4"})
 	if fmt.Sprint(d.GetProbers()) != fmt.Sprint(want) || len(want) != 2 {
 		t.Fatalf("probers %v, want %v", d.GetProbers(), want)

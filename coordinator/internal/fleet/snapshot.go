@@ -6,6 +6,7 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -111,7 +112,7 @@ func (v *View) Tick(now time.Time, src Source) {
 func sampleOf(d *fuseboxv1.DependencyView, nodes int, now time.Time) Sample {
 	return Sample{
 		At: now, State: sharedstateName(d.GetState()), Override: overrideName(d.GetOverride()),
-		Generation: d.GetGeneration(), Fleet: CountsFromProto(d.GetFleet()),
+		Generation: d.GetGeneration(), Fleet: convert.CountsFromProto(d.GetFleet()),
 		FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(), BudgetUsed: d.GetBudgetUsed(),
 		Nodes: nodes,
 	}
@@ -207,10 +208,10 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	d := &fuseboxv1.DependencyView{
 		Dependency: dep,
 		State:      fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
-		Mode:       ModeToProto(pol.Breaker.Mode),
+		Mode:       convert.Mode(pol.Breaker.Mode),
 	}
 	if rec, state, ok := shownRecord(v.records[dep], pol.Breaker, now); ok {
-		d.State = StateToProto(state)
+		d.State = convert.BreakerState(state)
 		d.Generation = rec.Generation
 		d.OpenCount = rec.OpenCount
 		d.Reason = rec.Reason
@@ -222,7 +223,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		}
 	}
 	if o, ok := src.Override(dep, now); ok {
-		d.Override = OverrideToProto(o.State)
+		d.Override = convert.OverrideState(o.State)
 		d.OverrideReason = o.Reason
 	}
 
@@ -242,10 +243,10 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		if r.local {
 			d.NodeLocalOpen = append(d.NodeLocalOpen, node)
 		}
-		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: CountsToProto(r.counts), NodeLocalOpen: r.local})
+		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: convert.CountsToProto(r.counts), NodeLocalOpen: r.local})
 	}
 	slices.Sort(d.NodeLocalOpen)
-	d.Fleet = CountsToProto(fleet)
+	d.Fleet = convert.CountsToProto(fleet)
 	d.FailureRate = fleet.FailureRate()
 	d.SlowRate = fleet.SlowCallRate()
 	d.BudgetUsed = budgetUsed(pol, fleet)
@@ -280,7 +281,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	}
 	slices.Sort(zoneNames)
 	for _, z := range zoneNames {
-		d.Zones = append(d.Zones, &fuseboxv1.ZoneView{Zone: z, Counts: CountsToProto(zones[z])})
+		d.Zones = append(d.Zones, &fuseboxv1.ZoneView{Zone: z, Counts: convert.CountsToProto(zones[z])})
 	}
 	return d, len(nodes)
 }
