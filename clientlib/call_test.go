@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +14,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 func TestDoRetriesByClass(t *testing.T) {
@@ -136,6 +140,14 @@ func TestDeadlineOneSecondWith900msAttempts(t *testing.T) {
 	}
 	if s := c.Dependency("slow").st.sum(); s.failure != 1 || s.slow != 1 {
 		t.Errorf("counted %+v, want one slow failure (the attempt's own timeout)", s)
+	}
+
+	// The policy lint warns about the same arithmetic ahead of time.
+	p := sharedstate.DefaultPolicy()
+	p.Retry.PerAttemptTimeout = sharedstate.Duration(900 * time.Millisecond)
+	warnings := p.Lint(time.Second)
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "only 1 attempt(s) fit") }) {
+		t.Errorf("Lint(1s) of maxAttempts %d × 900ms = %q, want a warning that only 1 attempt fits", p.Retry.MaxAttempts, warnings)
 	}
 }
 
