@@ -13,6 +13,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -29,6 +31,13 @@ func newEtcdClient(cfg Config, lg *slog.Logger) (*clientv3.Client, error) {
 		Username:             cfg.EtcdUsername,
 		Password:             cfg.EtcdPassword,
 		Logger:               zap.NewNop(),
+		// gRPC's default reconnect backoff grows to 2 minutes: after a long
+		// partition the agent would wait that long to see etcd again. Cap it
+		// at 5 s (the watch then re-lists, see watchLoop).
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
 	}
 	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
 		tc := &tls.Config{MinVersion: tls.VersionTLS12}
