@@ -2,19 +2,14 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-	"google.golang.org/grpc"
-	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -23,44 +18,15 @@ import (
 // newEtcdClient dials Config.Etcd with its TLS and user/password settings.
 // The client connects lazily: an unreachable etcd is not an error here.
 func newEtcdClient(cfg Config, lg *slog.Logger) (*clientv3.Client, error) {
-	cc := clientv3.Config{
-		Endpoints:            cfg.Etcd,
-		DialTimeout:          5 * time.Second,
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		Username:             cfg.EtcdUsername,
-		Password:             cfg.EtcdPassword,
-		Logger:               zap.NewNop(),
-		// gRPC's default reconnect backoff grows to 2 minutes: after a long
-		// partition the agent would wait that long to see etcd again. Cap it
-		// at 5 s (the watch then re-lists, see watchLoop).
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 5 * time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		})},
+	cc, err := store.NewClientConfig(store.ClientOptions{
+		Endpoints: cfg.Etcd,
+		CAFile:    cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey,
+		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
-	if cfg.EtcdCA != "" || cfg.EtcdCert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if cfg.EtcdCA != "" {
-			pem, err := os.ReadFile(cfg.EtcdCA)
-			if err != nil {
-				return nil, fmt.Errorf("agent: etcd-ca: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("agent: etcd-ca: no PEM certificate in %s", cfg.EtcdCA)
-			}
-			tc.RootCAs = pool
-		}
-		if cfg.EtcdCert != "" {
-			cert, err := tls.LoadX509KeyPair(cfg.EtcdCert, cfg.EtcdKey)
-			if err != nil {
-				return nil, fmt.Errorf("agent: etcd-cert/etcd-key: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{cert}
-		}
-		cc.TLS = tc
-	}
+	cc.Logger = zap.NewNop()
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("agent: etcd client: %w", err)

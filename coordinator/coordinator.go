@@ -20,7 +20,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
@@ -172,7 +171,10 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 		return err
 	}
 
-	c.broker = events.NewBroker(256, 512, func() { c.metrics.sseDropped.Inc() })
+	// Event IDs start from the start time in microseconds: an ID a client
+	// kept from before a restart is then never one of this process's, and
+	// Watch says so instead of resuming at the wrong place.
+	c.broker = events.NewBroker(256, 512, uint64(max(time.Now().UnixMicro(), 0)), func() { c.metrics.sseDropped.Inc() })
 	c.view = fleet.New(fleet.Config{
 		MaxDependencies: c.cfg.MaxDependencies,
 		HistoryInterval: c.opts.historyEvery,
@@ -251,19 +253,14 @@ func (c *Coordinator) startEtcd(ctx context.Context) error {
 		c.log.Info("embedded etcd ready: start agents with --etcd "+strings.Join(c.endpoint, ","),
 			"etcd", strings.Join(c.endpoint, ","), "data_dir", ec.Dir)
 	} else {
-		cc = clientv3.Config{
-			Endpoints:   c.cfg.Etcd,
-			DialTimeout: 5 * time.Second,
-			Username:    c.cfg.EtcdUsername,
-			Password:    c.cfg.EtcdPassword,
-		}
-		if c.cfg.EtcdCA != "" || c.cfg.EtcdCert != "" {
-			ti := transport.TLSInfo{CertFile: c.cfg.EtcdCert, KeyFile: c.cfg.EtcdKey, TrustedCAFile: c.cfg.EtcdCA}
-			tc, err := ti.ClientConfig()
-			if err != nil {
-				return fmt.Errorf("coordinator: etcd TLS: %w", err)
-			}
-			cc.TLS = tc
+		var err error
+		cc, err = store.NewClientConfig(store.ClientOptions{
+			Endpoints: c.cfg.Etcd,
+			CAFile:    c.cfg.EtcdCA, CertFile: c.cfg.EtcdCert, KeyFile: c.cfg.EtcdKey,
+			Username: c.cfg.EtcdUsername, Password: c.cfg.EtcdPassword,
+		})
+		if err != nil {
+			return fmt.Errorf("coordinator: %w", err)
 		}
 		c.endpoint = append([]string(nil), c.cfg.Etcd...)
 		lg, err := etcdLogger("error", &c.closing)
@@ -487,11 +484,12 @@ func (c *Coordinator) Err() error {
 }
 
 // Close stops the coordinator and waits for everything it started, in
-// this order: the HTTP server (SSE streams end), the gRPC server (graceful,
-// bounded by ShutdownTimeout), the background loops, the gossip member
-// (leaving the cluster), the etcd registration and watch, the etcd client,
-// and the embedded etcd. It is idempotent and safe to call after a failed
-// Start or without Start.
+// this order: the event broker (SSE and Watch streams end), the HTTP
+// server, the gRPC server (graceful, bounded by ShutdownTimeout: a Watch
+// client that stopped reading holds it that long), the background loops,
+// the gossip member (leaving the cluster), the etcd registration and
+// watch, the etcd client, and the embedded etcd. It is idempotent and safe
+// to call after a failed Start or without Start.
 func (c *Coordinator) Close() error {
 	c.startMu.Lock()
 	c.closed = true

@@ -5,7 +5,9 @@
 //   - the Admin gRPC API (protocol/fuseboxv1 Admin service) behind fuseboxctl:
 //     policies get/list/put with an expected revision/delete/validate,
 //     overrides force-open/force-closed/clear with a TTL and a reason, the
-//     audit log, members and the fleet snapshot;
+//     audit log, members, the fleet snapshot, and Watch: a stream of the
+//     events /api/v1/events serves, from the same broker, resumable after
+//     an event id;
 //   - a fleet observer: a gossip member with role "observer" (never counted,
 //     never a prober, decode-only) that keeps every node's latest window
 //     rows, the merged breaker records, the membership and five minutes of
@@ -43,7 +45,9 @@
 // one per line in the message); revision conflict → Aborted; not found →
 // NotFound; missing/unknown token → Unauthenticated; viewer writing →
 // PermissionDenied; invalid data already in etcd → FailedPrecondition;
-// etcd unreachable → Unavailable.
+// etcd unreachable → Unavailable; a Watch that fell behind →
+// ResourceExhausted; a Watch after an event id no longer kept →
+// OutOfRange.
 //
 // Usage, in a program or a test (every address may use port 0):
 //

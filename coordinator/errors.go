@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -24,6 +25,10 @@ var (
 	ErrNotFound = errors.New("coordinator: not found")
 	// ErrClosed is returned by Start after Close.
 	ErrClosed = errors.New("coordinator: closed")
+
+	// errStreamBroken: sending on a stream failed while its client had not
+	// cancelled (the connection broke, or Close stopped the server).
+	errStreamBroken = errors.New("coordinator: stream broken")
 )
 
 // toStatus maps an error to the gRPC status the Admin API returns. It is
@@ -40,7 +45,11 @@ var (
 //	ErrInvalidRequest                           → InvalidArgument
 //	store.ErrConflict                           → Aborted
 //	store.ErrNotFound, ErrNotFound              → NotFound
-//	context.DeadlineExceeded / Canceled         → DeadlineExceeded / Canceled
+//	events.ErrFellBehind (a slow Watch)         → ResourceExhausted
+//	*events.ReplayError (Watch's after_id)      → OutOfRange
+//	events.ErrClosed, ErrClosed                 → Unavailable
+//	context.DeadlineExceeded / Canceled,
+//	errStreamBroken                             → DeadlineExceeded / Canceled
 //	anything else from etcd that is unavailable → Unavailable
 //	anything else                               → Internal
 func toStatus(err error) error {
@@ -50,6 +59,7 @@ func toStatus(err error) error {
 	var (
 		verr    *sharedstate.ValidationError
 		invalid *store.InvalidValueError
+		replay  *events.ReplayError
 	)
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
@@ -71,9 +81,15 @@ func toStatus(err error) error {
 		return status.Error(codes.Aborted, err.Error())
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, events.ErrFellBehind):
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.As(err, &replay):
+		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, events.ErrClosed), errors.Is(err, ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, errStreamBroken):
 		return status.Error(codes.Canceled, err.Error())
 	}
 	// etcd's client errors are gRPC statuses of etcd's own API: never pass

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -40,6 +41,11 @@ func TestToStatus(t *testing.T) {
 		{"canceled", context.Canceled, codes.Canceled},
 		{"etcd down", fmt.Errorf("store: %w", status.Error(codes.Unavailable, "no leader")), codes.Unavailable},
 		{"etcd's own invalid argument", fmt.Errorf("store: %w", status.Error(codes.InvalidArgument, "lease not found")), codes.Internal},
+		{"watch fell behind", fmt.Errorf("fusebox: watch fell behind: %w", events.ErrFellBehind), codes.ResourceExhausted},
+		{"watch after an id not kept", fmt.Errorf("x: %w", &events.ReplayError{After: 1, Oldest: 5, Last: 9}), codes.OutOfRange},
+		{"watch while closing", fmt.Errorf("x: %w", events.ErrClosed), codes.Unavailable},
+		{"closed", ErrClosed, codes.Unavailable},
+		{"stream broken", fmt.Errorf("%w: %v", errStreamBroken, status.Error(codes.Unavailable, "transport is closing")), codes.Canceled},
 		{"other", errors.New("boom"), codes.Internal},
 	}
 	for _, tt := range tests {

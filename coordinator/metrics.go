@@ -66,11 +66,11 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"handler", "code"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_events_total",
-			Help: "Events published to /api/v1/events subscribers, by type (transition, override, policy).",
+			Help: "Events published to /api/v1/events and Admin Watch subscribers, by type (transition, override, policy).",
 		}, []string{"type"}),
 		sseDropped: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_sse_events_dropped_total",
-			Help: "Events not delivered to a server-sent-events client that was too slow to read them.",
+			Help: "Events not delivered to a subscriber too slow to read them: a server-sent-events client loses the event, an Admin Watch stream is ended (ResourceExhausted) and counts once.",
 		}),
 		invalidValues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_etcd_invalid_values_total",
@@ -113,7 +113,7 @@ type stateCollector struct {
 }
 
 var (
-	descSSEClients   = prometheus.NewDesc("fusebox_coordinator_sse_clients", "Connected /api/v1/events clients.", nil, nil)
+	descSSEClients   = prometheus.NewDesc("fusebox_coordinator_sse_clients", "Connected event subscribers: /api/v1/events clients and Admin Watch streams.", nil, nil)
 	descPolicies     = prometheus.NewDesc("fusebox_coordinator_policies", "Policies in the coordinator's etcd cache, the default included.", nil, nil)
 	descOverrides    = prometheus.NewDesc("fusebox_coordinator_overrides", "Overrides in force, by state.", []string{"state"}, nil)
 	descDeps         = prometheus.NewDesc("fusebox_coordinator_dependencies", "Dependencies the fleet view tracks from gossip.", nil, nil)

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -32,8 +34,15 @@ func (o *globalOptions) dial() (*adminClient, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The coordinator sends fleet snapshots of up to 64 MiB.
-	dialOpts := []grpc.DialOption{grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20))}
+	dialOpts := []grpc.DialOption{
+		// The coordinator sends fleet snapshots of up to 64 MiB.
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(64 << 20)),
+		// watch reconnects after a drop within --timeout: keep the
+		// channel's reconnection backoff (default up to 2 minutes) short.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
+			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second,
+		}, MinConnectTimeout: 20 * time.Second}), // 20s: grpc's default
+	}
 	tlsOn := o.tlsCA != "" || o.tlsCert != "" || o.tlsServerName != ""
 	if tlsOn {
 		tc, err := o.tlsConfig()
@@ -69,8 +78,12 @@ func (c *adminClient) call(ctx context.Context, fn func(ctx context.Context, adm
 	if err == nil {
 		return nil
 	}
-	return rpcError(err, c.addr, c.conn.GetState() == connectivity.Ready)
+	return rpcError(err, c.addr, c.ready())
 }
+
+// ready reports whether the connection to the coordinator is up: an error
+// while it is not means the coordinator was unreachable.
+func (c *adminClient) ready() bool { return c.conn.GetState() == connectivity.Ready }
 
 func (c *adminClient) Close() error { return c.conn.Close() }
 

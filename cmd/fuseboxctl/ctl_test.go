@@ -186,6 +186,8 @@ func TestAuthExitCodes(t *testing.T) {
 	ctl(t, c, nil, "--token-file", viewerFile, "deps").want(t, 0, []string{"No dependencies yet"}, nil)
 	ctl(t, c, nil, "--token-file", viewerFile, "force-open", "payments", "--reason", "drill").
 		want(t, 5, nil, []string{"permission denied", "needs role admin"})
+	ctl(t, c, nil, "watch").want(t, 5, nil, []string{"refused", "missing or invalid bearer token"})
+	ctl(t, c, nil, "--token-file", viewerFile, "watch", "--dependency", "bad name!").want(t, 2, nil, []string{"invalid dependency name"})
 
 	admin := []string{"FUSEBOX_TOKEN=" + adminToken}
 	r := ctl(t, c, admin, "force-open", "payments", "--ttl", "10m", "--reason", "drill", "--actor", "eve")
@@ -284,8 +286,9 @@ func TestFleetViews(t *testing.T) {
 	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer"}, nil)
 	ctl(t, c, nil, "status").want(t, 0, []string{"1 agent(s) alive in zones eu-1a, 1 observer(s)", "1 open", "shipping"}, nil)
 
-	// watch: start it, wait until it has its baseline, then change things.
-	cmd := ctlCommand(t, c, nil, "watch", "--interval", "50ms", "--count", "2", "-o", "json")
+	// watch: start it, wait until the coordinator subscribed it, then
+	// change things.
+	cmd := ctlCommand(t, c, nil, "watch", "--count", "2", "-o", "json")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -307,19 +310,12 @@ func TestFleetViews(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("watch: %v; stdout %s", err, out.String())
 	}
-	var evs []watchEvent
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
-		var e watchEvent
-		if err := json.Unmarshal([]byte(line), &e); err != nil {
-			t.Fatalf("watch line %q: %v", line, err)
-		}
-		evs = append(evs, e)
-	}
+	evs := parseEvents(t, out.String())
 	seen := map[string]bool{}
 	for _, e := range evs {
-		seen[e.Type+":"+e.From+"->"+e.To] = true
+		seen[e.Type+":"+e.Previous+"->"+e.State] = true
 	}
-	if len(evs) != 2 || !seen["override:-->forced-closed"] || !seen["transition:open->closed"] {
+	if len(evs) != 2 || !seen["override:->forced-closed"] || !seen["transition:open->closed"] {
 		t.Fatalf("watch printed %+v", evs)
 	}
 }

@@ -22,7 +22,10 @@
 //
 // Every command takes -o table|json|yaml. JSON and YAML carry the same
 // fields (camelCase); states are "closed", "open", "half-open", overrides
-// "forced-open", "forced-closed". watch -o json prints one object per line.
+// "forced-open", "forced-closed". watch streams the coordinator's events
+// (the Admin API's Watch) and -o json prints one object per line, with the
+// fields of /api/v1/events; after a dropped stream it resumes after the
+// last event it printed, so it neither misses nor repeats one.
 //
 // Writes record --actor (default $USER@hostname) in the audit, beside the
 // identity of the token.

@@ -526,6 +526,62 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
 }
 
+// EventType is what a WatchEvent is about.
+type EventType int32
+
+const (
+	EventType_EVENT_TYPE_UNSPECIFIED EventType = 0
+	// A breaker changed state or generation.
+	EventType_EVENT_TYPE_TRANSITION EventType = 1
+	// An override was set, replaced or cleared.
+	EventType_EVENT_TYPE_OVERRIDE EventType = 2
+	// A policy was written or deleted.
+	EventType_EVENT_TYPE_POLICY EventType = 3
+)
+
+// Enum value maps for EventType.
+var (
+	EventType_name = map[int32]string{
+		0: "EVENT_TYPE_UNSPECIFIED",
+		1: "EVENT_TYPE_TRANSITION",
+		2: "EVENT_TYPE_OVERRIDE",
+		3: "EVENT_TYPE_POLICY",
+	}
+	EventType_value = map[string]int32{
+		"EVENT_TYPE_UNSPECIFIED": 0,
+		"EVENT_TYPE_TRANSITION":  1,
+		"EVENT_TYPE_OVERRIDE":    2,
+		"EVENT_TYPE_POLICY":      3,
+	}
+)
+
+func (x EventType) Enum() *EventType {
+	p := new(EventType)
+	*p = x
+	return p
+}
+
+func (x EventType) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EventType) Descriptor() protoreflect.EnumDescriptor {
+	return file_fusebox_v1_fusebox_proto_enumTypes[9].Descriptor()
+}
+
+func (EventType) Type() protoreflect.EnumType {
+	return &file_fusebox_v1_fusebox_proto_enumTypes[9]
+}
+
+func (x EventType) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EventType.Descriptor instead.
+func (EventType) EnumDescriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+}
+
 // Counts are the per-dependency tallies of a window (or a delta of them).
 type Counts struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -3643,6 +3699,220 @@ func (x *FleetSnapshot) GetMembers() []*Member {
 	return nil
 }
 
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this dependency's events ("_default" for the fleet default
+	// policy); empty for every dependency.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// Resume after this event id (the last one received): the stream first
+	// replays the later events the coordinator still keeps. 0: only new
+	// events.
+	AfterId       uint64 `protobuf:"varint,2,opt,name=after_id,json=afterId,proto3" json:"after_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *WatchRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetAfterId() uint64 {
+	if x != nil {
+		return x.AfterId
+	}
+	return 0
+}
+
+// WatchEvent is one event of Watch. Fields a type does not use are empty.
+type WatchEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increases by one per event of this coordinator process. Two
+	// coordinators number theirs independently; a coordinator numbers from
+	// its start time in microseconds, so an id from before a restart is
+	// refused (OUT_OF_RANGE), never mistaken for a new one.
+	Id   uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Type EventType              `protobuf:"varint,2,opt,name=type,proto3,enum=fusebox.v1.EventType" json:"type,omitempty"`
+	At   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	// The dependency concerned ("_default" for the fleet default policy).
+	Dependency string `protobuf:"bytes,4,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The zone of a scope "zone" breaker's transition.
+	Zone string `protobuf:"bytes,5,opt,name=zone,proto3" json:"zone,omitempty"`
+	// The new state: "closed", "open" or "half-open" (transitions);
+	// "forced-open", "forced-closed", or "none" when cleared (overrides);
+	// "put" or "deleted" (policies).
+	State string `protobuf:"bytes,6,opt,name=state,proto3" json:"state,omitempty"`
+	// The state before a transition.
+	Previous string `protobuf:"bytes,7,opt,name=previous,proto3" json:"previous,omitempty"`
+	// The breaker record's generation (transitions).
+	Generation uint64 `protobuf:"varint,8,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The node that proposed the transition.
+	Origin string `protobuf:"bytes,9,opt,name=origin,proto3" json:"origin,omitempty"`
+	// Why: the transition's or the override's reason.
+	Reason string `protobuf:"bytes,10,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Who set the override.
+	Actor string `protobuf:"bytes,11,opt,name=actor,proto3" json:"actor,omitempty"`
+	// When the override expires; unset: no expiry (or not an override).
+	Expires *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=expires,proto3" json:"expires,omitempty"`
+	// The etcd revision of the override or policy change.
+	Revision      int64 `protobuf:"varint,13,opt,name=revision,proto3" json:"revision,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *WatchEvent) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetType() EventType {
+	if x != nil {
+		return x.Type
+	}
+	return EventType_EVENT_TYPE_UNSPECIFIED
+}
+
+func (x *WatchEvent) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *WatchEvent) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetPrevious() string {
+	if x != nil {
+		return x.Previous
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Expires
+	}
+	return nil
+}
+
+func (x *WatchEvent) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
 // NodeWindow is one node's totals over its window for one dependency. Each
 // node is the only writer of its rows; receivers keep the highest seq.
 type NodeWindow struct {
@@ -3664,7 +3934,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3676,7 +3946,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3689,7 +3959,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -3760,7 +4030,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4042,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4055,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -3855,7 +4125,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3867,7 +4137,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3880,7 +4150,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -3911,7 +4181,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3923,7 +4193,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3936,7 +4206,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -4249,7 +4519,32 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
-	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"\xda\x01\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"I\n" +
+	"\fWatchRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12\x19\n" +
+	"\bafter_id\x18\x02 \x01(\x04R\aafterId\"\x91\x03\n" +
+	"\n" +
+	"WatchEvent\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12)\n" +
+	"\x04type\x18\x02 \x01(\x0e2\x15.fusebox.v1.EventTypeR\x04type\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x04 \x01(\tR\n" +
+	"dependency\x12\x12\n" +
+	"\x04zone\x18\x05 \x01(\tR\x04zone\x12\x14\n" +
+	"\x05state\x18\x06 \x01(\tR\x05state\x12\x1a\n" +
+	"\bprevious\x18\a \x01(\tR\bprevious\x12\x1e\n" +
+	"\n" +
+	"generation\x18\b \x01(\x04R\n" +
+	"generation\x12\x16\n" +
+	"\x06origin\x18\t \x01(\tR\x06origin\x12\x16\n" +
+	"\x06reason\x18\n" +
+	" \x01(\tR\x06reason\x12\x14\n" +
+	"\x05actor\x18\v \x01(\tR\x05actor\x124\n" +
+	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
+	"\brevision\x18\r \x01(\x03R\brevision\"\xda\x01\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4334,13 +4629,18 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x14OUTCOME_SLOW_SUCCESS\x10\x03\x12\x18\n" +
 	"\x14OUTCOME_SLOW_FAILURE\x10\x04\x12\x13\n" +
 	"\x0fOUTCOME_TIMEOUT\x10\x05\x12\x14\n" +
-	"\x10OUTCOME_REJECTED\x10\x062\xcd\x02\n" +
+	"\x10OUTCOME_REJECTED\x10\x06*r\n" +
+	"\tEventType\x12\x1a\n" +
+	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15EVENT_TYPE_TRANSITION\x10\x01\x12\x17\n" +
+	"\x13EVENT_TYPE_OVERRIDE\x10\x02\x12\x15\n" +
+	"\x11EVENT_TYPE_POLICY\x10\x032\xcd\x02\n" +
 	"\x05Agent\x12F\n" +
 	"\aSession\x12\x1a.fusebox.v1.SessionRequest\x1a\x1b.fusebox.v1.SessionResponse(\x010\x01\x12@\n" +
 	"\fAcquireRetry\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x12@\n" +
 	"\fAcquireProbe\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x127\n" +
 	"\x05Check\x12\x18.fusebox.v1.CheckRequest\x1a\x14.fusebox.v1.Decision\x12?\n" +
-	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xaa\a\n" +
+	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xe7\a\n" +
 	"\x05Admin\x12B\n" +
 	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
 	"\fListPolicies\x12\x1f.fusebox.v1.ListPoliciesRequest\x1a .fusebox.v1.ListPoliciesResponse\x12B\n" +
@@ -4353,7 +4653,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\rListOverrides\x12 .fusebox.v1.ListOverridesRequest\x1a!.fusebox.v1.ListOverridesResponse\x12H\n" +
 	"\tListAudit\x12\x1c.fusebox.v1.ListAuditRequest\x1a\x1d.fusebox.v1.ListAuditResponse\x12N\n" +
 	"\vListMembers\x12\x1e.fusebox.v1.ListMembersRequest\x1a\x1f.fusebox.v1.ListMembersResponse\x12B\n" +
-	"\bGetFleet\x12\x1b.fusebox.v1.GetFleetRequest\x1a\x19.fusebox.v1.FleetSnapshotB=Z;github.com/fusebox-dev/fusebox/protocol/fuseboxv1;fuseboxv1b\x06proto3"
+	"\bGetFleet\x12\x1b.fusebox.v1.GetFleetRequest\x1a\x19.fusebox.v1.FleetSnapshot\x12;\n" +
+	"\x05Watch\x12\x18.fusebox.v1.WatchRequest\x1a\x16.fusebox.v1.WatchEvent0\x01B=Z;github.com/fusebox-dev/fusebox/protocol/fuseboxv1;fuseboxv1b\x06proto3"
 
 var (
 	file_fusebox_v1_fusebox_proto_rawDescOnce sync.Once
@@ -4367,8 +4668,8 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 	return file_fusebox_v1_fusebox_proto_rawDescData
 }
 
-var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -4379,169 +4680,177 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(Scope)(0),                     // 6: fusebox.v1.Scope
 	(Jitter)(0),                    // 7: fusebox.v1.Jitter
 	(Outcome)(0),                   // 8: fusebox.v1.Outcome
-	(*Counts)(nil),                 // 9: fusebox.v1.Counts
-	(*RetrySettings)(nil),          // 10: fusebox.v1.RetrySettings
-	(*BreakerSettings)(nil),        // 11: fusebox.v1.BreakerSettings
-	(*DecisionSnapshot)(nil),       // 12: fusebox.v1.DecisionSnapshot
-	(*Decision)(nil),               // 13: fusebox.v1.Decision
-	(*Hello)(nil),                  // 14: fusebox.v1.Hello
-	(*DependencyCounts)(nil),       // 15: fusebox.v1.DependencyCounts
-	(*ProbeResult)(nil),            // 16: fusebox.v1.ProbeResult
-	(*CountDeltas)(nil),            // 17: fusebox.v1.CountDeltas
-	(*SessionRequest)(nil),         // 18: fusebox.v1.SessionRequest
-	(*Welcome)(nil),                // 19: fusebox.v1.Welcome
-	(*SnapshotUpdate)(nil),         // 20: fusebox.v1.SnapshotUpdate
-	(*DependencyError)(nil),        // 21: fusebox.v1.DependencyError
-	(*SessionResponse)(nil),        // 22: fusebox.v1.SessionResponse
-	(*AcquireRequest)(nil),         // 23: fusebox.v1.AcquireRequest
-	(*CheckRequest)(nil),           // 24: fusebox.v1.CheckRequest
-	(*OutcomeReport)(nil),          // 25: fusebox.v1.OutcomeReport
-	(*ReportRequest)(nil),          // 26: fusebox.v1.ReportRequest
-	(*ReportResponse)(nil),         // 27: fusebox.v1.ReportResponse
-	(*PolicyEntry)(nil),            // 28: fusebox.v1.PolicyEntry
-	(*GetPolicyRequest)(nil),       // 29: fusebox.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),    // 30: fusebox.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 31: fusebox.v1.ListPoliciesResponse
-	(*PutPolicyRequest)(nil),       // 32: fusebox.v1.PutPolicyRequest
-	(*DeletePolicyRequest)(nil),    // 33: fusebox.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),   // 34: fusebox.v1.DeletePolicyResponse
-	(*Violation)(nil),              // 35: fusebox.v1.Violation
-	(*ValidatePolicyRequest)(nil),  // 36: fusebox.v1.ValidatePolicyRequest
-	(*ValidatePolicyResponse)(nil), // 37: fusebox.v1.ValidatePolicyResponse
-	(*OverrideEntry)(nil),          // 38: fusebox.v1.OverrideEntry
-	(*SetOverrideRequest)(nil),     // 39: fusebox.v1.SetOverrideRequest
-	(*ClearOverrideRequest)(nil),   // 40: fusebox.v1.ClearOverrideRequest
-	(*ClearOverrideResponse)(nil),  // 41: fusebox.v1.ClearOverrideResponse
-	(*ListOverridesRequest)(nil),   // 42: fusebox.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 43: fusebox.v1.ListOverridesResponse
-	(*AuditEntry)(nil),             // 44: fusebox.v1.AuditEntry
-	(*ListAuditRequest)(nil),       // 45: fusebox.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 46: fusebox.v1.ListAuditResponse
-	(*Member)(nil),                 // 47: fusebox.v1.Member
-	(*ListMembersRequest)(nil),     // 48: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 49: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 50: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 51: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 52: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 53: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 54: fusebox.v1.FleetSnapshot
-	(*NodeWindow)(nil),             // 55: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 56: fusebox.v1.BreakerRecord
-	(*GossipBatch)(nil),            // 57: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 58: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 59: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 60: google.protobuf.Timestamp
+	(EventType)(0),                 // 9: fusebox.v1.EventType
+	(*Counts)(nil),                 // 10: fusebox.v1.Counts
+	(*RetrySettings)(nil),          // 11: fusebox.v1.RetrySettings
+	(*BreakerSettings)(nil),        // 12: fusebox.v1.BreakerSettings
+	(*DecisionSnapshot)(nil),       // 13: fusebox.v1.DecisionSnapshot
+	(*Decision)(nil),               // 14: fusebox.v1.Decision
+	(*Hello)(nil),                  // 15: fusebox.v1.Hello
+	(*DependencyCounts)(nil),       // 16: fusebox.v1.DependencyCounts
+	(*ProbeResult)(nil),            // 17: fusebox.v1.ProbeResult
+	(*CountDeltas)(nil),            // 18: fusebox.v1.CountDeltas
+	(*SessionRequest)(nil),         // 19: fusebox.v1.SessionRequest
+	(*Welcome)(nil),                // 20: fusebox.v1.Welcome
+	(*SnapshotUpdate)(nil),         // 21: fusebox.v1.SnapshotUpdate
+	(*DependencyError)(nil),        // 22: fusebox.v1.DependencyError
+	(*SessionResponse)(nil),        // 23: fusebox.v1.SessionResponse
+	(*AcquireRequest)(nil),         // 24: fusebox.v1.AcquireRequest
+	(*CheckRequest)(nil),           // 25: fusebox.v1.CheckRequest
+	(*OutcomeReport)(nil),          // 26: fusebox.v1.OutcomeReport
+	(*ReportRequest)(nil),          // 27: fusebox.v1.ReportRequest
+	(*ReportResponse)(nil),         // 28: fusebox.v1.ReportResponse
+	(*PolicyEntry)(nil),            // 29: fusebox.v1.PolicyEntry
+	(*GetPolicyRequest)(nil),       // 30: fusebox.v1.GetPolicyRequest
+	(*ListPoliciesRequest)(nil),    // 31: fusebox.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 32: fusebox.v1.ListPoliciesResponse
+	(*PutPolicyRequest)(nil),       // 33: fusebox.v1.PutPolicyRequest
+	(*DeletePolicyRequest)(nil),    // 34: fusebox.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),   // 35: fusebox.v1.DeletePolicyResponse
+	(*Violation)(nil),              // 36: fusebox.v1.Violation
+	(*ValidatePolicyRequest)(nil),  // 37: fusebox.v1.ValidatePolicyRequest
+	(*ValidatePolicyResponse)(nil), // 38: fusebox.v1.ValidatePolicyResponse
+	(*OverrideEntry)(nil),          // 39: fusebox.v1.OverrideEntry
+	(*SetOverrideRequest)(nil),     // 40: fusebox.v1.SetOverrideRequest
+	(*ClearOverrideRequest)(nil),   // 41: fusebox.v1.ClearOverrideRequest
+	(*ClearOverrideResponse)(nil),  // 42: fusebox.v1.ClearOverrideResponse
+	(*ListOverridesRequest)(nil),   // 43: fusebox.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 44: fusebox.v1.ListOverridesResponse
+	(*AuditEntry)(nil),             // 45: fusebox.v1.AuditEntry
+	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
+	(*Member)(nil),                 // 48: fusebox.v1.Member
+	(*ListMembersRequest)(nil),     // 49: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 50: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 51: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 52: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 53: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 54: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 55: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 56: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 57: fusebox.v1.WatchEvent
+	(*NodeWindow)(nil),             // 58: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 59: fusebox.v1.BreakerRecord
+	(*GossipBatch)(nil),            // 60: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 61: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	59, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	59, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	59, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	62, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	62, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	59, // 4: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
-	59, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	59, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	59, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	59, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	62, // 4: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
+	62, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	62, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	62, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	62, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
 	6,  // 9: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
 	2,  // 10: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
 	0,  // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,  // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,  // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	10, // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	59, // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	60, // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	11, // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	62, // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	63, // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,  // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	60, // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	63, // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,  // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	11, // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	12, // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,  // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
 	5,  // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	12, // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	9,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	15, // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	16, // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	14, // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	17, // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	10, // 29: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
-	11, // 30: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
-	12, // 31: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	19, // 32: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	20, // 33: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	21, // 34: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	13, // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10, // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16, // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17, // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15, // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18, // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	11, // 29: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
+	12, // 30: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
+	13, // 31: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20, // 32: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21, // 33: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22, // 34: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
 	3,  // 35: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
 	3,  // 36: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
 	8,  // 37: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	25, // 38: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	16, // 39: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	21, // 40: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	28, // 41: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	59, // 42: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	35, // 43: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	26, // 38: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17, // 39: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22, // 40: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29, // 41: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	62, // 42: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36, // 43: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
 	1,  // 44: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	60, // 45: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	60, // 46: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	59, // 47: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	38, // 48: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	60, // 49: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	44, // 50: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	47, // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	9,  // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	9,  // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	63, // 45: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	63, // 46: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	62, // 47: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 48: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	63, // 49: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 50: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	48, // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
 	0,  // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
 	1,  // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
 	2,  // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	9,  // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	52, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	51, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	60, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	60, // 61: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	53, // 62: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	47, // 63: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 64: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 65: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	55, // 66: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	56, // 67: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	56, // 68: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	55, // 69: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	18, // 70: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	23, // 71: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	23, // 72: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	24, // 73: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	26, // 74: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	29, // 75: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	30, // 76: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	32, // 77: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	33, // 78: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	36, // 79: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	39, // 80: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	39, // 81: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 82: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	42, // 83: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	45, // 84: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	48, // 85: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	50, // 86: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	22, // 87: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	13, // 88: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	13, // 89: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	13, // 90: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	27, // 91: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	28, // 92: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	31, // 93: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	28, // 94: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	34, // 95: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	37, // 96: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	38, // 97: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	38, // 98: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	41, // 99: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	43, // 100: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	46, // 101: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	49, // 102: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	54, // 103: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	87, // [87:104] is the sub-list for method output_type
-	70, // [70:87] is the sub-list for method input_type
-	70, // [70:70] is the sub-list for extension type_name
-	70, // [70:70] is the sub-list for extension extendee
-	0,  // [0:70] is the sub-list for field type_name
+	10, // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	53, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	52, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	63, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	63, // 61: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	54, // 62: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 63: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 64: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	63, // 65: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	63, // 66: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 67: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 68: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	58, // 69: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 70: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	59, // 71: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 72: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 73: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 74: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 75: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 76: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 77: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 78: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 79: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 80: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 81: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 82: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 83: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 84: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 85: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 86: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 87: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 88: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 89: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 90: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 91: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 92: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 93: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 94: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 95: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 96: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 97: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 98: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 99: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 100: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 101: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 102: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 103: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 104: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 105: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 106: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 107: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 108: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	91, // [91:109] is the sub-list for method output_type
+	73, // [73:91] is the sub-list for method input_type
+	73, // [73:73] is the sub-list for extension type_name
+	73, // [73:73] is the sub-list for extension extendee
+	0,  // [0:73] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -4565,8 +4874,8 @@ func file_fusebox_v1_fusebox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
-			NumEnums:      9,
-			NumMessages:   50,
+			NumEnums:      10,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -308,6 +308,7 @@ const (
 	Admin_ListAudit_FullMethodName      = "/fusebox.v1.Admin/ListAudit"
 	Admin_ListMembers_FullMethodName    = "/fusebox.v1.Admin/ListMembers"
 	Admin_GetFleet_FullMethodName       = "/fusebox.v1.Admin/GetFleet"
+	Admin_Watch_FullMethodName          = "/fusebox.v1.Admin/Watch"
 )
 
 // AdminClient is the client API for Admin service.
@@ -326,6 +327,21 @@ type AdminClient interface {
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 	ListMembers(ctx context.Context, in *ListMembersRequest, opts ...grpc.CallOption) (*ListMembersResponse, error)
 	GetFleet(ctx context.Context, in *GetFleetRequest, opts ...grpc.CallOption) (*FleetSnapshot, error)
+	// Watch streams the coordinator's events as they happen: breaker
+	// transitions, overrides set, replaced or cleared, policies written or
+	// deleted. They are the events /api/v1/events sends as server-sent
+	// events, from the same source, in order. The coordinator sends the
+	// response headers once the stream is subscribed: a client that waits
+	// for them sees every later event.
+	//
+	// With after_id, the stream first replays the later events the
+	// coordinator still keeps (its last 512); when it no longer keeps all of
+	// them, or after_id is none of its ids (another coordinator, or one that
+	// restarted), the stream fails with OUT_OF_RANGE at once. A watcher too
+	// slow to read (256 events queued for it) gets what was queued, then
+	// RESOURCE_EXHAUSTED: resume with after_id = the last id received.
+	// Close of the coordinator ends open streams with UNAVAILABLE.
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 }
 
 type adminClient struct {
@@ -456,6 +472,25 @@ func (c *adminClient) GetFleet(ctx context.Context, in *GetFleetRequest, opts ..
 	return out, nil
 }
 
+func (c *adminClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_WatchClient = grpc.ServerStreamingClient[WatchEvent]
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -472,6 +507,21 @@ type AdminServer interface {
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	ListMembers(context.Context, *ListMembersRequest) (*ListMembersResponse, error)
 	GetFleet(context.Context, *GetFleetRequest) (*FleetSnapshot, error)
+	// Watch streams the coordinator's events as they happen: breaker
+	// transitions, overrides set, replaced or cleared, policies written or
+	// deleted. They are the events /api/v1/events sends as server-sent
+	// events, from the same source, in order. The coordinator sends the
+	// response headers once the stream is subscribed: a client that waits
+	// for them sees every later event.
+	//
+	// With after_id, the stream first replays the later events the
+	// coordinator still keeps (its last 512); when it no longer keeps all of
+	// them, or after_id is none of its ids (another coordinator, or one that
+	// restarted), the stream fails with OUT_OF_RANGE at once. A watcher too
+	// slow to read (256 events queued for it) gets what was queued, then
+	// RESOURCE_EXHAUSTED: resume with after_id = the last id received.
+	// Close of the coordinator ends open streams with UNAVAILABLE.
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -517,6 +567,9 @@ func (UnimplementedAdminServer) ListMembers(context.Context, *ListMembersRequest
 }
 func (UnimplementedAdminServer) GetFleet(context.Context, *GetFleetRequest) (*FleetSnapshot, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetFleet not implemented")
+}
+func (UnimplementedAdminServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -755,6 +808,17 @@ func _Admin_GetFleet_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(AdminServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_WatchServer = grpc.ServerStreamingServer[WatchEvent]
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -811,6 +875,12 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_GetFleet_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Watch",
+			Handler:       _Admin_Watch_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "fusebox/v1/fusebox.proto",
 }

@@ -1,6 +1,8 @@
 package events
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -14,8 +16,9 @@ const (
 
 // Event is one thing that happened, as the SSE stream carries it (JSON).
 type Event struct {
-	// ID increases by one per event published by this broker (per
-	// coordinator: two coordinators number their events independently).
+	// ID increases by one per event published by this broker, from the
+	// broker's first ID (per coordinator: two coordinators, or one before
+	// and after a restart, number their events independently).
 	ID   uint64    `json:"id"`
 	Type string    `json:"type"`
 	At   time.Time `json:"at"`
@@ -39,42 +42,93 @@ type Event struct {
 	Revision int64      `json:"revision,omitempty"`
 }
 
+// Why a subscription's C was closed by the broker (Subscription.Err).
+var (
+	// ErrClosed: the broker was closed (the coordinator is stopping), or
+	// Watch was called after that.
+	ErrClosed = errors.New("events: broker closed")
+	// ErrFellBehind: a Watch subscription's queue was full when an event
+	// came, so the broker ended it rather than lose the event silently.
+	ErrFellBehind = errors.New("events: subscriber fell behind")
+)
+
+// ReplayError is Watch's error when it cannot replay every event after
+// After: the broker no longer keeps them all, or it never published After
+// (Foreign), which then comes from another broker: another coordinator, or
+// this one before a restart.
+type ReplayError struct {
+	After  uint64 // the ID the subscriber asked to resume after
+	First  uint64 // the broker's first ID
+	Oldest uint64 // the oldest event still kept (0: none)
+	Last   uint64 // the last event published (First-1: none yet)
+}
+
+// Foreign reports whether the broker never published After.
+func (e *ReplayError) Foreign() bool { return e.After < e.First || e.After > e.Last }
+
+func (e *ReplayError) Error() string {
+	if e.Foreign() {
+		return fmt.Sprintf("events: event %d is not from this coordinator (its events are numbered from %d, the last is %d): "+
+			"it comes from another coordinator, or from before a restart", e.After, e.First, e.Last)
+	}
+	return fmt.Sprintf("events: events %d to %d are no longer kept (the oldest kept is %d)", e.After+1, e.Oldest-1, e.Oldest)
+}
+
 // Broker distributes events to subscribers. Its methods are safe for
 // concurrent use.
 type Broker struct {
 	queue   int
 	keep    int
+	first   uint64 // the first event's ID
 	dropped func() // called once per event a subscriber lost (optional)
 
 	mu     sync.Mutex
-	nextID uint64
+	nextID uint64  // the last ID assigned (first-1: none yet)
 	recent []Event // ring of the last keep events, oldest first
 	subs   map[*Subscription]struct{}
 	closed bool
 }
 
 // NewBroker returns a broker whose subscribers queue up to queue events and
-// which keeps the last keep events for replay. dropped, if not nil, is
-// called (under the broker's lock: keep it cheap) for each event a slow
-// subscriber loses.
-func NewBroker(queue, keep int, dropped func()) *Broker {
+// which keeps the last keep events for replay. Its first event's ID is
+// after+1 (0 numbers from 1; the coordinator numbers from its start time
+// in microseconds, so that an ID from before a restart is never taken for
+// one of the new process). dropped, if not nil, is called (under the
+// broker's lock: keep it cheap) for each event a slow subscriber loses.
+func NewBroker(queue, keep int, after uint64, dropped func()) *Broker {
 	if queue <= 0 {
 		queue = 256
 	}
 	if keep < 0 {
 		keep = 0
 	}
-	return &Broker{queue: queue, keep: keep, dropped: dropped, subs: map[*Subscription]struct{}{}}
+	return &Broker{queue: queue, keep: keep, first: after + 1, nextID: after, dropped: dropped, subs: map[*Subscription]struct{}{}}
 }
 
 // Subscription is one subscriber's stream. Read C until it is closed (by
-// Close, or by the broker's Close).
+// Close, by the broker's Close, or when a Watch subscription falls
+// behind); the events queued before that stay readable, and Err then
+// says why.
 type Subscription struct {
 	C <-chan Event
 
-	b    *Broker
-	c    chan Event
-	once sync.Once
+	b      *Broker
+	c      chan Event
+	once   sync.Once
+	filter func(Event) bool // nil: every event
+	strict bool             // a Watch subscription: ended, not thinned, when full
+	err    error            // why the broker closed c; under b.mu
+}
+
+// WatchOptions configure a Watch subscription.
+type WatchOptions struct {
+	// After replays the kept events with a larger ID first (optional,
+	// default 0: only new events).
+	After uint64
+	// Filter, if not nil, admits only the events it returns true for,
+	// replayed ones included. It is called under the broker's lock: keep
+	// it cheap, and never call the broker from it.
+	Filter func(Event) bool
 }
 
 // Publish assigns e its ID and delivers it to every subscriber that has room.
@@ -95,11 +149,19 @@ func (b *Broker) Publish(e Event) Event {
 		b.recent = append(b.recent, e)
 	}
 	for s := range b.subs {
+		if s.filter != nil && !s.filter(e) {
+			continue
+		}
 		select {
 		case s.c <- e:
 		default:
 			if b.dropped != nil {
 				b.dropped()
+			}
+			if s.strict {
+				delete(b.subs, s)
+				s.err = ErrFellBehind
+				close(s.c)
 			}
 		}
 	}
@@ -128,6 +190,51 @@ func (b *Broker) Subscribe(after uint64) (*Subscription, bool) {
 	return s, true
 }
 
+// Watch starts a subscription that never loses an event silently, for
+// clients that resume by ID (the Admin API's Watch). It first queues every
+// kept event after opts.After that opts.Filter admits (its queue grows by
+// as many); when a later event finds its queue full, the broker ends it
+// instead of dropping the event: C is closed after what is queued, Err
+// returns ErrFellBehind, and the Dropped callback runs once.
+//
+// It fails with ErrClosed after Close, and with a *ReplayError when it
+// cannot replay everything after opts.After.
+func (b *Broker) Watch(opts WatchOptions) (*Subscription, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	var replay []Event
+	if after := opts.After; after > 0 {
+		var oldest uint64
+		if len(b.recent) > 0 {
+			oldest = b.recent[0].ID
+		}
+		rerr := &ReplayError{After: after, First: b.first, Oldest: oldest, Last: b.nextID}
+		if rerr.Foreign() {
+			return nil, rerr
+		}
+		if after < b.nextID { // else up to date: nothing to replay
+			if oldest == 0 || oldest > after+1 {
+				return nil, rerr
+			}
+			for _, e := range b.recent[after+1-oldest:] {
+				if opts.Filter == nil || opts.Filter(e) {
+					replay = append(replay, e)
+				}
+			}
+		}
+	}
+	c := make(chan Event, b.queue+len(replay))
+	for _, e := range replay {
+		c <- e
+	}
+	s := &Subscription{C: c, b: b, c: c, filter: opts.Filter, strict: true}
+	b.subs[s] = struct{}{}
+	return s, nil
+}
+
 // Subscribers returns the number of live subscriptions.
 func (b *Broker) Subscribers() int {
 	b.mu.Lock()
@@ -140,6 +247,15 @@ func (b *Broker) Recent() []Event {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]Event(nil), b.recent...)
+}
+
+// Err returns why the broker closed C: ErrClosed when the broker closed,
+// ErrFellBehind when a Watch subscription fell behind, nil while C is
+// open or after the subscription's own Close.
+func (s *Subscription) Err() error {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	return s.err
 }
 
 // Close ends the subscription and closes C. It is idempotent.
@@ -165,6 +281,7 @@ func (b *Broker) Close() {
 	b.closed = true
 	for s := range b.subs {
 		delete(b.subs, s)
+		s.err = ErrClosed
 		close(s.c)
 	}
 }

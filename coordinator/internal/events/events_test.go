@@ -1,12 +1,15 @@
 package events
 
 import (
+	"errors"
+	"slices"
+	"strings"
 	"testing"
 )
 
 func TestBrokerDeliversDropsAndReplays(t *testing.T) {
 	dropped := 0
-	b := NewBroker(2, 3, func() { dropped++ })
+	b := NewBroker(2, 3, 0, func() { dropped++ })
 	fast, ok := b.Subscribe(0)
 	if !ok {
 		t.Fatal("Subscribe failed")
@@ -62,4 +65,127 @@ func TestBrokerDeliversDropsAndReplays(t *testing.T) {
 	if e := b.Publish(Event{}); e.ID != 0 {
 		t.Fatal("Publish after Close assigned an ID")
 	}
+}
+
+func TestWatchReplaysOrRefuses(t *testing.T) {
+	// IDs 101..106 of dependencies a, b, a, b, a, b; kept: 103..106.
+	newBroker := func() *Broker {
+		b := NewBroker(2, 4, 100, nil)
+		for i := 0; i < 6; i++ {
+			b.Publish(Event{Type: TypePolicy, Dependency: []string{"a", "b"}[i%2]})
+		}
+		return b
+	}
+	onlyA := func(e Event) bool { return e.Dependency == "a" }
+	for _, tc := range []struct {
+		name    string
+		opts    WatchOptions
+		want    []uint64 // replayed IDs
+		gap     bool     // a *ReplayError: not all kept
+		foreign bool     // a *ReplayError: an ID never published here
+	}{
+		{name: "new events only", opts: WatchOptions{}},
+		{name: "up to date", opts: WatchOptions{After: 106}},
+		{name: "all kept, more than the queue", opts: WatchOptions{After: 102}, want: []uint64{103, 104, 105, 106}},
+		{name: "some kept", opts: WatchOptions{After: 104}, want: []uint64{105, 106}},
+		{name: "filtered", opts: WatchOptions{After: 102, Filter: onlyA}, want: []uint64{103, 105}},
+		{name: "no longer kept", opts: WatchOptions{After: 101}, gap: true},
+		{name: "no longer kept, filtered", opts: WatchOptions{After: 101, Filter: onlyA}, gap: true},
+		{name: "after the last", opts: WatchOptions{After: 107}, foreign: true},
+		{name: "before the first", opts: WatchOptions{After: 100}, foreign: true},
+		{name: "long before the first", opts: WatchOptions{After: 3}, foreign: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBroker()
+			s, err := b.Watch(tc.opts)
+			var re *ReplayError
+			if tc.gap || tc.foreign {
+				if !errors.As(err, &re) || re.Foreign() != tc.foreign {
+					t.Fatalf("Watch(%+v) = %v, want a *ReplayError, foreign %v", tc.opts, err, tc.foreign)
+				}
+				if tc.gap && (re.Oldest != 103 || re.Last != 106 || !strings.Contains(err.Error(), "events 102 to 102 are no longer kept")) {
+					t.Errorf("gap error = %+v: %v", re, err)
+				}
+				if tc.foreign && !strings.Contains(err.Error(), "is not from this coordinator (its events are numbered from 101, the last is 106)") {
+					t.Errorf("foreign-ID error: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Watch(%+v): %v", tc.opts, err)
+			}
+			defer s.Close()
+			var got []uint64
+			for len(s.C) > 0 {
+				got = append(got, (<-s.C).ID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("replayed %v, want %v", got, tc.want)
+			}
+			// Live events follow the replay, the queue's full size free.
+			live := []uint64{b.Publish(Event{Dependency: "a"}).ID, b.Publish(Event{Dependency: "a"}).ID}
+			if got := []uint64{(<-s.C).ID, (<-s.C).ID}; !slices.Equal(got, live) || live[0] != 107 {
+				t.Fatalf("live events %v, want %v from 107", got, live)
+			}
+		})
+	}
+	// A broker that has published nothing yet knows no ID.
+	b := NewBroker(2, 4, 100, nil)
+	var re *ReplayError
+	if _, err := b.Watch(WatchOptions{After: 100}); !errors.As(err, &re) || !re.Foreign() {
+		t.Fatalf("Watch after 100 on a fresh broker = %v, want a foreign-ID error", err)
+	}
+}
+
+func TestWatchFallsBehindAndEnds(t *testing.T) {
+	dropped := 0
+	b := NewBroker(2, 8, 0, func() { dropped++ })
+	w, err := b.Watch(WatchOptions{Filter: func(e Event) bool { return e.Dependency == "a" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sse, _ := b.Subscribe(0)
+	b.Publish(Event{Dependency: "a"}) // 1
+	b.Publish(Event{Dependency: "b"}) // 2: filtered out, takes no room
+	b.Publish(Event{Dependency: "a"}) // 3
+	if dropped != 1 {                 // sse held 1 and 2 and lost 3
+		t.Fatalf("dropped = %d after 3 events, want 1 (the SSE subscriber's)", dropped)
+	}
+	b.Publish(Event{Dependency: "a"}) // 4: w is full, so it ends
+	if dropped != 3 || b.Subscribers() != 1 || w.Err() != ErrFellBehind {
+		t.Fatalf("dropped %d, subscribers %d, Err %v; want 3, 1 and ErrFellBehind", dropped, b.Subscribers(), w.Err())
+	}
+	b.Publish(Event{Dependency: "a"}) // 5: w is gone, only the SSE one loses it
+	if dropped != 4 {
+		t.Fatalf("dropped = %d, want 4: an ended watcher counts once", dropped)
+	}
+	var got []uint64
+	for e := range w.C { // what was queued, then closed
+		got = append(got, e.ID)
+	}
+	if !slices.Equal(got, []uint64{1, 3}) {
+		t.Fatalf("watcher read %v, want [1 3]", got)
+	}
+	w.Close() // after the broker ended it: a no-op
+	// It resumes after the last ID it read.
+	w2, err := b.Watch(WatchOptions{After: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []uint64{(<-w2.C).ID, (<-w2.C).ID}; !slices.Equal(got, []uint64{4, 5}) {
+		t.Fatalf("resumed with %v, want [4 5]", got)
+	}
+	w2.Close()
+	if w2.Err() != nil {
+		t.Fatalf("Err after Close = %v, want nil", w2.Err())
+	}
+	w3, _ := b.Watch(WatchOptions{})
+	b.Close()
+	if _, open := <-w3.C; open || w3.Err() != ErrClosed {
+		t.Fatalf("after the broker's Close: C open %v, Err %v", open, w3.Err())
+	}
+	if _, err := b.Watch(WatchOptions{}); err != ErrClosed {
+		t.Fatalf("Watch after Close = %v, want ErrClosed", err)
+	}
+	sse.Close()
 }
