@@ -232,8 +232,14 @@ func TestGrafanaQueriesExportedMetrics(t *testing.T) {
 		resp.Body.Close()
 	}
 
+	// The coordinator counts a request after serving it, so the client may
+	// see the answer before the series exists: wait for it.
 	exposed := map[string]string{}
-	scrape(t, "http://"+d.HTTPAddr()+"/metrics", exposed)
+	waitFor(t, 10*time.Second, "the coordinator's HTTP series", func() bool {
+		scrape(t, "http://"+d.HTTPAddr()+"/metrics", exposed)
+		_, ok := exposed["fusebox_coordinator_http_requests_total"]
+		return ok
+	})
 	for _, a := range d.Agents() {
 		scrape(t, "http://"+a.HTTPAddr()+"/metrics", exposed)
 	}
