@@ -165,7 +165,18 @@ func BenchmarkGossipBytes(b *testing.B) {
 		}
 		return bytes, msgs
 	}
-	time.Sleep(time.Second) // warm up: every dependency known everywhere
+	// Warm up: every agent counts every dependency from all 5 nodes.
+	waitFor(b, 30*time.Second, "every dependency known everywhere", func() bool {
+		for _, a := range f.agents {
+			for i := range deps {
+				ft, ok := a.eng.Fleet(fmt.Sprintf("dep-%03d", i))
+				if !ok || ft.FleetNodes < len(f.agents) {
+					return false
+				}
+			}
+		}
+		return true
+	})
 	b.ReportAllocs()
 	b.ResetTimer()
 	var totalBytes, totalMsgs float64
