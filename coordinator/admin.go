@@ -118,41 +118,12 @@ func (a *adminServer) ValidatePolicy(_ context.Context, req *fuseboxv1.ValidateP
 		}
 		deadline = d.AsDuration()
 	}
-	vs, ws := CheckPolicy(req.GetPolicyJson(), a.c.cache.defaultPolicy(), deadline)
+	vs, ws := sharedstate.CheckPolicyDocument(req.GetPolicyJson(), a.c.cache.defaultPolicy(), deadline)
 	resp := &fuseboxv1.ValidatePolicyResponse{Warnings: ws}
 	for _, v := range vs {
 		resp.Violations = append(resp.Violations, &fuseboxv1.Violation{Field: v.Field, Value: v.Value, Message: v.Message})
 	}
 	return resp, nil
-}
-
-// CheckPolicy validates a policy document the way a write would (a
-// dependency's policy over def, the fleet default as a complete policy)
-// and lints it against deadline (when positive). It returns every
-// violation, and the linter's warnings when there is none.
-func CheckPolicy(data []byte, def sharedstate.Policy, deadline time.Duration) ([]sharedstate.Violation, []string) {
-	var verr *sharedstate.ValidationError
-	patch, err := sharedstate.ParsePolicyPatch(data)
-	if err != nil {
-		if errors.As(err, &verr) {
-			return verr.Violations, nil
-		}
-		return []sharedstate.Violation{{Message: err.Error()}}, nil
-	}
-	var p sharedstate.Policy
-	if patch.Dependency == sharedstate.DefaultPolicyName {
-		p, err = sharedstate.ParsePolicy(data)
-	} else {
-		p = sharedstate.MergePolicy(def, patch)
-		err = p.Validate()
-	}
-	if err != nil {
-		if errors.As(err, &verr) {
-			return verr.Violations, nil
-		}
-		return []sharedstate.Violation{{Message: err.Error()}}, nil
-	}
-	return nil, p.Lint(deadline)
 }
 
 func (a *adminServer) ForceOpen(ctx context.Context, req *fuseboxv1.SetOverrideRequest) (*fuseboxv1.OverrideEntry, error) {

@@ -615,3 +615,33 @@ func attemptsThatFit(r RetryPolicy, deadline time.Duration) int {
 	}
 	return 0
 }
+
+// CheckPolicyDocument validates a policy document the way a write does (a
+// dependency's partial policy merged over def; the fleet default, named
+// DefaultPolicyName, as a complete policy) and, when there is no violation,
+// lints it against deadline (ignored when not positive). The coordinator's
+// ValidatePolicy and `fuseboxctl policy lint` both call it.
+func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (violations []Violation, warnings []string) {
+	asViolations := func(err error) []Violation {
+		var verr *ValidationError
+		if errors.As(err, &verr) {
+			return verr.Violations
+		}
+		return []Violation{{Message: err.Error()}}
+	}
+	patch, err := ParsePolicyPatch(data)
+	if err != nil {
+		return asViolations(err), nil
+	}
+	var p Policy
+	if patch.Dependency == DefaultPolicyName {
+		p, err = ParsePolicy(data)
+	} else {
+		p = MergePolicy(def, patch)
+		err = p.Validate()
+	}
+	if err != nil {
+		return asViolations(err), nil
+	}
+	return nil, p.Lint(deadline)
+}

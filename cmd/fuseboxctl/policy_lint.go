@@ -64,7 +64,7 @@ func (o *policyLintOptions) run(context.Context) error {
 	if err != nil {
 		return err
 	}
-	svs, warnings := checkPolicy(data, sharedstate.DefaultPolicy(), o.deadline)
+	svs, warnings := sharedstate.CheckPolicyDocument(data, sharedstate.DefaultPolicy(), o.deadline)
 	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: []violation{}, Warnings: warnings}
 	if doc.Warnings == nil {
 		doc.Warnings = []string{}
@@ -86,33 +86,4 @@ func (o *policyLintOptions) run(context.Context) error {
 		return invalidError(o.file+": invalid policy", doc.Violations, nil)
 	}
 	return nil
-}
-
-// checkPolicy validates a policy document as a write would (a dependency's
-// policy over def; _default as a complete policy) and lints it against
-// deadline. It returns every violation, or the warnings when there is none.
-// (The coordinator's ValidatePolicy does the same over the fleet's default.)
-func checkPolicy(data []byte, def sharedstate.Policy, deadline time.Duration) ([]sharedstate.Violation, []string) {
-	var verr *sharedstate.ValidationError
-	patch, err := sharedstate.ParsePolicyPatch(data)
-	if err != nil {
-		if errors.As(err, &verr) {
-			return verr.Violations, nil
-		}
-		return []sharedstate.Violation{{Message: err.Error()}}, nil
-	}
-	var p sharedstate.Policy
-	if patch.Dependency == sharedstate.DefaultPolicyName {
-		p, err = sharedstate.ParsePolicy(data)
-	} else {
-		p = sharedstate.MergePolicy(def, patch)
-		err = p.Validate()
-	}
-	if err != nil {
-		if errors.As(err, &verr) {
-			return verr.Violations, nil
-		}
-		return []sharedstate.Violation{{Message: err.Error()}}, nil
-	}
-	return nil, p.Lint(deadline)
 }
