@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,7 +26,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := newCutProxy(t, strings.TrimPrefix(srv.Endpoints()[0], "http://"))
+	px := embedded.NewProxy(t, srv.Endpoints()[0])
 	ctx := ctxT(t, 60*time.Second)
 	const dep = "inventory"
 	if _, err := st.PutPolicy(ctx, dep, []byte(`{"retry":{"maxAttempts":5}}`), admin); err != nil {
@@ -37,7 +35,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 
 	// The agent dials etcd itself (its own client settings), through the proxy.
 	cfg := testConfig(t, "cut-off")
-	cfg.Etcd = []string{px.endpoint()}
+	cfg.Etcd = []string{px.Endpoint()}
 	a := startAgent(t, cfg)
 	c := dial(t, a.Agent)
 	// registration reports whether etcd answered, and whether it holds the
@@ -73,7 +71,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 	// Cut the agent off. It cannot renew its registration's lease, so once
 	// the registration has expired in etcd the agent has been disconnected
 	// for at least the lease TTL.
-	px.setCut(true)
+	px.SetCut(true)
 	pol, err := st.PutPolicy(ctx, dep, []byte(`{"retry":{"maxAttempts":2}}`), admin)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +105,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 	}
 
 	// Restore the connection: both changes arrive.
-	px.setCut(false)
+	px.SetCut(false)
 	waitFor(t, 15*time.Second, "the agent applies the policy and the override made while it was cut off", func() bool {
 		s := a.eng.Snapshot(dep)
 		return s != nil && s.Override == sharedstate.ForcedOpen && a.eng.Policy(dep).Retry.MaxAttempts == 2
@@ -179,109 +177,4 @@ func gather(t *testing.T, a *Agent) map[string]*dto.MetricFamily {
 		fams[f.GetName()] = f
 	}
 	return fams
-}
-
-// cutProxy forwards TCP connections to etcd until the test cuts it: then it
-// closes every connection it carries and closes new ones at once, until it
-// is restored. etcd keeps running and serving everyone else.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-}
-
-// newCutProxy listens on a loopback port and forwards to target (host:port);
-// it is closed, with every connection, at cleanup.
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.acceptLoop()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *cutProxy) endpoint() string { return "http://" + p.ln.Addr().String() }
-
-// setCut cuts (true) or restores (false) the proxy.
-func (p *cutProxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-}
-
-func (p *cutProxy) close() {
-	p.setCut(true)
-	p.ln.Close()
-	p.wg.Wait()
-}
-
-// add tracks c unless the proxy is cut, in which case it closes c.
-func (p *cutProxy) add(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *cutProxy) drop(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	c.Close()
-}
-
-func (p *cutProxy) acceptLoop() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		if !p.add(c) {
-			continue
-		}
-		p.wg.Add(1)
-		go p.forward(c)
-	}
-}
-
-// forward copies both ways between c and a new connection to the target
-// until either side ends or the proxy is cut.
-func (p *cutProxy) forward(c net.Conn) {
-	defer p.wg.Done()
-	defer p.drop(c)
-	up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-	if err != nil || !p.add(up) {
-		return
-	}
-	defer p.drop(up)
-	copied := make(chan struct{}, 2)
-	pipe := func(dst, src net.Conn) {
-		_, _ = io.Copy(dst, src)
-		copied <- struct{}{}
-	}
-	go pipe(up, c)
-	go pipe(c, up)
-	<-copied
-	c.Close()
-	up.Close()
-	<-copied
 }

@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"net"
 	"sync"
 	"testing"
 	"time"
@@ -159,115 +157,11 @@ func (r *recorder) hasEvent(kind store.EventKind, name string) bool {
 
 func (r *recorder) lastSync() store.State { return r.syncs[len(r.syncs)-1] }
 
-// proxy is a TCP proxy in front of etcd that a test can cut (close every
-// connection and refuse new ones) and restore, to disconnect one client
-// while etcd keeps running.
-type proxy struct {
-	l      net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
-
-func newProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
-	return p
-}
-
-func (p *proxy) endpoint() string { return "http://" + p.l.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.l.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		if p.cut {
-			p.mu.Unlock()
-			c.Close()
-			continue
-		}
-		p.wg.Add(1)
-		p.conns[c] = struct{}{}
-		p.mu.Unlock()
-		go p.serve(c)
-	}
-}
-
-func (p *proxy) serve(c net.Conn) {
-	defer p.wg.Done()
-	defer p.forget(c)
-	u, err := net.DialTimeout("tcp", p.target, 2*time.Second)
-	if err != nil {
-		return
-	}
-	if !p.track(u) {
-		return
-	}
-	defer p.forget(u)
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(u, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, u); done <- struct{}{} }()
-	<-done
-	c.Close()
-	u.Close()
-	<-done
-}
-
-func (p *proxy) track(c net.Conn) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.cut {
-		c.Close()
-		return false
-	}
-	p.conns[c] = struct{}{}
-	return true
-}
-
-func (p *proxy) forget(c net.Conn) {
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-	c.Close()
-}
-
-// setCut cuts (true) or restores (false) the proxy.
-func (p *proxy) setCut(cut bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = cut
-	if cut {
-		for c := range p.conns {
-			c.Close()
-		}
-	}
-}
-
-func (p *proxy) close() {
-	p.setCut(true)
-	p.l.Close()
-	p.wg.Wait()
-}
-
 // clientVia returns a client of srv that connects through p.
-func clientVia(t *testing.T, srv *embedded.Server, p *proxy) *clientv3.Client {
+func clientVia(t *testing.T, srv *embedded.Server, p *embedded.Proxy) *clientv3.Client {
 	t.Helper()
 	cfg := srv.ClientConfig()
-	cfg.Endpoints = []string{p.endpoint()}
+	cfg.Endpoints = []string{p.Endpoint()}
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
 // fastBackoff keeps retries quick in tests.
@@ -195,7 +196,7 @@ func TestWatchRelistsAfterCompaction(t *testing.T) {
 func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	p := newProxy(t, e.srv.Endpoints()[0][len("http://"):])
+	p := embedded.NewProxy(t, e.srv.Endpoints()[0])
 	st, err := store.New(store.Config{Client: clientVia(t, e.srv, p)})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +206,7 @@ func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 	rec.waitFor(t, "first sync", func(r *recorder) bool { return len(r.syncs) == 1 })
 
 	// Disconnect the watcher; change the state and compact it away.
-	p.setCut(true)
+	p.SetCut(true)
 	if _, err := e.st.PutPolicy(ctx, "while-away", []byte(`{}`), as("alice")); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 	if _, err := e.cli.Compact(ctx, ov.ModRevision); err != nil {
 		t.Fatal(err)
 	}
-	p.setCut(false)
+	p.SetCut(false)
 
 	rec.waitFor(t, "a re-list with the changes made while away", func(r *recorder) bool {
 		if len(r.syncs) < 2 {
@@ -231,7 +232,7 @@ func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 func TestWatchSurvivesEtcdStopAndRestart(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	p := newProxy(t, e.srv.Endpoints()[0][len("http://"):])
+	p := embedded.NewProxy(t, e.srv.Endpoints()[0])
 	viaProxy, err := store.New(store.Config{Client: clientVia(t, e.srv, p)})
 	if err != nil {
 		t.Fatal(err)
@@ -245,7 +246,7 @@ func TestWatchSurvivesEtcdStopAndRestart(t *testing.T) {
 	cut.waitFor(t, "first sync", func(r *recorder) bool { return len(r.syncs) == 1 })
 	direct.waitFor(t, "first sync", func(r *recorder) bool { return len(r.syncs) == 1 })
 
-	p.setCut(true)
+	p.SetCut(true)
 	e.srv.Stop()
 	if err := e.srv.Restart(ctx); err != nil {
 		t.Fatal(err)
@@ -253,7 +254,7 @@ func TestWatchSurvivesEtcdStopAndRestart(t *testing.T) {
 	if _, err := e.st.PutPolicy(ctx, "after-restart", []byte(`{"retry": {"maxAttempts": 7}}`), as("alice")); err != nil {
 		t.Fatalf("put after restart: %v", err)
 	}
-	p.setCut(false)
+	p.SetCut(false)
 
 	sawChange := func(r *recorder) bool {
 		if r.hasEvent(store.PolicyPut, "after-restart") {

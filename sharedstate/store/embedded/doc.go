@@ -19,6 +19,8 @@
 //	cli := embedded.ClientForTest(t, srv)  // closed in t.Cleanup, before srv
 //	srv.Stop()                             // etcd down, data kept
 //	err := srv.Restart(ctx)                // back on the same URL
+//	px := embedded.NewProxy(t, srv.Endpoints()[0])
+//	px.SetCut(true)                        // partition one client (via px.Endpoint()), etcd stays up
 //
 // In a program:
 //
