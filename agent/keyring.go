@@ -91,9 +91,12 @@ func applyKeyring(kr *memberlist.Keyring, next *memberlist.Keyring) error {
 // keyringLoop re-reads Config.KeyringFile every KeyringReloadInterval and
 // applies changes to the running keyring, so a rotation (add the new key
 // second everywhere, then move it first everywhere, then drop the old one)
-// needs no restart. An unreadable or invalid file keeps the keys in use.
+// needs no restart. It compares the file's keys with the keys in use, not
+// the file with an earlier read of it, so a change made between New and the
+// loop's start is applied too. An unreadable or invalid file keeps the keys
+// in use (and is logged once per content).
 func (a *Agent) keyringLoop() {
-	last, _ := os.ReadFile(a.cfg.KeyringFile)
+	var lastBad []byte
 	t := time.NewTicker(a.cfg.KeyringReloadInterval)
 	defer t.Stop()
 	for {
@@ -103,20 +106,46 @@ func (a *Agent) keyringLoop() {
 		case <-t.C:
 		}
 		data, err := os.ReadFile(a.cfg.KeyringFile)
-		if err != nil || bytes.Equal(data, last) {
+		if err != nil {
 			continue
 		}
 		next, err := ParseKeyring(data)
 		if err != nil {
-			a.lg.Error("keyring file changed but is invalid, keeping the keys in use", "file", a.cfg.KeyringFile, "err", err)
-			last = data
+			if !bytes.Equal(data, lastBad) {
+				a.lg.Error("keyring file changed but is invalid, keeping the keys in use", "file", a.cfg.KeyringFile, "err", err)
+				lastBad = data
+			}
+			continue
+		}
+		if sameKeyring(a.keyring, next) {
 			continue
 		}
 		if err := applyKeyring(a.keyring, next); err != nil {
 			a.lg.Error("keyring reload failed", "file", a.cfg.KeyringFile, "err", err)
 			continue
 		}
-		last = data
 		a.lg.Info("gossip keyring reloaded", "file", a.cfg.KeyringFile, "keys", len(next.GetKeys()))
 	}
+}
+
+// sameKeyring says whether kr already holds exactly next's keys with next's
+// primary.
+func sameKeyring(kr, next *memberlist.Keyring) bool {
+	if !bytes.Equal(kr.GetPrimaryKey(), next.GetPrimaryKey()) {
+		return false
+	}
+	have, want := kr.GetKeys(), next.GetKeys()
+	if len(have) != len(want) {
+		return false
+	}
+	in := map[string]bool{}
+	for _, k := range have {
+		in[string(k)] = true
+	}
+	for _, k := range want {
+		if !in[string(k)] {
+			return false
+		}
+	}
+	return true
 }
