@@ -32,7 +32,12 @@ func heapInUse() uint64 {
 func TestReportBoundsDependencies(t *testing.T) {
 	cfg := testConfig(t, "bounded")
 	cfg.MaxDependencies = 1000
-	a := startAgent(t, cfg)
+	// A window far longer than the test: with testPolicy's 2 s window the
+	// first dependencies fall idle and are evicted after ~6 s, and on a
+	// loaded machine the test outlives that and sees their slots reused.
+	pol := testPolicy()
+	pol.Breaker.Window = sharedstate.Duration(10 * time.Minute)
+	a := startAgent(t, cfg, WithDefaultPolicy(pol))
 	c := dial(t, a.Agent)
 	before := heapInUse()
 
