@@ -6,7 +6,9 @@
 //
 // # Pieces
 //
-//   - Policy (policy.go): the JSON policy stored in etcd, with strict parsing
+//   - Policy (policy.go; patches and MergePolicy in policy_patch.go, derived
+//     from the one field table in policy_fields.go; policy_validate.go,
+//     policy_lint.go): the JSON policy stored in etcd, with strict parsing
 //     (ParsePolicy for a complete policy such as _default, ParsePolicyPatch
 //     for a dependency's partial one), field-by-field MergePolicy of a
 //     PolicyPatch over the default, Validate (a *ValidationError naming every
@@ -20,7 +22,9 @@
 //     operator's forced-open or forced-closed.
 //   - ProbeHolders (probe.go): which members may probe a half-open breaker,
 //     by rendezvous hash of (dependency, generation, probe round).
-//   - Engine (engine.go, dep.go): one node's state. Inputs: Record, AddCounts
+//   - Engine (engine.go; engine_count.go, engine_decide.go, engine_gossip.go,
+//     engine_policy.go, engine_members.go, engine_query.go by concern; its
+//     per-dependency state in dep.go): one node's state. Inputs: Record, AddCounts
 //     (this node's traffic), ApplyRow, ApplyRecord (gossip), SetPolicy,
 //     SetPolicyPatch, SetDefaultPolicy, SetOverride (etcd), SetMembers,
 //     MemberDead, MemberAlive (membership), and Tick (time). Outputs: Decide,

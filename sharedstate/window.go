@@ -111,7 +111,11 @@ func (w *Window) Length() time.Duration { return time.Duration(w.width * WindowB
 
 // Add adds c to the bucket holding now.
 func (w *Window) Add(now time.Time, c Counts) {
-	b := w.slot(now.UnixNano())
+	w.slot(now.UnixNano()).add(c)
+}
+
+// add adds c to the bucket's counters.
+func (b *bucket) add(c Counts) {
 	addIf(&b.c[cFirst], c.FirstAttempts)
 	addIf(&b.c[cRetries], c.Retries)
 	addIf(&b.c[cSuccesses], c.Successes)

@@ -1,0 +1,118 @@
+package sharedstate
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
+
+// ApplyRow takes a row gossiped by another node. It returns true if the row
+// is new (a higher Seq than the one held for that node and dependency), in
+// which case the caller may pass it on. Rows from this node, from nodes
+// reported dead, malformed rows and rows past MaxDependencies are dropped.
+func (e *Engine) ApplyRow(r NodeWindow) bool {
+	if r.Validate() != nil {
+		e.invalidRows.Add(1)
+		return false
+	}
+	if r.Node == e.node {
+		return false
+	}
+	if _, dead := (*e.dead.Load())[r.Node]; dead {
+		return false
+	}
+	d, err := e.state(r.Dependency)
+	if err != nil {
+		return false
+	}
+	now := e.now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r.Dependency = d.name // share one copy of the name
+	if i, ok := d.rowIdx[r.Node]; ok {
+		if d.rows[i].Seq >= r.Seq {
+			return false
+		}
+		r.Node = d.rows[i].Node
+		d.rows[i] = rowEntry{NodeWindow: r, received: now.UnixNano()}
+		d.classify(e, &d.rows[i])
+	} else {
+		r.Node = strings.Clone(r.Node)
+		d.rowIdx[r.Node] = len(d.rows)
+		d.rows = append(d.rows, rowEntry{NodeWindow: r, received: now.UnixNano()})
+		d.classify(e, &d.rows[len(d.rows)-1])
+	}
+	d.rowsVersion++
+	return true
+}
+
+// ApplyRecord merges a breaker record from elsewhere into this node's state.
+// It returns true if the record changed this node's state, in which case the
+// caller should pass it on (epidemic re-broadcast). Malformed records and
+// records past MaxDependencies are dropped.
+func (e *Engine) ApplyRecord(r BreakerRecord) bool {
+	if r.Validate() != nil {
+		e.invalidRecords.Add(1)
+		return false
+	}
+	d, err := e.state(r.Dependency)
+	if err != nil {
+		return false
+	}
+	now := e.now()
+	d.mu.Lock()
+	changed := d.applyRecord(e, r, now)
+	published := false
+	if changed {
+		published = d.refresh(e, now)
+	}
+	d.mu.Unlock()
+	if published {
+		e.notify(d.name)
+	}
+	return changed
+}
+
+// RowsToSend returns this node's rows that changed since they were last
+// returned, and rows due for a heartbeat (every window/2, slightly jittered,
+// while the counts are not all zero). Each returned row has a new Seq; the
+// caller gossips them.
+func (e *Engine) RowsToSend() []NodeWindow {
+	now := e.now()
+	var out []NodeWindow
+	e.eachDep(func(d *depState) {
+		if r, ok := d.rowToSend(e, now); ok {
+			out = append(out, r)
+		}
+	})
+	return out
+}
+
+// LocalRows returns the rows RowsToSend last returned for every dependency
+// this node has something to report for (non-zero counts, or its own breaker
+// open): the node's rows for a push-pull exchange.
+func (e *Engine) LocalRows() []NodeWindow {
+	var out []NodeWindow
+	e.eachDep(func(d *depState) {
+		if d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen) {
+			out = append(out, d.sent.row)
+		}
+	})
+	return out
+}
+
+// Records returns every breaker record this node holds beyond the initial
+// closed state, ordered by dependency and zone: the records for a push-pull
+// exchange.
+func (e *Engine) Records() []BreakerRecord {
+	var out []BreakerRecord
+	e.eachDep(func(d *depState) {
+		for _, r := range d.records {
+			out = append(out, r)
+		}
+	})
+	slices.SortFunc(out, func(a, b BreakerRecord) int {
+		return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
+	})
+	return out
+}

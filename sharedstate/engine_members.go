@@ -1,0 +1,93 @@
+package sharedstate
+
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
+// Member is a node the membership layer reports alive.
+type Member struct {
+	Node string
+	Zone string
+}
+
+// SetMembers declares the complete list of live members: rows of every other
+// node are dropped (as for MemberDead) and the listed nodes are alive.
+func (e *Engine) SetMembers(members []Member) {
+	alive := make(map[string]bool, len(members))
+	for _, m := range members {
+		alive[m.Node] = true
+	}
+	now := e.now()
+	e.mu.Lock()
+	dead := map[string]int64{}
+	for n, at := range *e.dead.Load() {
+		if !alive[n] {
+			dead[n] = at
+		}
+	}
+	for _, d := range e.sortedDeps() {
+		d.mu.Lock()
+		for _, r := range slices.Clone(d.rows) {
+			if !alive[r.Node] {
+				dead[r.Node] = now.UnixNano()
+				d.removeRow(r.Node)
+			}
+		}
+		d.mu.Unlock()
+	}
+	e.dead.Store(&dead)
+	e.mu.Unlock()
+}
+
+// MemberDead drops every row of node and ignores its rows until MemberAlive
+// (or for an hour).
+func (e *Engine) MemberDead(node string) {
+	if node == e.node {
+		return
+	}
+	now := e.now()
+	e.mu.Lock()
+	dead := maps.Clone(*e.dead.Load())
+	dead[node] = now.UnixNano()
+	e.dead.Store(&dead)
+	e.mu.Unlock()
+	e.eachDep(func(d *depState) { d.removeRow(node) })
+}
+
+// MemberAlive accepts node's rows again.
+func (e *Engine) MemberAlive(node, zone string) {
+	_ = zone // rows carry their zone; kept for symmetry with Member
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := (*e.dead.Load())[node]; !ok {
+		return
+	}
+	dead := maps.Clone(*e.dead.Load())
+	delete(dead, node)
+	e.dead.Store(&dead)
+}
+
+func (e *Engine) pruneDead(now time.Time) {
+	cur := *e.dead.Load()
+	old := false
+	for _, at := range cur {
+		if now.UnixNano()-at >= int64(deadMemberRetention) {
+			old = true
+			break
+		}
+	}
+	if !old {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	dead := map[string]int64{}
+	for n, at := range *e.dead.Load() {
+		if now.UnixNano()-at < int64(deadMemberRetention) {
+			dead[n] = at
+		}
+	}
+	e.dead.Store(&dead)
+}

@@ -1,0 +1,136 @@
+package sharedstate
+
+// policyField is one leaf of a policy (every field but "schema" and
+// "dependency"): its JSON path and how to reach it in a Policy and in a
+// PolicyPatch. policyFields is the one list of them: MergePolicy,
+// Policy.Patch, PolicyPatch.walk and PolicyPatch.clone are derived from it,
+// and TestPolicyFieldTable fails when it disagrees with the structs' JSON
+// tags, with DefaultPolicy or with Policy.Validate.
+//
+// Adding a policy field: the field in the Policy struct and in its patch
+// struct, its default in DefaultPolicy, its rule in Policy.validate, one line
+// here.
+type policyField struct {
+	path  string
+	isSet func(src *PolicyPatch) bool
+	merge func(dst *Policy, src *PolicyPatch)      // dst's field = src's, if src sets it
+	fill  func(dst *PolicyPatch, src *Policy)      // dst sets the field to src's value
+	copy  func(dst *PolicyPatch, src *PolicyPatch) // dst sets the field to a copy of src's, if set
+}
+
+// leaf builds a policyField from the field's address in a Policy and in a
+// PolicyPatch (nil when the patch lacks the enclosing section and alloc is
+// false; alloc creates the section).
+func leaf[T any](path string, pol func(*Policy) *T, pat func(p *PolicyPatch, alloc bool) **T) policyField {
+	get := func(p *PolicyPatch) *T {
+		if pp := pat(p, false); pp != nil {
+			return *pp
+		}
+		return nil
+	}
+	put := func(p *PolicyPatch, v T) { *pat(p, true) = &v }
+	return policyField{
+		path:  path,
+		isSet: func(src *PolicyPatch) bool { return get(src) != nil },
+		merge: func(dst *Policy, src *PolicyPatch) {
+			if v := get(src); v != nil {
+				*pol(dst) = *v
+			}
+		},
+		fill: func(dst *PolicyPatch, src *Policy) { put(dst, *pol(src)) },
+		copy: func(dst *PolicyPatch, src *PolicyPatch) {
+			if v := get(src); v != nil {
+				put(dst, *v)
+			}
+		},
+	}
+}
+
+// section builds the policyField of a field in one section of the policy.
+func section[S, P, T any](path string, polSec func(*Policy) *S, patSec func(p *PolicyPatch, alloc bool) *P,
+	pol func(*S) *T, pat func(*P) **T) policyField {
+	return leaf(path, func(p *Policy) *T { return pol(polSec(p)) }, func(p *PolicyPatch, alloc bool) **T {
+		if s := patSec(p, alloc); s != nil {
+			return pat(s)
+		}
+		return nil
+	})
+}
+
+func breakerField[T any](name string, pol func(*BreakerPolicy) *T, pat func(*BreakerPatch) **T) policyField {
+	return section("breaker."+name, func(p *Policy) *BreakerPolicy { return &p.Breaker }, (*PolicyPatch).breaker, pol, pat)
+}
+
+func retryField[T any](name string, pol func(*RetryPolicy) *T, pat func(*RetryPatch) **T) policyField {
+	return section("retry."+name, func(p *Policy) *RetryPolicy { return &p.Retry }, (*PolicyPatch).retry, pol, pat)
+}
+
+func backoffField[T any](name string, pol func(*BackoffPolicy) *T, pat func(*BackoffPatch) **T) policyField {
+	return section("retry.backoff."+name, func(p *Policy) *BackoffPolicy { return &p.Retry.Backoff }, (*PolicyPatch).backoff, pol, pat)
+}
+
+func budgetField[T any](name string, pol func(*BudgetPolicy) *T, pat func(*BudgetPatch) **T) policyField {
+	return section("retry.budget."+name, func(p *Policy) *BudgetPolicy { return &p.Retry.Budget }, (*PolicyPatch).budget, pol, pat)
+}
+
+// The sections of a patch; alloc creates a missing one.
+
+func (p *PolicyPatch) breaker(alloc bool) *BreakerPatch {
+	if p.Breaker == nil && alloc {
+		p.Breaker = &BreakerPatch{}
+	}
+	return p.Breaker
+}
+
+func (p *PolicyPatch) retry(alloc bool) *RetryPatch {
+	if p.Retry == nil && alloc {
+		p.Retry = &RetryPatch{}
+	}
+	return p.Retry
+}
+
+func (p *PolicyPatch) backoff(alloc bool) *BackoffPatch {
+	r := p.retry(alloc)
+	if r != nil && r.Backoff == nil && alloc {
+		r.Backoff = &BackoffPatch{}
+	}
+	if r == nil {
+		return nil
+	}
+	return r.Backoff
+}
+
+func (p *PolicyPatch) budget(alloc bool) *BudgetPatch {
+	r := p.retry(alloc)
+	if r != nil && r.Budget == nil && alloc {
+		r.Budget = &BudgetPatch{}
+	}
+	if r == nil {
+		return nil
+	}
+	return r.Budget
+}
+
+// policyFields lists every leaf of a policy, in the order of the structs.
+var policyFields = []policyField{
+	breakerField("failureRateThreshold", func(b *BreakerPolicy) *float64 { return &b.FailureRateThreshold }, func(b *BreakerPatch) **float64 { return &b.FailureRateThreshold }),
+	breakerField("slowCallRateThreshold", func(b *BreakerPolicy) *float64 { return &b.SlowCallRateThreshold }, func(b *BreakerPatch) **float64 { return &b.SlowCallRateThreshold }),
+	breakerField("slowCallDuration", func(b *BreakerPolicy) *Duration { return &b.SlowCallDuration }, func(b *BreakerPatch) **Duration { return &b.SlowCallDuration }),
+	breakerField("minimumRequests", func(b *BreakerPolicy) *int { return &b.MinimumRequests }, func(b *BreakerPatch) **int { return &b.MinimumRequests }),
+	breakerField("minFailingNodes", func(b *BreakerPolicy) *int { return &b.MinFailingNodes }, func(b *BreakerPatch) **int { return &b.MinFailingNodes }),
+	breakerField("window", func(b *BreakerPolicy) *Duration { return &b.Window }, func(b *BreakerPatch) **Duration { return &b.Window }),
+	breakerField("openDuration", func(b *BreakerPolicy) *Duration { return &b.OpenDuration }, func(b *BreakerPatch) **Duration { return &b.OpenDuration }),
+	breakerField("maxOpenDuration", func(b *BreakerPolicy) *Duration { return &b.MaxOpenDuration }, func(b *BreakerPatch) **Duration { return &b.MaxOpenDuration }),
+	breakerField("halfOpenProbes", func(b *BreakerPolicy) *int { return &b.HalfOpenProbes }, func(b *BreakerPatch) **int { return &b.HalfOpenProbes }),
+	breakerField("probeSuccessThreshold", func(b *BreakerPolicy) *int { return &b.ProbeSuccessThreshold }, func(b *BreakerPatch) **int { return &b.ProbeSuccessThreshold }),
+	breakerField("probeTimeout", func(b *BreakerPolicy) *Duration { return &b.ProbeTimeout }, func(b *BreakerPatch) **Duration { return &b.ProbeTimeout }),
+	breakerField("scope", func(b *BreakerPolicy) *Scope { return &b.Scope }, func(b *BreakerPatch) **Scope { return &b.Scope }),
+	breakerField("mode", func(b *BreakerPolicy) *Mode { return &b.Mode }, func(b *BreakerPatch) **Mode { return &b.Mode }),
+	retryField("maxAttempts", func(b *RetryPolicy) *int { return &b.MaxAttempts }, func(b *RetryPatch) **int { return &b.MaxAttempts }),
+	retryField("perAttemptTimeout", func(b *RetryPolicy) *Duration { return &b.PerAttemptTimeout }, func(b *RetryPatch) **Duration { return &b.PerAttemptTimeout }),
+	backoffField("base", func(b *BackoffPolicy) *Duration { return &b.Base }, func(b *BackoffPatch) **Duration { return &b.Base }),
+	backoffField("max", func(b *BackoffPolicy) *Duration { return &b.Max }, func(b *BackoffPatch) **Duration { return &b.Max }),
+	backoffField("jitter", func(b *BackoffPolicy) *Jitter { return &b.Jitter }, func(b *BackoffPatch) **Jitter { return &b.Jitter }),
+	budgetField("ratio", func(b *BudgetPolicy) *float64 { return &b.Ratio }, func(b *BudgetPatch) **float64 { return &b.Ratio }),
+	budgetField("minRetriesPerSecond", func(b *BudgetPolicy) *float64 { return &b.MinRetriesPerSecond }, func(b *BudgetPatch) **float64 { return &b.MinRetriesPerSecond }),
+}

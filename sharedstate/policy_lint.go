@@ -1,0 +1,101 @@
+package sharedstate
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// WorstCaseBackoff is the longest total wait between the attempts of one
+// request: the sum, over its maxAttempts-1 retries, of the largest wait the
+// jitter allows before retry k (k = 1, 2, ...): min(max, base × 2^(k-1)) for
+// none, full and equal jitter, and min(max, base × 3^(k-1)) for decorrelated
+// jitter (each wait at most three times the previous one).
+func (r RetryPolicy) WorstCaseBackoff() time.Duration {
+	growth := time.Duration(2)
+	if r.Backoff.Jitter == JitterDecorrelated {
+		growth = 3
+	}
+	var total time.Duration
+	w, max := r.Backoff.Base.Std(), r.Backoff.Max.Std()
+	for k := 1; k < r.MaxAttempts; k++ {
+		if w > max {
+			w = max
+		}
+		total += w
+		if w < max {
+			w *= growth
+		}
+	}
+	return total
+}
+
+// Lint returns warnings about settings that are valid but cannot work as
+// intended; nil means nothing to say. With a positive deadline (the caller's
+// overall timeout) it checks that maxAttempts × perAttemptTimeout plus the
+// worst-case backoff fits in it. Lint assumes p is valid.
+func (p Policy) Lint(deadline time.Duration) []string {
+	var ws []string
+	r := p.Retry
+	if deadline > 0 {
+		backoff := r.WorstCaseBackoff()
+		total := time.Duration(r.MaxAttempts)*r.PerAttemptTimeout.Std() + backoff
+		if r.PerAttemptTimeout.Std() > deadline {
+			ws = append(ws, fmt.Sprintf("retry.perAttemptTimeout: %s is longer than the deadline %s: a single attempt can outlive its caller",
+				r.PerAttemptTimeout, deadline))
+		}
+		if total > deadline {
+			ws = append(ws, fmt.Sprintf("retry: maxAttempts × perAttemptTimeout + backoff = %d × %s + %s = %s exceeds the deadline %s; only %d attempt(s) fit",
+				r.MaxAttempts, r.PerAttemptTimeout, backoff, total, deadline, attemptsThatFit(r, deadline)))
+		}
+	}
+	if r.MaxAttempts > 1 && r.Budget.Ratio == 0 && r.Budget.MinRetriesPerSecond == 0 {
+		ws = append(ws, fmt.Sprintf("retry.budget: ratio and minRetriesPerSecond are both 0, so no retry is ever admitted although maxAttempts is %d",
+			r.MaxAttempts))
+	}
+	if p.Breaker.Mode == ModeShadow {
+		ws = append(ws, "breaker.mode: shadow: transitions are computed and reported, but no call is ever rejected")
+	}
+	return ws
+}
+
+func attemptsThatFit(r RetryPolicy, deadline time.Duration) int {
+	for n := r.MaxAttempts; n > 0; n-- {
+		q := r
+		q.MaxAttempts = n
+		if time.Duration(n)*r.PerAttemptTimeout.Std()+q.WorstCaseBackoff() <= deadline {
+			return n
+		}
+	}
+	return 0
+}
+
+// CheckPolicyDocument validates a policy document the way a write does (a
+// dependency's partial policy merged over def; the fleet default, named
+// DefaultPolicyName, as a complete policy) and, when there is no violation,
+// lints it against deadline (ignored when not positive). The coordinator's
+// ValidatePolicy and `fuseboxctl policy lint` both call it.
+func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (violations []Violation, warnings []string) {
+	asViolations := func(err error) []Violation {
+		var verr *ValidationError
+		if errors.As(err, &verr) {
+			return verr.Violations
+		}
+		return []Violation{{Message: err.Error()}}
+	}
+	patch, err := ParsePolicyPatch(data)
+	if err != nil {
+		return asViolations(err), nil
+	}
+	var p Policy
+	if patch.Dependency == DefaultPolicyName {
+		p, err = ParsePolicy(data)
+	} else {
+		p = MergePolicy(def, patch)
+		err = p.Validate()
+	}
+	if err != nil {
+		return asViolations(err), nil
+	}
+	return nil, p.Lint(deadline)
+}

@@ -1,0 +1,168 @@
+package sharedstate
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// PolicyPatch is a policy that may set only some fields: the form of
+// policies/<dependency> in etcd. A nil pointer (or an empty Dependency) means
+// "inherit from _default". MergePolicy applies it over a complete Policy.
+type PolicyPatch struct {
+	Schema     *int          `json:"schema,omitempty"`
+	Dependency string        `json:"dependency,omitempty"`
+	Breaker    *BreakerPatch `json:"breaker,omitempty"`
+	Retry      *RetryPatch   `json:"retry,omitempty"`
+}
+
+// BreakerPatch is the optional-field form of BreakerPolicy.
+type BreakerPatch struct {
+	FailureRateThreshold  *float64  `json:"failureRateThreshold,omitempty"`
+	SlowCallRateThreshold *float64  `json:"slowCallRateThreshold,omitempty"`
+	SlowCallDuration      *Duration `json:"slowCallDuration,omitempty"`
+	MinimumRequests       *int      `json:"minimumRequests,omitempty"`
+	MinFailingNodes       *int      `json:"minFailingNodes,omitempty"`
+	Window                *Duration `json:"window,omitempty"`
+	OpenDuration          *Duration `json:"openDuration,omitempty"`
+	MaxOpenDuration       *Duration `json:"maxOpenDuration,omitempty"`
+	HalfOpenProbes        *int      `json:"halfOpenProbes,omitempty"`
+	ProbeSuccessThreshold *int      `json:"probeSuccessThreshold,omitempty"`
+	ProbeTimeout          *Duration `json:"probeTimeout,omitempty"`
+	Scope                 *Scope    `json:"scope,omitempty"`
+	Mode                  *Mode     `json:"mode,omitempty"`
+}
+
+// RetryPatch is the optional-field form of RetryPolicy.
+type RetryPatch struct {
+	MaxAttempts       *int          `json:"maxAttempts,omitempty"`
+	PerAttemptTimeout *Duration     `json:"perAttemptTimeout,omitempty"`
+	Backoff           *BackoffPatch `json:"backoff,omitempty"`
+	Budget            *BudgetPatch  `json:"budget,omitempty"`
+}
+
+// BackoffPatch is the optional-field form of BackoffPolicy.
+type BackoffPatch struct {
+	Base   *Duration `json:"base,omitempty"`
+	Max    *Duration `json:"max,omitempty"`
+	Jitter *Jitter   `json:"jitter,omitempty"`
+}
+
+// BudgetPatch is the optional-field form of BudgetPolicy.
+type BudgetPatch struct {
+	Ratio               *float64 `json:"ratio,omitempty"`
+	MinRetriesPerSecond *float64 `json:"minRetriesPerSecond,omitempty"`
+}
+
+// ParsePolicyPatch decodes a (possibly partial) policy strictly: unknown
+// fields, trailing data, numbers where durations belong and a schema other
+// than 1 are refused. Values are not range-checked here: validate the result
+// of MergePolicy, which is the policy that takes effect.
+func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
+	var p PolicyPatch
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return PolicyPatch{}, fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return PolicyPatch{}, fmt.Errorf("%w: trailing data after the policy object", ErrInvalidPolicy)
+	}
+	if p.Schema != nil && *p.Schema != PolicySchema {
+		return PolicyPatch{}, &ValidationError{Violations: []Violation{{
+			Field: "schema", Value: strconv.Itoa(*p.Schema), Message: "must be 1",
+		}}}
+	}
+	return p, nil
+}
+
+// ParsePolicy decodes a complete policy (such as policies/_default) strictly,
+// as ParsePolicyPatch does, requires every field to be present (except
+// "schema", which defaults to 1) and validates it. Errors match
+// ErrInvalidPolicy; a *ValidationError names every missing or invalid field.
+func ParsePolicy(data []byte) (Policy, error) {
+	patch, err := ParsePolicyPatch(data)
+	if err != nil {
+		return Policy{}, err
+	}
+	var missing []Violation
+	patch.walk(func(field string, set bool) {
+		if !set && field != "schema" {
+			missing = append(missing, Violation{Field: field, Message: "is required"})
+		}
+	})
+	p := MergePolicy(Policy{Schema: PolicySchema}, patch)
+	if patch.Dependency == "" {
+		missing = append([]Violation{{Field: "dependency", Message: "is required"}}, missing...)
+	}
+	verr := p.validate()
+	if len(missing) > 0 {
+		// A missing field also fails its range check; report it once, as missing.
+		skip := map[string]bool{}
+		for _, m := range missing {
+			skip[m.Field] = true
+		}
+		all := missing
+		for _, v := range verr {
+			if !skip[v.Field] {
+				all = append(all, v)
+			}
+		}
+		verr = all
+	}
+	if len(verr) > 0 {
+		return Policy{}, &ValidationError{Violations: verr}
+	}
+	return p, nil
+}
+
+// MergePolicy returns defaults with every field the patch sets replaced by the
+// patch's value, field by field (a patch that sets only
+// breaker.minimumRequests keeps every other default). Dependency is the
+// patch's when set. Schema is always 1. The result is not validated.
+func MergePolicy(defaults Policy, patch PolicyPatch) Policy {
+	p := defaults
+	p.Schema = PolicySchema
+	if patch.Dependency != "" {
+		p.Dependency = patch.Dependency
+	}
+	for _, f := range policyFields {
+		f.merge(&p, &patch)
+	}
+	return p
+}
+
+// Patch returns p as a PolicyPatch that sets every field, so that
+// MergePolicy(anything, p.Patch()) == p.
+func (p Policy) Patch() PolicyPatch {
+	schema := p.Schema
+	out := PolicyPatch{Schema: &schema, Dependency: p.Dependency}
+	for _, f := range policyFields {
+		f.fill(&out, &p)
+	}
+	return out
+}
+
+// walk calls fn for every leaf field of the policy, with its JSON path and
+// whether the patch sets it.
+func (p PolicyPatch) walk(fn func(field string, set bool)) {
+	fn("schema", p.Schema != nil)
+	for _, f := range policyFields {
+		fn(f.path, f.isSet(&p))
+	}
+}
+
+// clone returns a deep copy of p: it shares no pointer with p.
+func (p PolicyPatch) clone() PolicyPatch {
+	c := PolicyPatch{Dependency: p.Dependency}
+	if p.Schema != nil {
+		v := *p.Schema
+		c.Schema = &v
+	}
+	for _, f := range policyFields {
+		f.copy(&c, &p)
+	}
+	return c
+}
