@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -80,7 +81,7 @@ type Agent struct {
 	clock sharedstate.Clock
 
 	eng     *sharedstate.Engine
-	gossip  *Gossip
+	gossip  *gossip.Gossip
 	keyring *memberlist.Keyring // nil without encryption
 	reg     *prometheus.Registry
 	m       *metrics
@@ -151,7 +152,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 		return nil, fmt.Errorf("agent: data dir: %w", err)
 	}
 	if cfg.KeyringFile != "" {
-		if a.keyring, err = LoadKeyringFile(cfg.KeyringFile); err != nil {
+		if a.keyring, err = gossip.LoadKeyringFile(cfg.KeyringFile); err != nil {
 			return nil, err
 		}
 	}
@@ -200,21 +201,21 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	reflection.Register(a.grpcSrv)
 	a.httpSrv = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
 
-	a.gossip, err = NewGossip(GossipConfig{
-		Name:             cfg.Name,
-		BindAddr:         cfg.GossipAddr,
-		AdvertiseAddr:    cfg.AdvertiseAddr,
-		Meta:             a.nodeMeta(),
-		Keyring:          a.keyring,
-		GossipInterval:   cfg.GossipInterval,
-		PushPullInterval: cfg.PushPullInterval,
-		ProbeInterval:    cfg.ProbeInterval,
-		RetransmitMult:   cfg.RetransmitMult,
-		Relay:            true,
-		Handler:          (*gossipHandler)(a),
-		Events:           (*memberEvents)(a),
-		Logger:           a.lg,
-	})
+	gc := gossip.DefaultConfig()
+	gc.Name = cfg.Name
+	gc.BindAddr = cfg.GossipAddr
+	gc.AdvertiseAddr = cfg.AdvertiseAddr
+	gc.Meta = a.nodeMeta()
+	gc.Keyring = a.keyring
+	gc.GossipInterval = cfg.GossipInterval
+	gc.PushPullInterval = cfg.PushPullInterval
+	gc.ProbeInterval = cfg.ProbeInterval
+	gc.RetransmitMult = cfg.RetransmitMult
+	gc.Relay = true
+	gc.Handler = (*gossipHandler)(a)
+	gc.Events = (*memberEvents)(a)
+	gc.Logger = a.lg
+	a.gossip, err = gossip.New(gc)
 	if err != nil {
 		return nil, err
 	}
@@ -238,8 +239,8 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	return a, nil
 }
 
-func (a *Agent) nodeMeta() NodeMeta {
-	m := NodeMeta{Role: RoleAgent, Zone: a.cfg.Zone, Software: Version}
+func (a *Agent) nodeMeta() gossip.NodeMeta {
+	m := gossip.NodeMeta{Role: gossip.RoleAgent, Zone: a.cfg.Zone, Software: Version}
 	if a.tcpLn != nil {
 		m.GRPCAddr = a.tcpLn.Addr().String()
 	}
@@ -478,7 +479,7 @@ func (a *Agent) HTTPAddr() string {
 func (a *Agent) Engine() *sharedstate.Engine { return a.eng }
 
 // Gossip returns the agent's gossip layer.
-func (a *Agent) Gossip() *Gossip { return a.gossip }
+func (a *Agent) Gossip() *gossip.Gossip { return a.gossip }
 
 // Registry returns the agent's metrics registry (what /metrics serves).
 func (a *Agent) Registry() *prometheus.Registry { return a.reg }

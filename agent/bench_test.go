@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -158,7 +159,7 @@ func BenchmarkGossipBytes(b *testing.B) {
 	out := func() (bytes, msgs float64) {
 		for _, a := range f.agents {
 			s := a.gossip.Stats()
-			for _, k := range gossipKinds {
+			for _, k := range gossip.Kinds {
 				bytes += float64(s.BytesOut[k])
 				msgs += float64(s.MsgsOut[k])
 			}

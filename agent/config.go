@@ -7,6 +7,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 )
 
 // Default ports and paths (DESIGN.md "Names").
@@ -21,15 +23,11 @@ const (
 
 // Default timings. Tests shorten them through Config.
 const (
-	DefaultGossipInterval   = 200 * time.Millisecond
-	DefaultPushPullInterval = 15 * time.Second
-	DefaultProbeInterval    = time.Second
-	DefaultTickInterval     = 100 * time.Millisecond
-	DefaultRetransmitMult   = 4
-	DefaultShutdownTimeout  = 5 * time.Second
-	DefaultMemberTTL        = 10 * time.Second
-	DefaultMaxDependencies  = 10000
-	DefaultKeyringReload    = 10 * time.Second
+	DefaultTickInterval    = 100 * time.Millisecond
+	DefaultShutdownTimeout = 5 * time.Second
+	DefaultMemberTTL       = 10 * time.Second
+	DefaultMaxDependencies = 10000
+	DefaultKeyringReload   = 10 * time.Second
 )
 
 // Config configures one agent. Build it with DefaultConfig and check it with
@@ -128,10 +126,10 @@ func DefaultConfig() Config {
 		MaxDependencies:  DefaultMaxDependencies,
 		LogFormat:        "text",
 		LogLevel:         "info",
-		GossipInterval:   DefaultGossipInterval,
-		PushPullInterval: DefaultPushPullInterval,
-		ProbeInterval:    DefaultProbeInterval,
-		RetransmitMult:   DefaultRetransmitMult,
+		GossipInterval:   gossip.DefaultGossipInterval,
+		PushPullInterval: gossip.DefaultPushPullInterval,
+		ProbeInterval:    gossip.DefaultProbeInterval,
+		RetransmitMult:   gossip.DefaultRetransmitMult,
 		TickInterval:     DefaultTickInterval,
 		ShutdownTimeout:  DefaultShutdownTimeout,
 		MemberTTL:        DefaultMemberTTL,

@@ -35,7 +35,7 @@
 //
 // # Gossip
 //
-// Gossip owns the memberlist and its delegate. Every member publishes a
+// A gossip.Gossip owns the memberlist and its delegate. Every member publishes a
 // NodeMeta (JSON, at most 512 bytes: role, zone, version, API addresses);
 // only members with role "agent" count in fleet totals and may probe. Each
 // tick (default 100 ms) the agent broadcasts the NodeWindow rows that
@@ -61,22 +61,12 @@
 // concurrency.Session lease; a new agent needs only the etcd address. The
 // agent retries joining, with backoff, whenever it sees no other agent.
 //
-// # Reusing the gossip (the coordinator's fleet observer)
+// # The gossip member
 //
-// An observer joins with NewGossip, role RoleObserver and its own
-// GossipHandler (which records rows and records instead of deciding, and
-// returns nil from LocalState). Agents never count an observer nor pick it
-// as a prober, because its NodeMeta says "observer":
-//
-//	g, err := agent.NewGossip(agent.GossipConfig{
-//		Name: "coordinator-1", BindAddr: "0.0.0.0:7947",
-//		Meta:    agent.NodeMeta{Role: agent.RoleObserver, Software: version},
-//		Handler: fleetView, // implements agent.GossipHandler
-//		Events:  fleetView, // implements agent.MemberEvents (optional)
-//		Keyring: keyring,   // agent.LoadKeyringFile
-//	})
-//	_, err = g.Join(addrs)
-//	defer g.Close(time.Second)
+// The member itself (memberlist setup, delegates, broadcast queue, node
+// metadata, keyring files) is package protocol/gossip, which the
+// coordinator's fleet observer runs too, in role observer. The agent gives
+// it a handler that feeds its engine and relays what was new.
 //
 // # Local API
 //

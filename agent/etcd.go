@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -295,7 +296,7 @@ func (a *Agent) watchLoop() {
 func (a *Agent) registerLoop() {
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	for a.ctx.Err() == nil {
-		m := store.Member{Node: a.cfg.Name, Role: string(RoleAgent), Zone: a.cfg.Zone, Version: Version,
+		m := store.Member{Node: a.cfg.Name, Role: string(gossip.RoleAgent), Zone: a.cfg.Zone, Version: Version,
 			GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr()}
 		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
 		reg, err := a.store.Register(ctx, m, store.WithMemberTTL(a.cfg.MemberTTL))

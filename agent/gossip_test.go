@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -155,67 +156,7 @@ func TestGossipKeyring(t *testing.T) {
 	})
 }
 
-func TestParseKeyring(t *testing.T) {
-	good := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
-	tests := []struct {
-		name, data, wantErr string
-		keys                int
-	}{
-		{name: "one key", data: good + "\n", keys: 1},
-		{name: "comments and blanks", data: "# c\n\n" + good + "\n  \n" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef01234567")), keys: 2},
-		{name: "empty", data: "# nothing\n", wantErr: "no keys"},
-		{name: "not base64", data: "!!!", wantErr: "line 1: not base64"},
-		{name: "bad length", data: base64.StdEncoding.EncodeToString([]byte("short")), wantErr: "line 1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			kr, err := ParseKeyring([]byte(tt.data))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("err = %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if n := len(kr.GetKeys()); n != tt.keys {
-				t.Fatalf("%d keys, want %d", n, tt.keys)
-			}
-		})
-	}
-}
-
-func TestNodeMetaRoundTrip(t *testing.T) {
-	m := NodeMeta{Role: RoleObserver, Zone: "eu-1a", Software: "9.9.9", GRPCAddr: "127.0.0.1:7950", HTTPAddr: "127.0.0.1:7951"}
-	b, err := m.Encode()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := DecodeNodeMeta(b)
-	m.Version = MetaVersion
-	if err != nil || got != m {
-		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
-	}
-	if got.IsAgent() {
-		t.Error("an observer counts as an agent")
-	}
-	// Newer encoders may add fields.
-	got, err = DecodeNodeMeta([]byte(`{"v":2,"role":"agent","zone":"z","future":true}`))
-	if err != nil || !got.IsAgent() || got.Zone != "z" {
-		t.Fatalf("forward compatible decode: %+v, %v", got, err)
-	}
-	for _, bad := range []string{`{"role":"agent"}`, `not json`} {
-		if _, err := DecodeNodeMeta([]byte(bad)); err == nil {
-			t.Errorf("DecodeNodeMeta(%q) accepted", bad)
-		}
-	}
-	if _, err := (NodeMeta{Role: RoleAgent, Zone: strings.Repeat("z", 600)}).Encode(); err == nil {
-		t.Error("oversized metadata encoded")
-	}
-}
-
-// recorder is an observer's GossipHandler: it keeps what it hears.
+// recorder is an observer's gossip.Handler: it keeps what it hears.
 type recorder struct {
 	mu      sync.Mutex
 	rows    map[string]uint64 // node/dependency -> seq
@@ -251,12 +192,12 @@ func (r *recorder) seen() (rows, records int) {
 func TestObserverGossip(t *testing.T) {
 	f := newFleet(t, 2, false)
 	rec := &recorder{rows: map[string]uint64{}, records: map[string]uint64{}}
-	obs, err := NewGossip(GossipConfig{
-		Name: "observer-1", BindAddr: "127.0.0.1:0",
-		Meta:           NodeMeta{Role: RoleObserver, Software: "test"},
-		Handler:        rec,
-		GossipInterval: 50 * time.Millisecond, ProbeInterval: 200 * time.Millisecond, PushPullInterval: time.Second,
-	})
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr = "observer-1", "127.0.0.1:0"
+	gc.Meta = gossip.NodeMeta{Role: gossip.RoleObserver, Software: "test"}
+	gc.Handler = rec
+	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, time.Second
+	obs, err := gossip.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +230,7 @@ func TestObserverGossip(t *testing.T) {
 	})
 	for _, a := range f.agents {
 		for _, m := range a.gossip.Members() {
-			if m.Name == "observer-1" && (m.Meta.IsAgent() || m.Meta.Role != RoleObserver) {
+			if m.Name == "observer-1" && (m.Meta.IsAgent() || m.Meta.Role != gossip.RoleObserver) {
 				t.Errorf("%s sees the observer as %+v", a.Name(), m.Meta)
 			}
 		}

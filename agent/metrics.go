@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -264,7 +265,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		members := map[key]int{}
 		for _, m := range a.gossip.Members() {
 			role := string(m.Meta.Role)
-			if role != string(RoleAgent) && role != string(RoleObserver) {
+			if role != string(gossip.RoleAgent) && role != string(gossip.RoleObserver) {
 				role = "unknown"
 			}
 			members[key{role, m.State}]++
@@ -273,13 +274,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			gauge(c.members, float64(n), k.role, k.state)
 		}
 		gs := a.gossip.Stats()
-		for _, kind := range gossipKinds {
+		for _, kind := range gossip.Kinds {
 			counter(c.gossipBytes, float64(gs.BytesIn[kind]), "in", kind)
 			counter(c.gossipBytes, float64(gs.BytesOut[kind]), "out", kind)
 			counter(c.gossipMsgs, float64(gs.MsgsIn[kind]), "in", kind)
 			counter(c.gossipMsgs, float64(gs.MsgsOut[kind]), "out", kind)
 		}
-		for _, r := range DropReasons {
+		for _, r := range gossip.DropReasons {
 			counter(c.gossipDropped, float64(gs.Dropped[r]), r)
 		}
 		gauge(c.queue, float64(a.gossip.QueuedBroadcasts()))

@@ -6,10 +6,11 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// gossipHandler feeds decoded gossip into the engine (GossipHandler).
+// gossipHandler feeds decoded gossip into the engine (gossip.Handler).
 type gossipHandler Agent
 
 func (h *gossipHandler) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
@@ -70,7 +71,7 @@ func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 // members without a role never count.
 type memberEvents Agent
 
-func (e *memberEvents) MemberJoined(m Member) {
+func (e *memberEvents) MemberJoined(m gossip.Member) {
 	a := (*Agent)(e)
 	if m.Name == a.cfg.Name {
 		return
@@ -84,7 +85,7 @@ func (e *memberEvents) MemberJoined(m Member) {
 	}
 }
 
-func (e *memberEvents) MemberLeft(m Member) {
+func (e *memberEvents) MemberLeft(m gossip.Member) {
 	a := (*Agent)(e)
 	if m.Name == a.cfg.Name {
 		return
@@ -94,7 +95,7 @@ func (e *memberEvents) MemberLeft(m Member) {
 	a.lg.Info("gossip member left or failed", "member", m.Name, "addr", m.Addr)
 }
 
-func (e *memberEvents) MemberUpdated(m Member) {
+func (e *memberEvents) MemberUpdated(m gossip.Member) {
 	a := (*Agent)(e)
 	if m.Name != a.cfg.Name && m.Meta.IsAgent() {
 		a.eng.MemberAlive(m.Name, m.Meta.Zone)

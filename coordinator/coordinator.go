@@ -23,10 +23,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -54,7 +54,7 @@ type Coordinator struct {
 	reg8n   *store.Registration
 
 	gossipMu sync.Mutex
-	gossip   *agent.Gossip
+	gossip   *gossip.Gossip
 
 	grpcLn   net.Listener
 	httpLn   net.Listener
@@ -318,25 +318,20 @@ func (c *Coordinator) startGossip() error {
 	if err != nil {
 		return err
 	}
-	gc := agent.GossipConfig{
-		BindAddr:         c.cfg.GossipAddr,
-		AdvertiseAddr:    c.cfg.GossipAdvertiseAddr,
-		Keyring:          kr,
-		GossipInterval:   agent.DefaultGossipInterval,
-		PushPullInterval: agent.DefaultPushPullInterval,
-		ProbeInterval:    agent.DefaultProbeInterval,
-		RetransmitMult:   agent.DefaultRetransmitMult,
-		Logger:           c.log,
-	}
+	gc := gossip.DefaultConfig()
+	gc.BindAddr = c.cfg.GossipAddr
+	gc.AdvertiseAddr = c.cfg.GossipAdvertiseAddr
+	gc.Keyring = kr
+	gc.Logger = c.log
 	for _, f := range c.opts.gossip {
 		f(&gc)
 	}
 	gc.Name = c.cfg.Name
-	gc.Meta = agent.NodeMeta{Role: agent.RoleObserver, Software: version(), GRPCAddr: c.GRPCAddr(), HTTPAddr: c.HTTPAddr()}
+	gc.Meta = gossip.NodeMeta{Role: gossip.RoleObserver, Software: version(), GRPCAddr: c.GRPCAddr(), HTTPAddr: c.HTTPAddr()}
 	gc.Handler = c.view
 	gc.Events = c.view
 	gc.Relay = false
-	g, err := agent.NewGossip(gc)
+	g, err := gossip.New(gc)
 	if err != nil {
 		return fmt.Errorf("coordinator: fleet observer: %w", err)
 	}
@@ -345,7 +340,7 @@ func (c *Coordinator) startGossip() error {
 	c.gossipMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	reg, err := c.store.Register(ctx, store.Member{Node: c.cfg.Name, Role: string(agent.RoleObserver),
+	reg, err := c.store.Register(ctx, store.Member{Node: c.cfg.Name, Role: string(gossip.RoleObserver),
 		Version: version(), GossipAddr: g.Addr(), APIAddr: c.GRPCAddr()})
 	if err != nil {
 		// Not fatal: the observer works without it, agents just cannot
@@ -361,14 +356,14 @@ func (c *Coordinator) keyring() (*memberlist.Keyring, error) {
 	if c.cfg.KeyringFile == "" {
 		return nil, nil
 	}
-	kr, err := agent.LoadKeyringFile(c.cfg.KeyringFile)
+	kr, err := gossip.LoadKeyringFile(c.cfg.KeyringFile)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: %w", err)
 	}
 	return kr, nil
 }
 
-func (c *Coordinator) gossipNode() *agent.Gossip {
+func (c *Coordinator) gossipNode() *gossip.Gossip {
 	c.gossipMu.Lock()
 	defer c.gossipMu.Unlock()
 	return c.gossip

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -252,9 +253,9 @@ func TestDashboardInABrowser(t *testing.T) {
 	// Chromium and the race detector load the machine: with the tests'
 	// usual 200 ms probes (100 ms ack timeout) members suspect each other
 	// and refute, and every refutation rewrites memberlist nodes that
-	// agent.Gossip.Members reads without a lock (hashicorp/memberlist#306,
+	// gossip.Gossip.Members reads without a lock (hashicorp/memberlist#306,
 	// to be fixed in package agent). Probe at memberlist's LAN pace.
-	relaxed := func(g *agent.GossipConfig) { g.ProbeInterval = time.Second }
+	relaxed := func(g *gossip.Config) { g.ProbeInterval = time.Second }
 	c := startCoordinator(t, cfg, WithGossip(relaxed))
 	ctx := ctxFor(t, 2*time.Minute)
 	// Long open durations keep the breakers open while the page is

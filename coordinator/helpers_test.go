@@ -16,8 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -55,7 +55,7 @@ func testOptions(extra ...Option) []Option {
 			*c = embedded.TestConfig(c.Dir)
 			c.ClientURL = "http://127.0.0.1:0"
 		}),
-		WithGossip(func(g *agent.GossipConfig) {
+		WithGossip(func(g *gossip.Config) {
 			g.GossipInterval = 50 * time.Millisecond
 			g.ProbeInterval = 200 * time.Millisecond
 			g.PushPullInterval = time.Second

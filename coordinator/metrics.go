@@ -3,8 +3,8 @@ package coordinator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 )
 
 // MetricNames lists every metric the coordinator exports, so the README's
@@ -149,14 +149,14 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range st.States {
 		ch <- prometheus.MustNewConstMetric(descBreakers, prometheus.GaugeValue, float64(n), state)
 	}
-	var gs agent.GossipStats
+	var gs gossip.Stats
 	if g := c.gossipNode(); g != nil {
 		gs = g.Stats()
 	}
-	for _, r := range agent.DropReasons {
+	for _, r := range gossip.DropReasons {
 		ch <- prometheus.MustNewConstMetric(descGossipDrop, prometheus.CounterValue, float64(gs.Dropped[r]), r)
 	}
-	for _, k := range []string{"message", "push_pull"} {
+	for _, k := range gossip.Kinds {
 		ch <- prometheus.MustNewConstMetric(descGossipMsgs, prometheus.CounterValue, float64(gs.MsgsIn[k]), k)
 		ch <- prometheus.MustNewConstMetric(descGossipBytesR, prometheus.CounterValue, float64(gs.BytesIn[k]), k)
 	}

@@ -13,15 +13,15 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 )
 
 // fakeAgent is a gossip member in role agent whose push-pull state is set
 // by the test: what a real agent would gossip, without its engine.
 type fakeAgent struct {
-	g *agent.Gossip
+	g *gossip.Gossip
 
 	mu    sync.Mutex
 	state *fuseboxv1.PushPullState
@@ -46,11 +46,12 @@ func (f *fakeAgent) setState(s *fuseboxv1.PushPullState) {
 func startFakeAgent(t *testing.T, name, zone string) *fakeAgent {
 	t.Helper()
 	f := &fakeAgent{}
-	g, err := agent.NewGossip(agent.GossipConfig{
-		Name: name, BindAddr: "127.0.0.1:0", Meta: agent.NodeMeta{Role: agent.RoleAgent, Zone: zone, Software: "test"},
-		Handler: f, Logger: testLogger(), GossipInterval: 50 * time.Millisecond,
-		ProbeInterval: 200 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
-	})
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr = name, "127.0.0.1:0"
+	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: zone, Software: "test"}
+	gc.Handler, gc.Logger = f, testLogger()
+	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+	g, err := gossip.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
@@ -19,7 +19,7 @@ type options struct {
 	registry     *prometheus.Registry
 	clock        sharedstate.Clock
 	embedded     []func(*embedded.Config)
-	gossip       []func(*agent.GossipConfig)
+	gossip       []func(*gossip.Config)
 	tickInterval time.Duration
 	historyEvery time.Duration
 }
@@ -47,7 +47,7 @@ func WithEmbeddedEtcd(f func(*embedded.Config)) Option {
 // WithGossip adjusts the fleet observer's gossip configuration before it
 // starts (tests shorten the intervals). Name, Meta, Handler and Events are
 // the coordinator's and are restored after f runs.
-func WithGossip(f func(*agent.GossipConfig)) Option {
+func WithGossip(f func(*gossip.Config)) Option {
 	return func(o *options) { o.gossip = append(o.gossip, f) }
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 )
 
 const (
@@ -241,10 +241,12 @@ func TestFleetViews(t *testing.T) {
 			SinceUnixNano: time.Now().UnixNano(), OpenCount: 1, Origin: "web-1", Reason: "failure rate 75%"}},
 		Rows: []*fuseboxv1.NodeWindow{{Node: "web-1", Zone: "eu-1a", Dependency: "shipping", Seq: 1,
 			Counts: &fuseboxv1.Counts{FirstAttempts: 40, Retries: 2, Successes: 10, Failures: 30}}}}}
-	g, err := agent.NewGossip(agent.GossipConfig{Name: "web-1", BindAddr: "127.0.0.1:0",
-		Meta: agent.NodeMeta{Role: agent.RoleAgent, Zone: "eu-1a", Software: "1.2.3"}, Handler: h,
-		GossipInterval: 50 * time.Millisecond, ProbeInterval: 200 * time.Millisecond, PushPullInterval: 500 * time.Millisecond,
-		Logger: discardLogger()})
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr = "web-1", "127.0.0.1:0"
+	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: "eu-1a", Software: "1.2.3"}
+	gc.Handler, gc.Logger = h, discardLogger()
+	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+	g, err := gossip.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}

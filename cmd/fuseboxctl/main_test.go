@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -76,7 +76,7 @@ func startCoordinator(t *testing.T, tokens bool) *coordinator.Coordinator {
 		coordinator.WithEmbeddedEtcd(func(e *embedded.Config) {
 			*e = embedded.TestConfig(e.Dir)
 		}),
-		coordinator.WithGossip(func(g *agent.GossipConfig) {
+		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
 		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),

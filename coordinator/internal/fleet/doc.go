@@ -3,9 +3,9 @@
 // (dependency, node), the merged breaker record of every dependency, the
 // gossip membership, and five minutes of history per dependency.
 //
-// A View is decode-only: it implements agent.GossipHandler (recording what
+// A View is decode-only: it implements gossip.Handler (recording what
 // it hears, relaying nothing, sending no state of its own) and
-// agent.MemberEvents. Everything it holds is bounded: at most
+// gossip.MemberEvents. Everything it holds is bounded: at most
 // MaxDependencies dependencies, MaxRows rows, MaxDeparted departed members
 // and History/HistoryInterval samples per dependency. Rows expire
 // 2×window after receipt and with their member's departure, as on agents.
@@ -16,11 +16,11 @@
 // Usage:
 //
 //	v := fleet.New(fleet.Config{OnTransition: publish})
-//	g, err := agent.NewGossip(agent.GossipConfig{ // decode-only observer
-//		Name: "coordinator-1", BindAddr: "0.0.0.0:7947",
-//		Meta:    agent.NodeMeta{Role: agent.RoleObserver},
-//		Handler: v, Events: v,
-//	})
+//	gc := gossip.DefaultConfig() // a decode-only observer
+//	gc.Name, gc.BindAddr = "coordinator-1", "0.0.0.0:7947"
+//	gc.Meta = gossip.NodeMeta{Role: gossip.RoleObserver}
+//	gc.Handler, gc.Events = v, v
+//	g, err := gossip.New(gc)
 //	… every second: v.Tick(clock.Now(), source)
 //	snap := v.Snapshot(clock.Now(), source, "") // every dependency
 package fleet

@@ -7,9 +7,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -110,7 +110,7 @@ type derivedState struct {
 }
 
 type memberInfo struct {
-	agent.Member
+	gossip.Member
 	changed time.Time
 }
 
@@ -164,7 +164,7 @@ func (v *View) refuse(reason string) {
 	}
 }
 
-// ---- agent.GossipHandler ----
+// ---- gossip.Handler ----
 
 // ApplyBatch records a broadcast or direct message. It relays nothing.
 func (v *View) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
@@ -316,16 +316,16 @@ func (v *View) depsLocked() int {
 	return n
 }
 
-// ---- agent.MemberEvents ----
+// ---- gossip.MemberEvents ----
 
 // MemberJoined records a member.
-func (v *View) MemberJoined(m agent.Member) { v.member(m) }
+func (v *View) MemberJoined(m gossip.Member) { v.member(m) }
 
 // MemberUpdated records a member's new metadata.
-func (v *View) MemberUpdated(m agent.Member) { v.member(m) }
+func (v *View) MemberUpdated(m gossip.Member) { v.member(m) }
 
 // MemberLeft records a member's departure and drops its rows.
-func (v *View) MemberLeft(m agent.Member) {
+func (v *View) MemberLeft(m gossip.Member) {
 	if m.State == "alive" || m.State == "suspect" {
 		m.State = "dead"
 	}
@@ -343,7 +343,7 @@ func (v *View) MemberLeft(m agent.Member) {
 	}
 }
 
-func (v *View) member(m agent.Member) {
+func (v *View) member(m gossip.Member) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.members[m.Name] = &memberInfo{Member: m, changed: v.cfg.Clock.Now()}

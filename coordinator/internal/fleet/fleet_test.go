@@ -9,9 +9,9 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -111,8 +111,8 @@ func TestRowsLastWriterWinsAndExpire(t *testing.T) {
 		t.Fatalf("rows after Tick = %d, want 1", st.Rows)
 	}
 	// A departed member's rows go at once.
-	v.MemberJoined(agent.Member{Name: "n2", State: "alive", Meta: agent.NodeMeta{Role: agent.RoleAgent}})
-	v.MemberLeft(agent.Member{Name: "n2", State: "left", Meta: agent.NodeMeta{Role: agent.RoleAgent}})
+	v.MemberJoined(gossip.Member{Name: "n2", State: "alive", Meta: gossip.NodeMeta{Role: gossip.RoleAgent}})
+	v.MemberLeft(gossip.Member{Name: "n2", State: "left", Meta: gossip.NodeMeta{Role: gossip.RoleAgent}})
 	if st := v.Stats(); st.Rows != 0 || st.Dependencies != 0 || st.Members["left"] != 1 {
 		t.Fatalf("after n2 left: %+v", st)
 	}
@@ -128,7 +128,7 @@ func TestRefusals(t *testing.T) {
 	clock := sharedstate.NewManualClock(t0)
 	var r recorder
 	v := New(r.config(Config{Clock: clock, MaxDependencies: 2, MaxRows: 3}))
-	v.MemberJoined(agent.Member{Name: "obs", State: "alive", Meta: agent.NodeMeta{Role: agent.RoleObserver}})
+	v.MemberJoined(gossip.Member{Name: "obs", State: "alive", Meta: gossip.NodeMeta{Role: gossip.RoleObserver}})
 	_, refused := v.ApplyBatch(&fuseboxv1.GossipBatch{
 		Rows: []*fuseboxv1.NodeWindow{
 			mkRow("obs", "", "db", 1, 0),       // an observer's row: never counted

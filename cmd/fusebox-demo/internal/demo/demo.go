@@ -15,6 +15,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -195,7 +196,7 @@ func (d *Demo) startCoordinator(ctx context.Context) error {
 	cc.ShutdownTimeout = 3 * time.Second
 	c, err := coordinator.New(cc,
 		coordinator.WithLogger(d.cfg.Logger.With("component", "coordinator")),
-		coordinator.WithGossip(func(g *agent.GossipConfig) {
+		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval = 100 * time.Millisecond
 			g.ProbeInterval = 500 * time.Millisecond
 			g.PushPullInterval = 5 * time.Second

@@ -1,4 +1,4 @@
-package agent
+package gossip
 
 import (
 	"encoding/json"
@@ -48,14 +48,14 @@ type NodeMeta struct {
 }
 
 // ErrMetaTooLarge is returned by NodeMeta.Encode past MaxMetaSize.
-var ErrMetaTooLarge = errors.New("agent: node metadata too large")
+var ErrMetaTooLarge = errors.New("gossip: node metadata too large")
 
 // Encode returns the version-1 encoding of m (Version is set to MetaVersion).
 func (m NodeMeta) Encode() ([]byte, error) {
 	m.Version = MetaVersion
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("agent: encode node metadata: %w", err)
+		return nil, fmt.Errorf("gossip: encode node metadata: %w", err)
 	}
 	if len(b) > MaxMetaSize {
 		return nil, fmt.Errorf("%w: %d bytes, at most %d", ErrMetaTooLarge, len(b), MaxMetaSize)
@@ -72,10 +72,10 @@ func DecodeNodeMeta(b []byte) (NodeMeta, error) {
 		return m, nil
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
-		return NodeMeta{}, fmt.Errorf("agent: decode node metadata: %w", err)
+		return NodeMeta{}, fmt.Errorf("gossip: decode node metadata: %w", err)
 	}
 	if m.Version < 1 {
-		return NodeMeta{}, fmt.Errorf("agent: decode node metadata: version %d", m.Version)
+		return NodeMeta{}, fmt.Errorf("gossip: decode node metadata: version %d", m.Version)
 	}
 	return m, nil
 }

@@ -1,7 +1,6 @@
-package agent
+package gossip
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,11 +13,10 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
-// GossipHandler receives what the gossip layer decodes and supplies this
+// Handler receives what the gossip layer decodes and supplies this
 // node's push-pull state.
 //
 // Concurrency contract: memberlist calls these methods from its own
@@ -26,7 +24,7 @@ import (
 // code; they must be thread-safe, must not block (they run on the packet
 // receive path) and must not keep a reference to their arguments after
 // returning.
-type GossipHandler interface {
+type Handler interface {
 	// ApplyBatch applies the rows and records of a broadcast or direct
 	// message from a peer. It returns the rows and records that were new to
 	// this node (nil when none); a relaying Gossip re-broadcasts them. It
@@ -67,40 +65,6 @@ type Member struct {
 	State string
 }
 
-// GossipConfig configures a Gossip.
-type GossipConfig struct {
-	// Name is the node name, unique in the cluster (required).
-	Name string
-	// BindAddr is the memberlist bind address, host:port; port 0 picks a
-	// free port (required).
-	BindAddr string
-	// AdvertiseAddr is the address peers reach this node at (optional,
-	// default from BindAddr and the bound port).
-	AdvertiseAddr string
-	// Meta is published through Delegate.NodeMeta (required: Role set).
-	Meta NodeMeta
-	// Keyring encrypts gossip (optional, default none).
-	Keyring *memberlist.Keyring
-	// GossipInterval, PushPullInterval, ProbeInterval: memberlist timings
-	// (optional, defaults DefaultGossipInterval, DefaultPushPullInterval,
-	// DefaultProbeInterval).
-	GossipInterval, PushPullInterval, ProbeInterval time.Duration
-	// RetransmitMult scales broadcast retransmits (optional, default 4).
-	RetransmitMult int
-	// Relay re-broadcasts what ApplyBatch/ApplyState report as new
-	// (epidemic dissemination). Agents relay; an observer need not.
-	Relay bool
-	// Handler receives decoded gossip (required).
-	Handler GossipHandler
-	// Events is told about membership changes (optional).
-	Events MemberEvents
-	// Logger receives memberlist's log and the gossip layer's own (optional,
-	// default slog.Default()).
-	Logger *slog.Logger
-	// Codec bounds frames (optional, default protocol.DefaultMaxFrameSize).
-	Codec protocol.Codec
-}
-
 // MaxBroadcastFrame bounds one broadcast frame: memberlist packets are
 // about 1.4 KB and a frame must fit in one with room for others. Larger
 // items travel by push-pull only.
@@ -111,8 +75,8 @@ const MaxBroadcastFrame = 1024
 // on a path, and "invalid_item" for a row or record the handler refused.
 var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed", "unexpected_type", "invalid_item"}
 
-// GossipStats are cumulative gossip counters.
-type GossipStats struct {
+// Stats are cumulative gossip counters.
+type Stats struct {
 	// Bytes and messages in and out, by kind "message" (broadcasts and
 	// direct sends) and "push_pull".
 	BytesIn, BytesOut, MsgsIn, MsgsOut map[string]uint64
@@ -120,14 +84,17 @@ type GossipStats struct {
 	Dropped map[string]uint64
 }
 
-type gossipCounters struct {
+type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64 // index: 0 message, 1 push_pull
 	dropped                            [8]atomic.Uint64 // index: DropReasons
 }
 
-var gossipKinds = [2]string{"message", "push_pull"}
+// Kinds are the keys of Stats' byte and message maps (and the values of the
+// "kind" metric label): "message" (broadcasts and direct sends) and
+// "push_pull".
+var Kinds = []string{"message", "push_pull"}
 
-func (c *gossipCounters) drop(reason string) {
+func (c *counters) drop(reason string) {
 	for i, r := range DropReasons {
 		if r == reason {
 			c.dropped[i].Add(1)
@@ -142,22 +109,22 @@ func (c *gossipCounters) drop(reason string) {
 // membership. The agent runs one in role agent; the coordinator's fleet
 // observer runs one in role observer with a handler that only records.
 //
-//	g, err := agent.NewGossip(agent.GossipConfig{
-//		Name: "observer-1", BindAddr: "127.0.0.1:0",
-//		Meta: agent.NodeMeta{Role: agent.RoleObserver},
-//		Handler: myHandler,
-//	})
+//	cfg := gossip.DefaultConfig()
+//	cfg.Name, cfg.BindAddr = "observer-1", "127.0.0.1:0"
+//	cfg.Meta = gossip.NodeMeta{Role: gossip.RoleObserver}
+//	cfg.Handler = myHandler
+//	g, err := gossip.New(cfg)
 //	n, err := g.Join([]string{"10.0.0.5:7946"})
 //	…
 //	g.Close(time.Second) // Leave, then Shutdown
 //
 // All methods are safe for concurrent use.
 type Gossip struct {
-	cfg   GossipConfig
+	cfg   Config
 	lg    *slog.Logger
 	ml    *memberlist.Memberlist
 	queue *memberlist.TransmitLimitedQueue
-	stats gossipCounters
+	stats counters
 
 	metaMu sync.Mutex
 	meta   []byte
@@ -171,38 +138,19 @@ type Gossip struct {
 	closed    atomic.Bool
 }
 
-// NewGossip validates cfg, creates the memberlist (binding its ports) and
-// starts gossiping. It does not join anyone: call Join.
-func NewGossip(cfg GossipConfig) (*Gossip, error) {
-	if cfg.Name == "" || cfg.Handler == nil || cfg.Meta.Role == "" {
-		return nil, errors.New("agent: gossip: Name, Handler and Meta.Role are required")
+// New validates cfg (Config.Validate), creates the memberlist (binding its
+// ports) and starts gossiping. It does not join anyone: call Join.
+func New(cfg Config) (*Gossip, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	meta, err := cfg.Meta.Encode()
 	if err != nil {
 		return nil, err
 	}
-	host, portStr, err := net.SplitHostPort(cfg.BindAddr)
-	if err != nil {
-		return nil, fmt.Errorf("agent: gossip bind address %q: %w", cfg.BindAddr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("agent: gossip bind port %q: %w", portStr, err)
-	}
+	host, port := splitAddr(cfg.BindAddr)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
-	}
-	if cfg.GossipInterval <= 0 {
-		cfg.GossipInterval = DefaultGossipInterval
-	}
-	if cfg.PushPullInterval <= 0 {
-		cfg.PushPullInterval = DefaultPushPullInterval
-	}
-	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = DefaultProbeInterval
-	}
-	if cfg.RetransmitMult <= 0 {
-		cfg.RetransmitMult = DefaultRetransmitMult
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}}
 
@@ -212,14 +160,7 @@ func NewGossip(cfg GossipConfig) (*Gossip, error) {
 	mc.BindPort = port
 	mc.AdvertisePort = port
 	if cfg.AdvertiseAddr != "" {
-		ah, ap, err := net.SplitHostPort(cfg.AdvertiseAddr)
-		if err != nil {
-			return nil, fmt.Errorf("agent: gossip advertise address %q: %w", cfg.AdvertiseAddr, err)
-		}
-		if mc.AdvertisePort, err = strconv.Atoi(ap); err != nil {
-			return nil, fmt.Errorf("agent: gossip advertise port %q: %w", ap, err)
-		}
-		mc.AdvertiseAddr = ah
+		mc.AdvertiseAddr, mc.AdvertisePort = splitAddr(cfg.AdvertiseAddr)
 	}
 	mc.GossipInterval = cfg.GossipInterval
 	mc.PushPullInterval = cfg.PushPullInterval
@@ -234,8 +175,8 @@ func NewGossip(cfg GossipConfig) (*Gossip, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
-	mc.Delegate = (*gossipDelegate)(g)
-	mc.Events = (*gossipEvents)(g)
+	mc.Delegate = (*delegate)(g)
+	mc.Events = (*events)(g)
 	mc.Logger = newMemberlistLogger(cfg.Logger)
 
 	var created atomic.Pointer[memberlist.Memberlist]
@@ -247,7 +188,7 @@ func NewGossip(cfg GossipConfig) (*Gossip, error) {
 	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		return nil, fmt.Errorf("agent: gossip: %w", err)
+		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	created.Store(ml)
 	g.ml = ml
@@ -270,7 +211,7 @@ func (g *Gossip) Join(addrs []string) (int, error) {
 		} else {
 			hint = "is the peer up, and is gossip encryption off on it too (this agent has no --keyring-file)?"
 		}
-		return n, fmt.Errorf("agent: gossip join %v: %w (%s)", addrs, err, hint)
+		return n, fmt.Errorf("gossip: join %v: %w (%s)", addrs, err, hint)
 	}
 	return n, nil
 }
@@ -399,13 +340,13 @@ func (g *Gossip) SendDirect(records []*fuseboxv1.BreakerRecord) {
 func (g *Gossip) QueuedBroadcasts() int { return g.queue.NumQueued() }
 
 // Stats returns cumulative counters.
-func (g *Gossip) Stats() GossipStats {
-	s := GossipStats{
+func (g *Gossip) Stats() Stats {
+	s := Stats{
 		BytesIn: map[string]uint64{}, BytesOut: map[string]uint64{},
 		MsgsIn: map[string]uint64{}, MsgsOut: map[string]uint64{},
 		Dropped: map[string]uint64{},
 	}
-	for i, k := range gossipKinds {
+	for i, k := range Kinds {
 		s.BytesIn[k] = g.stats.bytesIn[i].Load()
 		s.BytesOut[k] = g.stats.bytesOut[i].Load()
 		s.MsgsIn[k] = g.stats.msgsIn[i].Load()
@@ -426,153 +367,12 @@ func (g *Gossip) Close(leaveTimeout time.Duration) error {
 		g.closed.Store(true)
 		if leaveTimeout > 0 {
 			if lerr := g.ml.Leave(leaveTimeout); lerr != nil {
-				err = fmt.Errorf("agent: gossip leave: %w", lerr)
+				err = fmt.Errorf("gossip: leave: %w", lerr)
 			}
 		}
 		if serr := g.ml.Shutdown(); serr != nil && err == nil {
-			err = fmt.Errorf("agent: gossip shutdown: %w", serr)
+			err = fmt.Errorf("gossip: shutdown: %w", serr)
 		}
 	})
 	return err
-}
-
-// namedBroadcast is one queued frame; a newer one with the same name
-// invalidates it.
-type namedBroadcast struct {
-	name string
-	msg  []byte
-}
-
-func (b *namedBroadcast) Invalidates(other memberlist.Broadcast) bool {
-	o, ok := other.(*namedBroadcast)
-	return ok && o.name == b.name
-}
-func (b *namedBroadcast) Name() string    { return b.name }
-func (b *namedBroadcast) Message() []byte { return b.msg }
-func (b *namedBroadcast) Finished()       {}
-
-// gossipDelegate is the memberlist.Delegate of a Gossip.
-type gossipDelegate Gossip
-
-func (d *gossipDelegate) NodeMeta(limit int) []byte {
-	d.metaMu.Lock()
-	defer d.metaMu.Unlock()
-	if len(d.meta) > limit {
-		return nil
-	}
-	return d.meta
-}
-
-// NotifyMsg decodes a broadcast or direct message. memberlist reuses buf:
-// Decode copies what it keeps.
-func (d *gossipDelegate) NotifyMsg(buf []byte) {
-	g := (*Gossip)(d)
-	g.stats.bytesIn[0].Add(uint64(len(buf)))
-	g.stats.msgsIn[0].Add(1)
-	f, err := g.cfg.Codec.Decode(buf)
-	if err != nil {
-		g.stats.drop(protocol.Reason(err))
-		return
-	}
-	if f.Type != protocol.FrameBatch {
-		g.stats.drop("unexpected_type")
-		return
-	}
-	fresh, refused := g.cfg.Handler.ApplyBatch(f.Batch)
-	g.afterApply(fresh, refused)
-}
-
-func (g *Gossip) afterApply(fresh *fuseboxv1.GossipBatch, refused int) {
-	for range refused {
-		g.stats.drop("invalid_item")
-	}
-	if g.cfg.Relay && fresh != nil {
-		g.Broadcast(fresh)
-	}
-}
-
-func (d *gossipDelegate) GetBroadcasts(overhead, limit int) [][]byte {
-	g := (*Gossip)(d)
-	out := g.queue.GetBroadcasts(overhead, limit)
-	for _, b := range out {
-		g.stats.bytesOut[0].Add(uint64(len(b)))
-	}
-	g.stats.msgsOut[0].Add(uint64(len(out)))
-	return out
-}
-
-func (d *gossipDelegate) LocalState(join bool) []byte {
-	g := (*Gossip)(d)
-	s := g.cfg.Handler.LocalState(join)
-	if s == nil {
-		return nil
-	}
-	frame, err := g.cfg.Codec.EncodePushPull(s)
-	if err != nil {
-		g.lg.Warn("gossip push-pull state not sent", "err", err)
-		return nil
-	}
-	g.stats.bytesOut[1].Add(uint64(len(frame)))
-	g.stats.msgsOut[1].Add(1)
-	return frame
-}
-
-func (d *gossipDelegate) MergeRemoteState(buf []byte, join bool) {
-	g := (*Gossip)(d)
-	if len(buf) == 0 {
-		return // a peer without state (an observer)
-	}
-	g.stats.bytesIn[1].Add(uint64(len(buf)))
-	g.stats.msgsIn[1].Add(1)
-	f, err := g.cfg.Codec.Decode(buf)
-	if err != nil {
-		g.stats.drop(protocol.Reason(err))
-		return
-	}
-	if f.Type != protocol.FramePushPull {
-		g.stats.drop("unexpected_type")
-		return
-	}
-	fresh, refused := g.cfg.Handler.ApplyState(f.PushPull, join)
-	g.afterApply(fresh, refused)
-}
-
-// gossipEvents is the memberlist.EventDelegate of a Gossip.
-type gossipEvents Gossip
-
-// memberlist calls these with its node lock held: n may be read here, and
-// only here.
-
-func (e *gossipEvents) NotifyJoin(n *memberlist.Node) {
-	m := memberOf(n)
-	m.State = "alive"
-	e.setMember(m)
-	if e.cfg.Events != nil {
-		e.cfg.Events.MemberJoined(m)
-	}
-}
-
-func (e *gossipEvents) NotifyLeave(n *memberlist.Node) {
-	m := memberOf(n)
-	e.membersMu.Lock()
-	delete(e.members, m.Name)
-	e.membersMu.Unlock()
-	if e.cfg.Events != nil {
-		e.cfg.Events.MemberLeft(m)
-	}
-}
-
-func (e *gossipEvents) NotifyUpdate(n *memberlist.Node) {
-	m := memberOf(n)
-	m.State = "alive"
-	e.setMember(m)
-	if e.cfg.Events != nil {
-		e.cfg.Events.MemberUpdated(m)
-	}
-}
-
-func (e *gossipEvents) setMember(m Member) {
-	e.membersMu.Lock()
-	e.members[m.Name] = m
-	e.membersMu.Unlock()
 }

@@ -1,0 +1,135 @@
+package gossip
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/fusebox-dev/fusebox/protocol"
+)
+
+// Default timings of a member. Daemons expose them as flags; tests shorten
+// them.
+const (
+	DefaultGossipInterval   = 200 * time.Millisecond
+	DefaultPushPullInterval = 15 * time.Second
+	DefaultProbeInterval    = time.Second
+	DefaultRetransmitMult   = 4
+)
+
+// Config configures a Gossip. Start from DefaultConfig, set the required
+// fields and check it with Validate (New does too).
+type Config struct {
+	// Name is the node name, unique in the cluster (required).
+	Name string
+	// BindAddr is the memberlist bind address, host:port; port 0 picks a
+	// free port (required).
+	BindAddr string
+	// AdvertiseAddr is the address peers reach this node at, host:port
+	// (optional, default from BindAddr and the bound port).
+	AdvertiseAddr string
+	// Meta is published through Delegate.NodeMeta (required: Role set; it
+	// must encode to at most MaxMetaSize bytes).
+	Meta NodeMeta
+	// Keyring encrypts gossip (optional, default none: see LoadKeyringFile).
+	Keyring *memberlist.Keyring
+	// GossipInterval is memberlist's gossip interval (optional, default
+	// DefaultGossipInterval; at least 1ms).
+	GossipInterval time.Duration
+	// PushPullInterval is memberlist's full state sync interval (optional,
+	// default DefaultPushPullInterval; at least 1ms).
+	PushPullInterval time.Duration
+	// ProbeInterval is memberlist's failure detection probe interval
+	// (optional, default DefaultProbeInterval; at least 1ms).
+	ProbeInterval time.Duration
+	// RetransmitMult scales broadcast retransmits (optional, default
+	// DefaultRetransmitMult; at least 1).
+	RetransmitMult int
+	// Relay re-broadcasts what Handler.ApplyBatch/ApplyState report as new
+	// (epidemic dissemination). Agents relay; an observer need not
+	// (optional, default false).
+	Relay bool
+	// Handler receives decoded gossip (required).
+	Handler Handler
+	// Events is told about membership changes (optional, default none).
+	Events MemberEvents
+	// Logger receives memberlist's log and the gossip layer's own (optional,
+	// default slog.Default()).
+	Logger *slog.Logger
+	// Codec bounds frames (optional, default protocol.DefaultMaxFrameSize).
+	Codec protocol.Codec
+}
+
+// DefaultConfig returns a Config with every optional field at its default.
+// Name, BindAddr, Meta.Role and Handler remain to be set.
+func DefaultConfig() Config {
+	return Config{
+		GossipInterval:   DefaultGossipInterval,
+		PushPullInterval: DefaultPushPullInterval,
+		ProbeInterval:    DefaultProbeInterval,
+		RetransmitMult:   DefaultRetransmitMult,
+	}
+}
+
+// Validate reports every violation in c (joined), or nil. It has no side
+// effects: a bad value is refused, never replaced by a default.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("gossip: %s: %s", field, fmt.Sprintf(format, args...)))
+	}
+	if c.Name == "" {
+		bad("Name", "must not be empty")
+	}
+	checkAddr := func(field, v string) {
+		_, port, err := net.SplitHostPort(v)
+		if err != nil {
+			bad(field, "must be host:port, got %q", v)
+			return
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+			bad(field, "port must be a number in 0..65535, got %q", port)
+		}
+	}
+	if c.BindAddr == "" {
+		bad("BindAddr", "must not be empty")
+	} else {
+		checkAddr("BindAddr", c.BindAddr)
+	}
+	if c.AdvertiseAddr != "" {
+		checkAddr("AdvertiseAddr", c.AdvertiseAddr)
+	}
+	if c.Meta.Role == "" {
+		bad("Meta.Role", "must not be empty")
+	}
+	if _, err := c.Meta.Encode(); err != nil {
+		bad("Meta", "%v", err)
+	}
+	if c.Handler == nil {
+		bad("Handler", "must not be nil")
+	}
+	atLeast := func(field string, d time.Duration) {
+		if d < time.Millisecond {
+			bad(field, "must be at least 1ms, got %v", d)
+		}
+	}
+	atLeast("GossipInterval", c.GossipInterval)
+	atLeast("PushPullInterval", c.PushPullInterval)
+	atLeast("ProbeInterval", c.ProbeInterval)
+	if c.RetransmitMult < 1 {
+		bad("RetransmitMult", "must be at least 1, got %d", c.RetransmitMult)
+	}
+	return errors.Join(errs...)
+}
+
+// splitAddr splits a host:port Validate accepted.
+func splitAddr(addr string) (string, int) {
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	return host, p
+}

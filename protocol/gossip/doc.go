@@ -1,0 +1,28 @@
+// Package gossip is the gossip member both Fusebox daemons run: the
+// fusebox-agent in role "agent", the coordinator's fleet observer in role
+// "observer". It owns a hashicorp/memberlist and its delegates: the frame
+// codec of package protocol on every path, a TransmitLimitedQueue of frames
+// named (kind, dependency, node) so a newer update invalidates a queued older
+// one, direct best-effort sends, push-pull state, node metadata (NodeMeta:
+// role, zone, version, API addresses), membership events, keyring files
+// (LoadKeyringFile, ApplyKeyring) and memberlist's log turned into slog
+// records.
+//
+// What the member hears goes to a Handler; membership changes go to
+// MemberEvents. Each hook documents its concurrency contract. Malformed
+// frames are dropped and counted (Stats.Dropped by DropReasons), never a
+// panic.
+//
+//	cfg := gossip.DefaultConfig()
+//	cfg.Name, cfg.BindAddr = "coordinator-1", "0.0.0.0:7947"
+//	cfg.Meta = gossip.NodeMeta{Role: gossip.RoleObserver, Software: version}
+//	cfg.Handler = fleetView // implements gossip.Handler
+//	cfg.Events = fleetView  // implements gossip.MemberEvents (optional)
+//	cfg.Keyring = keyring   // gossip.LoadKeyringFile (optional)
+//	g, err := gossip.New(cfg) // Validate names every bad field
+//	if err != nil {
+//		return err
+//	}
+//	defer g.Close(time.Second) // Leave, then Shutdown
+//	_, err = g.Join(addrs)
+package gossip

@@ -1,0 +1,397 @@
+package gossip
+
+import (
+	"encoding/base64"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"go.uber.org/goleak"
+
+	"github.com/fusebox-dev/fusebox/protocol"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// recorder is a Handler that keeps what it hears and refuses what does not
+// convert to a valid row or record (as the agent's handler does).
+type recorder struct {
+	mu      sync.Mutex
+	rows    map[string]uint64 // node/dependency -> seq
+	records map[string]uint64 // dependency -> generation
+	state   *fuseboxv1.PushPullState
+}
+
+func newRecorder() *recorder {
+	return &recorder{rows: map[string]uint64{}, records: map[string]uint64{}}
+}
+
+func (r *recorder) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	refused := 0
+	for _, w := range b.GetRows() {
+		if convert.RowFromProto(w).Validate() != nil {
+			refused++
+			continue
+		}
+		r.rows[w.GetNode()+"/"+w.GetDependency()] = w.GetSeq()
+	}
+	for _, m := range b.GetRecords() {
+		rec, ok := convert.RecordFromProto(m)
+		if !ok || rec.Validate() != nil {
+			refused++
+			continue
+		}
+		r.records[m.GetDependency()] = max(r.records[m.GetDependency()], m.GetGeneration())
+	}
+	return nil, refused
+}
+
+func (r *recorder) ApplyState(s *fuseboxv1.PushPullState, join bool) (*fuseboxv1.GossipBatch, int) {
+	return r.ApplyBatch(&fuseboxv1.GossipBatch{Rows: s.GetRows(), Records: s.GetRecords()})
+}
+
+func (r *recorder) LocalState(bool) *fuseboxv1.PushPullState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state
+}
+
+func (r *recorder) seen() (rows, records int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.rows), len(r.records)
+}
+
+func testConfig(name string, role Role, h Handler) Config {
+	cfg := DefaultConfig()
+	cfg.Name = name
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.Meta = NodeMeta{Role: role, Zone: "z1", Software: "test"}
+	cfg.Handler = h
+	cfg.GossipInterval = 50 * time.Millisecond
+	cfg.ProbeInterval = 200 * time.Millisecond
+	cfg.PushPullInterval = time.Second
+	return cfg
+}
+
+func newMember(t *testing.T, cfg Config) *Gossip {
+	t.Helper()
+	g, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close(time.Second) })
+	return g
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := testConfig("n", RoleAgent, newRecorder()).Validate(); err != nil {
+		t.Fatalf("a good config refused: %v", err)
+	}
+	// Every violation is named at once; none is replaced by a default.
+	bad := Config{
+		BindAddr:       "nope",
+		AdvertiseAddr:  "10.0.0.1:http",
+		Meta:           NodeMeta{Zone: strings.Repeat("z", 600)},
+		GossipInterval: -time.Second,
+		RetransmitMult: 0,
+	}
+	err := bad.Validate()
+	if err == nil {
+		t.Fatal("a bad config accepted")
+	}
+	for _, want := range []string{"Name", `BindAddr: must be host:port, got "nope"`, "AdvertiseAddr: port",
+		"Meta.Role", "Meta: gossip: node metadata too large", "Handler", "GossipInterval: must be at least 1ms, got -1s",
+		"PushPullInterval", "ProbeInterval", "RetransmitMult: must be at least 1, got 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Validate error does not name %q:\n%v", want, err)
+		}
+	}
+	if _, nerr := New(bad); nerr == nil || nerr.Error() != err.Error() {
+		t.Errorf("New(bad) = %v, want the Validate error", nerr)
+	}
+	// DefaultConfig alone lacks exactly the required fields.
+	err = DefaultConfig().Validate()
+	for _, f := range []string{"Name", "BindAddr", "Meta.Role", "Handler"} {
+		if err == nil || !strings.Contains(err.Error(), f+":") {
+			t.Errorf("DefaultConfig().Validate() = %v, want %s named", err, f)
+		}
+	}
+	if err != nil && strings.Contains(err.Error(), "Interval") {
+		t.Errorf("DefaultConfig's timings refused: %v", err)
+	}
+}
+
+// Two agents and an observer: broadcasts and direct sends reach the others,
+// push-pull carries state to a late joiner, metadata and membership are
+// seen by all, and only agents count as agents.
+func TestMembersBroadcastAndPushPull(t *testing.T) {
+	ha, hb, ho := newRecorder(), newRecorder(), newRecorder()
+	ca := testConfig("a", RoleAgent, ha)
+	ca.Relay = true
+	a := newMember(t, ca)
+	b := newMember(t, testConfig("b", RoleAgent, hb))
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a and b see each other", func() bool {
+		return len(a.Members()) == 2 && len(b.Members()) == 2
+	})
+
+	row := convert.RowToProto(sharedstate.NodeWindow{Node: "a", Zone: "z1", Dependency: "dep", Seq: 3,
+		Counts: sharedstate.Counts{FirstAttempts: 1, Successes: 1}})
+	a.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
+	a.SendDirect([]*fuseboxv1.BreakerRecord{convert.RecordToProto(sharedstate.BreakerRecord{Dependency: "dep",
+		Zone: "z1", Generation: 1, State: sharedstate.Open, OpenCount: 1, Origin: "a"})})
+	sstest.Eventually(t, 5*time.Second, "b hears a's row and record", func() bool {
+		rows, recs := hb.seen()
+		return rows == 1 && recs == 1
+	})
+
+	// A late observer learns b's state by push-pull on join.
+	hb.mu.Lock()
+	hb.state = &fuseboxv1.PushPullState{Node: "b", Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(
+		sharedstate.BreakerRecord{Dependency: "other", Zone: "z1", Generation: 2, State: sharedstate.Open, OpenCount: 1, Origin: "b"})}}
+	hb.mu.Unlock()
+	obs := newMember(t, testConfig("obs", RoleObserver, ho))
+	if _, err := obs.Join([]string{b.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the observer has b's push-pull record", func() bool {
+		ho.mu.Lock()
+		defer ho.mu.Unlock()
+		return ho.records["other"] == 2
+	})
+	sstest.Eventually(t, 5*time.Second, "everyone sees three members", func() bool {
+		return len(a.Members()) == 3 && len(b.Members()) == 3 && len(obs.Members()) == 3
+	})
+	for _, g := range []*Gossip{a, b, obs} {
+		if n := g.NumAgents(); n != 2 {
+			t.Errorf("%s counts %d agents, want 2 (the observer is not one)", g.Name(), n)
+		}
+	}
+	for _, m := range a.Members() {
+		if m.Name == "obs" && (m.Meta.Role != RoleObserver || m.Meta.Software != "test" || m.State != "alive") {
+			t.Errorf("a sees the observer as %+v", m)
+		}
+	}
+	s := b.Stats()
+	if s.MsgsIn["message"] == 0 || s.MsgsOut["push_pull"] == 0 {
+		t.Errorf("b's stats miss traffic: %+v", s)
+	}
+
+	// SetMeta reaches the others.
+	if err := b.SetMeta(NodeMeta{Role: RoleAgent, Zone: "z2"}, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a sees b's new zone", func() bool {
+		for _, m := range a.Members() {
+			if m.Name == "b" {
+				return m.Meta.Zone == "z2"
+			}
+		}
+		return false
+	})
+	// A member that leaves is gone from the others' tables.
+	if err := obs.Close(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := obs.Close(time.Second); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a forgets the observer", func() bool { return len(a.Members()) == 2 })
+}
+
+func TestKeyringMismatchRefusesJoin(t *testing.T) {
+	k1, err := ParseKeyring([]byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := ParseKeyring([]byte(base64.StdEncoding.EncodeToString([]byte("fedcba9876543210"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := testConfig("a", RoleAgent, newRecorder())
+	ca.Keyring = k1
+	a := newMember(t, ca)
+	cb := testConfig("b", RoleAgent, newRecorder())
+	cb.Keyring = k2
+	b := newMember(t, cb)
+	if _, err := b.Join([]string{a.Addr()}); err == nil || !strings.Contains(err.Error(), "keyring") {
+		t.Fatalf("join with another key: %v, want an error with a keyring hint", err)
+	}
+}
+
+func TestApplyKeyring(t *testing.T) {
+	key := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	parse := func(lines ...string) *memberlist.Keyring {
+		kr, err := ParseKeyring([]byte(strings.Join(lines, "\n")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kr
+	}
+	old, next := key("0123456789abcdef"), key("fedcba9876543210")
+	kr := parse(old)
+	steps := []struct {
+		name    string
+		file    *memberlist.Keyring
+		changed bool
+	}{
+		{"same file", parse(old), false},
+		{"new key second", parse(old, next), true},
+		{"again", parse(old, next), false},
+		{"new key first", parse(next, old), true},
+		{"old key dropped", parse(next), true},
+	}
+	for _, s := range steps {
+		changed, err := ApplyKeyring(kr, s.file)
+		if err != nil || changed != s.changed {
+			t.Fatalf("%s: changed %v, err %v; want changed %v", s.name, changed, err, s.changed)
+		}
+		if string(kr.GetPrimaryKey()) != string(s.file.GetPrimaryKey()) || len(kr.GetKeys()) != len(s.file.GetKeys()) {
+			t.Fatalf("%s: keyring holds %d keys, primary %q", s.name, len(kr.GetKeys()), kr.GetPrimaryKey())
+		}
+	}
+}
+
+func droppedTotal(g *Gossip) uint64 {
+	var n uint64
+	for _, v := range g.Stats().Dropped {
+		n += v
+	}
+	return n
+}
+
+// Fuzzed payloads into the receive paths (NotifyMsg and MergeRemoteState)
+// never panic; whatever does not decode, or decodes to the wrong frame
+// type, or carries items the handler refuses, is counted as dropped. The
+// seeds run in every normal test run; `go test -fuzz FuzzReceive`
+// explores further.
+func FuzzReceive(f *testing.F) {
+	var codec protocol.Codec
+	batch, _ := codec.EncodeBatch(&fuseboxv1.GossipBatch{
+		Rows: []*fuseboxv1.NodeWindow{convert.RowToProto(sharedstate.NodeWindow{Node: "peer", Zone: "z1",
+			Dependency: "dep", Seq: 7, Generation: 2, Counts: sharedstate.Counts{FirstAttempts: 3, Failures: 3}})},
+		Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(sharedstate.BreakerRecord{Dependency: "dep", Zone: "z1",
+			Generation: 3, State: sharedstate.Open, OpenCount: 1, Origin: "peer"})},
+	})
+	pushPull, _ := codec.EncodePushPull(&fuseboxv1.PushPullState{Node: "peer",
+		Records: []*fuseboxv1.BreakerRecord{{Dependency: "x", Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "peer"}}})
+	invalid, _ := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{{Node: "", Dependency: "bad name"}},
+		Records: []*fuseboxv1.BreakerRecord{{Dependency: "y", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}}})
+	for _, seed := range [][]byte{batch, pushPull, invalid, nil, {1}, {2, 1}, {1, 9, 0}, {1, 1, 0xff, 0xff}, batch[:len(batch)-1]} {
+		f.Add(seed)
+	}
+	g, err := New(testConfig("fuzz", RoleAgent, newRecorder()))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { g.Close(0) })
+	d := (*delegate)(g)
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, decErr := codec.Decode(data)
+		before := droppedTotal(g)
+		in := append([]byte(nil), data...)
+		d.NotifyMsg(in)
+		clear(in) // memberlist reuses its buffers: nothing may be kept
+		afterMsg := droppedTotal(g)
+		if decErr != nil && afterMsg == before {
+			t.Fatalf("NotifyMsg: undecodable frame (%v) not counted as dropped", decErr)
+		}
+		d.MergeRemoteState(append([]byte(nil), data...), false)
+		if decErr != nil && len(data) > 0 && droppedTotal(g) == afterMsg {
+			t.Fatalf("MergeRemoteState: undecodable state (%v) not counted as dropped", decErr)
+		}
+	})
+}
+
+func TestParseKeyring(t *testing.T) {
+	good := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))
+	tests := []struct {
+		name, data, wantErr string
+		keys                int
+	}{
+		{name: "one key", data: good + "\n", keys: 1},
+		{name: "comments and blanks", data: "# c\n\n" + good + "\n  \n" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef01234567")), keys: 2},
+		{name: "empty", data: "# nothing\n", wantErr: "no keys"},
+		{name: "not base64", data: "!!!", wantErr: "line 1: not base64"},
+		{name: "bad length", data: base64.StdEncoding.EncodeToString([]byte("short")), wantErr: "line 1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			kr, err := ParseKeyring([]byte(tt.data))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(kr.GetKeys()); n != tt.keys {
+				t.Fatalf("%d keys, want %d", n, tt.keys)
+			}
+		})
+	}
+}
+
+func TestNodeMetaRoundTrip(t *testing.T) {
+	m := NodeMeta{Role: RoleObserver, Zone: "eu-1a", Software: "9.9.9", GRPCAddr: "127.0.0.1:7950", HTTPAddr: "127.0.0.1:7951"}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeNodeMeta(b)
+	m.Version = MetaVersion
+	if err != nil || got != m {
+		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
+	}
+	if got.IsAgent() {
+		t.Error("an observer counts as an agent")
+	}
+	// Newer encoders may add fields.
+	got, err = DecodeNodeMeta([]byte(`{"v":2,"role":"agent","zone":"z","future":true}`))
+	if err != nil || !got.IsAgent() || got.Zone != "z" {
+		t.Fatalf("forward compatible decode: %+v, %v", got, err)
+	}
+	for _, bad := range []string{`{"role":"agent"}`, `not json`} {
+		if _, err := DecodeNodeMeta([]byte(bad)); err == nil {
+			t.Errorf("DecodeNodeMeta(%q) accepted", bad)
+		}
+	}
+	if _, err := (NodeMeta{Role: RoleAgent, Zone: strings.Repeat("z", 600)}).Encode(); err == nil {
+		t.Error("oversized metadata encoded")
+	}
+}
+
+
+// Items the handler refuses count as dropped with reason invalid_item; a
+// frame of the wrong type on a path as unexpected_type.
+func TestRefusedItemsCounted(t *testing.T) {
+	var codec protocol.Codec
+	invalid, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{{Node: "", Dependency: "bad name"}},
+		Records: []*fuseboxv1.BreakerRecord{{Dependency: "y", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newMember(t, testConfig("n", RoleAgent, newRecorder()))
+	(*delegate)(g).NotifyMsg(invalid)
+	(*delegate)(g).MergeRemoteState(invalid, false)
+	d := g.Stats().Dropped
+	if d["invalid_item"] != 2 || d["unexpected_type"] != 1 {
+		t.Fatalf("dropped = %v, want 2 invalid_item and 1 unexpected_type", d)
+	}
+}

@@ -1,0 +1,34 @@
+// Package sstest holds the test helpers that every test tree of Fusebox
+// shares (agent, coordinator, clientlib, protocol, sharedstate/store, cmd).
+// Only _test.go files import it: `make verify` fails when a binary links it
+// (or package testing at all).
+//
+//	sstest.Eventually(t, 2*time.Second, "agent b sees agent a", func() bool {
+//		return len(b.Gossip().Members()) == 2
+//	})
+package sstest
+
+import (
+	"testing"
+	"time"
+)
+
+// PollInterval is how often Eventually evaluates its condition.
+const PollInterval = 5 * time.Millisecond
+
+// Eventually polls cond every PollInterval until it holds, and fails the
+// test (t.Fatalf, naming what) when it still does not hold after timeout.
+// It waits for a state; it asserts no timing, so give it a generous
+// timeout. Call it from the test's goroutine only (it may call t.Fatalf).
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(PollInterval)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
