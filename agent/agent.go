@@ -15,7 +15,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -48,13 +48,13 @@ type options struct {
 	logger        *slog.Logger
 	registerer    prometheus.Registerer
 	defaultPolicy *sharedstate.Policy
-	etcdClient    *clientv3.Client
+	etcdClient    *store.Client
 }
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
 func WithClock(c sharedstate.Clock) Option { return func(o *options) { o.clock = c } }
 
-// WithLogger sets the logger (default: NewLogger(cfg, os.Stderr)).
+// WithLogger sets the logger (default: logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithRegisterer also registers the agent's collectors on r (for example a
@@ -70,7 +70,7 @@ func WithDefaultPolicy(p sharedstate.Policy) Option {
 
 // WithEtcdClient makes the agent use c instead of dialing Config.Etcd; the
 // agent does not close it.
-func WithEtcdClient(c *clientv3.Client) Option { return func(o *options) { o.etcdClient = c } }
+func WithEtcdClient(c *store.Client) Option { return func(o *options) { o.etcdClient = c } }
 
 // Agent is one running fusebox-agent. Build it with New, run it with
 // Start, stop it with Close.
@@ -94,7 +94,7 @@ type Agent struct {
 	httpSrv *http.Server
 	httpLn  net.Listener
 
-	etcd     *clientv3.Client
+	etcd     *store.Client
 	ownEtcd  bool
 	etcdOnce sync.Once
 	store    *store.Store
@@ -134,7 +134,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.lg = a.opts.logger
 	if a.lg == nil {
-		a.lg = NewLogger(cfg, os.Stderr)
+		a.lg = logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	}
 	a.lg = a.lg.With("node", cfg.Name)
 	a.clock = a.opts.clock

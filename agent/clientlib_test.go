@@ -28,7 +28,7 @@ import (
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // fleetPolicy is the fleet default of these tests: a 2 s window, 10
@@ -135,8 +135,8 @@ type world struct {
 
 func newWorld(t *testing.T, n int) *world {
 	t.Helper()
-	srv := embedded.StartForTest(t)
-	st, err := store.New(store.Config{Client: embedded.ClientForTest(t, srv)})
+	srv := embeddedtest.Start(t)
+	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
 	if err != nil {
 		t.Fatal(err)
 	}

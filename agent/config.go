@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/logging"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // Default ports and paths (DESIGN.md "Names").
@@ -191,30 +193,17 @@ func (c Config) Validate() error {
 	if len(c.Socket) > 104 {
 		bad("socket", "path too long for a unix socket (%d bytes, at most 104)", len(c.Socket))
 	}
-	for _, e := range c.Etcd {
-		if strings.TrimSpace(e) == "" {
-			bad("etcd", "empty endpoint")
-		}
+	for _, v := range c.etcdOptions().Violations() {
+		errs = append(errs, errors.New("agent config: "+v))
 	}
-	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		bad("etcd-cert", "etcd-cert and etcd-key go together, got cert %q key %q", c.EtcdCert, c.EtcdKey)
-	}
-	if c.EtcdPassword != "" && c.EtcdUsername == "" {
-		bad("etcd-password", "needs etcd-user")
-	}
-	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
-		bad("etcd-prefix", "must start and end with '/', got %q", c.EtcdPrefix)
+	if v := store.CheckPrefix(c.EtcdPrefix); v != "" {
+		bad("etcd-prefix", "%s", v)
 	}
 	if c.MaxDependencies <= 0 {
 		bad("max-dependencies", "must be > 0, got %d", c.MaxDependencies)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log-level", `must be debug, info, warn or error, got %q`, c.LogLevel)
+	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
+		errs = append(errs, errors.New("agent config: "+v))
 	}
 	positive := func(field string, d, min time.Duration) {
 		if d < min {
@@ -232,4 +221,13 @@ func (c Config) Validate() error {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}
 	return errors.Join(errs...)
+}
+
+// etcdOptions are the etcd client settings of c.
+func (c Config) etcdOptions() store.ClientOptions {
+	return store.ClientOptions{
+		Endpoints: c.Etcd,
+		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
+		Username: c.EtcdUsername, Password: c.EtcdPassword,
+	}
 }

@@ -8,9 +8,6 @@ import (
 	"sync"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -18,19 +15,10 @@ import (
 
 // newEtcdClient dials Config.Etcd with its TLS and user/password settings.
 // The client connects lazily: an unreachable etcd is not an error here.
-func newEtcdClient(cfg Config, lg *slog.Logger) (*clientv3.Client, error) {
-	cc, err := store.NewClientConfig(store.ClientOptions{
-		Endpoints: cfg.Etcd,
-		CAFile:    cfg.EtcdCA, CertFile: cfg.EtcdCert, KeyFile: cfg.EtcdKey,
-		Username: cfg.EtcdUsername, Password: cfg.EtcdPassword,
-	})
+func newEtcdClient(cfg Config, lg *slog.Logger) (*store.Client, error) {
+	cli, err := store.Dial(context.Background(), cfg.etcdOptions())
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
-	}
-	cc.Logger = zap.NewNop()
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("agent: etcd client: %w", err)
 	}
 	lg.Debug("etcd client created", "endpoints", cfg.Etcd)
 	return cli, nil

@@ -12,7 +12,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // A live agent cut off from etcd (etcd itself stays up) keeps enforcing its
@@ -20,13 +20,13 @@ import (
 // then compacted away, reach it once the connection is back: its watch finds
 // its revision compacted and lists again. The agent stays ready throughout.
 func TestEtcdPartitionOfALiveAgent(t *testing.T) {
-	srv := embedded.StartForTest(t)
-	cli := embedded.ClientForTest(t, srv)
+	srv := embeddedtest.Start(t)
+	cli := embeddedtest.Client(t, srv)
 	st, err := store.New(store.Config{Client: cli})
 	if err != nil {
 		t.Fatal(err)
 	}
-	px := embedded.NewProxy(t, srv.Endpoints()[0])
+	px := embeddedtest.NewProxy(t, srv.Endpoints()[0])
 	ctx := ctxT(t, 60*time.Second)
 	const dep = "inventory"
 	if _, err := st.PutPolicy(ctx, dep, []byte(`{"retry":{"maxAttempts":5}}`), admin); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) {
@@ -165,7 +166,7 @@ func newFleetWith(t testing.TB, n int, withEtcd bool, change func(*Config)) *fle
 	t.Helper()
 	f := &fleet{t: t, change: change}
 	if withEtcd {
-		f.etcd = embedded.StartForTest(t)
+		f.etcd = embeddedtest.Start(t)
 		cli, err := f.etcd.NewClient()
 		if err != nil {
 			t.Fatal(err)

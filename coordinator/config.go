@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"net"
 	"net/url"
-	"strings"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/sharedstate/logging"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // Default addresses (DESIGN.md "Names").
@@ -114,11 +115,6 @@ func (c Config) Validate() error {
 			bad("embedded-etcd-url", "must be http://IP:PORT, got %q", c.EmbeddedEtcdURL)
 		}
 	}
-	for _, e := range c.Etcd {
-		if u, err := url.Parse(e); err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-			bad("etcd", "must be http(s)://host:port, got %q", e)
-		}
-	}
 	checkAddr := func(field, v string, optional bool) {
 		if v == "" && optional {
 			return
@@ -149,31 +145,32 @@ func (c Config) Validate() error {
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		bad("tls-client-ca", "needs tls-cert and tls-key")
 	}
-	if (c.EtcdCert == "") != (c.EtcdKey == "") {
-		bad("etcd-cert", "etcd-cert and etcd-key go together, got cert %q key %q", c.EtcdCert, c.EtcdKey)
-	}
-	if c.EtcdPassword != "" && c.EtcdUsername == "" {
-		bad("etcd-password", "needs etcd-user")
+	for _, v := range c.etcdOptions().Violations() {
+		errs = append(errs, errors.New("coordinator config: "+v))
 	}
 	if len(c.Etcd) == 0 && (c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdUsername != "" || c.EtcdPassword != "") {
 		bad("etcd", "etcd-ca, etcd-cert and etcd-user need --etcd (the embedded etcd uses none of them)")
 	}
-	if !strings.HasPrefix(c.EtcdPrefix, "/") || !strings.HasSuffix(c.EtcdPrefix, "/") {
-		bad("etcd-prefix", "must start and end with '/', got %q", c.EtcdPrefix)
+	if v := store.CheckPrefix(c.EtcdPrefix); v != "" {
+		bad("etcd-prefix", "%s", v)
 	}
 	if c.MaxDependencies <= 0 {
 		bad("max-dependencies", "must be > 0, got %d", c.MaxDependencies)
 	}
-	if c.LogFormat != "text" && c.LogFormat != "json" {
-		bad("log-format", `must be "text" or "json", got %q`, c.LogFormat)
-	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log-level", `must be debug, info, warn or error, got %q`, c.LogLevel)
+	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
+		errs = append(errs, errors.New("coordinator config: "+v))
 	}
 	if c.ShutdownTimeout < 0 {
 		bad("shutdown-timeout", "must not be negative, got %v", c.ShutdownTimeout)
 	}
 	return errors.Join(errs...)
+}
+
+// etcdOptions are the settings of the client of an external etcd.
+func (c Config) etcdOptions() store.ClientOptions {
+	return store.ClientOptions{
+		Endpoints: c.Etcd,
+		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
+		Username: c.EtcdUsername, Password: c.EtcdPassword,
+	}
 }

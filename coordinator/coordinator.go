@@ -3,24 +3,19 @@ package coordinator
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
@@ -28,6 +23,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
@@ -49,7 +45,7 @@ type Coordinator struct {
 	cache   *cache
 
 	etcdSrv *embedded.Server // nil with an external etcd
-	cli     *clientv3.Client
+	cli     *store.Client
 	store   *store.Store
 	reg8n   *store.Registration
 
@@ -86,7 +82,7 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 		opt(&o)
 	}
 	if o.logger == nil {
-		o.logger = NewLogger(cfg, os.Stderr)
+		o.logger = logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	}
 	if o.registry == nil {
 		o.registry = prometheus.NewRegistry()
@@ -109,25 +105,6 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 		stop: make(chan struct{}), stopping: make(chan struct{}),
 	}
 	return c, nil
-}
-
-// NewLogger returns the slog logger cfg asks for (LogFormat, LogLevel),
-// writing to w.
-func NewLogger(cfg Config, w io.Writer) *slog.Logger {
-	var lvl slog.Level
-	switch cfg.LogLevel {
-	case "debug":
-		lvl = slog.LevelDebug
-	case "warn":
-		lvl = slog.LevelWarn
-	case "error":
-		lvl = slog.LevelError
-	}
-	ho := &slog.HandlerOptions{Level: lvl}
-	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(w, ho))
-	}
-	return slog.New(slog.NewTextHandler(w, ho))
 }
 
 // Start starts etcd (embedded, or a client of the external one), the etcd
@@ -223,220 +200,6 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	c.log.Info("coordinator serving", "grpc_addr", c.GRPCAddr(), "http_addr", c.HTTPAddr(),
 		"gossip_addr", c.GossipAddr(), "etcd", strings.Join(c.endpoint, ","), "tls", c.tlsConf != nil)
 	return nil
-}
-
-// startEtcd starts the embedded etcd (or connects to the external one) and
-// builds the store.
-func (c *Coordinator) startEtcd(ctx context.Context) error {
-	var cc clientv3.Config
-	if len(c.cfg.Etcd) == 0 {
-		ec := embedded.DefaultConfig()
-		ec.Dir = filepath.Join(c.cfg.DataDir, "etcd")
-		ec.ClientURL = c.cfg.EmbeddedEtcdURL
-		for _, f := range c.opts.embedded {
-			f(&ec)
-		}
-		if ec.Logger == nil {
-			lg, err := etcdLogger(ec.LogLevel, &c.closing)
-			if err != nil {
-				return err
-			}
-			ec.Logger = lg
-		}
-		srv, err := embedded.Start(ctx, ec)
-		if err != nil {
-			return fmt.Errorf("coordinator: embedded etcd: %w", err)
-		}
-		c.etcdSrv = srv
-		cc = srv.ClientConfig()
-		c.endpoint = srv.Endpoints()
-		c.log.Info("embedded etcd ready: start agents with --etcd "+strings.Join(c.endpoint, ","),
-			"etcd", strings.Join(c.endpoint, ","), "data_dir", ec.Dir)
-	} else {
-		var err error
-		cc, err = store.NewClientConfig(store.ClientOptions{
-			Endpoints: c.cfg.Etcd,
-			CAFile:    c.cfg.EtcdCA, CertFile: c.cfg.EtcdCert, KeyFile: c.cfg.EtcdKey,
-			Username: c.cfg.EtcdUsername, Password: c.cfg.EtcdPassword,
-		})
-		if err != nil {
-			return fmt.Errorf("coordinator: %w", err)
-		}
-		c.endpoint = append([]string(nil), c.cfg.Etcd...)
-		lg, err := etcdLogger("error", &c.closing)
-		if err != nil {
-			return err
-		}
-		cc.Logger = lg
-	}
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < cc.DialTimeout {
-		cc.DialTimeout = max(time.Until(dl), 100*time.Millisecond)
-	}
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return fmt.Errorf("coordinator: etcd client: %w", err)
-	}
-	c.cli = cli
-	st, err := store.New(store.Config{Client: cli, Prefix: c.cfg.EtcdPrefix, Clock: c.clock})
-	if err != nil {
-		return err
-	}
-	c.store = st
-	return nil
-}
-
-// serverTLS loads the TLS configuration of the Admin API and HTTP (nil
-// without --tls-cert).
-func (c *Coordinator) serverTLS() (*tls.Config, error) {
-	if c.cfg.TLSCert == "" {
-		return nil, nil
-	}
-	cert, err := tls.LoadX509KeyPair(c.cfg.TLSCert, c.cfg.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: tls-cert/tls-key: %w", err)
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
-	if c.cfg.TLSClientCA != "" {
-		pem, err := os.ReadFile(c.cfg.TLSClientCA)
-		if err != nil {
-			return nil, fmt.Errorf("coordinator: tls-client-ca: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("coordinator: tls-client-ca %s: no PEM certificates", c.cfg.TLSClientCA)
-		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return tc, nil
-}
-
-// startGossip starts the fleet observer's gossip member and registers the
-// coordinator in etcd (role observer), so agents and operators can find it.
-func (c *Coordinator) startGossip() error {
-	kr, err := c.keyring()
-	if err != nil {
-		return err
-	}
-	gc := gossip.DefaultConfig()
-	gc.BindAddr = c.cfg.GossipAddr
-	gc.AdvertiseAddr = c.cfg.GossipAdvertiseAddr
-	gc.Keyring = kr
-	gc.Logger = c.log
-	for _, f := range c.opts.gossip {
-		f(&gc)
-	}
-	gc.Name = c.cfg.Name
-	gc.Meta = gossip.NodeMeta{Role: gossip.RoleObserver, Software: version(), GRPCAddr: c.GRPCAddr(), HTTPAddr: c.HTTPAddr()}
-	gc.Handler = c.view
-	gc.Events = c.view
-	gc.Relay = false
-	g, err := gossip.New(gc)
-	if err != nil {
-		return fmt.Errorf("coordinator: fleet observer: %w", err)
-	}
-	c.gossipMu.Lock()
-	c.gossip = g
-	c.gossipMu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	reg, err := c.store.Register(ctx, store.Member{Node: c.cfg.Name, Role: string(gossip.RoleObserver),
-		Version: version(), GossipAddr: g.Addr(), APIAddr: c.GRPCAddr()})
-	if err != nil {
-		// Not fatal: the observer works without it, agents just cannot
-		// find the coordinator through etcd.
-		c.log.Warn("could not register in etcd", "err", err)
-	} else {
-		c.reg8n = reg
-	}
-	return nil
-}
-
-func (c *Coordinator) keyring() (*memberlist.Keyring, error) {
-	if c.cfg.KeyringFile == "" {
-		return nil, nil
-	}
-	kr, err := gossip.LoadKeyringFile(c.cfg.KeyringFile)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator: %w", err)
-	}
-	return kr, nil
-}
-
-func (c *Coordinator) gossipNode() *gossip.Gossip {
-	c.gossipMu.Lock()
-	defer c.gossipMu.Unlock()
-	return c.gossip
-}
-
-// joinLoop joins --join, or the agents registered in etcd, and keeps
-// trying while the observer sees no agent (agents started later, or all
-// restarted). It asks the fleet view, whose members come from memberlist's
-// event callbacks, and not Gossip.Members: memberlist's Members returns
-// pointers into nodes that its packet handler rewrites without a lock the
-// caller can take (hashicorp/memberlist#306), a data race under -race.
-func (c *Coordinator) joinLoop() {
-	backoff := 500 * time.Millisecond
-	timer := time.NewTimer(0)
-	defer timer.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-timer.C:
-		}
-		g := c.gossipNode()
-		if c.view.AliveAgents() == 0 {
-			if addrs := c.joinAddrs(); len(addrs) > 0 {
-				if n, err := g.Join(addrs); err != nil && n == 0 {
-					c.log.Debug("fleet observer could not join yet", "addrs", addrs, "err", err)
-				} else {
-					c.log.Info("fleet observer joined the gossip", "contacted", n)
-					backoff = 500 * time.Millisecond
-				}
-			}
-			backoff = min(2*backoff, 30*time.Second)
-		} else {
-			backoff = 10 * time.Second
-		}
-		timer.Reset(backoff)
-	}
-}
-
-// joinAddrs is --join, else the gossip addresses of the agents registered
-// in etcd.
-func (c *Coordinator) joinAddrs() []string {
-	if len(c.cfg.Join) > 0 {
-		return c.cfg.Join
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	members, _, err := c.store.ListMembers(ctx)
-	if err != nil && len(members) == 0 {
-		return nil
-	}
-	var addrs []string
-	self := c.GossipAddr()
-	for _, m := range members {
-		if m.GossipAddr != "" && m.GossipAddr != self && m.Node != c.cfg.Name {
-			addrs = append(addrs, m.GossipAddr)
-		}
-	}
-	return addrs
-}
-
-// tickLoop runs the fleet view's periodic work.
-func (c *Coordinator) tickLoop() {
-	t := time.NewTicker(c.opts.tickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.stop:
-			return
-		case <-t.C:
-			c.view.Tick(c.clock.Now(), c.cache)
-		}
-	}
 }
 
 // goBackground runs fn on a goroutine Close waits for. A non-nil error of

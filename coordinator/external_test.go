@@ -6,14 +6,14 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // TestExternalEtcdWithPassword runs the coordinator against an etcd it did
 // not start, with authentication on.
 func TestExternalEtcdWithPassword(t *testing.T) {
-	srv := embedded.StartForTest(t)
-	cli := embedded.ClientForTest(t, srv)
+	srv := embeddedtest.Start(t)
+	cli := embeddedtest.Client(t, srv)
 	ctx := ctxFor(t, 20*time.Second)
 	if _, err := cli.RoleAdd(ctx, "root"); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := agent.Run(ctx, cfg, agent.WithLogger(agent.NewLogger(cfg, stderr))); err != nil {
+	if err := agent.Run(ctx, cfg, agent.WithLogger(logging.New(cfg.LogFormat, cfg.LogLevel, stderr))); err != nil {
 		fmt.Fprintln(stderr, "fusebox-agent:", err)
 		return 1
 	}

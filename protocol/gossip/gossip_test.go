@@ -377,7 +377,6 @@ func TestNodeMetaRoundTrip(t *testing.T) {
 	}
 }
 
-
 // Items the handler refuses count as dropped with reason invalid_item; a
 // frame of the wrong type on a path as unexpected_type.
 func TestRefusedItemsCounted(t *testing.T) {

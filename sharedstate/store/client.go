@@ -1,27 +1,100 @@
 package store
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 )
 
+// Client is an etcd client. The daemons hold and pass a *store.Client, so
+// that only this package (and embedded) imports etcd's client packages.
+type Client = clientv3.Client
+
 // ClientOptions say how to reach an external etcd. The agent and the
-// coordinator build their clients from them, so both speak to etcd alike.
+// coordinator build their clients from them with Dial, and check their
+// flags with Violations, so both speak to etcd alike and refuse the same
+// settings with the same words.
 type ClientOptions struct {
-	// Endpoints are etcd client URLs (required).
+	// Endpoints are etcd client URLs, http(s)://host:port, or host:port
+	// (required).
 	Endpoints []string
 	// CAFile verifies etcd's certificate; CertFile and KeyFile are the
-	// client's (optional, go together).
+	// client's (optional, CertFile and KeyFile go together).
 	CAFile, CertFile, KeyFile string
-	// Username and Password authenticate to etcd (optional).
+	// Username and Password authenticate to etcd (optional; Password needs
+	// Username).
 	Username, Password string
 	// DialTimeout bounds the first connection (optional, default 5s).
 	DialTimeout time.Duration
+	// Logger is the etcd client's own log (optional, default none).
+	Logger *zap.Logger
+}
+
+// Violations lists every problem of o, each as "<flag>: <what is wrong>",
+// named by the daemons' flags (etcd, etcd-cert, etcd-password). An empty
+// Endpoints list is not one (a daemon may run without etcd); Validate
+// refuses it. It reads no file: a missing CA or key file is Dial's error.
+func (o ClientOptions) Violations() []string {
+	var out []string
+	bad := func(flag, format string, args ...any) {
+		out = append(out, flag+": "+fmt.Sprintf(format, args...))
+	}
+	for _, e := range o.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			bad("etcd", "empty endpoint")
+		} else if !validEndpoint(e) {
+			bad("etcd", "must be http(s)://host:port or host:port, got %q", e)
+		}
+	}
+	if (o.CertFile == "") != (o.KeyFile == "") {
+		bad("etcd-cert", "etcd-cert and etcd-key go together, got cert %q key %q", o.CertFile, o.KeyFile)
+	}
+	if o.Password != "" && o.Username == "" {
+		bad("etcd-password", "needs etcd-user")
+	}
+	return out
+}
+
+func validEndpoint(e string) bool {
+	if strings.Contains(e, "://") {
+		u, err := url.Parse(e)
+		return err == nil && u.Host != "" && (u.Scheme == "http" || u.Scheme == "https")
+	}
+	_, _, err := net.SplitHostPort(e)
+	return err == nil
+}
+
+// Validate returns every violation of o (Violations) as one error, nil when
+// there is none.
+func (o ClientOptions) Validate() error {
+	var errs []error
+	if len(o.Endpoints) == 0 {
+		errs = append(errs, errors.New("store: client: etcd: no etcd endpoints"))
+	}
+	for _, v := range o.Violations() {
+		errs = append(errs, errors.New("store: client: "+v))
+	}
+	return errors.Join(errs...)
+}
+
+// CheckPrefix says what is wrong with an etcd key prefix given as a flag
+// (etcd-prefix): it must start and end with '/'. It returns "" when the
+// prefix is good.
+func CheckPrefix(prefix string) string {
+	if !strings.HasPrefix(prefix, "/") || !strings.HasSuffix(prefix, "/") {
+		return fmt.Sprintf("must start and end with '/', got %q", prefix)
+	}
+	return ""
 }
 
 // MaxReconnectDelay caps the etcd client's reconnect backoff. gRPC's default
@@ -29,19 +102,21 @@ type ClientOptions struct {
 // long to see etcd again; watchers re-list once reconnected.
 const MaxReconnectDelay = 5 * time.Second
 
-// NewClientConfig returns the clientv3.Config for o: TLS when any of the
-// files is set, user/password, keep-alives, and a reconnect backoff from
-// 100ms up to MaxReconnectDelay. The caller sets Logger.
+// NewClientConfig returns the clientv3.Config for o (Validate first): TLS
+// when any of the files is set, user/password, keep-alives, and a reconnect
+// backoff from 100ms up to MaxReconnectDelay. Dial uses it; most callers
+// want Dial.
 func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
-	if len(o.Endpoints) == 0 {
-		return clientv3.Config{}, fmt.Errorf("store: client: no etcd endpoints")
-	}
-	if (o.CertFile == "") != (o.KeyFile == "") {
-		return clientv3.Config{}, fmt.Errorf("store: client: cert file %q and key file %q go together", o.CertFile, o.KeyFile)
+	if err := o.Validate(); err != nil {
+		return clientv3.Config{}, err
 	}
 	dial := o.DialTimeout
 	if dial <= 0 {
 		dial = 5 * time.Second
+	}
+	lg := o.Logger
+	if lg == nil {
+		lg = zap.NewNop()
 	}
 	cc := clientv3.Config{
 		Endpoints:            append([]string(nil), o.Endpoints...),
@@ -50,6 +125,7 @@ func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 		Username:             o.Username,
 		Password:             o.Password,
+		Logger:               lg,
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: MaxReconnectDelay},
 			MinConnectTimeout: dial,
@@ -64,4 +140,29 @@ func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
 		cc.TLS = tc
 	}
 	return cc, nil
+}
+
+// Dial returns a client of the etcd that o names: the one etcd client
+// constructor of the agent and the coordinator. ctx bounds the dial only
+// (a deadline shorter than DialTimeout shortens it); the client lives until
+// its Close.
+func Dial(ctx context.Context, o ClientOptions) (*Client, error) {
+	cc, err := NewClientConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	return DialConfig(ctx, cc)
+}
+
+// DialConfig returns a client for a ready-made configuration (the embedded
+// etcd's, embedded.Server.ClientConfig), with Dial's ctx rule.
+func DialConfig(ctx context.Context, cc clientv3.Config) (*Client, error) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < cc.DialTimeout {
+		cc.DialTimeout = max(time.Until(dl), 100*time.Millisecond)
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("store: etcd client: %w", err)
+	}
+	return cli, nil
 }

@@ -70,6 +70,6 @@
 //
 // Tests start etcd with package embedded:
 //
-//	srv := embedded.StartForTest(t)
-//	st, _ := store.New(store.Config{Client: embedded.ClientForTest(t, srv)})
+//	srv := embeddedtest.Start(t)
+//	st, _ := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
 package store

@@ -14,6 +14,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) {
@@ -32,8 +33,8 @@ type env struct {
 // newEnv starts etcd and returns a store on it, all closed in t.Cleanup.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	srv := embedded.StartForTest(t)
-	cli := embedded.ClientForTest(t, srv)
+	srv := embeddedtest.Start(t)
+	cli := embeddedtest.Client(t, srv)
 	st, err := store.New(store.Config{Client: cli})
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func (r *recorder) hasEvent(kind store.EventKind, name string) bool {
 func (r *recorder) lastSync() store.State { return r.syncs[len(r.syncs)-1] }
 
 // clientVia returns a client of srv that connects through p.
-func clientVia(t *testing.T, srv *embedded.Server, p *embedded.Proxy) *clientv3.Client {
+func clientVia(t *testing.T, srv *embedded.Server, p *embeddedtest.Proxy) *clientv3.Client {
 	t.Helper()
 	cfg := srv.ClientConfig()
 	cfg.Endpoints = []string{p.Endpoint()}

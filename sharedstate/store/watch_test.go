@@ -10,7 +10,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // fastBackoff keeps retries quick in tests.
@@ -196,7 +196,7 @@ func TestWatchRelistsAfterCompaction(t *testing.T) {
 func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	p := embedded.NewProxy(t, e.srv.Endpoints()[0])
+	p := embeddedtest.NewProxy(t, e.srv.Endpoints()[0])
 	st, err := store.New(store.Config{Client: clientVia(t, e.srv, p)})
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestWatchCatchesUpAfterDisconnectAndCompaction(t *testing.T) {
 func TestWatchSurvivesEtcdStopAndRestart(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
-	p := embedded.NewProxy(t, e.srv.Endpoints()[0])
+	p := embeddedtest.NewProxy(t, e.srv.Endpoints()[0])
 	viaProxy, err := store.New(store.Config{Client: clientVia(t, e.srv, p)})
 	if err != nil {
 		t.Fatal(err)

@@ -13,14 +13,15 @@
 // Endpoints, never Client.MemberList or Config.AutoSyncInterval, to find a
 // port-0 server.
 //
-// In a test:
+// In a test, with the helpers of package embeddedtest (a package of its
+// own, so that no binary links package testing):
 //
-//	srv := embedded.StartForTest(t)        // t.TempDir(), closed in t.Cleanup
-//	cli := embedded.ClientForTest(t, srv)  // closed in t.Cleanup, before srv
-//	srv.Stop()                             // etcd down, data kept
-//	err := srv.Restart(ctx)                // back on the same URL
-//	px := embedded.NewProxy(t, srv.Endpoints()[0])
-//	px.SetCut(true)                        // partition one client (via px.Endpoint()), etcd stays up
+//	srv := embeddedtest.Start(t)       // t.TempDir(), closed in t.Cleanup
+//	cli := embeddedtest.Client(t, srv) // closed in t.Cleanup, before srv
+//	srv.Stop()                         // etcd down, data kept
+//	err := srv.Restart(ctx)            // back on the same URL
+//	px := embeddedtest.NewProxy(t, srv.Endpoints()[0])
+//	px.SetCut(true) // partition one client (via px.Endpoint()), etcd stays up
 //
 // In a program:
 //

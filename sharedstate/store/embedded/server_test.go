@@ -1,4 +1,4 @@
-package embedded
+package embedded_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 	"go.uber.org/goleak"
 )
 
@@ -26,15 +28,15 @@ func ctxForTest(t *testing.T) context.Context {
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  embedded.Config
 		want []string // substrings of the error; none = valid
 	}{
-		{name: "zero with dir", cfg: Config{Dir: "/tmp/x"}},
-		{name: "test config", cfg: TestConfig("/tmp/x")},
-		{name: "unix client", cfg: Config{Dir: "/tmp/x", ClientURL: "unix:///tmp/x/etcd.sock"}},
+		{name: "zero with dir", cfg: embedded.Config{Dir: "/tmp/x"}},
+		{name: "test config", cfg: embedded.TestConfig("/tmp/x")},
+		{name: "unix client", cfg: embedded.Config{Dir: "/tmp/x", ClientURL: "unix:///tmp/x/etcd.sock"}},
 		{
 			name: "everything wrong",
-			cfg: Config{
+			cfg: embedded.Config{
 				ClientURL:    "https://127.0.0.1:0",
 				PeerURL:      "unix:///tmp/peer.sock",
 				TickMs:       100,
@@ -44,8 +46,8 @@ func TestValidate(t *testing.T) {
 			},
 			want: []string{"Dir is empty", "ClientURL", "PeerURL", "ElectionMs (200)", `LogLevel "loud"`, "StartTimeout"},
 		},
-		{name: "no port", cfg: Config{Dir: "d", ClientURL: "http://127.0.0.1"}, want: []string{"missing port"}},
-		{name: "hostname", cfg: Config{Dir: "d", ClientURL: "http://example.com:2379"}, want: []string{"IP address or localhost"}},
+		{name: "no port", cfg: embedded.Config{Dir: "d", ClientURL: "http://127.0.0.1"}, want: []string{"missing port"}},
+		{name: "hostname", cfg: embedded.Config{Dir: "d", ClientURL: "http://example.com:2379"}, want: []string{"IP address or localhost"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -69,7 +71,7 @@ func TestValidate(t *testing.T) {
 }
 
 func TestStartPutGetStopRestart(t *testing.T) {
-	srv := StartForTest(t)
+	srv := embeddedtest.Start(t)
 	eps := srv.Endpoints()
 	if len(eps) != 1 {
 		t.Fatalf("Endpoints() = %v", eps)
@@ -78,7 +80,7 @@ func TestStartPutGetStopRestart(t *testing.T) {
 	if err != nil || u.Port() == "0" || u.Port() == "" || u.Hostname() != "127.0.0.1" {
 		t.Fatalf("Endpoints() = %v: want a resolved loopback port", eps)
 	}
-	cli := ClientForTest(t, srv)
+	cli := embeddedtest.Client(t, srv)
 	ctx := ctxForTest(t)
 	if _, err := cli.Put(ctx, "k", "v1"); err != nil {
 		t.Fatal(err)
@@ -113,17 +115,17 @@ func TestStartPutGetStopRestart(t *testing.T) {
 
 	srv.Close()
 	srv.Close()
-	if err := srv.Restart(ctx); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Restart after Close = %v, want ErrClosed", err)
+	if err := srv.Restart(ctx); !errors.Is(err, embedded.ErrClosed) {
+		t.Fatalf("Restart after Close = %v, want embedded.ErrClosed", err)
 	}
 }
 
 func TestTwoServersSideBySide(t *testing.T) {
-	a, b := StartForTest(t), StartForTest(t)
+	a, b := embeddedtest.Start(t), embeddedtest.Start(t)
 	if a.Endpoints()[0] == b.Endpoints()[0] {
 		t.Fatalf("both servers on %v", a.Endpoints())
 	}
-	ca, cb := ClientForTest(t, a), ClientForTest(t, b)
+	ca, cb := embeddedtest.Client(t, a), embeddedtest.Client(t, b)
 	ctx := ctxForTest(t)
 	if _, err := ca.Put(ctx, "k", "a"); err != nil {
 		t.Fatal(err)
@@ -139,8 +141,8 @@ func TestTwoServersSideBySide(t *testing.T) {
 
 func TestUnixSocket(t *testing.T) {
 	dir := t.TempDir()
-	srv := StartForTest(t, func(c *Config) { c.ClientURL = "unix://" + dir + "/etcd.sock" })
-	cli := ClientForTest(t, srv)
+	srv := embeddedtest.Start(t, func(c *embedded.Config) { c.ClientURL = "unix://" + dir + "/etcd.sock" })
+	cli := embeddedtest.Client(t, srv)
 	if _, err := cli.Put(ctxForTest(t), "k", "v"); err != nil {
 		t.Fatalf("Put over %v: %v", srv.Endpoints(), err)
 	}
@@ -152,27 +154,27 @@ func TestStartFailsCleanlyWhenPortTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	cfg := TestConfig(t.TempDir())
+	cfg := embedded.TestConfig(t.TempDir())
 	cfg.ClientURL = "http://" + l.Addr().String()
-	srv, err := Start(ctxForTest(t), cfg)
+	srv, err := embedded.Start(ctxForTest(t), cfg)
 	if err == nil {
 		srv.Close()
-		t.Fatal("Start on a taken port succeeded")
+		t.Fatal("embedded.Start on a taken port succeeded")
 	}
-	t.Logf("Start on a taken port: %v", err)
+	t.Logf("embedded.Start on a taken port: %v", err)
 	// goleak in TestMain checks that nothing was left running.
 }
 
 func TestStartHonoursContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	srv, err := Start(ctx, TestConfig(t.TempDir()))
+	srv, err := embedded.Start(ctx, embedded.TestConfig(t.TempDir()))
 	if err == nil {
 		// etcd may become ready before the select looks at ctx.
 		srv.Close()
 		return
 	}
 	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("Start with a cancelled context = %v, want context.Canceled", err)
+		t.Fatalf("embedded.Start with a cancelled context = %v, want context.Canceled", err)
 	}
 }

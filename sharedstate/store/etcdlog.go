@@ -1,4 +1,4 @@
-package coordinator
+package store
 
 import (
 	"fmt"
@@ -9,17 +9,18 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
-// etcdLogger is the zap logger of the embedded etcd and its client: etcd's
-// own format on stderr at level, gone quiet once closing is set, because an
-// embedded etcd logs errors with stack traces on a normal Close.
-func etcdLogger(level string, closing *atomic.Bool) (*zap.Logger, error) {
+// NewEtcdLogger returns a zap logger for an etcd client or an embedded etcd
+// server: etcd's own format on stderr at level (a zap level name), gone
+// quiet below fatal once closing is set, because an embedded etcd logs
+// errors with stack traces on a normal Close.
+func NewEtcdLogger(level string, closing *atomic.Bool) (*zap.Logger, error) {
 	lvl, err := zapcore.ParseLevel(level)
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: etcd log level: %w", err)
+		return nil, fmt.Errorf("store: etcd log level: %w", err)
 	}
 	lg, err := logutil.CreateDefaultZapLogger(lvl)
 	if err != nil {
-		return nil, fmt.Errorf("coordinator: etcd logger: %w", err)
+		return nil, fmt.Errorf("store: etcd logger: %w", err)
 	}
 	return zap.New(quietCore{Core: lg.Core(), closing: closing}), nil
 }

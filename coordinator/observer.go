@@ -1,0 +1,139 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/hashicorp/memberlist"
+)
+
+// startGossip starts the fleet observer's gossip member and registers the
+// coordinator in etcd (role observer), so agents and operators can find it.
+func (c *Coordinator) startGossip() error {
+	kr, err := c.keyring()
+	if err != nil {
+		return err
+	}
+	gc := gossip.DefaultConfig()
+	gc.BindAddr = c.cfg.GossipAddr
+	gc.AdvertiseAddr = c.cfg.GossipAdvertiseAddr
+	gc.Keyring = kr
+	gc.Logger = c.log
+	for _, f := range c.opts.gossip {
+		f(&gc)
+	}
+	gc.Name = c.cfg.Name
+	gc.Meta = gossip.NodeMeta{Role: gossip.RoleObserver, Software: version(), GRPCAddr: c.GRPCAddr(), HTTPAddr: c.HTTPAddr()}
+	gc.Handler = c.view
+	gc.Events = c.view
+	gc.Relay = false
+	g, err := gossip.New(gc)
+	if err != nil {
+		return fmt.Errorf("coordinator: fleet observer: %w", err)
+	}
+	c.gossipMu.Lock()
+	c.gossip = g
+	c.gossipMu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reg, err := c.store.Register(ctx, store.Member{Node: c.cfg.Name, Role: string(gossip.RoleObserver),
+		Version: version(), GossipAddr: g.Addr(), APIAddr: c.GRPCAddr()})
+	if err != nil {
+		// Not fatal: the observer works without it, agents just cannot
+		// find the coordinator through etcd.
+		c.log.Warn("could not register in etcd", "err", err)
+	} else {
+		c.reg8n = reg
+	}
+	return nil
+}
+
+func (c *Coordinator) keyring() (*memberlist.Keyring, error) {
+	if c.cfg.KeyringFile == "" {
+		return nil, nil
+	}
+	kr, err := gossip.LoadKeyringFile(c.cfg.KeyringFile)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: %w", err)
+	}
+	return kr, nil
+}
+
+func (c *Coordinator) gossipNode() *gossip.Gossip {
+	c.gossipMu.Lock()
+	defer c.gossipMu.Unlock()
+	return c.gossip
+}
+
+// joinLoop joins --join, or the agents registered in etcd, and keeps
+// trying while the observer sees no agent (agents started later, or all
+// restarted). It asks the fleet view, whose members come from memberlist's
+// event callbacks, and not Gossip.Members: memberlist's Members returns
+// pointers into nodes that its packet handler rewrites without a lock the
+// caller can take (hashicorp/memberlist#306), a data race under -race.
+func (c *Coordinator) joinLoop() {
+	backoff := 500 * time.Millisecond
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-timer.C:
+		}
+		g := c.gossipNode()
+		if c.view.AliveAgents() == 0 {
+			if addrs := c.joinAddrs(); len(addrs) > 0 {
+				if n, err := g.Join(addrs); err != nil && n == 0 {
+					c.log.Debug("fleet observer could not join yet", "addrs", addrs, "err", err)
+				} else {
+					c.log.Info("fleet observer joined the gossip", "contacted", n)
+					backoff = 500 * time.Millisecond
+				}
+			}
+			backoff = min(2*backoff, 30*time.Second)
+		} else {
+			backoff = 10 * time.Second
+		}
+		timer.Reset(backoff)
+	}
+}
+
+// joinAddrs is --join, else the gossip addresses of the agents registered
+// in etcd.
+func (c *Coordinator) joinAddrs() []string {
+	if len(c.cfg.Join) > 0 {
+		return c.cfg.Join
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	members, _, err := c.store.ListMembers(ctx)
+	if err != nil && len(members) == 0 {
+		return nil
+	}
+	var addrs []string
+	self := c.GossipAddr()
+	for _, m := range members {
+		if m.GossipAddr != "" && m.GossipAddr != self && m.Node != c.cfg.Name {
+			addrs = append(addrs, m.GossipAddr)
+		}
+	}
+	return addrs
+}
+
+// tickLoop runs the fleet view's periodic work.
+func (c *Coordinator) tickLoop() {
+	t := time.NewTicker(c.opts.tickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+			c.view.Tick(c.clock.Now(), c.cache)
+		}
+	}
+}

@@ -1,0 +1,34 @@
+package coordinator
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+)
+
+// serverTLS loads the TLS configuration of the Admin API and HTTP (nil
+// without --tls-cert).
+func (c *Coordinator) serverTLS() (*tls.Config, error) {
+	if c.cfg.TLSCert == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(c.cfg.TLSCert, c.cfg.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator: tls-cert/tls-key: %w", err)
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+	if c.cfg.TLSClientCA != "" {
+		pem, err := os.ReadFile(c.cfg.TLSClientCA)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: tls-client-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("coordinator: tls-client-ca %s: no PEM certificates", c.cfg.TLSClientCA)
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
