@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# deps-check: DESIGN.md's import table ("Layout"), checked with `go list`.
+# Each package's non-test imports must be in its row; a package in no row
+# fails too (add it to the table and here). Prints every violation as
+# "deps-check: <package> imports <import>: <rule>" and exits 1 if any.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+GO=${GO:-go}
+mod=$($GO list -m)
+fail=0
+bad() { echo "deps-check: $1 imports $2: $3"; fail=1; }
+
+# The module's packages, relative to the module path ("" is the root).
+rel() { local p=${1#"$mod"}; echo "${p#/}"; }
+
+PROTO='sharedstate|protocol|protocol/fuseboxv1|protocol/convert'
+
+# rule PKG -> sets ALLOW (regex of module packages it may import, relative)
+# and DENY (regex of other modules' packages it must not import directly),
+# and WHY (the row). Returns 1 for packages the table does not cover.
+rule() {
+  ALLOW='^$'; DENY='^$'; WHY=''
+  case "$1" in
+    cmd/*) ALLOW='.*'; WHY='cmd may import everything' ;;
+    sharedstate/store/embedded/embeddedtest)
+      ALLOW='^(sharedstate|sharedstate/store|sharedstate/store/embedded)$'; DENY='hashicorp/memberlist'
+      WHY='embeddedtest (test helpers) may import embedded, store, sharedstate' ;;
+    sharedstate/store/embedded)
+      ALLOW='^(sharedstate|sharedstate/store)$'; DENY='hashicorp/memberlist'
+      WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
+    sharedstate/store)
+      ALLOW='^sharedstate$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      WHY='sharedstate/store may import sharedstate and the etcd client' ;;
+    sharedstate | sharedstate/*)
+      ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
+      WHY='sharedstate and its small packages import the standard library only' ;;
+    protocol/gossip)
+      ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/'
+      WHY='protocol/gossip may import protocol, sharedstate and memberlist' ;;
+    protocol | protocol/*)
+      ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
+      WHY='protocol may import sharedstate (conversions), grpc and protobuf' ;;
+    agent | agent/*)
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
+    clientlib/idempotency/redisstore)
+      ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
+      WHY='clientlib/idempotency/redisstore may import clientlib, sharedstate, protocol and Redis' ;;
+    clientlib | clientlib/*)
+      ALLOW="^($PROTO|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
+      WHY='clientlib may import sharedstate, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
+    coordinator | coordinator/*)
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;
+    *) return 1 ;;
+  esac
+}
+
+while read -r pkg imports; do
+  p=$(rel "$pkg")
+  if ! rule "$p"; then
+    bad "$p" "-" "package is in no row of DESIGN.md's import table"
+    continue
+  fi
+  for imp in $imports; do
+    case "$imp" in
+      "$mod" | "$mod"/*)
+        r=$(rel "$imp")
+        [[ $r =~ $ALLOW ]] || bad "$p" "$r" "$WHY" ;;
+      *.*/*) # another module
+        if [[ $imp =~ $DENY ]]; then bad "$p" "$imp" "$WHY"; fi ;;
+      *) ;; # the standard library
+    esac
+  done
+done < <($GO list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+
+# clientlib pulls in neither etcd nor memberlist, not even indirectly, and
+# Redis only through redisstore.
+while read -r pkg; do
+  for d in $($GO list -deps "$pkg" | grep -E 'go\.etcd\.io|hashicorp/memberlist' || true); do
+    bad "$(rel "$pkg")" "$d" "clientlib must not pull in etcd or memberlist (indirectly either)"
+  done
+  case "$pkg" in */redisstore) continue ;; esac
+  for d in $($GO list -deps "$pkg" | grep -E 'redis' | grep -v "^$mod/" || true); do
+    bad "$(rel "$pkg")" "$d" "Redis only in clientlib/idempotency/redisstore"
+  done
+done < <($GO list ./clientlib/...)
+
+# No binary links package testing or a test-helper package.
+for b in $($GO list ./cmd/... | grep -v /internal/); do
+  for d in $($GO list -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$' || true); do
+    bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers belong in packages only _test.go files import)"
+  done
+done
+
+if ((fail)); then exit 1; fi
+echo "deps-check: ok"
