@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func heapInUse() uint64 {
@@ -163,7 +164,7 @@ func TestSessionPushAndShutdown(t *testing.T) {
 	}
 	// The peer saw it leave (memberlist's dead-node detection would take
 	// several probe intervals and a suspicion timeout).
-	waitFor(t, time.Second, "the peer sees the agent gone", func() bool { return peer.gossip.NumAgents() == 1 })
+	sstest.Eventually(t, time.Second, "the peer sees the agent gone", func() bool { return peer.gossip.NumAgents() == 1 })
 	if err := a.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // benchPolicy has a long window so counts never age out during a run.
@@ -167,7 +168,7 @@ func BenchmarkGossipBytes(b *testing.B) {
 		return bytes, msgs
 	}
 	// Warm up: every agent counts every dependency from all 5 nodes.
-	waitFor(b, 30*time.Second, "every dependency known everywhere", func() bool {
+	sstest.Eventually(b, 30*time.Second, "every dependency known everywhere", func() bool {
 		for _, a := range f.agents {
 			for i := range deps {
 				ft, ok := a.eng.Fleet(fmt.Sprintf("dep-%03d", i))

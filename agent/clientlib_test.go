@@ -27,6 +27,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
@@ -44,19 +45,6 @@ func fleetPolicy() sharedstate.Policy {
 	p.Retry.PerAttemptTimeout = sharedstate.Duration(2 * time.Second) // generous under -race
 	p.Breaker.ProbeTimeout = sharedstate.Duration(2 * time.Second)
 	return p
-}
-
-// eventually polls cond every 5 ms until it holds, failing the test after
-// timeout. It waits for a state; it asserts no timing.
-func eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // syncBuffer is an agent's log, printed when a test fails.
@@ -144,7 +132,7 @@ func newWorld(t *testing.T, n int) *world {
 	for i := range n {
 		w.agents = append(w.agents, runAgent(t, agentConfig(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())))
 	}
-	eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
+	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
 		for _, a := range w.agents {
 			if !a.Ready() || a.Gossip().NumAgents() != n {
 				return false
@@ -164,7 +152,7 @@ func (w *world) putPolicy(t *testing.T, dep, policy string, check func(sharedsta
 	if _, err := w.store.PutPolicy(ctx, dep, []byte(policy), store.WriteOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "every agent applies the policy of "+dep, func() bool {
+	sstest.Eventually(t, 5*time.Second, "every agent applies the policy of "+dep, func() bool {
 		for _, a := range w.agents {
 			if !check(a.Engine().Policy(dep)) {
 				return false
@@ -203,7 +191,7 @@ func newClient(t testing.TB, a *agent.Agent, service string, mutate func(*client
 // fromAgent waits until every handle decides from its agent's snapshot.
 func fromAgent(t testing.TB, deps ...*clientlib.Dependency) {
 	t.Helper()
-	eventually(t, 10*time.Second, "every client decides from its agent's snapshot", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every client decides from its agent's snapshot", func() bool {
 		for _, d := range deps {
 			if !d.Status().FromAgent {
 				return false
@@ -243,7 +231,7 @@ func TestClientlibThroughRealAgents(t *testing.T) {
 			}
 		}
 		third := deps[2]
-		eventually(t, 10*time.Second, "the third agent pushes the open breaker to its client", func() bool {
+		sstest.Eventually(t, 10*time.Second, "the third agent pushes the open breaker to its client", func() bool {
 			s := third.Status()
 			return s.FromAgent && s.State == clientlib.Open
 		})
@@ -288,7 +276,7 @@ func TestClientlibThroughRealAgents(t *testing.T) {
 			store.WriteOptions{Actor: "oncall"}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, "every client sees the override", func() bool {
+		sstest.Eventually(t, 10*time.Second, "every client sees the override", func() bool {
 			for _, d := range deps {
 				if s := d.Status(); s.Override != clientlib.ForcedOpen || !s.FromAgent {
 					return false
@@ -537,22 +525,22 @@ func TestClientlibSurvivesAgentRestart(t *testing.T) {
 		wg.Wait()
 	}()
 
-	eventually(t, 10*time.Second, "traffic counted by the agent", func() bool {
+	sstest.Eventually(t, 10*time.Second, "traffic counted by the agent", func() bool {
 		f, ok := a1.Engine().Fleet(name)
 		return ok && f.Node.Successes > 20
 	})
 	if err := a1.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
+	sstest.Eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
 	before := localCalls.Load()
-	eventually(t, 10*time.Second, "calls on the local fallback", func() bool { return localCalls.Load() > before+50 })
+	sstest.Eventually(t, 10*time.Second, "calls on the local fallback", func() bool { return localCalls.Load() > before+50 })
 
 	a2 := runAgent(t, cfg) // same socket path
-	eventually(t, 10*time.Second, "the client to reconnect to the new agent", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the client to reconnect to the new agent", func() bool {
 		return c.AgentConnected() && dep.Status().FromAgent
 	})
-	eventually(t, 10*time.Second, "traffic counted by the new agent", func() bool {
+	sstest.Eventually(t, 10*time.Second, "traffic counted by the new agent", func() bool {
 		f, ok := a2.Engine().Fleet(name)
 		return ok && f.Node.Successes > 0
 	})
@@ -566,7 +554,7 @@ func TestClientlibSurvivesAgentRestart(t *testing.T) {
 		t.Errorf("the dependency served %d requests for %d calls", served.Load(), calls.Load())
 	}
 	// Callbacks run on the client's own goroutine: wait for the last one.
-	eventually(t, 10*time.Second, "the reconnection reported to OnAgentChange", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the reconnection reported to OnAgentChange", func() bool {
 		evMu.Lock()
 		defer evMu.Unlock()
 		return len(events) >= 3 && events[len(events)-1]

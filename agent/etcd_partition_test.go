@@ -11,6 +11,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
@@ -56,7 +57,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 		_, present := registration()
 		return present
 	}
-	waitFor(t, 10*time.Second, "the agent synced from etcd, registered and ready", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the agent synced from etcd, registered and ready", func() bool {
 		_, _, _, src := a.policies.counts()
 		return src == sourceEtcd && a.eng.Policy(dep).Retry.MaxAttempts == 5 && registered() && a.Ready()
 	})
@@ -88,7 +89,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 	if _, err := cli.Compact(ctx, ov.ModRevision); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the cut-off agent's registration expires", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the cut-off agent's registration expires", func() bool {
 		answered, present := registration()
 		return answered && !present
 	})
@@ -106,7 +107,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 
 	// Restore the connection: both changes arrive.
 	px.SetCut(false)
-	waitFor(t, 15*time.Second, "the agent applies the policy and the override made while it was cut off", func() bool {
+	sstest.Eventually(t, 15*time.Second, "the agent applies the policy and the override made while it was cut off", func() bool {
 		s := a.eng.Snapshot(dep)
 		return s != nil && s.Override == sharedstate.ForcedOpen && a.eng.Policy(dep).Retry.MaxAttempts == 2
 	})
@@ -126,7 +127,7 @@ func TestEtcdPartitionOfALiveAgent(t *testing.T) {
 	if v, ok := series(fams, "fusebox_agent_ready", nil); !ok || v != 1 {
 		t.Errorf("fusebox_agent_ready = %v (present %v), want 1", v, ok)
 	}
-	waitFor(t, 15*time.Second, "the agent registers again", registered)
+	sstest.Eventually(t, 15*time.Second, "the agent registers again", registered)
 	if n := unready(); n > 0 {
 		t.Errorf("the agent was seen unready %d times while cut off or catching up", n)
 	}

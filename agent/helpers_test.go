@@ -22,6 +22,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
@@ -206,7 +207,7 @@ func (f *fleet) add(name string, opts ...Option) *testAgent {
 // waitMembers waits until every running agent sees n agents.
 func (f *fleet) waitMembers(n int) {
 	f.t.Helper()
-	waitFor(f.t, 10*time.Second, fmt.Sprintf("every agent sees %d agents", n), func() bool {
+	sstest.Eventually(f.t, 10*time.Second, fmt.Sprintf("every agent sees %d agents", n), func() bool {
 		for _, a := range f.agents {
 			if a.closing.Load() {
 				continue
@@ -217,18 +218,6 @@ func (f *fleet) waitMembers(n int) {
 		}
 		return true
 	})
-}
-
-// waitFor polls cond every 10 ms until it holds or the deadline passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // dial connects to an agent's unix socket.

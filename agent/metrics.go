@@ -111,7 +111,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 }
 
 func (m *metrics) transition(r sharedstate.BreakerRecord, origin string) {
-	m.transitions.WithLabelValues(r.Dependency, labelState(r.State), origin).Inc()
+	m.transitions.WithLabelValues(r.Dependency, r.State.LabelValue(), origin).Inc()
 }
 
 // forget drops an untracked dependency's series, so their number stays
@@ -121,7 +121,7 @@ func (m *metrics) forget(dep string) {
 }
 
 func (m *metrics) decision(method string, d sharedstate.Decision) {
-	m.decisions.WithLabelValues(method, labelVerdict(d.Verdict), labelReason(d.Reason)).Inc()
+	m.decisions.WithLabelValues(method, d.Verdict.LabelValue(), d.Reason.LabelValue()).Inc()
 }
 
 func (m *metrics) refused(err error) {
@@ -133,40 +133,6 @@ func (m *metrics) refused(err error) {
 		reason = "invalid_name"
 	}
 	m.refusedDeps.WithLabelValues(reason).Inc()
-}
-
-func labelState(s sharedstate.BreakerState) string {
-	switch s {
-	case sharedstate.Open:
-		return "open"
-	case sharedstate.HalfOpen:
-		return "half_open"
-	}
-	return "closed"
-}
-
-func labelVerdict(v sharedstate.Verdict) string {
-	switch v {
-	case sharedstate.AllowProbe:
-		return "allow_probe"
-	case sharedstate.Reject:
-		return "reject"
-	}
-	return "allow"
-}
-
-func labelReason(r sharedstate.Reason) string {
-	switch r {
-	case sharedstate.ReasonOpen:
-		return "open"
-	case sharedstate.ReasonForcedOpen:
-		return "forced_open"
-	case sharedstate.ReasonHalfOpenNoPermit:
-		return "half_open_no_permit"
-	case sharedstate.ReasonBudgetExhausted:
-		return "budget_exhausted"
-	}
-	return "none"
 }
 
 // collector produces, at scrape time, the series read from the engine, the
@@ -307,14 +273,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.fleetNodes, float64(ft.FleetNodes), dep)
 		for _, s := range []sharedstate.BreakerState{sharedstate.Closed, sharedstate.Open, sharedstate.HalfOpen} {
-			gauge(c.state, b2f(snap.State == s), dep, labelState(s))
+			gauge(c.state, b2f(snap.State == s), dep, s.LabelValue())
 		}
 		gauge(c.localOpen, b2f(snap.LocalOpen()), dep)
-		switch snap.Override {
-		case sharedstate.ForcedOpen:
-			gauge(c.forced, 1, dep, "forced_open")
-		case sharedstate.ForcedClosed:
-			gauge(c.forced, 1, dep, "forced_closed")
+		if snap.Override != sharedstate.OverrideNone {
+			gauge(c.forced, 1, dep, snap.Override.LabelValue())
 		}
 		gauge(c.generation, float64(snap.Generation), dep)
 		gauge(c.budget, ft.RetryBudget, dep)

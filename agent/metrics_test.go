@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -65,12 +66,12 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 2*time.Second, "breaker open", func() bool {
+	sstest.Eventually(t, 2*time.Second, "breaker open", func() bool {
 		s := a.eng.Snapshot(dep)
 		return s != nil && s.Generation > 0
 	})
 	base := "http://" + a.HTTPAddr()
-	waitFor(t, 2*time.Second, "ready", a.Ready)
+	sstest.Eventually(t, 2*time.Second, "ready", a.Ready)
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Errorf("/healthz: %d %q", code, body)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestSessionHelloCountsAndSubscribe(t *testing.T) {
@@ -29,13 +30,13 @@ func TestSessionHelloCountsAndSubscribe(t *testing.T) {
 		_ = dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil })
 	}
 	_ = dep.Do(context.Background(), NonRetryable, func(context.Context, Attempt) error { return errUnavailable })
-	waitFor(t, "the deltas at the agent", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the deltas at the agent", func() bool {
 		got := f.countsOf("shipping")
 		return got.FirstAttempts == 11 && got.Successes == 10 && got.Failures == 1
 	})
 	// A dependency first used now is subscribed in the next deltas.
 	_ = c.Dependency("billing").Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil })
-	waitFor(t, "the subscription to billing", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the subscription to billing", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, s := range f.subscribed {
@@ -60,7 +61,7 @@ func TestBreakerOpenFromAgentCallsFallback(t *testing.T) {
 	}})
 	dep := c.Dependency("shipping")
 	f.push(snapshot("shipping", fuseboxv1.BreakerState_BREAKER_STATE_OPEN))
-	waitFor(t, "the open snapshot", func() bool { s := dep.Status(); return s.State == Open && s.FromAgent })
+	sstest.Eventually(t, 10*time.Second, "the open snapshot", func() bool { s := dep.Status(); return s.State == Open && s.FromAgent })
 
 	called := false
 	var fbErr error
@@ -85,19 +86,19 @@ func TestBreakerOpenFromAgentCallsFallback(t *testing.T) {
 	forced := snapshot("shipping", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
 	forced.Override = fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
 	f.push(forced)
-	waitFor(t, "the forced-open snapshot", func() bool { return dep.Status().Override == ForcedOpen })
+	sstest.Eventually(t, 10*time.Second, "the forced-open snapshot", func() bool { return dep.Status().Override == ForcedOpen })
 	err = dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error { called = true; return nil })
 	if !errors.Is(err, ErrForcedOpen) || !errors.Is(err, ErrOpen) || called {
 		t.Errorf("forced open: err %v, called %v", err, called)
 	}
 
 	f.push(snapshot("shipping", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED))
-	waitFor(t, "the closed snapshot", func() bool { return !dep.Status().Rejecting() })
+	sstest.Eventually(t, 10*time.Second, "the closed snapshot", func() bool { return !dep.Status().Rejecting() })
 	if err := dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil }); err != nil {
 		t.Errorf("closed again: %v", err)
 	}
-	waitFor(t, "the rejections at the agent", func() bool { return f.countsOf("shipping").Rejected == 3 })
-	waitFor(t, "the state-change callbacks", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the rejections at the agent", func() bool { return f.countsOf("shipping").Rejected == 3 })
+	sstest.Eventually(t, 10*time.Second, "the state-change callbacks", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(changes) >= 3
@@ -139,7 +140,7 @@ func TestHalfOpenProbeThroughAgent(t *testing.T) {
 	half := snapshot("search", fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN)
 	half.ProbePermit = true
 	f.push(half)
-	waitFor(t, "the half-open snapshot", func() bool { return dep.Status().State == HalfOpen })
+	sstest.Eventually(t, 10*time.Second, "the half-open snapshot", func() bool { return dep.Status().State == HalfOpen })
 	var probe bool
 	if err := dep.Do(context.Background(), Idempotent, func(ctx context.Context, a Attempt) error {
 		probe = a.Probe
@@ -150,7 +151,7 @@ func TestHalfOpenProbeThroughAgent(t *testing.T) {
 	if _, p, _ := f.calls(); p != 1 || !probe {
 		t.Errorf("%d AcquireProbe calls, probe %v; want one probe", p, probe)
 	}
-	waitFor(t, "the probe result", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the probe result", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return len(f.probes) == 1 && f.probes[0].GetSuccess() && f.probes[0].GetGeneration() == 7
@@ -158,7 +159,7 @@ func TestHalfOpenProbeThroughAgent(t *testing.T) {
 	// Without the permit, half-open rejects in process.
 	half.ProbePermit = false
 	f.push(half)
-	waitFor(t, "the snapshot without permit", func() bool { _, err := dep.Allow(First); return errors.Is(err, ErrOpen) })
+	sstest.Eventually(t, 10*time.Second, "the snapshot without permit", func() bool { _, err := dep.Allow(First); return errors.Is(err, ErrOpen) })
 }
 
 func TestStrictConsultAsksCheck(t *testing.T) {
@@ -216,7 +217,7 @@ func TestAgentKilledMidTraffic(t *testing.T) {
 	}})
 	dep := c.Dependency("shipping")
 	f.push(snapshot("shipping", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED))
-	waitFor(t, "the agent's snapshot", func() bool { return dep.Status().FromAgent })
+	sstest.Eventually(t, 10*time.Second, "the agent's snapshot", func() bool { return dep.Status().FromAgent })
 
 	var (
 		calls, failed atomic.Int64
@@ -253,24 +254,24 @@ func TestAgentKilledMidTraffic(t *testing.T) {
 			}
 		}()
 	}
-	waitFor(t, "traffic through the agent", func() bool { return f.countsOf("shipping").Successes > 20 })
+	sstest.Eventually(t, 10*time.Second, "traffic through the agent", func() bool { return f.countsOf("shipping").Successes > 20 })
 	f.stop()
-	waitFor(t, "the client to notice", func() bool { return !c.AgentConnected() })
+	sstest.Eventually(t, 10*time.Second, "the client to notice", func() bool { return !c.AgentConnected() })
 	if dep.Status().FromAgent {
 		t.Error("still deciding from the dead agent's snapshot")
 	}
 	before := calls.Load()
-	waitFor(t, "calls on the local fallback", func() bool { return calls.Load() > before+50 })
+	sstest.Eventually(t, 10*time.Second, "calls on the local fallback", func() bool { return calls.Load() > before+50 })
 
 	f.start()
-	waitFor(t, "the reconnection", c.AgentConnected)
-	waitFor(t, "the snapshot again", func() bool { return dep.Status().FromAgent })
+	sstest.Eventually(t, 10*time.Second, "the reconnection", c.AgentConnected)
+	sstest.Eventually(t, 10*time.Second, "the snapshot again", func() bool { return dep.Status().FromAgent })
 	close(stop)
 	wg.Wait()
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d calls failed", failed.Load(), calls.Load())
 	}
-	waitFor(t, "the agent events", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the agent events", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(events) >= 3
@@ -298,7 +299,7 @@ func TestNoAgentLocalBreaker(t *testing.T) {
 		t.Fatal("connected to nobody")
 	}
 	errDown := status.Error(codes.Unavailable, "down")
-	waitFor(t, "the local breaker to open", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the local breaker to open", func() bool {
 		_ = dep.Do(context.Background(), NonRetryable, func(context.Context, Attempt) error { return errDown })
 		return dep.Status().State == Open
 	})
@@ -322,7 +323,7 @@ func TestAgentRefusedDependencyDecidesLocally(t *testing.T) {
 			Error: &fuseboxv1.DependencyError{Dependency: "x", Message: "too many dependencies"}}}
 	}
 	f.mu.Unlock()
-	waitFor(t, "the refusal", dep.st.refused.Load)
+	sstest.Eventually(t, 10*time.Second, "the refusal", dep.st.refused.Load)
 	n := 0
 	err := dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error {
 		if n++; n == 1 {
@@ -344,7 +345,7 @@ func TestCloseIsIdempotentAndFlushes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the session", c.AgentConnected)
+	sstest.Eventually(t, 10*time.Second, "the session", c.AgentConnected)
 	_ = c.Dependency("d").Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil })
 	c.Close()
 	c.Close()
@@ -359,7 +360,7 @@ func TestAgentMissingIsReportedOnce(t *testing.T) {
 	c := newClient(t, Config{AgentAddress: "unix://" + t.TempDir() + "/none.sock",
 		ReconnectMin: time.Millisecond, ReconnectMax: 2 * time.Millisecond,
 		OnAgentChange: func(ev AgentEvent) { events <- ev }})
-	waitFor(t, "a few reconnection attempts", func() bool { return c.metrics.sessionFailures.Load() >= 4 })
+	sstest.Eventually(t, 10*time.Second, "a few reconnection attempts", func() bool { return c.metrics.sessionFailures.Load() >= 4 })
 	c.Close() // delivers every queued event
 	if len(events) != 1 {
 		t.Fatalf("%d events, want one", len(events))

@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // testBreaker is a policy's breaker part with minimumRequests 5 (the
@@ -48,7 +49,7 @@ func TestLocalFallbackAdoptsPushedPolicy(t *testing.T) {
 		s.Retry.MaxAttempts = 2
 		f.push(s)
 	}
-	waitFor(t, "the pushed policies in the local breaker", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the pushed policies in the local breaker", func() bool {
 		return c.engine.Policy(name).Breaker == testBreaker() && c.engine.Policy(other).Breaker == testBreaker() &&
 			dep.Status().FromAgent && retried.Status().FromAgent
 	})
@@ -60,7 +61,7 @@ func TestLocalFallbackAdoptsPushedPolicy(t *testing.T) {
 	}
 
 	f.stop()
-	waitFor(t, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
+	sstest.Eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
 	if dep.Status().FromAgent {
 		t.Fatal("still deciding from the dead agent's snapshot")
 	}
@@ -85,7 +86,7 @@ func TestLocalFallbackAdoptsPushedPolicy(t *testing.T) {
 		if err := dep.Do(context.Background(), NonRetryable, func(context.Context, Attempt) error { return errDown }); !errors.Is(err, errDown) {
 			t.Fatalf("failure %d: %v", i, err)
 		}
-		waitFor(t, "the local breaker to count the failure", func() bool {
+		sstest.Eventually(t, 10*time.Second, "the local breaker to count the failure", func() bool {
 			ft, ok := c.engine.Fleet(name)
 			return ok && ft.Node.Failures == uint64(i)
 		})
@@ -118,7 +119,7 @@ func TestLateSnapshotIsDropped(t *testing.T) {
 	c := agentClient(t, f, Config{})
 	dep := c.Dependency(name)
 	f.push(at(5, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED))
-	waitFor(t, "version 5", func() bool { return dep.Status().FromAgent })
+	sstest.Eventually(t, 10*time.Second, "version 5", func() bool { return dep.Status().FromAgent })
 
 	err := dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return errUnavailable })
 	if !errors.Is(err, ErrOpen) {
@@ -133,13 +134,13 @@ func TestLateSnapshotIsDropped(t *testing.T) {
 	marker := c.Dependency("marker")
 	f.push(at(6, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED))
 	f.push(snapshot("marker", fuseboxv1.BreakerState_BREAKER_STATE_OPEN))
-	waitFor(t, "the marker", func() bool { return marker.Status().State == Open })
+	sstest.Eventually(t, 10*time.Second, "the marker", func() bool { return marker.Status().State == Open })
 	if s := dep.Status(); s.State != Open {
 		t.Fatalf("status %+v: the late version 6 replaced version 7", s)
 	}
 
 	f.push(at(8, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED))
-	waitFor(t, "version 8", func() bool { return dep.Status().State == Closed })
+	sstest.Eventually(t, 10*time.Second, "version 8", func() bool { return dep.Status().State == Closed })
 
 	// An answer no newer than the pushed snapshot changes nothing.
 	f.onRetry = func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
@@ -173,7 +174,7 @@ func TestNodeLocalHalfOpenWithoutPermit(t *testing.T) {
 	s.ProbeRound = 2
 	s.SlowCallDuration = durationpb.New(time.Second)
 	f.push(s)
-	waitFor(t, "the snapshot", func() bool { return dep.Status().LocalState == HalfOpen })
+	sstest.Eventually(t, 10*time.Second, "the snapshot", func() bool { return dep.Status().LocalState == HalfOpen })
 	var rej *RejectedError
 	if _, err := dep.Allow(First); !errors.As(err, &rej) || rej.Reason != "half-open-no-permit" || !errors.Is(err, ErrOpen) {
 		t.Errorf("Allow: %v, want a half-open-no-permit refusal", err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // scripted is an httptest handler answering a script of statuses (the last
@@ -312,5 +313,5 @@ func forceOpen(t *testing.T, c *Client, dep string) {
 	if err := c.engine.SetOverride(dep, &sharedstate.Override{State: ForcedOpen, Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the forced-open override", func() bool { return d.Status().Override == ForcedOpen })
+	sstest.Eventually(t, 10*time.Second, "the forced-open override", func() bool { return d.Status().Override == ForcedOpen })
 }

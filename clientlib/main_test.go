@@ -16,23 +16,11 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s. It waits
-// for a state; it never asserts a timing.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 // zeroRandom makes every jittered backoff 0 (full jitter draws U[0, c)).
@@ -306,7 +294,7 @@ func agentClient(t testing.TB, f *fakeAgent, cfg Config) *Client {
 		cfg.ReconnectMax = 20 * time.Millisecond
 	}
 	c := newClient(t, cfg)
-	waitFor(t, "the session with the fake agent", c.AgentConnected)
+	sstest.Eventually(t, 10*time.Second, "the session with the fake agent", c.AgentConnected)
 	return c
 }
 

@@ -100,18 +100,17 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.slow, t.slow, st.name)
 		counter(m.rejected, t.rejected+t.rejectedAgent+t.rejectedLocal, st.name)
 		s := st.dec.Load().status(st.name)
-		cur := "closed"
+		cur := Closed.LabelValue()
 		switch {
-		case s.Override == ForcedOpen:
-			cur = "forced_open"
-		case s.Override == ForcedClosed:
-			cur = "forced_closed"
+		case s.Override != OverrideNone:
+			cur = s.Override.LabelValue()
 		case s.State == Open || (s.State == Closed && s.LocalState == Open):
-			cur = "open"
+			cur = Open.LabelValue()
 		case s.State == HalfOpen || (s.State == Closed && s.LocalState == HalfOpen):
-			cur = "half_open"
+			cur = HalfOpen.LabelValue()
 		}
-		for _, name := range [...]string{"closed", "open", "half_open", "forced_open", "forced_closed"} {
+		for _, name := range [...]string{Closed.LabelValue(), Open.LabelValue(), HalfOpen.LabelValue(),
+			ForcedOpen.LabelValue(), ForcedClosed.LabelValue()} {
 			v := 0.0
 			if name == cur {
 				v = 1

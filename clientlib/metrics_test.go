@@ -7,11 +7,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMetrics(t *testing.T) {
@@ -29,7 +31,7 @@ func TestMetrics(t *testing.T) {
 		return nil
 	})
 	f.push(snapshot("shipping", fuseboxv1.BreakerState_BREAKER_STATE_OPEN))
-	waitFor(t, "the open snapshot", func() bool { return dep.Status().State == Open })
+	sstest.Eventually(t, 10*time.Second, "the open snapshot", func() bool { return dep.Status().State == Open })
 	_ = dep.Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil })
 
 	mfs, err := reg.Gather()

@@ -19,6 +19,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -277,7 +278,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	agents := startAgents(t, c, 3, func(a *agent.Config) { a.ProbeInterval = time.Second }) // agent-0 zone-a, agent-1 zone-b, agent-2 zone-a
 	// (Not Gossip().NumAgents(): it reads memberlist nodes without their
 	// lock, hashicorp/memberlist#306.)
-	eventually(t, 20*time.Second, "the policies on every agent, and the observer seeing the three agents", func() bool {
+	sstest.Eventually(t, 20*time.Second, "the policies on every agent, and the observer seeing the three agents", func() bool {
 		for _, a := range agents {
 			if a.Engine().Policy("payments").Breaker.OpenDuration.Std() != time.Minute ||
 				a.Engine().Policy("inventory").Breaker.OpenDuration.Std() != time.Minute {
@@ -315,7 +316,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		// agent-2 must know that other nodes call dns-cache, or its
 		// failures alone would meet minFailingNodes (1 when only one node
 		// has traffic) and open the breaker fleet-wide.
-		eventually(t, 10*time.Second, "agent-2 to see dns-cache traffic from two other nodes", func() bool {
+		sstest.Eventually(t, 10*time.Second, "agent-2 to see dns-cache traffic from two other nodes", func() bool {
 			f, ok := agents[2].Engine().Fleet("dns-cache")
 			return ok && f.FleetNodes >= 2
 		})

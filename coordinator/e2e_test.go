@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -74,7 +75,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	admin := adminClient(t, c.GRPCAddr(), adminToken)
 	viewer := adminClient(t, c.GRPCAddr(), viewerToken)
 
-	eventually(t, 15*time.Second, "the observer to see three agents, and the agents to count three agents", func() bool {
+	sstest.Eventually(t, 15*time.Second, "the observer to see three agents, and the agents to count three agents", func() bool {
 		members, err := viewer.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
 		if err != nil {
 			return false
@@ -143,7 +144,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 		store.WriteOptions{Actor: "gitops"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the coordinator and every agent to run ledger in shadow mode", func() bool {
+	sstest.Eventually(t, 5*time.Second, "the coordinator and every agent to run ledger in shadow mode", func() bool {
 		snap, err := viewer.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "ledger"})
 		if err != nil || snap.GetDependencies()[0].GetMode() != fuseboxv1.Mode_MODE_SHADOW {
 			return false
@@ -160,7 +161,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	if _, err := admin.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: dep, Actor: "oncall"}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, "every agent to allow again", func() bool {
+	sstest.Eventually(t, 2*time.Second, "every agent to allow again", func() bool {
 		for _, a := range agents {
 			if !a.Engine().Decide(dep, sharedstate.FirstAttempt).Allowed() {
 				return false

@@ -112,18 +112,6 @@ func ctxFor(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// eventually polls cond every 20ms until it holds or d passes.
-func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // writeTokens writes a tokens file and returns its path.
 func writeTokens(t testing.TB, content string) string {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // MetricNames lists every metric the coordinator exports, so the README's
@@ -137,7 +138,9 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descSSEClients, prometheus.GaugeValue, float64(c.broker.Subscribers()))
 	policies, forced := c.cache.counts(c.clock.Now())
 	ch <- prometheus.MustNewConstMetric(descPolicies, prometheus.GaugeValue, float64(policies))
-	for _, st := range []string{"forced-open", "forced-closed"} {
+	// This metric's label values are String's spelling ("forced-open"),
+	// as they have always been; LabelValue's would rename the series.
+	for _, st := range []string{sharedstate.ForcedOpen.String(), sharedstate.ForcedClosed.String()} {
 		ch <- prometheus.MustNewConstMetric(descOverrides, prometheus.GaugeValue, float64(forced[st]), st)
 	}
 	st := c.view.Stats()

@@ -16,6 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // fakeAgent is a gossip member in role agent whose push-pull state is set
@@ -155,7 +156,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	}
 
 	var d *fuseboxv1.DependencyView
-	eventually(t, 10*time.Second, "the fleet view to show both agents' rows", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the fleet view to show both agents' rows", func() bool {
 		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "shipping-api"})
 		if err != nil || len(snap.GetDependencies()) != 1 {
 			return false
@@ -187,7 +188,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	}
 
 	// The observer is a member but never an agent: agents count only agents.
-	eventually(t, 5*time.Second, "agent-1 to see 3 members of which 2 agents (the observer is not one)", func() bool {
+	sstest.Eventually(t, 5*time.Second, "agent-1 to see 3 members of which 2 agents (the observer is not one)", func() bool {
 		return len(ag1.g.Members()) == 3 && ag1.g.NumAgents() == 2
 	})
 	members, err := a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
@@ -207,7 +208,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	record2 := &fuseboxv1.BreakerRecord{Dependency: "shipping-api", Generation: 4, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 		SinceUnixNano: old.UnixNano(), OpenCount: 1, Origin: "agent-2"}
 	ag2.g.SendDirect([]*fuseboxv1.BreakerRecord{record2})
-	eventually(t, 5*time.Second, "half-open with probers", func() bool {
+	sstest.Eventually(t, 5*time.Second, "half-open with probers", func() bool {
 		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "shipping-api"})
 		if err != nil {
 			return false
@@ -226,13 +227,13 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	if err := ag2.g.Close(time.Second); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "agent-2's rows to go", func() bool {
+	sstest.Eventually(t, 10*time.Second, "agent-2's rows to go", func() bool {
 		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "shipping-api"})
 		return err == nil && len(snap.GetDependencies()[0].GetNodes()) == 1
 	})
 
 	// History and the JSON API.
-	eventually(t, 5*time.Second, "history samples", func() bool { return len(c.view.History("shipping-api")) >= 2 })
+	sstest.Eventually(t, 5*time.Second, "history samples", func() bool { return len(c.view.History("shipping-api")) >= 2 })
 	body := httpGet(t, "http://"+c.HTTPAddr()+"/api/v1/fleet?dependency=shipping-api", "", http.StatusOK)
 	var snap fuseboxv1.FleetSnapshot
 	if err := protojson.Unmarshal([]byte(body), &snap); err != nil {

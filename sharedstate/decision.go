@@ -1,6 +1,9 @@
 package sharedstate
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // AttemptKind says what an attempt is to the breaker and the retry budget.
 type AttemptKind uint8
@@ -87,6 +90,20 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("verdict(%d)", uint8(v))
 }
 
+// LabelValue is v as a Prometheus label value: "allow", "allow_probe",
+// "reject", "unknown" for an invalid verdict.
+func (v Verdict) LabelValue() string {
+	switch v {
+	case Allow:
+		return "allow"
+	case AllowProbe:
+		return "allow_probe"
+	case Reject:
+		return "reject"
+	}
+	return "unknown"
+}
+
 // Reason explains a rejection. In shadow mode (breaker.mode "shadow") the
 // verdict is never Reject, and Reason names the rejection enforce mode would
 // have made, so callers can count would-be rejections.
@@ -118,6 +135,16 @@ func (r Reason) String() string {
 		return "budget-exhausted"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// LabelValue is r as a Prometheus label value: String in snake_case
+// ("none", "open", "forced_open", "half_open_no_permit",
+// "budget_exhausted"), "unknown" for an invalid reason.
+func (r Reason) LabelValue() string {
+	if r > ReasonBudgetExhausted {
+		return "unknown"
+	}
+	return strings.ReplaceAll(r.String(), "-", "_")
 }
 
 // Decision is the engine's answer for one attempt.

@@ -33,6 +33,16 @@ func (s BreakerState) String() string {
 	return fmt.Sprintf("breaker-state(%d)", uint8(s))
 }
 
+// LabelValue is s as a Prometheus label value: "closed", "open",
+// "half_open" (snake_case, where String says "half-open"), "unknown" for an
+// invalid state. Every metric labelled by breaker state uses it.
+func (s BreakerState) LabelValue() string {
+	if s > HalfOpen {
+		return "unknown"
+	}
+	return strings.ReplaceAll(s.String(), "-", "_")
+}
+
 // MarshalText encodes s as "closed", "open" or "half-open".
 func (s BreakerState) MarshalText() ([]byte, error) {
 	if s > HalfOpen {
@@ -182,6 +192,16 @@ func (s OverrideState) String() string {
 		return "forced-closed"
 	}
 	return fmt.Sprintf("override-state(%d)", uint8(s))
+}
+
+// LabelValue is s as a Prometheus label value: "none", "forced_open",
+// "forced_closed" (snake_case, where String says "forced-open"), "unknown"
+// for an invalid state.
+func (s OverrideState) LabelValue() string {
+	if s > ForcedClosed {
+		return "unknown"
+	}
+	return strings.ReplaceAll(s.String(), "-", "_")
 }
 
 // MarshalText encodes s as "forced-open" or "forced-closed" ("none" for OverrideNone).

@@ -11,7 +11,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // Output formats of -o.
@@ -75,23 +77,16 @@ func (t *table) flush() error { return t.tw.Flush() }
 // ---- names of the wire enums, as the CLI prints them ----
 
 func stateName(s fuseboxv1.BreakerState) string {
-	switch s {
-	case fuseboxv1.BreakerState_BREAKER_STATE_CLOSED:
-		return "closed"
-	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
-		return "open"
-	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
-		return "half-open"
+	st, ok := convert.BreakerStateFromProto(s)
+	if !ok {
+		return "unknown"
 	}
-	return "unknown"
+	return st.String()
 }
 
 func overrideName(s fuseboxv1.OverrideState) string {
-	switch s {
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
-		return "forced-open"
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
-		return "forced-closed"
+	if o := convert.OverrideStateFromProto(s); o != sharedstate.OverrideNone {
+		return o.String()
 	}
 	return ""
 }

@@ -432,7 +432,7 @@ func (v *View) Stats() Stats {
 	defer v.mu.Unlock()
 	s := Stats{Dependencies: v.depsLocked(), Rows: v.nrows,
 		Members: map[string]int{"alive": 0, "suspect": 0, "dead": 0, "left": 0},
-		States:  map[string]int{"closed": 0, "open": 0, "half-open": 0}}
+		States:  map[string]int{sharedstate.Closed.String(): 0, sharedstate.Open.String(): 0, sharedstate.HalfOpen.String(): 0}}
 	for _, m := range v.members {
 		s.Members[m.State]++
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // defaultChromium is the browser the test drives: Debian's chromium
@@ -281,7 +282,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Error("no screenshot of the forced-open dashboard")
 	}
 
-	waitFor(t, 15*time.Second, "every agent to reject catalog-api (forced open)", func() bool {
+	sstest.Eventually(t, 15*time.Second, "every agent to reject catalog-api (forced open)", func() bool {
 		for _, a := range d.Agents() {
 			if s := a.Engine().Snapshot(demo.CatalogAPI); s == nil || s.Override != sharedstate.ForcedOpen {
 				return false

@@ -22,6 +22,7 @@ import (
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // deployDir is the repository's deploy/ directory, seen from this package.
@@ -204,7 +205,7 @@ func TestGrafanaQueriesExportedMetrics(t *testing.T) {
 
 	cfg := testConfig(t, 2*time.Second)
 	d := startDemo(t, cfg)
-	waitFor(t, 30*time.Second, "shipping-api to open on an agent", func() bool {
+	sstest.Eventually(t, 30*time.Second, "shipping-api to open on an agent", func() bool {
 		for _, tr := range d.Summary().TransitionsOf(demo.ShippingAPI) {
 			if tr.To == "open" {
 				return true
@@ -213,7 +214,7 @@ func TestGrafanaQueriesExportedMetrics(t *testing.T) {
 		return false
 	})
 	forceOpen(t, d, demo.CatalogAPI)
-	waitFor(t, 10*time.Second, "every agent to apply the override", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent to apply the override", func() bool {
 		for _, a := range d.Agents() {
 			if s := a.Engine().Snapshot(demo.CatalogAPI); s == nil || s.Override != sharedstate.ForcedOpen {
 				return false
@@ -235,7 +236,7 @@ func TestGrafanaQueriesExportedMetrics(t *testing.T) {
 	// The coordinator counts a request after serving it, so the client may
 	// see the answer before the series exists: wait for it.
 	exposed := map[string]string{}
-	waitFor(t, 10*time.Second, "the coordinator's HTTP series", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the coordinator's HTTP series", func() bool {
 		scrape(t, "http://"+d.HTTPAddr()+"/metrics", exposed)
 		_, ok := exposed["fusebox_coordinator_http_requests_total"]
 		return ok

@@ -104,21 +104,6 @@ func startDemo(t *testing.T, cfg demo.Config) *demo.Demo {
 	return d
 }
 
-// waitFor polls cond every 25ms until it holds, failing the test after
-// timeout.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	tick := time.NewTicker(25 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		<-tick.C
-	}
-}
-
 // testWriter sends whole lines to t.Log until the test ends.
 type testWriter struct {
 	t   *testing.T

@@ -51,13 +51,10 @@ func (t Transition) String() string {
 // stateName is a snapshot's state as the dashboard names it.
 func stateName(s *sharedstate.Snapshot) string {
 	if s == nil {
-		return "closed"
+		return sharedstate.Closed.String()
 	}
-	switch s.Override {
-	case sharedstate.ForcedOpen:
-		return "forced-open"
-	case sharedstate.ForcedClosed:
-		return "forced-closed"
+	if s.Override != sharedstate.OverrideNone {
+		return s.Override.String()
 	}
 	name := s.State.String()
 	if s.State == sharedstate.Closed && s.LocalState != sharedstate.Closed {
