@@ -1,0 +1,194 @@
+package idempotency
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/fusebox-dev/fusebox/clientlib"
+)
+
+// retryAfterSeconds is the Retry-After of the Deduper's 409 and 503 answers.
+const retryAfterSeconds = "1"
+
+// Middleware deduplicates requests carrying an Idempotency-Key header
+// (requests without one pass through untouched):
+//
+//   - the first request with a key (in its scope, see HTTPScope) runs; its
+//     status, selected headers (StoredHeaders) and body (up to
+//     MaxResponseBytes) are stored for ResultTTL;
+//   - a duplicate that arrives while the first runs waits for it, at most
+//     MaxWait and its own context's deadline, then gets the stored answer or
+//     409 Conflict with Retry-After and Fusebox-Idempotency: in-progress;
+//   - a completed duplicate gets the stored answer with Idempotent-Replayed:
+//     true;
+//   - a key reused with another method, path and query, or body gets 422;
+//   - a first request answered 408, 429 or 5xx (or whose handler panicked)
+//     does not pin that answer: the key is released and a retry runs again;
+//   - a key that is not 1–1024 bytes of printable ASCII gets 400, a body
+//     over MaxRequestBytes 413, and a failing store 503 with Retry-After
+//     (FailClosed) or an unrecorded run (FailOpen).
+//
+// Put it inside clientlib's Middleware so that the duplicate's wait ends at
+// the caller's propagated deadline.
+func (d *Deduper) Middleware(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		k := r.Header.Get(clientlib.HeaderIdempotencyKey)
+		if k == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !validKey(k) {
+			d.refuse(w, http.StatusBadRequest, "invalid_key", "invalid-key",
+				fmt.Sprintf("idempotency: the Idempotency-Key header must be 1–%d bytes of printable ASCII", MaxKeyLength))
+			return
+		}
+		var body []byte
+		if r.Body != nil && r.Body != http.NoBody {
+			var err error
+			body, err = io.ReadAll(io.LimitReader(r.Body, d.cfg.maxRequest+1))
+			r.Body.Close()
+			if err != nil {
+				http.Error(w, "idempotency: reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			if int64(len(body)) > d.cfg.maxRequest {
+				d.refuse(w, http.StatusRequestEntityTooLarge, "too_large", "request-too-large",
+					fmt.Sprintf("idempotency: a request with an Idempotency-Key may carry at most %d bytes of body", d.cfg.maxRequest))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		fp := fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
+		key := scopedKey(d.cfg.httpScope(r), k)
+		v, token, rec, err := d.begin(r.Context(), key, fp)
+		switch v {
+		case replay:
+			d.replayHTTP(w, rec)
+		case mismatch:
+			d.refuse(w, http.StatusUnprocessableEntity, "mismatch", "mismatch",
+				"idempotency: this Idempotency-Key was used with a different request (method, path or body)")
+		case inProgress:
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			d.refuse(w, http.StatusConflict, "in_progress", "in-progress",
+				"idempotency: a request with this Idempotency-Key is still running; retry later")
+		case unavailable:
+			w.Header().Set("Retry-After", retryAfterSeconds)
+			d.refuse(w, http.StatusServiceUnavailable, "store_unavailable", "store-unavailable",
+				"idempotency: the idempotency store is unavailable: "+err.Error())
+		case runUnkeyed:
+			d.m.requests.WithLabelValues("unkeyed").Inc()
+			next.ServeHTTP(w, r)
+		case run:
+			d.runHTTP(w, r, next, key, token, fp)
+		}
+	})
+}
+
+func (d *Deduper) refuse(w http.ResponseWriter, code int, outcome, reason, msg string) {
+	d.m.requests.WithLabelValues(outcome).Inc()
+	w.Header().Set(HeaderStatus, reason)
+	http.Error(w, msg, code)
+}
+
+func (d *Deduper) runHTTP(w http.ResponseWriter, r *http.Request, next http.Handler, key, token, fp string) {
+	rw := &recorder{w: w, max: d.cfg.maxResponse, headers: d.cfg.headers}
+	finished := false
+	defer func() {
+		if !finished { // the handler panicked: free the key, let the panic go on
+			d.finish(key, token, fp, nil, true)
+		}
+	}()
+	next.ServeHTTP(rw, r)
+	finished = true
+	resp := rw.response()
+	d.finish(key, token, fp, resp, releaseHTTP(resp.Status))
+}
+
+// releaseHTTP: answers that say "not done, try again" do not pin the key.
+func releaseHTTP(code int) bool {
+	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
+}
+
+func (d *Deduper) replayHTTP(w http.ResponseWriter, rec *Record) {
+	if rec.Response.Omitted {
+		d.refuse(w, http.StatusConflict, "not_stored", "not-stored",
+			fmt.Sprintf("idempotency: the request with this Idempotency-Key completed (status %d), but its %d-byte response was too large to keep for replay",
+				rec.Response.Status, rec.Response.Size))
+		return
+	}
+	d.m.requests.WithLabelValues("replayed").Inc()
+	h := w.Header()
+	for k, vs := range rec.Response.Header {
+		h[k] = append([]string(nil), vs...)
+	}
+	h.Set(HeaderReplayed, "true")
+	h.Set("Content-Length", strconv.Itoa(len(rec.Response.Body)))
+	w.WriteHeader(rec.Response.Status)
+	_, _ = w.Write(rec.Response.Body)
+}
+
+// recorder passes a response through to its writer and keeps a copy of
+// its status, selected headers and body (up to max bytes).
+type recorder struct {
+	w       http.ResponseWriter
+	max     int64
+	headers []string
+
+	status  int
+	header  http.Header
+	body    []byte
+	size    int64
+	omitted bool
+}
+
+func (rw *recorder) Header() http.Header { return rw.w.Header() }
+
+func (rw *recorder) WriteHeader(code int) {
+	if rw.status != 0 {
+		return
+	}
+	if code >= 100 && code < 200 {
+		rw.w.WriteHeader(code) // informational: not the answer
+		return
+	}
+	rw.status = code
+	rw.header = http.Header{}
+	for _, n := range rw.headers {
+		if vs, ok := rw.w.Header()[n]; ok {
+			rw.header[n] = append([]string(nil), vs...)
+		}
+	}
+	rw.w.WriteHeader(code)
+}
+
+func (rw *recorder) Write(p []byte) (int, error) {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	n, err := rw.w.Write(p)
+	rw.size += int64(n)
+	if !rw.omitted {
+		if int64(len(rw.body))+int64(n) > rw.max {
+			rw.body, rw.omitted = nil, true
+		} else {
+			rw.body = append(rw.body, p[:n]...)
+		}
+	}
+	return n, err
+}
+
+// Flush lets handlers that stream flush through the recorder.
+func (rw *recorder) Flush() { _ = http.NewResponseController(rw.w).Flush() }
+
+// Unwrap gives http.ResponseController the underlying writer.
+func (rw *recorder) Unwrap() http.ResponseWriter { return rw.w }
+
+func (rw *recorder) response() *Response {
+	if rw.status == 0 {
+		rw.WriteHeader(http.StatusOK)
+	}
+	return &Response{Status: rw.status, Header: rw.header, Body: rw.body, Omitted: rw.omitted, Size: rw.size}
+}
