@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +14,10 @@ import (
 // caller, if that attempt's response is the final answer) before the body
 // is closed.
 const maxErrorBody = 64 << 10
+
+// errConnClosed replaces the bare io.EOF net/http returns when the server
+// closes a new connection before any response.
+var errConnClosed = fmt.Errorf("the server closed the connection before answering: %w", io.ErrUnexpectedEOF)
 
 // HTTPOption configures Client.RoundTripper.
 type HTTPOption struct {
@@ -181,6 +186,13 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if err != nil {
 			rcancel(nil)
+			if err == io.EOF {
+				// The server closed the connection without answering (it
+				// may have done the work): a network error, retryable as
+				// the class allows (an Idempotency-Key lets the server
+				// deduplicate the retry).
+				err = errConnClosed
+			}
 			return err
 		}
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {

@@ -23,7 +23,6 @@ func TestMemoryStoreContract(t *testing.T) {
 	})
 }
 
-
 func mustMemoryStore(t *testing.T, cfg idempotency.MemoryConfig) *idempotency.MemoryStore {
 	s, err := idempotency.NewMemoryStore(cfg)
 	if err != nil {
