@@ -26,7 +26,7 @@ TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
-.PHONY: help build test bench lint verify proto tools protoc proto-check tidy-check deps-check fmt-check clean
+.PHONY: help build test test-deps bench lint verify proto tools protoc proto-check tidy-check deps-check fmt-check clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -41,8 +41,22 @@ run: ## build and run the demo fleet (flags: make run ARGS='--duration 70s --hea
 	$(GO) build -o $(BIN)/fusebox-demo ./cmd/fusebox-demo
 	$(BIN)/fusebox-demo $(ARGS)
 
-test: ## run every test with -race (fuzz seed corpora included)
+test: test-deps ## run every test with -race (fuzz seed corpora included)
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Like `protoc`, installs what is missing with apt-get: Debian's chromium
+# for the dashboard's browser tests (not with FUSEBOX_SKIP_BROWSER=1, nor
+# when $$FUSEBOX_CHROMIUM names another binary) and redis-server for the
+# idempotency store's tests (they start their own server in a temp dir).
+test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server)
+	@need=""; \
+	if [ "$$FUSEBOX_SKIP_BROWSER" != 1 ] && [ -z "$$FUSEBOX_CHROMIUM" ] && ! command -v chromium >/dev/null; then \
+	  need="$$need chromium"; fi; \
+	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian's$$need for the tests"; \
+	  apt-get update && apt-get install -y $$need; \
+	fi
 
 bench: ## run the benchmarks of the README's Performance section
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...

@@ -47,7 +47,7 @@ rule() {
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='clientlib/idempotency/redisstore may import clientlib, sharedstate, protocol and Redis' ;;
     clientlib | clientlib/*)
-      ALLOW="^($PROTO|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
+      ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
       ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
