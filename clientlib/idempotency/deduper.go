@@ -25,6 +25,9 @@ const (
 	DefaultMaxRequestBytes  = 1 << 20
 	// MaxKeyLength is the longest idempotency key accepted, in bytes.
 	MaxKeyLength = 1024
+	// MaxScopeLength is the longest scope accepted, in bytes (longer
+	// ones are refused like invalid keys).
+	MaxScopeLength = 256
 )
 
 // Headers the Deduper writes.
@@ -50,7 +53,8 @@ const (
 	// record. The default: the caller asked for at-most-once.
 	FailClosed StoreErrorPolicy = iota
 	// FailOpen runs the handler without deduplication (at-least-once while
-	// the store is away).
+	// the store is away). A full MemoryStore (ErrStoreFull) is refused
+	// even then: it is a bound, not an outage.
 	FailOpen
 )
 

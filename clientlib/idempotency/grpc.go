@@ -59,8 +59,13 @@ func (d *Deduper) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, status.Errorf(codes.Internal, "idempotency: marshalling the request: %v", err)
 		}
+		scope := d.cfg.grpcScope(ctx)
+		if len(scope) > MaxScopeLength {
+			d.m.requests.WithLabelValues("invalid_key").Inc()
+			return nil, status.Errorf(codes.InvalidArgument, "idempotency: the key's scope (fusebox-retry-owner) may be at most %d bytes", MaxScopeLength)
+		}
 		fp := fingerprint([]byte(info.FullMethod), b)
-		key := scopedKey(d.cfg.grpcScope(ctx), ks[0])
+		key := scopedKey(scope, ks[0])
 		v, token, rec, err := d.begin(ctx, key, fp)
 		switch v {
 		case replay:

@@ -61,8 +61,14 @@ func (d *Deduper) Middleware(next http.Handler) http.Handler {
 			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 		}
+		scope := d.cfg.httpScope(r)
+		if len(scope) > MaxScopeLength {
+			d.refuse(w, http.StatusBadRequest, "invalid_key", "invalid-key",
+				fmt.Sprintf("idempotency: the key's scope (Fusebox-Retry-Owner) may be at most %d bytes", MaxScopeLength))
+			return
+		}
 		fp := fingerprint([]byte(r.Method), []byte(r.URL.RequestURI()), body)
-		key := scopedKey(d.cfg.httpScope(r), k)
+		key := scopedKey(scope, k)
 		v, token, rec, err := d.begin(r.Context(), key, fp)
 		switch v {
 		case replay:

@@ -180,6 +180,7 @@ func TestHTTPSemantics(t *testing.T) {
 		}{
 			{req{key: strings.Repeat("k", MaxKeyLength+1)}, 400, "invalid-key"},
 			{req{key: "tab\there"}, 400, "invalid-key"},
+			{req{key: "k", owner: strings.Repeat("o", MaxScopeLength+1)}, 400, "invalid-key"},
 			{req{key: "k", body: "123456789"}, 413, "request-too-large"},
 		} {
 			if w := tc.r.do(mw); w.Code != tc.code || w.Header().Get(HeaderStatus) != tc.reason {
