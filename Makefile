@@ -58,7 +58,7 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	  apt-get update && apt-get install -y $$need; \
 	fi
 
-bench: ## run the benchmarks of the README's Performance section
+bench: test-deps ## run the benchmarks of the README's Performance section
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...
 
 lint: tools fmt-check ## gofmt, go vet and staticcheck
