@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency"
@@ -118,6 +119,9 @@ func TestLostAnswerRetriedThroughClientlib(t *testing.T) {
 			client := &http.Client{Transport: fb.RoundTripper(tr, clientlib.HTTPDependency("payments"))}
 
 			ctx := clientlib.ContextWithClass(context.Background(), clientlib.IdempotentWithKey)
+			// A generous per-attempt timeout: on a loaded machine the default
+			// 500 ms could add a third attempt the test does not expect.
+			ctx = clientlib.ContextWithCallOptions(ctx, clientlib.WithAttemptTimeout(30*time.Second))
 			req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/charges", bytes.NewReader([]byte("42 EUR")))
 			if err != nil {
 				t.Fatal(err)

@@ -204,7 +204,7 @@ func TestCrashBetweenReserveAndComplete(t *testing.T) {
 		entered.Store(true)
 		<-gate // dies before doing the work
 		http.Error(w, "gone", http.StatusInternalServerError)
-	}), idempotency.ReservationTTL(300*time.Millisecond))
+	}), idempotency.ReservationTTL(2*time.Second)) // outlasts the first retry even on a loaded machine
 	h := &orders{}
 	alive := newInstance(t, rs, pfx, h, idempotency.MaxWait(0))
 	client := httpClient(t)
