@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,6 +17,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // healthServer stands for a state-changing gRPC service: each Check that
@@ -144,7 +147,7 @@ func TestGRPCInProgressAndStoreDown(t *testing.T) {
 		_, err := c.Check(keyed("k", ""), &healthpb.HealthCheckRequest{Service: "slow"})
 		done <- err
 	}()
-	waitFor(t, "the first call to run", func() bool { return h.runs.Load() == 1 })
+	sstest.Eventually(t, 10*time.Second, "the first call to run", func() bool { return h.runs.Load() == 1 })
 	var trailer metadata.MD
 	_, err := c.Check(keyed("k", ""), &healthpb.HealthCheckRequest{Service: "slow"}, grpc.Trailer(&trailer))
 	if status.Code(err) != codes.Aborted || trailer.Get(metadataPushback)[0] != "1000" {

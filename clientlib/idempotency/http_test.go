@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestNewNamesEveryInvalidOption(t *testing.T) {
@@ -239,7 +241,7 @@ func TestDuplicateWaitsForTheFirst(t *testing.T) {
 			answers[i], replays[i] = w.Body.String(), w.Header().Get(HeaderReplayed)
 		}()
 	}
-	waitFor(t, "one run and one waiting duplicate", func() bool {
+	sstest.Eventually(t, 10*time.Second, "one run and one waiting duplicate", func() bool {
 		return h.runs.Load() == 1 && testutil.ToFloat64(d.m.waiting) == 1
 	})
 	close(h.gate)
@@ -264,7 +266,7 @@ func TestDuplicateGetsConflictWhenTheFirstOutlastsTheWait(t *testing.T) {
 		defer close(done)
 		req{key: "k"}.do(mw)
 	}()
-	waitFor(t, "the first request to run", func() bool { return h.runs.Load() == 1 })
+	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
 	w := req{key: "k"}.do(mw)
 	if w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "1" || w.Header().Get(HeaderStatus) != "in-progress" {
 		t.Fatalf("duplicate: %d %v, want 409 in-progress with Retry-After", w.Code, w.Header())
@@ -297,7 +299,7 @@ func TestDuplicateWaitEndsAtItsDeadline(t *testing.T) {
 	defer close(h.gate)
 	mw := newDeduper(t, memStore(t, MemoryConfig{}), MaxWait(time.Hour)).Middleware(h)
 	go req{key: "k"}.do(mw)
-	waitFor(t, "the first request to run", func() bool { return h.runs.Load() == 1 })
+	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
 	r := httpRequest(http.MethodPost, "/orders", "k", "")
 	ctx, cancel := contextWithTimeout(20 * time.Millisecond)
 	defer cancel()
@@ -339,7 +341,7 @@ func TestStoreErrorPolicy(t *testing.T) {
 		h := &sideEffect{gate: make(chan struct{})}
 		mw := newDeduper(t, memStore(t, MemoryConfig{MaxEntries: 1}), OnStoreError(FailOpen)).Middleware(h)
 		go req{key: "a"}.do(mw)
-		waitFor(t, "the first request to run", func() bool { return h.runs.Load() == 1 })
+		sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
 		w := req{key: "b"}.do(mw)
 		close(h.gate)
 		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "store full") {

@@ -19,19 +19,6 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// waitFor polls cond until it holds, failing the test after 10 s. It waits
-// for a state; it never asserts a timing.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func memStore(t testing.TB, cfg MemoryConfig) *MemoryStore {
 	t.Helper()
 	s, err := NewMemoryStore(cfg)

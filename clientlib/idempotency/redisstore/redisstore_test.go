@@ -18,18 +18,8 @@ import (
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency/internal/storetest"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency/redisstore"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
-
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
 
 func TestStoreContract(t *testing.T) {
 	rs := startRedis(t, false)
@@ -38,7 +28,7 @@ func TestStoreContract(t *testing.T) {
 		New:      func(t *testing.T) idempotency.Store { return redisstore.New(rdb, redisstore.WithPrefix(prefix())) },
 		ShortTTL: 50 * time.Millisecond,
 		Expire: func(t *testing.T, s idempotency.Store, key string) {
-			waitFor(t, "the reservation to expire in Redis", func() bool {
+			sstest.Eventually(t, 10*time.Second, "the reservation to expire in Redis", func() bool {
 				rec, err := s.Get(context.Background(), key)
 				return rec == nil && err == nil
 			})
@@ -151,7 +141,7 @@ func TestTwoInstancesOneSideEffect(t *testing.T) {
 		}()
 	}
 	// One instance runs the handler, the other's duplicate waits for it.
-	waitFor(t, "one instance's duplicate to wait for the other's run", func() bool {
+	sstest.Eventually(t, 10*time.Second, "one instance's duplicate to wait for the other's run", func() bool {
 		return a.metric(t, "fusebox_idempotency_waiting_requests", "")+b.metric(t, "fusebox_idempotency_waiting_requests", "") == 1
 	})
 	close(h.gate)
@@ -214,12 +204,12 @@ func TestCrashBetweenReserveAndComplete(t *testing.T) {
 		defer close(done)
 		post(t, client, dead.url, "k", "x")
 	}()
-	waitFor(t, "the first instance to reserve the key", entered.Load)
+	sstest.Eventually(t, 10*time.Second, "the first instance to reserve the key", entered.Load)
 	if ans := post(t, client, alive.url, "k", "x"); ans.code != http.StatusConflict || ans.reason != "in-progress" {
 		t.Fatalf("retry while reserved: %+v, want 409 in-progress", ans)
 	}
 	var ans answer
-	waitFor(t, "a retry to run after the reservation expired", func() bool {
+	sstest.Eventually(t, 10*time.Second, "a retry to run after the reservation expired", func() bool {
 		ans = post(t, client, alive.url, "k", "x")
 		return ans.code != http.StatusConflict
 	})
