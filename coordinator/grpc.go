@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path"
 	"strings"
@@ -20,13 +21,26 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
-// writeMethods need role admin; every other Admin method needs viewer.
-var writeMethods = map[string]bool{
-	fuseboxv1.Admin_PutPolicy_FullMethodName:     true,
-	fuseboxv1.Admin_DeletePolicy_FullMethodName:  true,
-	fuseboxv1.Admin_ForceOpen_FullMethodName:     true,
-	fuseboxv1.Admin_ForceClosed_FullMethodName:   true,
-	fuseboxv1.Admin_ClearOverride_FullMethodName: true,
+// adminRoles is the role each Admin method needs: viewer reads, admin
+// writes (policies, overrides). Every method of fuseboxv1.Admin is listed;
+// a method missing here is refused to every caller, and
+// TestEveryAdminMethodHasARole walks the service descriptor so a new
+// method without a role fails the tests, and calls every method as a
+// viewer and as an admin.
+var adminRoles = map[string]auth.Role{
+	fuseboxv1.Admin_GetPolicy_FullMethodName:      auth.RoleViewer,
+	fuseboxv1.Admin_ListPolicies_FullMethodName:   auth.RoleViewer,
+	fuseboxv1.Admin_PutPolicy_FullMethodName:      auth.RoleAdmin,
+	fuseboxv1.Admin_DeletePolicy_FullMethodName:   auth.RoleAdmin,
+	fuseboxv1.Admin_ValidatePolicy_FullMethodName: auth.RoleViewer,
+	fuseboxv1.Admin_ForceOpen_FullMethodName:      auth.RoleAdmin,
+	fuseboxv1.Admin_ForceClosed_FullMethodName:    auth.RoleAdmin,
+	fuseboxv1.Admin_ClearOverride_FullMethodName:  auth.RoleAdmin,
+	fuseboxv1.Admin_ListOverrides_FullMethodName:  auth.RoleViewer,
+	fuseboxv1.Admin_ListAudit_FullMethodName:      auth.RoleViewer,
+	fuseboxv1.Admin_ListMembers_FullMethodName:    auth.RoleViewer,
+	fuseboxv1.Admin_GetFleet_FullMethodName:       auth.RoleViewer,
+	fuseboxv1.Admin_Watch_FullMethodName:          auth.RoleViewer,
 }
 
 // MaxSnapshotBytes bounds an Admin response (GetFleet of every dependency
@@ -88,9 +102,10 @@ func (c *Coordinator) authenticate(ctx context.Context, fullMethod string) (cont
 	if cn := clientCertName(p); cn != "" {
 		id.Name += " cert:" + cn
 	}
-	need := auth.RoleViewer
-	if writeMethods[fullMethod] {
-		need = auth.RoleAdmin
+	need, ok := adminRoles[fullMethod]
+	if !ok {
+		c.metrics.authFailures.WithLabelValues("grpc", "permission_denied").Inc()
+		return ctx, fmt.Errorf("%w: %s has no role in the coordinator's table", auth.ErrPermissionDenied, fullMethod)
 	}
 	if err := auth.Authorize(id, need); err != nil {
 		c.metrics.authFailures.WithLabelValues("grpc", "permission_denied").Inc()

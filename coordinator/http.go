@@ -48,28 +48,54 @@ const sseKeepAlive = 15 * time.Second
 // store, the validation and the audit are the same. /metrics, /healthz and
 // the dashboard's static files are open: the page holds no data, it reads
 // /api/v1/* with the token its user types.
+// route is one HTTP endpoint and who may call it.
+type route struct {
+	pattern string // http.ServeMux pattern, method first
+	name    string // the handler label of the request metric
+	// role is what the caller needs (see authorized); RoleNone only with
+	// open set, for what holds no data: /metrics, /healthz, the page.
+	role    auth.Role
+	open    bool
+	handler http.Handler
+}
+
+// routes is every HTTP endpoint with its role: reads need viewer, writes
+// admin. TestEveryRouteHasARole walks it: no /api/v1 route is open, every
+// route that is not a GET needs admin, and a viewer is refused each write.
+func (c *Coordinator) routes() []route {
+	ui := dashboard.New()
+	metrics := promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{})
+	return []route{
+		{pattern: "GET /api/v1/fleet", name: "fleet", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleFleet)},
+		{pattern: "GET /api/v1/history", name: "history", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleHistory)},
+		{pattern: "GET /api/v1/events", name: "events", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleEvents)},
+		{pattern: "GET /api/v1/audit", name: "audit", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleAudit)},
+		{pattern: "GET /api/v1/overrides", name: "overrides", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleListOverrides)},
+		{pattern: "GET /api/v1/policies", name: "policies", role: auth.RoleViewer, handler: http.HandlerFunc(c.handlePolicies)},
+		{pattern: "GET /api/v1/whoami", name: "whoami", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleWhoami)},
+		{pattern: "POST /api/v1/overrides/{dependency...}", name: "override_set", role: auth.RoleAdmin, handler: http.HandlerFunc(c.handleSetOverride)},
+		{pattern: "DELETE /api/v1/overrides/{dependency...}", name: "override_clear", role: auth.RoleAdmin, handler: http.HandlerFunc(c.handleClearOverride)},
+		{pattern: "GET /metrics", name: "metrics", open: true, handler: metrics},
+		{pattern: "GET /healthz", name: "healthz", open: true, handler: http.HandlerFunc(c.handleHealthz)},
+		{pattern: "GET /{$}", name: "dashboard", open: true, handler: ui},
+		{pattern: "GET " + dashboard.AssetPrefix, name: "dashboard", open: true, handler: ui},
+	}
+}
+
 func (c *Coordinator) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
-	viewer := func(name string, h http.HandlerFunc) http.Handler {
-		return c.instrument(name, c.authorized(auth.RoleViewer, h))
+	for _, rt := range c.routes() {
+		h := rt.handler
+		switch {
+		case rt.open && rt.role == auth.RoleNone:
+		case !rt.open && rt.role > auth.RoleNone:
+			h = c.authorized(rt.role, h)
+		default:
+			// A programming error TestEveryRouteHasARole catches.
+			panic(fmt.Sprintf("coordinator: route %q needs either a role or open", rt.pattern))
+		}
+		mux.Handle(rt.pattern, c.instrument(rt.name, h))
 	}
-	admin := func(name string, h http.HandlerFunc) http.Handler {
-		return c.instrument(name, c.authorized(auth.RoleAdmin, h))
-	}
-	mux.Handle("GET /api/v1/fleet", viewer("fleet", c.handleFleet))
-	mux.Handle("GET /api/v1/history", viewer("history", c.handleHistory))
-	mux.Handle("GET /api/v1/events", viewer("events", c.handleEvents))
-	mux.Handle("GET /api/v1/audit", viewer("audit", c.handleAudit))
-	mux.Handle("GET /api/v1/overrides", viewer("overrides", c.handleListOverrides))
-	mux.Handle("GET /api/v1/policies", viewer("policies", c.handlePolicies))
-	mux.Handle("GET /api/v1/whoami", viewer("whoami", c.handleWhoami))
-	mux.Handle("POST /api/v1/overrides/{dependency...}", admin("override_set", c.handleSetOverride))
-	mux.Handle("DELETE /api/v1/overrides/{dependency...}", admin("override_clear", c.handleClearOverride))
-	mux.Handle("GET /metrics", c.instrument("metrics", promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{})))
-	mux.Handle("GET /healthz", c.instrument("healthz", http.HandlerFunc(c.handleHealthz)))
-	ui := dashboard.New()
-	mux.Handle("GET /{$}", c.instrument("dashboard", ui))
-	mux.Handle("GET "+dashboard.AssetPrefix, c.instrument("dashboard", ui))
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 10 * time.Second,
