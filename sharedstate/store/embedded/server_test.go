@@ -165,16 +165,26 @@ func TestStartFailsCleanlyWhenPortTaken(t *testing.T) {
 	// goleak in TestMain checks that nothing was left running.
 }
 
+// TestStartHonoursContext starts an etcd that cannot be ready before its
+// first raft tick, 1 s away, with a context that ends after 200 ms: a
+// Start that ignores its context returns a ready server, one that watches
+// it returns the context's error. (etcd's Close waits for the server to be
+// serving, so Start returns only after that tick either way.)
 func TestStartHonoursContext(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	srv, err := embedded.Start(ctx, embedded.TestConfig(t.TempDir()))
+	cfg := embedded.TestConfig(t.TempDir())
+	cfg.TickMs, cfg.ElectionMs = 1000, 5000 // a single member elects itself on its first tick
+	cfg.StartTimeout = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	srv, err := embedded.Start(ctx, cfg)
+	took := time.Since(start)
 	if err == nil {
-		// etcd may become ready before the select looks at ctx.
 		srv.Close()
-		return
+		t.Fatalf("Start returned a ready server after %v although its context ended after 200ms: the context was ignored", took)
 	}
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("embedded.Start with a cancelled context = %v, want context.Canceled", err)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("embedded.Start with a context that ends = %v (after %v), want context.DeadlineExceeded", err, took)
 	}
+	t.Logf("Start returned %v after %v", err, took)
 }
