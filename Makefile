@@ -26,7 +26,7 @@ TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
-.PHONY: help build test test-deps bench lint verify proto tools protoc proto-check tidy-check deps-check fmt-check clean
+.PHONY: help build test test-deps bench lint verify proto tools protoc proto-check tidy-check deps-check fmt-check test-waits clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
@@ -65,7 +65,7 @@ lint: tools fmt-check ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
 
-verify: lint proto-check tidy-check deps-check ## lint + stale generated code + go mod tidy
+verify: lint test-waits proto-check tidy-check deps-check ## lint + unbounded test waits + stale generated code + go mod tidy
 	@echo "verify: ok"
 
 proto: tools protoc ## regenerate protocol/fuseboxv1 from the .proto sources
@@ -117,6 +117,9 @@ tidy-check: ## fail when `go mod tidy` would change go.mod or go.sum
 
 deps-check: ## fail when an import breaks DESIGN.md's import table (or a binary links test code)
 	@GO=$(GO) .ci/deps-check.sh
+
+test-waits: ## fail on a wait in a _test.go file with no deadline (bare <-x.Done(), unbounded for {)
+	@.ci/test-waits
 
 fmt-check: ## fail when gofmt would change a file
 	@out=$$(find . -name '*.go' -not -path './.*' | xargs gofmt -l); \

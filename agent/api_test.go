@@ -152,7 +152,7 @@ func TestSessionPushAndShutdown(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("Close took %v", d)
 	}
-	for {
+	for { // bounded by the session's 20 s context
 		_, err := stream.Recv()
 		if err == nil {
 			continue

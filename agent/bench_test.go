@@ -41,7 +41,7 @@ func BenchmarkSessionIngest(b *testing.B) {
 				b.Fatal(err)
 			}
 			go func() { // drain snapshot pushes
-				for {
+				for { // bounded by the stream, which ends when the benchmark closes the agent
 					if _, err := stream.Recv(); err != nil {
 						return
 					}

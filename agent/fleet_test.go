@@ -68,7 +68,7 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	t.Logf("breaker open on all 5 agents %v after the reports", time.Since(start))
 
 	// The watcher was pushed the open snapshot.
-	for {
+	for { // bounded by the watcher's 20 s context
 		r, err := watch.Recv()
 		if err != nil {
 			t.Fatalf("watcher: %v", err)

@@ -37,7 +37,7 @@ func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
 	// next returns the next snapshot of dep the agent pushes.
 	next := func() *fuseboxv1.DecisionSnapshot {
 		t.Helper()
-		for {
+		for { // bounded by the session's 20 s context
 			r, err := stream.Recv()
 			if err != nil {
 				t.Fatalf("recv: %v", err)

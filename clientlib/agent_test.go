@@ -184,8 +184,15 @@ func TestStrictConsultAsksCheck(t *testing.T) {
 func TestHungAgentDecidesLocally(t *testing.T) {
 	f := newFakeAgent(t)
 	f.onRetry = func(ctx context.Context, _ *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error) {
-		<-ctx.Done() // hangs until the client gives up
-		return nil, ctx.Err()
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done(): // hangs until the client gives up
+			return nil, ctx.Err()
+		case <-timer.C:
+			t.Error("the client waited 10 s on a hung AcquireRetry: AgentWait was not applied")
+			return nil, errors.New("fake agent: gave up after 10 s")
+		}
 	}
 	c := agentClient(t, f, Config{})
 	n := 0
@@ -349,7 +356,11 @@ func TestCloseIsIdempotentAndFlushes(t *testing.T) {
 	_ = c.Dependency("d").Do(context.Background(), Idempotent, func(context.Context, Attempt) error { return nil })
 	c.Close()
 	c.Close()
-	<-c.Done()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done() not closed within 10 s of Close returning")
+	}
 	if got := f.countsOf("d"); got.FirstAttempts != 1 || got.Successes != 1 {
 		t.Errorf("agent got %+v after Close, want the last deltas flushed", got)
 	}

@@ -126,8 +126,15 @@ func TestDeadlineOneSecondWith900msAttempts(t *testing.T) {
 			t.Errorf("attempt deadline %v, want %v", a.Deadline, want)
 		}
 		clk.Advance(900 * time.Millisecond) // the dependency takes the whole attempt
-		<-ctx.Done()
-		return ctx.Err()
+		timer := time.NewTimer(10 * time.Second)
+		defer timer.Stop()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+			t.Error("the attempt's context did not end within 10 s of the clock passing its 900ms timeout")
+			return errors.New("attempt context never ended")
+		}
 	}, WithAttemptTimeout(900*time.Millisecond))
 	if n != 1 {
 		t.Errorf("%d attempts, want 1", n)

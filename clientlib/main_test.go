@@ -156,7 +156,7 @@ func (f *fakeAgent) Session(stream grpc.BidiStreamingServer[fuseboxv1.SessionReq
 	}
 	recvErr := make(chan error, 1)
 	go func() {
-		for {
+		for { // bounded by the session stream, which ends with the client or the fake agent
 			req, err := stream.Recv()
 			if err != nil {
 				recvErr <- err

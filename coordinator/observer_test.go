@@ -89,7 +89,7 @@ func sseClient(t *testing.T, httpAddr, token string) <-chan events.Event {
 	go func() {
 		defer close(done)
 		defer close(ch)
-		for {
+		for { // bounded by the response body, closed at cleanup
 			line, err := br.ReadString('\n')
 			if err != nil {
 				return

@@ -49,7 +49,7 @@ func recvN(t *testing.T, s fuseboxv1.Admin_WatchClient, n int) []*fuseboxv1.Watc
 // status.
 func recvErr(s fuseboxv1.Admin_WatchClient) ([]*fuseboxv1.WatchEvent, *status.Status) {
 	var out []*fuseboxv1.WatchEvent
-	for {
+	for { // bounded by the stream's 60 s context (watch)
 		e, err := s.Recv()
 		if err != nil {
 			return out, status.Convert(err)

@@ -189,7 +189,7 @@ func waitLine(t *testing.T, r *bufio.Reader, s string, d time.Duration) {
 	lines := make(chan string, 1)
 	go func() {
 		defer close(lines)
-		for {
+		for { // bounded by r, which fails when the process (killed after 30 s) exits
 			line, err := r.ReadString('\n')
 			if err != nil {
 				return

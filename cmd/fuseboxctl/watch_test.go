@@ -258,7 +258,7 @@ func (p *proxy) addr() string { return p.ln.Addr().String() }
 
 func (p *proxy) accept() {
 	defer p.wg.Done()
-	for {
+	for { // bounded by the listener, closed at cleanup
 		down, err := p.ln.Accept()
 		if err != nil {
 			return

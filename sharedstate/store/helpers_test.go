@@ -181,3 +181,15 @@ func mustConflict(t *testing.T, err error, expected, current int64) {
 		t.Fatalf("conflict = expected %d current %d, want expected %d current %d", ce.Expected, ce.Current, expected, current)
 	}
 }
+
+// waitDone waits for done to be closed, failing the test after waitTimeout.
+func waitDone(t *testing.T, what string, done <-chan struct{}) {
+	t.Helper()
+	timer := time.NewTimer(waitTimeout)
+	defer timer.Stop()
+	select {
+	case <-done:
+	case <-timer.C:
+		t.Fatalf("timed out after %v waiting for %s", waitTimeout, what)
+	}
+}

@@ -76,7 +76,11 @@ func TestMemberOfDeadClientExpires(t *testing.T) {
 	}
 	wch := e.cli.Watch(ctx, st.MemberKey("doomed"), clientv3.WithRev(resp.Header.Revision+1))
 	cli.Close()
-	<-r.Done() // the keep-alive stopped with the client
+	select {
+	case <-r.Done(): // the keep-alive stopped with the client
+	case <-ctx.Done():
+		t.Fatalf("the registration's keep-alive did not stop when its client closed: %v", ctx.Err())
+	}
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
 			t.Fatal(err)

@@ -292,7 +292,7 @@ func TestWatcherCloseAndContext(t *testing.T) {
 	rec.waitFor(t, "first sync", func(r *recorder) bool { return len(r.syncs) == 1 })
 	w.Close()
 	w.Close()
-	<-w.Done()
+	waitDone(t, "the watcher to end after Close", w.Done())
 	if !errors.Is(w.Err(), store.ErrClosed) {
 		t.Fatalf("Err() after Close = %v, want ErrClosed", w.Err())
 	}
@@ -300,7 +300,7 @@ func TestWatcherCloseAndContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	w2 := e.st.Watch(ctx, store.HandlerFuncs{}, store.WatchOptions{})
 	cancel()
-	<-w2.Done()
+	waitDone(t, "the watcher to end when its context is cancelled", w2.Done())
 	if !errors.Is(w2.Err(), context.Canceled) {
 		t.Fatalf("Err() after cancel = %v, want context.Canceled", w2.Err())
 	}
