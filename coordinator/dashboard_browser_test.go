@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,28 +16,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator/dashboardtest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
-
-// chromiumPath finds a Chromium to drive: $FUSEBOX_CHROMIUM, else
-// /usr/bin/chromium (Debian's package, which CI installs), else one on PATH.
-func chromiumPath() string {
-	if p := os.Getenv("FUSEBOX_CHROMIUM"); p != "" {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/chromium"); err == nil {
-		return "/usr/bin/chromium"
-	}
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
-	}
-	return ""
-}
 
 // artifactsDir is where the test leaves its screenshots:
 // $FUSEBOX_TEST_ARTIFACTS when set (kept), else a temporary directory.
@@ -244,10 +227,7 @@ func TestDashboardInABrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a coordinator, three agents and Chromium")
 	}
-	chromium := chromiumPath()
-	if chromium == "" {
-		t.Skip("no Chromium: the dashboard's browser test needs /usr/bin/chromium (Debian package chromium; CI installs it) or $FUSEBOX_CHROMIUM")
-	}
+	chromium := dashboardtest.Chromium(t) // skips with FUSEBOX_SKIP_BROWSER=1, fails when there is none
 
 	cfg := testConfig(t)
 	cfg.TokensFile = writeTokens(t, testTokens)

@@ -17,13 +17,10 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
+	"github.com/fusebox-dev/fusebox/coordinator/dashboardtest"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
-
-// defaultChromium is the browser the test drives: Debian's chromium
-// package, which CI installs. $FUSEBOX_CHROMIUM points elsewhere.
-const defaultChromium = "/usr/bin/chromium"
 
 // browserTimeout bounds each wait on the page.
 const browserTimeout = 45 * time.Second
@@ -54,17 +51,7 @@ type browser struct {
 // at cleanup.
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
-	if os.Getenv("FUSEBOX_SKIP_BROWSER") == "1" {
-		t.Skip("FUSEBOX_SKIP_BROWSER=1: the dashboard's browser test is skipped")
-	}
-	chromiumPath := defaultChromium
-	if p := os.Getenv("FUSEBOX_CHROMIUM"); p != "" {
-		chromiumPath = p
-	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		t.Fatalf("the browser test needs Chromium at %s (Debian: apt-get install chromium; CI installs it; "+
-			"$FUSEBOX_CHROMIUM names another binary). Set FUSEBOX_SKIP_BROWSER=1 to skip it explicitly. (%v)", chromiumPath, err)
-	}
+	chromiumPath := dashboardtest.Chromium(t) // skips with FUSEBOX_SKIP_BROWSER=1, fails when there is none
 	allocCtx, stopAlloc := chromedp.NewExecAllocator(context.Background(),
 		chromedp.ExecPath(chromiumPath),
 		chromedp.Flag("headless", true),
