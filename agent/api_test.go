@@ -164,7 +164,7 @@ func TestSessionPushAndShutdown(t *testing.T) {
 	}
 	// The peer saw it leave (memberlist's dead-node detection would take
 	// several probe intervals and a suspicion timeout).
-	sstest.Eventually(t, time.Second, "the peer sees the agent gone", func() bool { return peer.gossip.NumAgents() == 1 })
+	sstest.Eventually(t, 10*time.Second, "the peer sees the agent gone", func() bool { return peer.gossip.NumAgents() == 1 })
 	if err := a.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}

@@ -152,7 +152,7 @@ func (w *world) putPolicy(t *testing.T, dep, policy string, check func(sharedsta
 	if _, err := w.store.PutPolicy(ctx, dep, []byte(policy), store.WriteOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "every agent applies the policy of "+dep, func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent applies the policy of "+dep, func() bool {
 		for _, a := range w.agents {
 			if !check(a.Engine().Policy(dep)) {
 				return false

@@ -39,7 +39,7 @@ func TestPoliciesAndOverridesFromEtcd(t *testing.T) {
 	if _, err := f.store.PutPolicy(ctx, dep, []byte(`{"breaker":{"minimumRequests":77}}`), admin); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, time.Second, "every agent applies the policy", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent applies the policy", func() bool {
 		for _, a := range f.agents {
 			if a.eng.Policy(dep).Breaker.MinimumRequests != 77 {
 				return false
@@ -52,7 +52,7 @@ func TestPoliciesAndOverridesFromEtcd(t *testing.T) {
 	if _, err := f.cli.Put(ctx, f.store.PolicyKey(dep), `{"breaker":{"minimumRequests":"many"}}`); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 2*time.Second, "every agent counts the invalid value", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent counts the invalid value", func() bool {
 		for _, a := range f.agents {
 			if value(t, a.m.etcdInvalid) < 1 {
 				return false
@@ -95,18 +95,18 @@ func TestPoliciesAndOverridesFromEtcd(t *testing.T) {
 	if _, err := f.store.SetOverride(ctx, dep, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "maintenance"}, admin); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, time.Second, "every agent rejects forced-open", allReject(fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN))
+	sstest.Eventually(t, 10*time.Second, "every agent rejects forced-open", allReject(fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN))
 	if err := f.store.ClearOverride(ctx, dep, admin); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, time.Second, "every agent allows after the override is cleared", allAllow)
+	sstest.Eventually(t, 10*time.Second, "every agent allows after the override is cleared", allAllow)
 
 	// With a TTL the override expires by itself.
 	e, err := f.store.SetOverride(ctx, dep, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "short", TTL: time.Second}, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, time.Second, "every agent rejects the TTL override", allReject(fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN))
+	sstest.Eventually(t, 10*time.Second, "every agent rejects the TTL override", allReject(fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN))
 	sstest.Eventually(t, time.Until(e.Expires)+5*time.Second, "the TTL override expires everywhere", allAllow)
 }
 
@@ -129,7 +129,7 @@ func TestEtcdOutageAndCache(t *testing.T) {
 		s := a.eng.Snapshot(dep)
 		return s != nil && s.Override == sharedstate.ForcedOpen
 	}
-	sstest.Eventually(t, 2*time.Second, "override everywhere", func() bool {
+	sstest.Eventually(t, 10*time.Second, "override everywhere", func() bool {
 		for _, a := range f.agents {
 			if !forcedOpen(a) || a.eng.Policy(dep).Retry.MaxAttempts != 5 {
 				return false
@@ -149,7 +149,7 @@ func TestEtcdOutageAndCache(t *testing.T) {
 	if _, err := f.cli.Compact(ctx, resp.ModRevision); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 2*time.Second, "running agents see maxAttempts 4", func() bool {
+	sstest.Eventually(t, 10*time.Second, "running agents see maxAttempts 4", func() bool {
 		for _, a := range f.agents {
 			if a.eng.Policy(dep).Retry.MaxAttempts != 4 {
 				return false
@@ -159,7 +159,7 @@ func TestEtcdOutageAndCache(t *testing.T) {
 	})
 
 	extra := startAgent(t, f.config("closes-with-etcd-down"))
-	sstest.Eventually(t, 5*time.Second, "the extra agent is registered", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the extra agent is registered", func() bool {
 		ms, _, err := f.store.ListMembers(ctx)
 		for _, m := range ms {
 			if m.Node == "closes-with-etcd-down" {
@@ -196,7 +196,7 @@ func TestEtcdOutageAndCache(t *testing.T) {
 	if _, _, _, src := a2.policies.counts(); src != sourceCache {
 		t.Fatalf("restarted agent's policies come from %v, want the cache", policySourceNames[src])
 	}
-	sstest.Eventually(t, 5*time.Second, "restarted agent ready from its cache", a2.Ready)
+	sstest.Eventually(t, 10*time.Second, "restarted agent ready from its cache", a2.Ready)
 	if d := check(t, dial(t, a2.Agent), dep); d.GetReason() != fuseboxv1.RejectReason_REJECT_REASON_FORCED_OPEN {
 		t.Fatalf("restarted agent with etcd down: %v", d)
 	}

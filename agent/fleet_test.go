@@ -56,7 +56,7 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	for i, a := range f.agents {
 		clients[i] = dial(t, a.Agent)
 	}
-	sstest.Eventually(t, 2*time.Second, "every agent rejects with reason open", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent rejects with reason open", func() bool {
 		for _, c := range clients {
 			d := check(t, c, dep)
 			if d.GetVerdict() != fuseboxv1.Verdict_VERDICT_REJECT || d.GetReason() != fuseboxv1.RejectReason_REJECT_REASON_OPEN {

@@ -36,7 +36,7 @@ func TestKilledAgentAndLateJoiner(t *testing.T) {
 		ft, _ := a.eng.Fleet(dep)
 		return ft.FleetNodes
 	}
-	sstest.Eventually(t, 2*time.Second, "agent 0 counts 3 nodes", func() bool { return fleetNodes(f.agents[0]) == 3 })
+	sstest.Eventually(t, 10*time.Second, "agent 0 counts 3 nodes", func() bool { return fleetNodes(f.agents[0]) == 3 })
 
 	f.agents[2].crash()
 	start := time.Now()
@@ -60,12 +60,12 @@ func TestKilledAgentAndLateJoiner(t *testing.T) {
 		}
 		return false
 	}
-	sstest.Eventually(t, 2*time.Second, "breaker open on the running agents", func() bool {
+	sstest.Eventually(t, 10*time.Second, "breaker open on the running agents", func() bool {
 		return hasOpen(f.agents[0]) && hasOpen(f.agents[1]) && hasOpen(f.agents[3])
 	})
 	late := f.add("agent-late")
 	start = time.Now()
-	sstest.Eventually(t, 2*time.Second, "the late joiner holds the open record", func() bool { return hasOpen(late) })
+	sstest.Eventually(t, 10*time.Second, "the late joiner holds the open record", func() bool { return hasOpen(late) })
 	t.Logf("late joiner learned the record after %v", time.Since(start))
 	if s := late.eng.Snapshot(broken); s == nil || s.State == sharedstate.Closed {
 		t.Fatalf("late joiner's snapshot: %+v, want open or half-open", s)
@@ -101,7 +101,7 @@ func TestGossipKeyring(t *testing.T) {
 	cfgB.KeyringFile = writeKeyring(t, k2)
 	cfgB.Join = []string{a.GossipAddr()}
 	b := startAgent(t, cfgB)
-	sstest.Eventually(t, 5*time.Second, "the wrong-key agent logs its failed join", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the wrong-key agent logs its failed join", func() bool {
 		return strings.Contains(b.log.String(), "gossip join failed")
 	})
 	logB := b.log.String()
@@ -121,10 +121,10 @@ func TestGossipKeyring(t *testing.T) {
 	cfgC.KeyringFile = writeKeyring(t, k1, k2)
 	cfgC.Join = []string{a.GossipAddr()}
 	c := startAgent(t, cfgC)
-	sstest.Eventually(t, 5*time.Second, "an agent holding the cluster's key joins", func() bool {
+	sstest.Eventually(t, 10*time.Second, "an agent holding the cluster's key joins", func() bool {
 		return a.gossip.NumAgents() == 2 && c.gossip.NumAgents() == 2
 	})
-	sstest.Eventually(t, 2*time.Second, "the joined agent is ready", c.Ready)
+	sstest.Eventually(t, 10*time.Second, "the joined agent is ready", c.Ready)
 
 	// Rotation, second step, without restarts: a and c promote k2. Then an
 	// agent that knows only k2 joins, and a and c drop k1.
@@ -133,25 +133,25 @@ func TestGossipKeyring(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sstest.Eventually(t, 5*time.Second, "a and c use k2", func() bool {
+	sstest.Eventually(t, 10*time.Second, "a and c use k2", func() bool {
 		return string(a.keyring.GetPrimaryKey()) == string(k2) && string(c.keyring.GetPrimaryKey()) == string(k2)
 	})
 	cfgD := testConfig(t, "new-key-only")
 	cfgD.KeyringFile = writeKeyring(t, k2)
 	cfgD.Join = []string{a.GossipAddr()}
 	d := startAgent(t, cfgD)
-	sstest.Eventually(t, 5*time.Second, "an agent with only the new key joins", func() bool { return d.gossip.NumAgents() >= 3 })
+	sstest.Eventually(t, 10*time.Second, "an agent with only the new key joins", func() bool { return d.gossip.NumAgents() >= 3 })
 	for _, cfg := range []Config{cfgA, cfgC} {
 		if err := os.WriteFile(cfg.KeyringFile, []byte(base64.StdEncoding.EncodeToString(k2)+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	sstest.Eventually(t, 5*time.Second, "a and c dropped k1", func() bool {
+	sstest.Eventually(t, 10*time.Second, "a and c dropped k1", func() bool {
 		return len(a.keyring.GetKeys()) == 1 && len(c.keyring.GetKeys()) == 1
 	})
 	// Gossip still flows: a record proposed on a reaches d.
 	reportSuccesses(t, a.Agent, "after-rotation", 1)
-	sstest.Eventually(t, 5*time.Second, "rows flow after the rotation", func() bool {
+	sstest.Eventually(t, 10*time.Second, "rows flow after the rotation", func() bool {
 		ft, _ := d.eng.Fleet("after-rotation")
 		return ft.FleetNodes >= 1 && ft.Fleet.Successes == 1
 	})
@@ -206,7 +206,7 @@ func TestObserverGossip(t *testing.T) {
 	if _, err := obs.Join([]string{f.agents[0].GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 2*time.Second, "agents see the observer", func() bool { return len(f.agents[1].gossip.Members()) == 3 })
+	sstest.Eventually(t, 10*time.Second, "agents see the observer", func() bool { return len(f.agents[1].gossip.Members()) == 3 })
 	for _, a := range f.agents {
 		if n := a.gossip.NumAgents(); n != 2 {
 			t.Errorf("%s counts %d agents with an observer present, want 2", a.Name(), n)
@@ -217,11 +217,11 @@ func TestObserverGossip(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sstest.Eventually(t, 3*time.Second, "the observer hears both agents' rows and the breaker record", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the observer hears both agents' rows and the breaker record", func() bool {
 		rows, records := rec.seen()
 		return rows >= 2 && records >= 1
 	})
-	sstest.Eventually(t, 2*time.Second, "both agents count both agents", func() bool {
+	sstest.Eventually(t, 10*time.Second, "both agents count both agents", func() bool {
 		for _, a := range f.agents {
 			if ft, _ := a.eng.Fleet("observed"); ft.FleetNodes != 2 {
 				return false

@@ -66,12 +66,12 @@ func TestMetricsEndpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	sstest.Eventually(t, 2*time.Second, "breaker open", func() bool {
+	sstest.Eventually(t, 10*time.Second, "breaker open", func() bool {
 		s := a.eng.Snapshot(dep)
 		return s != nil && s.Generation > 0
 	})
 	base := "http://" + a.HTTPAddr()
-	sstest.Eventually(t, 2*time.Second, "ready", a.Ready)
+	sstest.Eventually(t, 10*time.Second, "ready", a.Ready)
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Errorf("/healthz: %d %q", code, body)
 	}

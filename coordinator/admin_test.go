@@ -224,7 +224,7 @@ func TestOverrideTTLExpiresAndAuditNamesTheActor(t *testing.T) {
 	if o.GetExpires() == nil || o.GetExpires().AsTime().Sub(o.GetCreated().AsTime()) < 2*time.Second {
 		t.Fatalf("override %v: want an expiry at least 2s after creation", o)
 	}
-	sstest.Eventually(t, 5*time.Second, "the fleet view to show the override", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the fleet view to show the override", func() bool {
 		snap, err := admin.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "search"})
 		return err == nil && snap.GetDependencies()[0].GetOverride() == fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
 	})
@@ -280,7 +280,7 @@ func TestTwoCoordinatorsServeTheSameAnswers(t *testing.T) {
 	}
 	// Both fleet views follow etcd: shadow mode and the override.
 	for name, cl := range map[string]fuseboxv1.AdminClient{"a": ca, "b": cb} {
-		sstest.Eventually(t, 5*time.Second, "coordinator "+name+" to show the policy and override", func() bool {
+		sstest.Eventually(t, 10*time.Second, "coordinator "+name+" to show the policy and override", func() bool {
 			snap, err := cl.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "inventory"})
 			if err != nil {
 				return false
@@ -310,7 +310,7 @@ func TestPolicyWrittenAroundTheCoordinatorIsFollowed(t *testing.T) {
 		store.WriteOptions{Actor: "terraform"}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "the fleet view to follow the policy written around it", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the fleet view to follow the policy written around it", func() bool {
 		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "ledger"})
 		return err == nil && snap.GetDependencies()[0].GetMode() == fuseboxv1.Mode_MODE_SHADOW
 	})
@@ -324,7 +324,7 @@ func TestPolicyWrittenAroundTheCoordinatorIsFollowed(t *testing.T) {
 	if _, err := cli.Put(ctx, other.PolicyKey("canary"), `{"breaker":{"mode":"shadow"}}`); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "the later valid write to arrive", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the later valid write to arrive", func() bool {
 		return c.cache.Policy("canary").Breaker.Mode == sharedstate.ModeShadow
 	})
 	if got := c.cache.Policy("ledger").Breaker.Window.Std(); got != 20*time.Second {

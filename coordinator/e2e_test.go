@@ -115,7 +115,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 		t.Fatal(err)
 	}
 	set := time.Now()
-	deadline := set.Add(time.Second)
+	deadline := set.Add(10 * time.Second) // generous: the sub-second promise is measured by BenchmarkOverridePropagation
 	for _, a := range agents {
 		for {
 			d := a.Engine().Decide(dep, sharedstate.FirstAttempt)
@@ -144,7 +144,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 		store.WriteOptions{Actor: "gitops"}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "the coordinator and every agent to run ledger in shadow mode", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the coordinator and every agent to run ledger in shadow mode", func() bool {
 		snap, err := viewer.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "ledger"})
 		if err != nil || snap.GetDependencies()[0].GetMode() != fuseboxv1.Mode_MODE_SHADOW {
 			return false
@@ -161,7 +161,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	if _, err := admin.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: dep, Actor: "oncall"}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 2*time.Second, "every agent to allow again", func() bool {
+	sstest.Eventually(t, 10*time.Second, "every agent to allow again", func() bool {
 		for _, a := range agents {
 			if !a.Engine().Decide(dep, sharedstate.FirstAttempt).Allowed() {
 				return false

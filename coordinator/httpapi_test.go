@@ -102,7 +102,7 @@ func TestHTTPOverridesNeedAnAdminAndWriteTheAudit(t *testing.T) {
 		audit.GetEntries()[0].GetActor() != "alice (ops-admin)" {
 		t.Fatalf("gRPC ListAudit = %v, %v; want the HTTP write", audit, err)
 	}
-	sstest.Eventually(t, 5*time.Second, "the fleet view to show the override", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the fleet view to show the override", func() bool {
 		code, body := httpDo(t, "GET", base+"/api/v1/fleet?dependency=payments&compact=1", viewerToken, "", nil)
 		return code == http.StatusOK && strings.Contains(body, `"override":"OVERRIDE_STATE_FORCED_OPEN"`)
 	})

@@ -188,7 +188,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	}
 
 	// The observer is a member but never an agent: agents count only agents.
-	sstest.Eventually(t, 5*time.Second, "agent-1 to see 3 members of which 2 agents (the observer is not one)", func() bool {
+	sstest.Eventually(t, 10*time.Second, "agent-1 to see 3 members of which 2 agents (the observer is not one)", func() bool {
 		return len(ag1.g.Members()) == 3 && ag1.g.NumAgents() == 2
 	})
 	members, err := a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
@@ -208,7 +208,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	record2 := &fuseboxv1.BreakerRecord{Dependency: "shipping-api", Generation: 4, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 		SinceUnixNano: old.UnixNano(), OpenCount: 1, Origin: "agent-2"}
 	ag2.g.SendDirect([]*fuseboxv1.BreakerRecord{record2})
-	sstest.Eventually(t, 5*time.Second, "half-open with probers", func() bool {
+	sstest.Eventually(t, 10*time.Second, "half-open with probers", func() bool {
 		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "shipping-api"})
 		if err != nil {
 			return false
@@ -233,7 +233,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	})
 
 	// History and the JSON API.
-	sstest.Eventually(t, 5*time.Second, "history samples", func() bool { return len(c.view.History("shipping-api")) >= 2 })
+	sstest.Eventually(t, 10*time.Second, "history samples", func() bool { return len(c.view.History("shipping-api")) >= 2 })
 	body := httpGet(t, "http://"+c.HTTPAddr()+"/api/v1/fleet?dependency=shipping-api", "", http.StatusOK)
 	var snap fuseboxv1.FleetSnapshot
 	if err := protojson.Unmarshal([]byte(body), &snap); err != nil {

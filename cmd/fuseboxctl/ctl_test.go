@@ -198,7 +198,7 @@ func TestAuthExitCodes(t *testing.T) {
 		t.Fatalf("force-closed -o json = %+v, %v", ov, err)
 	}
 	// status reads the overrides (the fleet view follows etcd's watch).
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		r = ctl(t, c, admin, "status")
 		if strings.Contains(r.stdout, "Overrides:     1 forced-open, 1 forced-closed") && strings.Contains(r.stdout, "payments") {

@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// BenchmarkOverridePropagation measures the README's "force a breaker open
+// once, in etcd; every instance follows within a second" on five agents
+// sharing an embedded etcd: each iteration writes a forced-open override
+// and waits until every agent's engine enforces it, then clears it and
+// waits until none does. It reports the time from the write to the last
+// agent, median and maximum over the iterations (ms/override,
+// max-ms/override; the same for the clear). Tests only wait for these
+// conditions with generous deadlines; this is where the promise is
+// measured.
+func BenchmarkOverridePropagation(b *testing.B) {
+	f := newFleet(b, 5, true)
+	f.waitSynced()
+	const dep = "propagation-bench"
+	admin := store.WriteOptions{Actor: "bench"}
+	every := func(want sharedstate.OverrideState) func() bool {
+		return func() bool {
+			for _, a := range f.agents {
+				s := a.eng.Snapshot(dep)
+				got := sharedstate.OverrideNone
+				if s != nil {
+					got = s.Override
+				}
+				if got != want {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	// wait polls cond every 100 µs, bounded like any wait in a test.
+	wait := func(what string, cond func() bool) time.Duration {
+		start := time.Now()
+		for !cond() {
+			if time.Since(start) > 10*time.Second {
+				b.Fatalf("%s: not within 10 s", what)
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		return time.Since(start)
+	}
+	var set, cleared []time.Duration
+	b.ReportAllocs()
+	for b.Loop() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if _, err := f.store.SetOverride(ctx, dep, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "bench"}, admin); err != nil {
+			b.Fatal(err)
+		}
+		set = append(set, wait("every agent forced-open", every(sharedstate.ForcedOpen)))
+		if err := f.store.ClearOverride(ctx, dep, admin); err != nil {
+			b.Fatal(err)
+		}
+		cleared = append(cleared, wait("every agent without the override", every(sharedstate.OverrideNone)))
+		cancel()
+	}
+	report := func(unit string, ds []time.Duration) {
+		slices.Sort(ds)
+		b.ReportMetric(float64(ds[len(ds)/2])/float64(time.Millisecond), "ms/"+unit)
+		b.ReportMetric(float64(ds[len(ds)-1])/float64(time.Millisecond), "max-ms/"+unit)
+	}
+	report("override", set)
+	report("clear", cleared)
+}
