@@ -144,7 +144,7 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	if _, err := b.Join([]string{a.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "a and b see each other", func() bool {
+	sstest.Eventually(t, 10*time.Second, "a and b see each other", func() bool {
 		return len(a.Members()) == 2 && len(b.Members()) == 2
 	})
 
@@ -153,7 +153,7 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	a.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
 	a.SendDirect([]*fuseboxv1.BreakerRecord{convert.RecordToProto(sharedstate.BreakerRecord{Dependency: "dep",
 		Zone: "z1", Generation: 1, State: sharedstate.Open, OpenCount: 1, Origin: "a"})})
-	sstest.Eventually(t, 5*time.Second, "b hears a's row and record", func() bool {
+	sstest.Eventually(t, 10*time.Second, "b hears a's row and record", func() bool {
 		rows, recs := hb.seen()
 		return rows == 1 && recs == 1
 	})
@@ -167,12 +167,12 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	if _, err := obs.Join([]string{b.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "the observer has b's push-pull record", func() bool {
+	sstest.Eventually(t, 10*time.Second, "the observer has b's push-pull record", func() bool {
 		ho.mu.Lock()
 		defer ho.mu.Unlock()
 		return ho.records["other"] == 2
 	})
-	sstest.Eventually(t, 5*time.Second, "everyone sees three members", func() bool {
+	sstest.Eventually(t, 10*time.Second, "everyone sees three members", func() bool {
 		return len(a.Members()) == 3 && len(b.Members()) == 3 && len(obs.Members()) == 3
 	})
 	for _, g := range []*Gossip{a, b, obs} {
@@ -194,7 +194,7 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	if err := b.SetMeta(NodeMeta{Role: RoleAgent, Zone: "z2"}, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 5*time.Second, "a sees b's new zone", func() bool {
+	sstest.Eventually(t, 10*time.Second, "a sees b's new zone", func() bool {
 		for _, m := range a.Members() {
 			if m.Name == "b" {
 				return m.Meta.Zone == "z2"
@@ -209,7 +209,7 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	if err := obs.Close(time.Second); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	sstest.Eventually(t, 5*time.Second, "a forgets the observer", func() bool { return len(a.Members()) == 2 })
+	sstest.Eventually(t, 10*time.Second, "a forgets the observer", func() bool { return len(a.Members()) == 2 })
 }
 
 func TestKeyringMismatchRefusesJoin(t *testing.T) {

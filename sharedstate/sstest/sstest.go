@@ -19,10 +19,13 @@ const PollInterval = 5 * time.Millisecond
 // Eventually polls cond every PollInterval until it holds, and fails the
 // test (t.Fatalf, naming what) when it still does not hold after timeout.
 // It waits for a state; it asserts no timing, so give it a generous
-// timeout. Call it from the test's goroutine only (it may call t.Fatalf).
+// timeout (10 s for anything that crosses the fleet); it logs how long the
+// state took, a measurement for `go test -v`. Call it from the test's
+// goroutine only (it may call t.Fatalf).
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	deadline := start.Add(timeout)
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
 	for !cond() {
@@ -31,4 +34,5 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bo
 		}
 		<-tick.C
 	}
+	t.Logf("%s: after %v", what, time.Since(start))
 }
