@@ -9,9 +9,9 @@ import (
 )
 
 // Failures reported through the clients of 2 agents (one over a Session,
-// one over Report) open the breaker on all 5 within 2 s; Check then rejects
-// with reason open everywhere, and a Session on a third agent is pushed the
-// open snapshot.
+// one over Report) open the breaker on all 5 (a generous 10 s deadline; the
+// latency is logged); Check rejects with reason open on each, and a Session
+// on a third agent is pushed the open snapshot.
 func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	f := newFleet(t, 5, true)
 	const dep = "shipping-api"
@@ -56,14 +56,23 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	for i, a := range f.agents {
 		clients[i] = dial(t, a.Agent)
 	}
-	sstest.Eventually(t, 10*time.Second, "every agent rejects with reason open", func() bool {
-		for _, c := range clients {
+	// Each agent's breaker opens for OpenDuration (1 s) and then turns
+	// half-open: on a loaded machine one round of five Checks can outlast
+	// that, so each agent counts once it was seen rejecting with reason
+	// open, or its snapshot shows the open (open count ≥ 1, not closed).
+	seen := make([]bool, len(clients))
+	sstest.Eventually(t, 10*time.Second, "every agent's breaker opened (Check rejects with reason open)", func() bool {
+		all := true
+		for i, c := range clients {
 			d := check(t, c, dep)
-			if d.GetVerdict() != fuseboxv1.Verdict_VERDICT_REJECT || d.GetReason() != fuseboxv1.RejectReason_REJECT_REASON_OPEN {
-				return false
+			s := d.GetSnapshot()
+			if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT && d.GetReason() == fuseboxv1.RejectReason_REJECT_REASON_OPEN ||
+				s.GetOpenCount() >= 1 && s.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_CLOSED {
+				seen[i] = true
 			}
+			all = all && seen[i]
 		}
-		return true
+		return all
 	})
 	t.Logf("breaker open on all 5 agents %v after the reports", time.Since(start))
 
