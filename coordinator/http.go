@@ -27,27 +27,6 @@ import (
 // so proxies and clients see the connection alive.
 const sseKeepAlive = 15 * time.Second
 
-// newHTTPServer builds the HTTP side:
-//
-//	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
-//	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
-//	GET    /api/v1/events[?access_token=TOKEN]         server-sent events (transition, override, policy)
-//	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
-//	GET    /api/v1/overrides                           the overrides in force
-//	GET    /api/v1/policies                            the effective policies the fleet view uses
-//	GET    /api/v1/whoami                              the caller's identity and role
-//	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
-//	DELETE /api/v1/overrides/{dependency}              clear an override (admin)
-//	GET    /metrics                                    Prometheus, the coordinator's own registry
-//	GET    /healthz                                    "ok"
-//	GET    /, /ui/…                                    the fleet dashboard (package internal/dashboard)
-//
-// /api/v1/* authenticate like the Admin API (see authorized): reads need
-// a viewer token, writes an admin token, when there is a tokens file. The
-// writes go through the Admin API's own handlers (adminServer), so the
-// store, the validation and the audit are the same. /metrics, /healthz and
-// the dashboard's static files are open: the page holds no data, it reads
-// /api/v1/* with the token its user types.
 // route is one HTTP endpoint and who may call it.
 type route struct {
 	pattern string // http.ServeMux pattern, method first
@@ -82,6 +61,28 @@ func (c *Coordinator) routes() []route {
 	}
 }
 
+// newHTTPServer builds the HTTP side:
+//
+//	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
+//	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
+//	GET    /api/v1/events[?access_token=TOKEN]         server-sent events (transition, override, policy)
+//	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
+//	GET    /api/v1/overrides                           the overrides in force
+//	GET    /api/v1/policies                            the effective policies the fleet view uses
+//	GET    /api/v1/whoami                              the caller's identity and role
+//	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
+//	DELETE /api/v1/overrides/{dependency}              clear an override (admin)
+//	GET    /metrics                                    Prometheus, the coordinator's own registry
+//	GET    /healthz                                    "ok"
+//	GET    /, /ui/…                                    the fleet dashboard (package internal/dashboard)
+//
+// /api/v1/* authenticate like the Admin API (see authorized): reads need
+// a viewer token, writes an admin token, when there is a tokens file. The
+// writes go through the Admin API's own handlers (adminServer), so the
+// store, the validation and the audit are the same. /metrics, /healthz and
+// the dashboard's static files are open: the page holds no data, it reads
+// /api/v1/* with the token its user types. The mux is built from routes,
+// the one table of each route's role.
 func (c *Coordinator) newHTTPServer() *http.Server {
 	mux := http.NewServeMux()
 	for _, rt := range c.routes() {
