@@ -22,6 +22,10 @@ PROTO_OUT := protocol/fuseboxv1
 
 BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 
+# `make image`: the container image of deploy/docker/Dockerfile.
+IMAGE   ?= fusebox
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
 TEST_TIMEOUT ?= 15m
 BENCH        ?= .
 BENCH_COUNT  ?= 6
@@ -34,6 +38,10 @@ help: ## list the targets
 build: ## build the four binaries into bin/
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
+
+.PHONY: image
+image: ## build the container image $(IMAGE):$(VERSION) (deploy/docker/Dockerfile; needs docker)
+	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 .PHONY: run
 run: ## build and run the demo fleet (flags: make run ARGS='--duration 70s --headless')

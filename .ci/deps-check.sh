@@ -52,6 +52,9 @@ rule() {
     coordinator | coordinator/*)
       ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;
+    deploy)
+      ALLOW='^$'; DENY='.'
+      WHY='deploy holds manifests and their tests: no non-test Go code (kustomize and k8s.io/api are test-only)' ;;
     *) return 1 ;;
   esac
 }

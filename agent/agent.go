@@ -28,8 +28,11 @@ import (
 )
 
 // Version is the agent's software version, published in its gossip
-// metadata, its etcd registration and the Welcome of every session.
-const Version = "0.1.0"
+// metadata, its etcd registration and the Welcome of every session. A
+// variable so that builds stamp it: go build -ldflags "-X
+// github.com/fusebox-dev/fusebox/agent.Version=v1.2.3" (the container image
+// does, deploy/docker/Dockerfile).
+var Version = "0.1.0"
 
 // ShutdownMessage is the message of the codes.Unavailable status with which
 // the agent ends open Session streams when it shuts down. clientlib treats

@@ -365,9 +365,17 @@ func addrOf(l net.Listener) string {
 	return l.Addr().String()
 }
 
-// version is the module version the binary was built from ("dev" when
-// unknown).
+// Version is the coordinator's software version when the build stamps it
+// (go build -ldflags "-X github.com/fusebox-dev/fusebox/coordinator.Version=v1.2.3",
+// as deploy/docker/Dockerfile does); empty: see version.
+var Version string
+
+// version is Version, else the module version the binary was built from
+// ("dev" when unknown).
 func version() string {
+	if Version != "" {
+		return Version
+	}
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
 	}

@@ -1,0 +1,234 @@
+package deploy_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+const modulePath = "github.com/fusebox-dev/fusebox"
+
+// dockerUser is the user and group of the image (deploy/docker/Dockerfile),
+// which the manifests run as and which owns the agent's socket.
+const dockerUser = 65532
+
+// dockerfile is deploy/docker/Dockerfile as instructions: continuation
+// lines joined, comments dropped.
+func dockerfile(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	cur := ""
+	for _, line := range strings.Split(readFile(t, "deploy/docker/Dockerfile"), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") || (trimmed == "" && cur == "") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(trimmed, `\`); ok {
+			cur += s + " "
+			continue
+		}
+		out = append(out, cur+trimmed)
+		cur = ""
+	}
+	return out
+}
+
+// goModVersion returns the Go version go.mod asks for: its toolchain line,
+// else its go line.
+func goModVersion(t *testing.T) string {
+	t.Helper()
+	var goLine, toolchain string
+	for _, line := range strings.Split(readFile(t, "go.mod"), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "go":
+			goLine = f[1]
+		case len(f) == 2 && f[0] == "toolchain":
+			toolchain = strings.TrimPrefix(f[1], "go")
+		}
+	}
+	if toolchain != "" {
+		return toolchain
+	}
+	if goLine == "" {
+		t.Fatal("go.mod has no go line")
+	}
+	return goLine
+}
+
+// TestDockerfile checks what can be checked without a Docker daemon: the
+// build stage's Go is go.mod's, the build is static and trimmed and makes
+// every binary under cmd/, the variables it stamps the version into exist,
+// and the final stage runs as the manifests' non-root user on an image
+// without a shell, with nothing run in it.
+func TestDockerfile(t *testing.T) {
+	ins := dockerfile(t)
+	var froms []int
+	goVersion := ""
+	for i, in := range ins {
+		switch {
+		case strings.HasPrefix(in, "FROM "):
+			froms = append(froms, i)
+		case strings.HasPrefix(in, "ARG GO_VERSION=") && len(froms) == 0:
+			goVersion = strings.TrimPrefix(in, "ARG GO_VERSION=")
+		}
+	}
+	if len(froms) < 2 {
+		t.Fatalf("want a multi-stage build, found %d FROM", len(froms))
+	}
+	if want := goModVersion(t); goVersion != want {
+		t.Errorf("Dockerfile ARG GO_VERSION=%s, go.mod wants Go %s", goVersion, want)
+	}
+	if first := ins[froms[0]]; !strings.HasPrefix(first, "FROM golang:${GO_VERSION}") {
+		t.Errorf("the build stage %q does not use golang:${GO_VERSION}", first)
+	}
+
+	build := ""
+	for _, in := range ins[froms[0]:froms[len(froms)-1]] {
+		if strings.HasPrefix(in, "RUN ") && strings.Contains(in, "go build") {
+			build = in
+		}
+	}
+	static := slices.ContainsFunc(ins[froms[0]:froms[len(froms)-1]], func(in string) bool {
+		return regexp.MustCompile(`^ENV .*CGO_ENABLED=0\b`).MatchString(in)
+	}) || strings.Contains(build, "CGO_ENABLED=0")
+	switch {
+	case build == "":
+		t.Fatal("no RUN … go build in the build stage")
+	case !static:
+		t.Error("the build does not set CGO_ENABLED=0: the binaries would not be static")
+	case !strings.Contains(build, "-trimpath"):
+		t.Error("the build does not use -trimpath")
+	}
+	cmds, err := os.ReadDir(filepath.Join(repoRoot, "cmd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cmds {
+		if c.IsDir() && !strings.Contains(build, "./cmd/"+c.Name()) {
+			t.Errorf("the image does not build ./cmd/%s", c.Name())
+		}
+	}
+	stamps := regexp.MustCompile(`-X ([\w./-]+)\.(\w+)=`).FindAllStringSubmatch(build, -1)
+	if len(stamps) == 0 {
+		t.Error("the build stamps no version (-ldflags -X)")
+	}
+	for _, s := range stamps {
+		if err := stringVarExists(s[1], s[2]); err != "" {
+			t.Errorf("-X %s.%s: %s (go build ignores -X of a missing variable)", s[1], s[2], err)
+		}
+	}
+
+	final := ins[froms[len(froms)-1]:]
+	if !strings.Contains(final[0], "distroless/static") {
+		t.Errorf("final stage %q: want distroless/static (no shell, no package manager)", final[0])
+	}
+	user := ""
+	for _, in := range final[1:] {
+		switch {
+		case strings.HasPrefix(in, "RUN "):
+			t.Errorf("the final stage runs %q: it has no shell", in)
+		case strings.HasPrefix(in, "USER "):
+			user = strings.TrimPrefix(in, "USER ")
+		}
+	}
+	if want := strconv.Itoa(dockerUser) + ":" + strconv.Itoa(dockerUser); user != want {
+		t.Errorf("final stage USER %q, want %s (the manifests' runAsUser and the agent socket's group)", user, want)
+	}
+}
+
+// stringVarExists reports, as a message, why pkg.name is not a
+// package-level string variable ("" when it is).
+func stringVarExists(pkg, name string) string {
+	rel, ok := strings.CutPrefix(pkg, modulePath+"/")
+	if !ok {
+		return "not a package of this module"
+	}
+	fset := token.NewFileSet()
+	files, err := filepath.Glob(filepath.Join(repoRoot, rel, "*.go"))
+	if err != nil || len(files) == 0 {
+		return "no such package"
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			return err.Error()
+		}
+		for _, d := range file.Decls {
+			gd, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, spec := range gd.Specs {
+				vs, ok := spec.(*ast.ValueSpec)
+				if !ok || !slices.ContainsFunc(vs.Names, func(n *ast.Ident) bool { return n.Name == name }) {
+					continue
+				}
+				if gd.Tok != token.VAR {
+					return "a constant, not a variable"
+				}
+				if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "string" {
+					return ""
+				}
+				if vs.Type == nil && len(vs.Values) == len(vs.Names) {
+					if lit, ok := vs.Values[slices.IndexFunc(vs.Names, func(n *ast.Ident) bool { return n.Name == name })].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						return ""
+					}
+				}
+				return "not a string variable"
+			}
+		}
+	}
+	return "no such variable"
+}
+
+// TestDockerignore checks that the build context keeps what the build
+// needs (go.mod, go.sum, every package) and drops the repository's history.
+func TestDockerignore(t *testing.T) {
+	var patterns []string
+	for _, line := range strings.Split(readFile(t, ".dockerignore"), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			patterns = append(patterns, strings.TrimSuffix(strings.TrimPrefix(line, "/"), "/"))
+		}
+	}
+	if !slices.Contains(patterns, ".git") {
+		t.Error(".dockerignore does not exclude .git")
+	}
+	needed := []string{"go.mod", "go.sum"}
+	entries, _ := os.ReadDir(repoRoot)
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") && e.Name() != "deploy" && e.Name() != "bin" {
+			needed = append(needed, e.Name())
+		}
+	}
+	for _, n := range needed {
+		for _, p := range patterns {
+			if ok, _ := filepath.Match(p, n); ok || p == "*" || p == "**" {
+				t.Errorf(".dockerignore pattern %q drops %s, which the build needs", p, n)
+			}
+		}
+	}
+}
+
+// TestMakeImage checks that `make image` builds this Dockerfile from the
+// repository root.
+func TestMakeImage(t *testing.T) {
+	mk := readFile(t, "Makefile")
+	m := regexp.MustCompile(`(?m)^image:.*\n((?:\t.*\n)+)`).FindStringSubmatch(mk)
+	if m == nil {
+		t.Fatal("the Makefile has no image target")
+	}
+	if !strings.Contains(m[1], "-f deploy/docker/Dockerfile") || !regexp.MustCompile(`\s\.\s*$`).MatchString(strings.TrimSpace(m[1])+" ") {
+		t.Errorf("make image does not build -f deploy/docker/Dockerfile with the repository root as context:\n%s", m[1])
+	}
+}
