@@ -327,10 +327,11 @@ func TestManyKeysExpire(t *testing.T) {
 			t.Fatalf("key %d: %d %q", i, w.Code, w.Body)
 		}
 	}
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	var cursor uint64
 	seen := 0
-	for {
+	for { // bounded by ctx's minute and SCAN's cursor returning to 0
 		ks, next, err := rdb.Scan(ctx, cursor, pfx+"*", 1000).Result()
 		if err != nil {
 			t.Fatal(err)
