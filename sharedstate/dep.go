@@ -28,7 +28,10 @@ type depState struct {
 	local       localBreaker
 	sent        sentRow
 	permit      permitCache
-	idleSince   int64 // Unix ns; 0 while not idle
+	idleSince   int64      // Unix ns; 0 while not idle
+	fine        fineRing   // own window in sub-buckets, for the fast path
+	urgentAt    int64      // Unix ns of the last urgent row, 0: none
+	z           tripBounds // of pol.Breaker.Confidence
 }
 
 type rowEntry struct {
@@ -40,6 +43,8 @@ type rowEntry struct {
 	requests bool // successes or failures
 	failing  bool // nodeFailing under the current policy
 	sameZone bool // in this node's zone
+	// bit k: the row's suffix Recent[k] meets a threshold on its own.
+	fastFailing uint8
 }
 
 func (d *depState) classify(e *Engine, r *rowEntry) {
@@ -47,6 +52,23 @@ func (d *depState) classify(e *Engine, r *rowEntry) {
 	r.requests = r.Counts.Requests() > 0
 	r.failing = nodeFailing(&d.pol.Breaker, r.Counts)
 	r.sameZone = r.Zone == e.zone
+	r.fastFailing = fastFailingBits(&d.pol.Breaker, &r.Recent)
+}
+
+func fastFailingBits(b *BreakerPolicy, r *Recent) uint8 {
+	var bits uint8
+	for k := range r {
+		if recentFailing(b, r[k]) {
+			bits |= 1 << k
+		}
+	}
+	return bits
+}
+
+// resetWindow starts this node's window afresh.
+func (d *depState) resetWindow() {
+	d.win.Store(NewWindow(d.pol.Breaker.Window.Std()))
+	d.fine = newFineRing(d.pol.Breaker.Window.Std())
 }
 
 // fleetProbe is this node's probing state for the half-open record of
@@ -103,10 +125,11 @@ const (
 // setPolicy installs an effective policy. A new window length starts a new
 // window.
 func (d *depState) setPolicy(e *Engine, p Policy, rnd uint64) {
-	if w := d.win.Load(); w == nil || w.width != NewWindow(p.Breaker.Window.Std()).width {
-		d.win.Store(NewWindow(p.Breaker.Window.Std()))
-	}
 	d.pol = p
+	if w := d.win.Load(); w == nil || w.width != NewWindow(p.Breaker.Window.Std()).width {
+		d.resetWindow()
+	}
+	d.z = boundsFor(&p.Breaker)
 	for i := range d.rows {
 		d.classify(e, &d.rows[i])
 	}
@@ -158,14 +181,6 @@ type scanResult struct {
 	effActive             int    // with any count
 }
 
-// nodeFailing reports whether one node's counts meet a rate threshold on
-// their own (no minimum): such a node counts towards minFailingNodes.
-func nodeFailing(b *BreakerPolicy, c Counts) bool {
-	req := float64(c.Requests())
-	return (c.Failures > 0 && float64(c.Failures) >= b.FailureRateThreshold*req) ||
-		(c.SlowCalls > 0 && float64(c.SlowCalls) >= b.SlowCallRateThreshold*req)
-}
-
 // scan sums the live rows. Rows are live for 2×window after their receipt.
 func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 	var s scanResult
@@ -195,10 +210,63 @@ func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 		if now-r.received >= stale {
 			continue
 		}
-		add(r, b.Scope == ScopeFleet && r.Generation >= minGen ||
-			b.Scope == ScopeZone && r.sameZone && r.Generation >= minGen)
+		add(r, d.inScope(r, minGen))
 	}
 	return s
+}
+
+// inScope reports whether a row counts towards the trip rule and the
+// budget: the policy's scope pools it and it is of generation minGen or newer.
+func (d *depState) inScope(r *rowEntry, minGen uint64) bool {
+	b := &d.pol.Breaker
+	return b.Scope == ScopeFleet && r.Generation >= minGen || b.Scope == ScopeZone && r.sameZone && r.Generation >= minGen
+}
+
+// fastScan pools the fast path's suffixes of this node and of the live rows
+// in scope.
+func (d *depState) fastScan(e *Engine, now int64, minGen uint64) fastSums {
+	var s fastSums
+	fw := d.fine.width
+	s.add(&d.fine.recent, 0, fw, fastFailingBits(&d.pol.Breaker, &d.fine.recent))
+	stale := 2 * int64(d.pol.Breaker.Window)
+	for i := range d.rows {
+		r := &d.rows[i]
+		if age := now - r.received; age < stale && d.inScope(r, minGen) {
+			s.add(&r.Recent, age, fw, r.fastFailing)
+		}
+	}
+	return s
+}
+
+// trips applies the trip rule to the scope's pooled counts s (the fast path
+// first, freshest suffix first, then the whole window).
+func (d *depState) trips(e *Engine, now int64, s *scanResult, minGen uint64) (bool, string) {
+	b := &d.pol.Breaker
+	if b.FastPath && d.z.fast > 0 && fastWorthIt(b, s.eff) {
+		fs := d.fastScan(e, now, minGen)
+		if ok, why := fastTrip(b, d.z, &fs, s.effNodes, d.fine.width); ok {
+			return true, why
+		}
+	}
+	return tripRule(b, d.z, s.eff, s.effNodes, s.effFailing)
+}
+
+// tripsLocally applies the trip rule to this node's own counts.
+func (d *depState) tripsLocally(own Counts) bool {
+	b := &d.pol.Breaker
+	if b.FastPath && d.z.fast > 0 && fastWorthIt(b, own) {
+		var fs fastSums
+		fs.add(&d.fine.recent, 0, d.fine.width, fastFailingBits(b, &d.fine.recent))
+		if ok, _ := fastTrip(b, d.z, &fs, 1, d.fine.width); ok {
+			return true
+		}
+	}
+	failing := 0
+	if nodeFailing(b, own) {
+		failing = 1
+	}
+	ok, _ := tripRule(b, d.z, own, 1, failing)
+	return ok
 }
 
 func b2i(b bool) int {
@@ -206,32 +274,6 @@ func b2i(b bool) int {
 		return 1
 	}
 	return 0
-}
-
-// tripRule applies the breaker's trip rule to pooled counts from nodes nodes
-// (with requests), failing of which meet a threshold on their own. It returns
-// the reason when it trips.
-func tripRule(b *BreakerPolicy, c Counts, nodes, failing int) (bool, string) {
-	req := c.Requests()
-	if req == 0 || req < uint64(b.MinimumRequests) {
-		return false, ""
-	}
-	need := min(b.MinFailingNodes, nodes)
-	if need < 1 {
-		need = 1
-	}
-	if failing < need {
-		return false, ""
-	}
-	if fr := c.FailureRate(); c.Failures > 0 && fr >= b.FailureRateThreshold {
-		return true, fmt.Sprintf("failure rate %.2f >= %.2f over %d requests from %d failing node(s)",
-			fr, b.FailureRateThreshold, req, failing)
-	}
-	if sr := c.SlowCallRate(); c.SlowCalls > 0 && sr >= b.SlowCallRateThreshold {
-		return true, fmt.Sprintf("slow-call rate %.2f >= %.2f over %d requests from %d failing node(s)",
-			sr, b.SlowCallRateThreshold, req, failing)
-	}
-	return false, ""
 }
 
 // compute returns the retry budget of the scope over the window and this
@@ -365,7 +407,7 @@ func (d *depState) applyRecord(e *Engine, r BreakerRecord, now time.Time) bool {
 		if m.State == Closed && m.Generation > cur.Generation {
 			// Closed under a new generation: start afresh, so that the
 			// failures that opened the breaker do not trip it again.
-			d.win.Store(NewWindow(d.pol.Breaker.Window.Std()))
+			d.resetWindow()
 			d.local = localBreaker{}
 			d.permit.valid = false
 		}
@@ -408,7 +450,7 @@ func (d *depState) probeResult(e *Engine, now time.Time, success bool) (BreakerR
 			d.local = localBreaker{state: Open, since: now, openCount: d.local.openCount + 1}
 		case d.local.successes+1 >= b.ProbeSuccessThreshold:
 			d.local = localBreaker{}
-			d.win.Store(NewWindow(b.Window.Std()))
+			d.resetWindow()
 		default:
 			d.local.successes++
 		}
@@ -448,6 +490,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	ns := now.UnixNano()
 	b := &d.pol.Breaker
 	d.prune(ns)
+	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
 	if !d.override.ActiveAt(now) {
 		fleetClosed := true
@@ -455,7 +498,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 			r := d.rec(e)
 			if r.StateAt(*b, now) == Closed {
 				s := d.scan(e, ns, r.Generation)
-				if ok, why := tripRule(b, s.eff, s.effNodes, s.effFailing); ok {
+				if ok, why := d.trips(e, ns, &s, r.Generation); ok {
 					d.propose(e, now, Open, 1, why)
 					fleetClosed = false
 				}
@@ -463,15 +506,8 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 				fleetClosed = false
 			}
 		}
-		if fleetClosed && d.local.state == Closed {
-			own := d.ownTotals(ns)
-			failing := 0
-			if nodeFailing(b, own) {
-				failing = 1
-			}
-			if ok, _ := tripRule(b, own, 1, failing); ok {
-				d.local = localBreaker{state: Open, since: now, openCount: 1}
-			}
+		if fleetClosed && d.local.state == Closed && d.tripsLocally(d.ownTotals(ns)) {
+			d.local = localBreaker{state: Open, since: now, openCount: 1}
 		}
 	}
 	changed = d.publish(e, now) || changed
@@ -532,14 +568,14 @@ func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
 	return NodeWindow{
 		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
 		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
-		Counts: d.ownTotals(now.UnixNano()),
+		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent,
 	}
 }
 
 func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 	r := d.ownRow(e, now)
 	last := d.sent.row
-	changed := r.Counts != last.Counts || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen
+	changed := r.Counts != last.Counts || r.Recent != last.Recent || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen
 	if !d.sent.valid {
 		changed = !r.Counts.IsZero() || r.LocalOpen
 	}
@@ -550,7 +586,38 @@ func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 	}
 	r.Seq = e.seq.Add(1)
 	d.sent = sentRow{valid: true, row: r, at: now.UnixNano()}
+	if d.urgent(e, &r, now.UnixNano()) {
+		e.enqueueUrgent(r)
+	}
 	return r, true
+}
+
+// Urgent rows: what the fast path needs from the others is their freshest
+// counts, and gossip brings them in rounds. A row whose newest suffixes
+// start failing (at least urgentFailures failures at a rate at the
+// threshold within the last 8 sub-buckets) while the breaker is closed is
+// also sent straight to every member, at most once per window/2.
+const (
+	urgentFailures = 2
+	urgentHorizons = 4 // suffixes of up to 2^3 sub-buckets
+)
+
+func (d *depState) urgent(e *Engine, r *NodeWindow, now int64) bool {
+	b := &d.pol.Breaker
+	if !b.FastPath || d.z.fast == 0 || r.LocalOpen || d.override != nil ||
+		(d.shared() && d.rec(e).State != Closed) || (d.urgentAt != 0 && now-d.urgentAt < int64(b.Window)/2) {
+		return false
+	}
+	for k := range urgentHorizons {
+		c := r.Recent[k]
+		req := float64(c.Successes) + float64(c.Failures)
+		if (c.Failures >= urgentFailures && float64(c.Failures) >= b.FailureRateThreshold*req) ||
+			(c.SlowCalls >= urgentFailures && float64(c.SlowCalls) >= b.SlowCallRateThreshold*req) {
+			d.urgentAt = now
+			return true
+		}
+	}
+	return false
 }
 
 // publish rebuilds the snapshot and stores it if it differs; true if so.

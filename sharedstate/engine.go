@@ -131,6 +131,7 @@ type Engine struct {
 
 	outMu  sync.Mutex // leaf lock
 	outbox []BreakerRecord
+	urgent []NodeWindow
 
 	refused, invalidRows, invalidRecords, evicted atomic.Uint64
 }

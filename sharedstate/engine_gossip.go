@@ -88,6 +88,26 @@ func (e *Engine) RowsToSend() []NodeWindow {
 	return out
 }
 
+// UrgentRows returns the rows RowsToSend returned since the previous call
+// that announce a failure burst at this node while the breaker is closed
+// (see the fast path of the trip rule): the caller sends them straight to
+// every member, besides gossiping them, so that the fleet pools the fresh
+// failures within a network round trip. A node marks at most one row per
+// dependency as urgent per window/2.
+func (e *Engine) UrgentRows() []NodeWindow {
+	e.outMu.Lock()
+	defer e.outMu.Unlock()
+	out := e.urgent
+	e.urgent = nil
+	return out
+}
+
+func (e *Engine) enqueueUrgent(r NodeWindow) {
+	e.outMu.Lock()
+	e.urgent = append(e.urgent, r)
+	e.outMu.Unlock()
+}
+
 // LocalRows returns the rows RowsToSend last returned for every dependency
 // this node has something to report for (non-zero counts, or its own breaker
 // open): the node's rows for a push-pull exchange.

@@ -11,6 +11,8 @@ import (
 
 const dep = "shipping-api"
 
+// TestTripRule is the classic rule (breaker.confidence 0), exactly as it was
+// before the confidence bound and the fast path.
 func TestTripRule(t *testing.T) {
 	type load struct {
 		node                        string
@@ -37,7 +39,14 @@ func TestTripRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewManualClock(t0)
-			e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) { c.DefaultPolicy = policyWith(tc.policy) })
+			e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) {
+				c.DefaultPolicy = policyWith(func(p *Policy) {
+					p.Breaker.Confidence = 0
+					if tc.policy != nil {
+						tc.policy(p)
+					}
+				})
+			})
 			for i, l := range tc.loads {
 				if i == 0 {
 					record(t, e, dep, FirstAttempt, Success, l.successes)

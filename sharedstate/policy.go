@@ -86,6 +86,17 @@ type BreakerPolicy struct {
 	ProbeTimeout          Duration `json:"probeTimeout"`
 	Scope                 Scope    `json:"scope"`
 	Mode                  Mode     `json:"mode"`
+	// Confidence is the level of the confidence bound the trip rule applies
+	// to a rate before comparing it with its threshold: a window (or a
+	// suffix of it) trips only when the lower bound of the Wilson score
+	// interval of its rate is at or above the threshold. 0 is the classic
+	// rule (the rate itself, and no fast path). See TripBound.
+	Confidence float64 `json:"confidence"`
+	// FastPath also evaluates the freshest suffixes of the window (its last
+	// 1, 2, 4, … 64 sub-buckets of window/100) and trips on the first one
+	// that holds minimumRequests requests, failures from minFailingNodes
+	// nodes and a bound at the threshold. Needs Confidence > 0.
+	FastPath bool `json:"fastPath"`
 }
 
 // RetryPolicy configures retries: how many, how fast, and the budget.
@@ -130,6 +141,8 @@ func DefaultPolicy() Policy {
 			ProbeTimeout:          Duration(5 * time.Second),
 			Scope:                 ScopeFleet,
 			Mode:                  ModeEnforce,
+			Confidence:            0.95,
+			FastPath:              true,
 		},
 		Retry: RetryPolicy{
 			MaxAttempts:       3,

@@ -3,7 +3,8 @@ package sharedstate
 // policyField is one leaf of a policy (every field but "schema" and
 // "dependency"): its JSON path and how to reach it in a Policy and in a
 // PolicyPatch. policyFields is the one list of them: MergePolicy,
-// Policy.Patch, PolicyPatch.walk and PolicyPatch.clone are derived from it,
+// Policy.Patch, PolicyPatch.clone and ParsePolicy's completeness check are
+// derived from it,
 // and TestPolicyFieldTable fails when it disagrees with the structs' JSON
 // tags, with DefaultPolicy or with Policy.Validate.
 //
@@ -11,11 +12,20 @@ package sharedstate
 // struct, its default in DefaultPolicy, its rule in Policy.validate, one line
 // here.
 type policyField struct {
-	path  string
-	isSet func(src *PolicyPatch) bool
-	merge func(dst *Policy, src *PolicyPatch)      // dst's field = src's, if src sets it
-	fill  func(dst *PolicyPatch, src *Policy)      // dst sets the field to src's value
-	copy  func(dst *PolicyPatch, src *PolicyPatch) // dst sets the field to a copy of src's, if set
+	path string
+	// optional: a complete policy (ParsePolicy) may leave the field out and
+	// gets DefaultPolicy's value, so that documents written before the field
+	// existed stay valid.
+	optional bool
+	isSet    func(src *PolicyPatch) bool
+	merge    func(dst *Policy, src *PolicyPatch)      // dst's field = src's, if src sets it
+	fill     func(dst *PolicyPatch, src *Policy)      // dst sets the field to src's value
+	copy     func(dst *PolicyPatch, src *PolicyPatch) // dst sets the field to a copy of src's, if set
+}
+
+func optional(f policyField) policyField {
+	f.optional = true
+	return f
 }
 
 // leaf builds a policyField from the field's address in a Policy and in a
@@ -126,6 +136,8 @@ var policyFields = []policyField{
 	breakerField("probeTimeout", func(b *BreakerPolicy) *Duration { return &b.ProbeTimeout }, func(b *BreakerPatch) **Duration { return &b.ProbeTimeout }),
 	breakerField("scope", func(b *BreakerPolicy) *Scope { return &b.Scope }, func(b *BreakerPatch) **Scope { return &b.Scope }),
 	breakerField("mode", func(b *BreakerPolicy) *Mode { return &b.Mode }, func(b *BreakerPatch) **Mode { return &b.Mode }),
+	optional(breakerField("confidence", func(b *BreakerPolicy) *float64 { return &b.Confidence }, func(b *BreakerPatch) **float64 { return &b.Confidence })),
+	optional(breakerField("fastPath", func(b *BreakerPolicy) *bool { return &b.FastPath }, func(b *BreakerPatch) **bool { return &b.FastPath })),
 	retryField("maxAttempts", func(b *RetryPolicy) *int { return &b.MaxAttempts }, func(b *RetryPatch) **int { return &b.MaxAttempts }),
 	retryField("perAttemptTimeout", func(b *RetryPolicy) *Duration { return &b.PerAttemptTimeout }, func(b *RetryPatch) **Duration { return &b.PerAttemptTimeout }),
 	backoffField("base", func(b *BackoffPolicy) *Duration { return &b.Base }, func(b *BackoffPatch) **Duration { return &b.Base }),

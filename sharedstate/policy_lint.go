@@ -53,6 +53,9 @@ func (p Policy) Lint(deadline time.Duration) []string {
 		ws = append(ws, fmt.Sprintf("retry.budget: ratio and minRetriesPerSecond are both 0, so no retry is ever admitted although maxAttempts is %d",
 			r.MaxAttempts))
 	}
+	if p.Breaker.FastPath && p.Breaker.Confidence == 0 {
+		ws = append(ws, "breaker.fastPath: has no effect with breaker.confidence 0 (the classic rule): the fast path trips only on a confidence bound")
+	}
 	if p.Breaker.Mode == ModeShadow {
 		ws = append(ws, "breaker.mode: shadow: transitions are computed and reported, but no call is ever rejected")
 	}

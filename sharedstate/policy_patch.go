@@ -33,6 +33,8 @@ type BreakerPatch struct {
 	ProbeTimeout          *Duration `json:"probeTimeout,omitempty"`
 	Scope                 *Scope    `json:"scope,omitempty"`
 	Mode                  *Mode     `json:"mode,omitempty"`
+	Confidence            *float64  `json:"confidence,omitempty"`
+	FastPath              *bool     `json:"fastPath,omitempty"`
 }
 
 // RetryPatch is the optional-field form of RetryPolicy.
@@ -80,7 +82,9 @@ func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
 
 // ParsePolicy decodes a complete policy (such as policies/_default) strictly,
 // as ParsePolicyPatch does, requires every field to be present (except
-// "schema", which defaults to 1) and validates it. Errors match
+// "schema", which defaults to 1, and the fields added since schema 1 was
+// first written, breaker.confidence and breaker.fastPath, which default to
+// DefaultPolicy's values) and validates it. Errors match
 // ErrInvalidPolicy; a *ValidationError names every missing or invalid field.
 func ParsePolicy(data []byte) (Policy, error) {
 	patch, err := ParsePolicyPatch(data)
@@ -88,12 +92,17 @@ func ParsePolicy(data []byte) (Policy, error) {
 		return Policy{}, err
 	}
 	var missing []Violation
-	patch.walk(func(field string, set bool) {
-		if !set && field != "schema" {
-			missing = append(missing, Violation{Field: field, Message: "is required"})
+	base, def := Policy{Schema: PolicySchema}, DefaultPolicy().Patch()
+	for _, f := range policyFields {
+		switch {
+		case f.isSet(&patch):
+		case f.optional:
+			f.merge(&base, &def)
+		default:
+			missing = append(missing, Violation{Field: f.path, Message: "is required"})
 		}
-	})
-	p := MergePolicy(Policy{Schema: PolicySchema}, patch)
+	}
+	p := MergePolicy(base, patch)
 	if patch.Dependency == "" {
 		missing = append([]Violation{{Field: "dependency", Message: "is required"}}, missing...)
 	}
@@ -143,15 +152,6 @@ func (p Policy) Patch() PolicyPatch {
 		f.fill(&out, &p)
 	}
 	return out
-}
-
-// walk calls fn for every leaf field of the policy, with its JSON path and
-// whether the patch sets it.
-func (p PolicyPatch) walk(fn func(field string, set bool)) {
-	fn("schema", p.Schema != nil)
-	for _, f := range policyFields {
-		fn(f.path, f.isSet(&p))
-	}
 }
 
 // clone returns a deep copy of p: it shares no pointer with p.

@@ -58,6 +58,8 @@ const (
 	maxProbes          = 1000
 	maxAttemptsLimit   = 100
 	maxRetriesPerSec   = 1_000_000
+	minConfidence      = 0.5
+	maxConfidence      = 0.999999
 )
 
 // Validate checks every rule and returns nil or a *ValidationError naming
@@ -131,6 +133,10 @@ func (p Policy) validate() []Violation {
 	case ModeEnforce, ModeShadow:
 	default:
 		add("breaker.mode", strconv.Quote(string(b.Mode)), "must be one of enforce, shadow")
+	}
+
+	if c := b.Confidence; !(c == 0 || c >= minConfidence && c <= maxConfidence) {
+		add("breaker.confidence", fmtFloat(c), fmt.Sprintf("must be 0 (the classic rule) or between %g and %g", minConfidence, maxConfidence))
 	}
 
 	r := p.Retry

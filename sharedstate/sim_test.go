@@ -1,9 +1,14 @@
 package sharedstate
 
 import (
+	"cmp"
 	"container/heap"
 	"fmt"
+	"maps"
+	"math"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,8 +62,46 @@ type simProbe struct {
 	ok   bool
 }
 
+// simOptions are the knobs of the fleet simulation beyond its defaults.
+type simOptions struct {
+	nodes int // default simNodes
+	// gossip: rows travel as memberlist broadcasts do (a queue per node,
+	// simGossipNodes random peers every simGossipInterval, at most
+	// simRowsPerPacket rows per packet, fewest transmits first, each row
+	// sent at most RetransmitMult × ⌈log10(N+1)⌉ times, receivers
+	// re-broadcasting rows new to them) instead of straight to every node.
+	gossip bool
+	// flush: callers' outcomes reach the engine in batches every flush (as
+	// clientlib's count deltas do) instead of one by one at once.
+	flush time.Duration
+	// isolated: nothing travels between nodes (per-instance breakers).
+	isolated bool
+	// backoff: a retry waits the policy's full-jitter backoff before it
+	// asks for the budget (as clientlib does) instead of following at once.
+	backoff bool
+}
+
+type simRetry struct {
+	node, attempt int
+	at            time.Time
+}
+
+// The memberlist model of simOptions.gossip: the agent's defaults.
+const (
+	simGossipInterval = 200 * time.Millisecond
+	simGossipNodes    = 3
+	simRowsPerPacket  = 14 // rows of ~90 bytes in a 1,400-byte packet
+	simRetransmitMult = 4
+)
+
+type simQueued struct {
+	row       NodeWindow
+	transmits int
+}
+
 type sim struct {
 	t      *testing.T
+	opts   simOptions
 	clock  *ManualClock
 	rng    *rand.Rand
 	nodes  []*Engine
@@ -82,14 +125,33 @@ type sim struct {
 	firstOpenAt                               time.Time
 	callsBeforeFirstOpen                      int
 	onTick                                    func(s *sim)
+
+	queues     []map[string]*simQueued // gossip: per node, rows to broadcast by origin
+	pending    []Counts                // flush: per node, outcomes not yet reported
+	phase      []time.Duration         // per node, offset of its gossip rounds and flushes
+	retries    []simRetry              // backoff: retries waiting, by time
+	urgentSent int                     // urgent rows sent straight to every node
 }
 
 func newSim(t *testing.T, seed uint64, mutate func(p *Policy)) *sim {
-	s := &sim{t: t, clock: NewManualClock(t0), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), start: t0,
-		callsByNode: make([]int, simNodes), rejectedByNode: make([]int, simNodes),
-		firstPerSec: map[int64]int{}, retriesPerSec: map[int64]int{}, proposed: map[string]bool{}}
+	return newSimWith(t, simOptions{}, seed, mutate)
+}
+
+func newSimWith(t *testing.T, opts simOptions, seed uint64, mutate func(p *Policy)) *sim {
+	if opts.nodes == 0 {
+		opts.nodes = simNodes
+	}
+	n := opts.nodes
+	s := &sim{t: t, opts: opts, clock: NewManualClock(t0), rng: rand.New(rand.NewPCG(seed, seed^0x5eed)), start: t0,
+		callsByNode: make([]int, n), rejectedByNode: make([]int, n),
+		firstPerSec: map[int64]int{}, retriesPerSec: map[int64]int{}, proposed: map[string]bool{},
+		pending: make([]Counts, n)}
 	s.policy = *policyWith(mutate)
-	for i := range simNodes {
+	for range n {
+		s.queues = append(s.queues, map[string]*simQueued{})
+		s.phase = append(s.phase, time.Duration(s.rng.Int64N(int64(simGossipInterval/simStep)))*simStep)
+	}
+	for i := range n {
 		e, err := NewEngine(EngineConfig{Node: fmt.Sprintf("node-%02d", i), Zone: fmt.Sprintf("z%d", i%3),
 			Clock: s.clock, Rand: rand.New(rand.NewPCG(seed, uint64(i))), DefaultPolicy: &s.policy})
 		if err != nil {
@@ -103,7 +165,7 @@ func newSim(t *testing.T, seed uint64, mutate func(p *Policy)) *sim {
 func (s *sim) now() time.Time { return s.clock.Now() }
 
 func (s *sim) send(to int, m message) {
-	if s.rng.Float64() < simLoss {
+	if s.opts.isolated || s.rng.Float64() < simLoss {
 		return
 	}
 	delay := simMinDelay + time.Duration(s.rng.Int64N(int64(simMaxDelay-simMinDelay)))
@@ -144,6 +206,30 @@ func (s *sim) call(node int, kind AttemptKind) bool {
 	return s.healthy(node, s.now())
 }
 
+// report counts one finished attempt of node i's callers, at once or at
+// the next flush.
+func (s *sim) report(i int, kind AttemptKind, o Outcome) {
+	if s.opts.flush == 0 || kind == Probe {
+		if err := s.nodes[i].Record(dep, kind, o); err != nil {
+			s.t.Fatal(err)
+		}
+		return
+	}
+	c := &s.pending[i]
+	switch {
+	case o == Rejected:
+		c.Rejected++
+		return
+	case kind == FirstAttempt:
+		c.FirstAttempts++
+	}
+	if o == Success {
+		c.Successes++
+	} else {
+		c.Failures++
+	}
+}
+
 func outcome(ok bool) Outcome {
 	if ok {
 		return Success
@@ -159,9 +245,7 @@ func (s *sim) request(i int) {
 	switch d.Verdict {
 	case Reject:
 		s.rejectedByNode[i]++
-		if err := e.Record(dep, FirstAttempt, Rejected); err != nil {
-			s.t.Fatal(err)
-		}
+		s.report(i, FirstAttempt, Rejected)
 		return
 	case AllowProbe:
 		switch p := e.AcquireProbe(dep); p.Verdict {
@@ -184,18 +268,31 @@ func (s *sim) request(i int) {
 		return
 	}
 	ok := s.call(i, FirstAttempt)
-	if err := e.Record(dep, FirstAttempt, outcome(ok)); err != nil {
-		s.t.Fatal(err)
+	s.report(i, FirstAttempt, outcome(ok))
+	if s.opts.backoff {
+		s.scheduleRetry(i, 2, ok)
+		return
 	}
 	for attempt := 2; !ok && attempt <= s.policy.Retry.MaxAttempts; attempt++ {
 		if !e.AcquireRetry(dep).Allowed() {
 			return
 		}
 		ok = s.call(i, Retry)
-		if err := e.Record(dep, Retry, outcome(ok)); err != nil {
-			s.t.Fatal(err)
-		}
+		s.report(i, Retry, outcome(ok))
 	}
+}
+
+// scheduleRetry schedules attempt number attempt of a request at node i
+// after the last one failed (ok false), after a full-jitter backoff.
+func (s *sim) scheduleRetry(i, attempt int, ok bool) {
+	if ok || attempt > s.policy.Retry.MaxAttempts {
+		return
+	}
+	b := s.policy.Retry.Backoff
+	wait := min(b.Max.Std(), b.Base.Std()<<(attempt-2))
+	at := s.now().Add(time.Duration(s.rng.Int64N(int64(wait) + 1)))
+	k, _ := slices.BinarySearchFunc(s.retries, at, func(r simRetry, at time.Time) int { return r.at.Compare(at) })
+	s.retries = slices.Insert(s.retries, k, simRetry{node: i, attempt: attempt, at: at})
 }
 
 func (s *sim) propose(from int, recs []BreakerRecord) {
@@ -220,7 +317,9 @@ func (s *sim) step() {
 		m := heap.Pop(&s.queue).(simMsg)
 		e := s.nodes[m.to]
 		if m.msg.row != nil {
-			e.ApplyRow(*m.msg.row)
+			if e.ApplyRow(*m.msg.row) && s.opts.gossip {
+				s.enqueue(m.to, *m.msg.row) // epidemic re-broadcast
+			}
 		} else if e.ApplyRecord(*m.msg.rec) {
 			s.sendSome(m.to, m.msg, simFanout) // epidemic re-broadcast
 		}
@@ -237,17 +336,47 @@ func (s *sim) step() {
 			s.propose(p.node, []BreakerRecord{rec}) // at once; the next Tick returns it again for gossip
 		}
 	}
+	for len(s.retries) > 0 && !s.retries[0].at.After(now) {
+		r := s.retries[0]
+		s.retries = s.retries[1:]
+		if s.nodes[r.node].AcquireRetry(dep).Allowed() {
+			ok := s.call(r.node, Retry)
+			s.report(r.node, Retry, outcome(ok))
+			s.scheduleRetry(r.node, r.attempt+1, ok)
+		}
+	}
 	for i := range s.nodes {
 		if s.rng.Float64() < s.rate*simStep.Seconds() {
 			s.request(i)
 		}
 	}
 	elapsed := now.Sub(s.start)
+	for i, e := range s.nodes {
+		if s.opts.flush > 0 && (elapsed+s.phase[i])%s.opts.flush == 0 && s.pending[i] != (Counts{}) {
+			if err := e.AddCounts(dep, s.pending[i]); err != nil {
+				s.t.Fatal(err)
+			}
+			s.pending[i] = Counts{}
+		}
+		if s.opts.gossip && (elapsed+s.phase[i])%simGossipInterval == 0 {
+			s.gossipRound(i)
+		}
+	}
 	if elapsed%simTick == 0 {
 		for i, e := range s.nodes {
 			s.propose(i, e.Tick())
 			for _, r := range e.RowsToSend() {
-				s.sendAll(i, message{row: &r})
+				if s.opts.gossip {
+					s.enqueue(i, r)
+				} else {
+					s.sendAll(i, message{row: &r})
+				}
+			}
+			for _, r := range e.UrgentRows() {
+				if s.opts.gossip {
+					s.urgentSent++
+					s.sendAll(i, message{row: &r})
+				}
 			}
 		}
 		if s.onTick != nil {
@@ -265,6 +394,40 @@ func (s *sim) step() {
 			}
 			for _, r := range e.LocalRows() {
 				s.send(j, message{row: &r})
+			}
+		}
+	}
+}
+
+// enqueue queues a row for node i's gossip rounds; it replaces a queued
+// older row of the same origin.
+func (s *sim) enqueue(i int, r NodeWindow) {
+	s.queues[i][r.Node] = &simQueued{row: r}
+}
+
+// gossipRound is one memberlist gossip round of node i: a packet of the
+// queued rows with the fewest transmits to each of simGossipNodes random
+// peers.
+func (s *sim) gossipRound(i int) {
+	q := s.queues[i]
+	if len(q) == 0 || len(s.nodes) < 2 {
+		return
+	}
+	limit := simRetransmitMult * int(math.Ceil(math.Log10(float64(len(s.nodes)+1))))
+	for range simGossipNodes {
+		to := s.rng.IntN(len(s.nodes) - 1)
+		if to >= i {
+			to++
+		}
+		items := slices.Collect(maps.Values(q))
+		slices.SortFunc(items, func(a, b *simQueued) int {
+			return cmp.Or(cmp.Compare(a.transmits, b.transmits), strings.Compare(a.row.Node, b.row.Node))
+		})
+		for _, it := range items[:min(len(items), simRowsPerPacket)] {
+			r := it.row
+			s.send(to, message{row: &r})
+			if it.transmits++; it.transmits >= limit {
+				delete(q, it.row.Node)
 			}
 		}
 	}

@@ -194,11 +194,14 @@ type NodeWindow struct {
 	// open or half-open (its own traffic fails while the fleet's does not).
 	LocalOpen bool `json:"localOpen,omitempty"`
 	Counts
+	// Recent are the node's counts over the freshest suffixes of its
+	// window, for the fast path of the trip rule.
+	Recent Recent `json:"recent"`
 }
 
 // Validate checks a row received from elsewhere.
 func (r NodeWindow) Validate() error {
-	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen {
+	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen || !r.Recent.valid() {
 		return ErrInvalidRow
 	}
 	return ValidateDependencyName(r.Dependency)

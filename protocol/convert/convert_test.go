@@ -1,6 +1,8 @@
 package convert
 
 import (
+	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -35,7 +37,8 @@ func TestRecordRoundTripThroughTheWire(t *testing.T) {
 
 func TestRowRoundTripThroughTheWire(t *testing.T) {
 	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true,
-		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6}}
+		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6},
+		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)}}
 	b, err := proto.Marshal(RowToProto(r))
 	if err != nil {
 		t.Fatal(err)
@@ -46,6 +49,48 @@ func TestRowRoundTripThroughTheWire(t *testing.T) {
 	}
 	if got := RowFromProto(&m); got != r {
 		t.Errorf("round trip: %+v, want %+v", got, r)
+	}
+}
+
+func TestRecentOnTheWire(t *testing.T) {
+	full := sharedstate.Recent{rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(9, 9, 9)}
+	for _, c := range []struct {
+		name   string
+		recent sharedstate.Recent
+		wire   []uint64
+	}{
+		{"empty: nothing on the wire", sharedstate.Recent{}, nil},
+		{"differences, trailing empty triples left out", sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0)},
+			[]uint64{0, 1, 0, 1, 0, 0}},
+		{"all seven", full, []uint64{1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			w := RecentToProto(c.recent)
+			if !slices.Equal(w, c.wire) {
+				t.Fatalf("RecentToProto = %v, want %v", w, c.wire)
+			}
+			if got, ok := RecentFromProto(w); !ok || got != c.recent {
+				t.Errorf("RecentFromProto = %v, %v, want %v", got, ok, c.recent)
+			}
+		})
+	}
+	// Huge values saturate instead of wrapping.
+	if got, ok := RecentFromProto([]uint64{math.MaxUint64, 0, 0, math.MaxUint32, 0, 0}); !ok || got[0].Successes != math.MaxUint32 || got[1].Successes != math.MaxUint32 {
+		t.Errorf("saturation: %v, %v", got, ok)
+	}
+	// A malformed list makes a row the engine refuses and counts.
+	e, err := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]uint64{{1}, {1, 2, 3, 4}, make([]uint64, 24)} {
+		r := RowFromProto(&fuseboxv1.NodeWindow{Node: "n", Dependency: "d", Seq: 1, Recent: bad})
+		if e.ApplyRow(r) {
+			t.Errorf("row with recent %v accepted", bad)
+		}
+	}
+	if s := e.Stats(); s.InvalidRows != 3 {
+		t.Errorf("InvalidRows = %d, want 3", s.InvalidRows)
 	}
 }
 
@@ -75,4 +120,8 @@ func TestSnapshotAndDecision(t *testing.T) {
 	if _, ok := Outcome(fuseboxv1.Outcome_OUTCOME_UNSPECIFIED); ok {
 		t.Error("unspecified outcome accepted")
 	}
+}
+
+func rc(s, f, slow uint32) sharedstate.RecentCounts {
+	return sharedstate.RecentCounts{Successes: s, Failures: f, SlowCalls: slow}
 }

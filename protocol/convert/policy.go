@@ -149,11 +149,14 @@ func BreakerToProto(b sharedstate.BreakerPolicy) *fuseboxv1.BreakerSettings {
 		ProbeTimeout:          durationpb.New(b.ProbeTimeout.Std()),
 		Scope:                 Scope(b.Scope),
 		Mode:                  Mode(b.Mode),
+		Confidence:            &b.Confidence,
+		FastPath:              &b.FastPath,
 	}
 }
 
 // PolicyWithBreaker returns p with every breaker setting m carries: a zero
-// (or unset) field is one m does not carry, since no valid setting is zero.
+// (or unset) field is one m does not carry, since no valid setting is zero,
+// except confidence and fast_path, which are carried when present.
 // With a nil m it returns p. The result is not validated.
 func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) sharedstate.Policy {
 	if m == nil {
@@ -176,6 +179,12 @@ func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) share
 	}
 	if md := ModeFromProto(m.GetMode()); md != "" {
 		b.Mode = md
+	}
+	if m.Confidence != nil {
+		b.Confidence = m.GetConfidence()
+	}
+	if m.FastPath != nil {
+		b.FastPath = m.GetFastPath()
 	}
 	return p
 }

@@ -359,6 +359,12 @@ func TestPolicyRoundTrip(t *testing.T) {
 	if got := PolicyWithBreaker(sharedstate.Policy{}, BreakerToProto(p.Breaker)).Breaker; got != p.Breaker {
 		t.Errorf("breaker round trip:\n got %+v\nwant %+v", got, p.Breaker)
 	}
+	// The classic rule (confidence 0, no fast path) travels too: its zeros are not "unset".
+	classic := p.Breaker
+	classic.Confidence, classic.FastPath = 0, false
+	if got := PolicyWithBreaker(sharedstate.DefaultPolicy(), BreakerToProto(classic)).Breaker; got != classic {
+		t.Errorf("classic breaker round trip:\n got %+v\nwant %+v", got, classic)
+	}
 
 	m := &fuseboxv1.DecisionSnapshot{Dependency: dep, Breaker: BreakerToProto(p.Breaker),
 		Retry: RetryToProto(RetryFromPolicy(p))}

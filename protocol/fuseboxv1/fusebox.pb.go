@@ -779,8 +779,12 @@ type BreakerSettings struct {
 	ProbeTimeout          *durationpb.Duration   `protobuf:"bytes,11,opt,name=probe_timeout,json=probeTimeout,proto3" json:"probe_timeout,omitempty"`
 	Scope                 Scope                  `protobuf:"varint,12,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
 	Mode                  Mode                   `protobuf:"varint,13,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// 0 is valid (the classic trip rule), hence optional: unset means "not
+	// sent" and the receiver keeps what it had.
+	Confidence    *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
+	FastPath      *bool    `protobuf:"varint,15,opt,name=fast_path,json=fastPath,proto3,oneof" json:"fast_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BreakerSettings) Reset() {
@@ -902,6 +906,20 @@ func (x *BreakerSettings) GetMode() Mode {
 		return x.Mode
 	}
 	return Mode_MODE_UNSPECIFIED
+}
+
+func (x *BreakerSettings) GetConfidence() float64 {
+	if x != nil && x.Confidence != nil {
+		return *x.Confidence
+	}
+	return 0
+}
+
+func (x *BreakerSettings) GetFastPath() bool {
+	if x != nil && x.FastPath != nil {
+		return *x.FastPath
+	}
+	return false
 }
 
 // DecisionSnapshot is everything a client needs to decide a first attempt in
@@ -3927,7 +3945,14 @@ type NodeWindow struct {
 	// The breaker generation the counts belong to: a node starts a fresh
 	// window when it learns the breaker closed under a new generation, and the
 	// trip rule counts only rows of the current generation.
-	Generation    uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The node's counts over the freshest suffixes of its window, for the
+	// fast path of the trip rule: triples (successes, failures, slow calls),
+	// the first for the newest sub-bucket (window/100), then one for each
+	// doubling of the suffix (sub-buckets 2, 3–4, 5–8, … 33–64), each holding
+	// only what the previous ones do not. At most 7 triples; trailing empty
+	// triples are left out. Another length is malformed and the row dropped.
+	Recent        []uint64 `protobuf:"varint,8,rep,packed,name=recent,proto3" json:"recent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4009,6 +4034,13 @@ func (x *NodeWindow) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *NodeWindow) GetRecent() []uint64 {
+	if x != nil {
+		return x.Recent
+	}
+	return nil
 }
 
 // BreakerRecord is the replicated breaker decision of one dependency.
@@ -4259,7 +4291,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"backoffMax\x12*\n" +
 	"\x06jitter\x18\x05 \x01(\x0e2\x12.fusebox.v1.JitterR\x06jitter\x12!\n" +
 	"\fbudget_ratio\x18\x06 \x01(\x01R\vbudgetRatio\x12@\n" +
-	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\"\xcb\x05\n" +
+	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\"\xaf\x06\n" +
 	"\x0fBreakerSettings\x124\n" +
 	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
 	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12G\n" +
@@ -4274,7 +4306,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	" \x01(\rR\x15probeSuccessThreshold\x12>\n" +
 	"\rprobe_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\fprobeTimeout\x12'\n" +
 	"\x05scope\x18\f \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x12$\n" +
-	"\x04mode\x18\r \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\"\xbb\x06\n" +
+	"\x04mode\x18\r \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\x12#\n" +
+	"\n" +
+	"confidence\x18\x0e \x01(\x01H\x00R\n" +
+	"confidence\x88\x01\x01\x12 \n" +
+	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01B\r\n" +
+	"\v_confidenceB\f\n" +
+	"\n" +
+	"_fast_path\"\xbb\x06\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4544,7 +4583,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\v \x01(\tR\x05actor\x124\n" +
 	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
-	"\brevision\x18\r \x01(\x03R\brevision\"\xda\x01\n" +
+	"\brevision\x18\r \x01(\x03R\brevision\"\xf2\x01\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4557,7 +4596,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
-	"generation\"\x8a\x02\n" +
+	"generation\x12\x16\n" +
+	"\x06recent\x18\b \x03(\x04R\x06recent\"\x8a\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4858,6 +4898,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 	if File_fusebox_v1_fusebox_proto != nil {
 		return
 	}
+	file_fusebox_v1_fusebox_proto_msgTypes[2].OneofWrappers = []any{}
 	file_fusebox_v1_fusebox_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Deltas)(nil),
