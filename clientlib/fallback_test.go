@@ -24,6 +24,7 @@ func testBreaker() sharedstate.BreakerPolicy {
 	b.FailureRateThreshold = 0.6
 	b.OpenDuration = sharedstate.Duration(time.Minute) // stays open for the test
 	b.MaxOpenDuration = sharedstate.Duration(time.Hour)
+	b.Confidence = 0 // the classic rule: trips on the 5th failure in a row
 	return b
 }
 

@@ -72,6 +72,9 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 	}
 	fmt.Fprintf(w, "Override:     %s\n", override)
 	fmt.Fprintf(w, "Mode:         %s\n", dash(doc.Mode))
+	if doc.TripRule != nil {
+		fmt.Fprintf(w, "Trip rule:    %s\n", doc.TripRule)
+	}
 	f := doc.Fleet
 	fmt.Fprintf(w, "Fleet:        %d requests (%d first attempts, %d retries), %s failures, %s slow, %d rejected\n",
 		f.Successes+f.Failures, f.FirstAttempts, f.Retries, pct(doc.FailureRate), pct(doc.SlowRate), f.Rejected)

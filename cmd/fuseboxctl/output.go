@@ -169,6 +169,42 @@ type dependencyDoc struct {
 	NodeLocalOpen  []string   `json:"nodeLocalOpen"`
 	Zones          []zoneDoc  `json:"zones,omitempty"`
 	Nodes          []nodeDoc  `json:"nodes,omitempty"`
+	TripRule       *tripDoc   `json:"tripRule,omitempty"`
+}
+
+// tripDoc is the trip rule of a dependency's effective policy.
+type tripDoc struct {
+	FailureRateThreshold  float64 `json:"failureRateThreshold"`
+	SlowCallRateThreshold float64 `json:"slowCallRateThreshold"`
+	MinimumRequests       uint32  `json:"minimumRequests"`
+	MinFailingNodes       uint32  `json:"minFailingNodes"`
+	Window                string  `json:"window"`
+	Confidence            float64 `json:"confidence"`
+	FastPath              bool    `json:"fastPath"`
+}
+
+func tripOf(b *fuseboxv1.BreakerSettings) *tripDoc {
+	if b == nil {
+		return nil
+	}
+	return &tripDoc{FailureRateThreshold: b.GetFailureRateThreshold(), SlowCallRateThreshold: b.GetSlowCallRateThreshold(),
+		MinimumRequests: b.GetMinimumRequests(), MinFailingNodes: b.GetMinFailingNodes(),
+		Window: b.GetWindow().AsDuration().String(), Confidence: b.GetConfidence(), FastPath: b.GetFastPath()}
+}
+
+// String is the trip rule in one line.
+func (t *tripDoc) String() string {
+	rule := "classic (confidence 0)"
+	if t.Confidence > 0 {
+		rule = fmt.Sprintf("lower bound at %g%% confidence", 100*t.Confidence)
+		if t.FastPath {
+			rule += ", fast path on (suffixes of the window from window/100 up)"
+		} else {
+			rule += ", fast path off"
+		}
+	}
+	return fmt.Sprintf("%s; failures >= %s or slow calls >= %s over >= %d requests from >= %d failing node(s), window %s",
+		rule, pct(t.FailureRateThreshold), pct(t.SlowCallRateThreshold), t.MinimumRequests, t.MinFailingNodes, t.Window)
 }
 
 func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
@@ -180,6 +216,7 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		BudgetUsed: d.GetBudgetUsed(), Probers: nonNil(d.GetProbers()), NodeLocalOpen: nonNil(d.GetNodeLocalOpen()),
 	}
 	if detail {
+		doc.TripRule = tripOf(d.GetBreaker())
 		doc.Zones = []zoneDoc{}
 		for _, z := range d.GetZones() {
 			doc.Zones = append(doc.Zones, zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())})

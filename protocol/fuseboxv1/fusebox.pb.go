@@ -3503,7 +3503,12 @@ type DependencyView struct {
 	NodeLocalOpen []string               `protobuf:"bytes,14,rep,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	Since         *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=since,proto3" json:"since,omitempty"`
 	OpenCount     uint32                 `protobuf:"varint,16,opt,name=open_count,json=openCount,proto3" json:"open_count,omitempty"`
-	Reason        string                 `protobuf:"bytes,17,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Why the breaker took its state: for a trip, which horizon (the whole
+	// window or a fast-path suffix) tripped, with its counts.
+	Reason string `protobuf:"bytes,17,opt,name=reason,proto3" json:"reason,omitempty"`
+	// The breaker settings of the dependency's effective policy (its trip
+	// rule: thresholds, confidence, fast path).
+	Breaker       *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3655,6 +3660,13 @@ func (x *DependencyView) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *DependencyView) GetBreaker() *BreakerSettings {
+	if x != nil {
+		return x.Breaker
+	}
+	return nil
 }
 
 type FleetSnapshot struct {
@@ -4529,7 +4541,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x06prober\x18\x05 \x01(\bR\x06prober\"J\n" +
 	"\bZoneView\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12*\n" +
-	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\x94\x05\n" +
+	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\xcb\x05\n" +
 	"\x0eDependencyView\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4554,7 +4566,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x05since\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1d\n" +
 	"\n" +
 	"open_count\x18\x10 \x01(\rR\topenCount\x12\x16\n" +
-	"\x06reason\x18\x11 \x01(\tR\x06reason\"\xa9\x01\n" +
+	"\x06reason\x18\x11 \x01(\tR\x06reason\x125\n" +
+	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\"\xa9\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
@@ -4838,59 +4851,60 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	53, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
 	52, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
 	63, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	63, // 61: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 62: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 63: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 64: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 65: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 66: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 67: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 68: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 69: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 70: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 71: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 72: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 73: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 74: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 75: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 76: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 77: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 78: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 79: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 80: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 81: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 82: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 83: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 84: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 85: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 86: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 87: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 88: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 89: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 90: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 91: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 92: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 93: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 94: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 95: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 96: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 97: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 98: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 99: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 100: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 101: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 102: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 103: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 104: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 105: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 106: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 107: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 108: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	91, // [91:109] is the sub-list for method output_type
-	73, // [73:91] is the sub-list for method input_type
-	73, // [73:73] is the sub-list for extension type_name
-	73, // [73:73] is the sub-list for extension extendee
-	0,  // [0:73] is the sub-list for field type_name
+	12, // 61: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	63, // 62: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	54, // 63: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 64: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 65: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	63, // 66: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	63, // 67: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 68: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 69: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	58, // 70: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 71: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	59, // 72: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 73: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 74: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 75: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 76: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 77: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 78: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 79: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 80: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 81: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 82: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 83: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 84: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 85: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 86: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 87: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 88: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 89: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 90: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 91: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 92: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 93: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 94: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 95: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 96: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 97: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 98: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 99: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 100: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 101: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 102: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 103: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 104: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 105: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 106: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 107: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 108: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 109: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	92, // [92:110] is the sub-list for method output_type
+	74, // [74:92] is the sub-list for method input_type
+	74, // [74:74] is the sub-list for extension type_name
+	74, // [74:74] is the sub-list for extension extendee
+	0,  // [0:74] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }

@@ -210,6 +210,9 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		State:      fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
 		Mode:       convert.Mode(pol.Breaker.Mode),
 	}
+	if detail {
+		d.Breaker = convert.BreakerToProto(pol.Breaker)
+	}
 	if rec, state, ok := shownRecord(v.records[dep], pol.Breaker, now); ok {
 		d.State = convert.BreakerState(state)
 		d.Generation = rec.Generation

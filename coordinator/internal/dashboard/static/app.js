@@ -926,6 +926,13 @@
     fact(facts, 'Failing nodes', d.failing.length ? d.failing.map((n) => n.node + ' (' + n.failures + ')').join(', ') : '—');
     fact(facts, 'Probers', d.probers.length ? d.probers.join(', ') : '—');
     fact(facts, 'Node-local opens', d.localOpen.length ? d.localOpen.join(', ') : '—');
+    const tb = v.breaker || b;
+    if (tb.confidence !== undefined || tb.fastPath !== undefined) {
+      const conf = num(tb.confidence);
+      fact(facts, 'Trip rule', conf > 0
+        ? 'lower bound at ' + Math.round(conf * 1000) / 10 + '% confidence · fast path ' + (tb.fastPath ? 'on (freshest suffixes of the window)' : 'off')
+        : 'classic (confidence 0): the rate itself, no fast path');
+    }
     if (b.minimumRequests !== undefined) {
       fact(facts, 'Policy', 'at least ' + b.minimumRequests + ' requests from ' + b.minFailingNodes + ' failing nodes · open ' +
         b.openDuration + ' (max ' + b.maxOpenDuration + ') · ' + b.halfOpenProbes + ' probes · scope ' + b.scope);
