@@ -237,3 +237,26 @@ func TestObserverGossip(t *testing.T) {
 		}
 	}
 }
+
+// A failure burst at one agent reaches the others straight away (an urgent
+// row sent to every member), not at the next gossip round: here gossip,
+// probes and push-pull are an hour apart, so nothing else could carry it.
+func TestUrgentRowsGoStraightToEveryMember(t *testing.T) {
+	f := newFleetWith(t, 2, false, func(c *Config) {
+		c.GossipInterval, c.ProbeInterval, c.PushPullInterval = time.Hour, time.Hour, time.Hour
+	})
+	const dep = "inventory"
+	_, err := dial(t, f.agents[1].Agent).Report(ctxT(t, 5*time.Second), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
+		Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: 3}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "agent-0 holds agent-1's row with the fresh failures", func() bool {
+		for _, r := range f.agents[0].eng.Rows(dep) {
+			if r.Node == "agent-1" && r.Recent[0].Failures == 3 {
+				return true
+			}
+		}
+		return false
+	})
+}

@@ -117,10 +117,20 @@ func (a *Agent) tickLoop() {
 }
 
 // tick runs one engine tick: proposals go out as broadcasts and straight to
-// every member; changed and heartbeat rows go out as broadcasts.
+// every member; changed and heartbeat rows go out as broadcasts, urgent rows
+// (a failure burst starting at this node) also straight to every member.
 func (a *Agent) tick() {
 	recs := a.eng.Tick()
 	rows := a.eng.RowsToSend()
+	if urgent := a.eng.UrgentRows(); len(urgent) > 0 {
+		// A failure burst starting here: the fast path of the trip rule
+		// pools it fleet-wide within a round trip instead of gossip rounds.
+		u := &fuseboxv1.GossipBatch{}
+		for _, r := range urgent {
+			u.Rows = append(u.Rows, convert.RowToProto(r))
+		}
+		a.gossip.SendDirectBatch(u)
+	}
 	if len(recs) == 0 && len(rows) == 0 {
 		return
 	}

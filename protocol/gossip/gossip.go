@@ -314,10 +314,19 @@ func (g *Gossip) queueItem(name string, b *fuseboxv1.GossipBatch) {
 // best effort): a breaker transition reaches the fleet in one round trip,
 // and gossip and push-pull repair what it loses.
 func (g *Gossip) SendDirect(records []*fuseboxv1.BreakerRecord) {
-	if len(records) == 0 || g.closed.Load() {
+	if len(records) == 0 {
 		return
 	}
-	frame, err := g.cfg.Codec.EncodeBatch(&fuseboxv1.GossipBatch{Records: records})
+	g.SendDirectBatch(&fuseboxv1.GossipBatch{Records: records})
+}
+
+// SendDirectBatch sends a batch (records, urgent rows) straight to every
+// other alive member, as SendDirect does.
+func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
+	if len(b.GetRows())+len(b.GetRecords()) == 0 || g.closed.Load() {
+		return
+	}
+	frame, err := g.cfg.Codec.EncodeBatch(b)
 	if err != nil {
 		g.lg.Warn("gossip direct send: encode", "err", err)
 		return
