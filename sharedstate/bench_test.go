@@ -176,8 +176,10 @@ func BenchmarkTick1000Deps500Rows(b *testing.B) {
 	}
 }
 
-// benchRow is node n's row for dep with healthy traffic.
+// benchRow is node n's row for dep with healthy traffic (2 requests/s, 5%
+// failures), its freshest suffixes included.
 func benchRow(n int, dep string) NodeWindow {
 	return NodeWindow{Node: fmt.Sprintf("node-%04d", n), Zone: fmt.Sprintf("z%d", n%3), Dependency: dep, Seq: 1,
-		Counts: Counts{FirstAttempts: 20, Successes: 19, Failures: 1}}
+		Counts: Counts{FirstAttempts: 20, Successes: 19, Failures: 1},
+		Recent: Recent{{Successes: 1}, {Successes: 1}, {Successes: 1}, {Successes: 2}, {Successes: 3}, {Successes: 6}, {Successes: 12, Failures: 1}}}
 }

@@ -179,13 +179,14 @@ type scanResult struct {
 	effNodes              int    // with requests
 	effFailing            int    // whose own rates meet a threshold
 	effActive             int    // with any count
+	effFastFailing        int    // whose own freshest suffixes meet a threshold
 }
 
 // scan sums the live rows. Rows are live for 2×window after their receipt.
 func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 	var s scanResult
 	b := &d.pol.Breaker
-	own := rowEntry{NodeWindow: NodeWindow{Counts: d.ownTotals(now)}, received: now}
+	own := rowEntry{NodeWindow: NodeWindow{Counts: d.ownTotals(now), Recent: d.fine.recent}, received: now}
 	d.classify(e, &own)
 	own.sameZone = true
 	s.own = own.Counts
@@ -202,6 +203,7 @@ func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 			s.effActive += b2i(r.active)
 			s.effNodes += b2i(r.requests)
 			s.effFailing += b2i(r.failing)
+			s.effFastFailing += b2i(r.fastFailing != 0)
 		}
 	}
 	add(&own, true)
@@ -242,7 +244,10 @@ func (d *depState) fastScan(e *Engine, now int64, minGen uint64) fastSums {
 // first, freshest suffix first, then the whole window).
 func (d *depState) trips(e *Engine, now int64, s *scanResult, minGen uint64) (bool, string) {
 	b := &d.pol.Breaker
-	if b.FastPath && d.z.fast > 0 && fastWorthIt(b, s.eff) {
+	// A suffix's pooled rate meets the threshold only if some node's does,
+	// and it needs failures from min(minFailingNodes, nodes) nodes: most
+	// ticks of a healthy dependency skip the fast path.
+	if b.FastPath && d.z.fast > 0 && s.effFastFailing >= max(1, min(b.MinFailingNodes, s.effNodes)) && fastWorthIt(b, s.eff) {
 		fs := d.fastScan(e, now, minGen)
 		if ok, why := fastTrip(b, d.z, &fs, s.effNodes, d.fine.width); ok {
 			return true, why

@@ -15,21 +15,23 @@ import (
 // its threshold.
 //
 // With a confidence c > 0 the rate is replaced by the lower bound of its
-// Wilson score interval at level c (z = Φ⁻¹(1 − (1−c)/2), 1.96 at 95%), so
-// that a window holding just over minimumRequests requests does not trip on
-// a chance run of failures. With breaker.fastPath the rule is also applied
-// to the freshest suffixes of the window: its last 1, 2, 4, … 64
-// sub-buckets of window/FastSubBuckets. A fleet fills a short suffix with
-// minimumRequests requests in a fraction of a second, and a suffix that
-// starts after a dependency died holds only failures, while the whole window
-// still holds the successes from before. A node evaluates FastHorizons
-// suffixes at every tick, and their counts change with every sub-bucket, so
-// each suffix is held to a stricter bound: the confidence is split
-// (Bonferroni) over the FastHorizons suffixes of each of the window's
-// WindowBuckets buckets, z = Φ⁻¹(1 − (1−c)/(2 × 7 × 10)), 3.38 at 95%.
-// With minimumRequests 20 and a threshold of 0.5 a suffix trips on 18 or
-// more failures out of 20 requests (the chance of that at a true failure
-// rate of 30% is 4·10⁻⁸).
+// Wilson score interval, so that a window holding just over minimumRequests
+// requests does not trip on a chance run of failures. A node evaluates its
+// window at every tick, and the window's content renews once per bucket, so
+// the confidence is split (Bonferroni) over the window's WindowBuckets
+// buckets: z = Φ⁻¹(1 − (1−c)/(2 × 10)), 2.81 at 95%. With breaker.fastPath
+// the rule is also applied to the freshest suffixes of the window: its last
+// 1, 2, 4, … 64 sub-buckets of window/FastSubBuckets. A fleet fills a short
+// suffix with minimumRequests requests in a fraction of a second, and a
+// suffix that starts after a dependency died holds only failures, while the
+// whole window still holds the successes from before. Each of the
+// FastHorizons suffixes is held to the bound split over all of them too:
+// z = Φ⁻¹(1 − (1−c)/(2 × 7 × 10)), 3.38 at 95%.
+//
+// At 95%, minimumRequests 20 and a threshold of 0.5, the whole window trips
+// on 17 failures out of 20 requests (or 70 of 100), a suffix on 18 of 20.
+// The chance of 17 of 20 at a true failure rate of 30% is 5·10⁻⁷, of 18 of
+// 20 4·10⁻⁸.
 
 const (
 	// FastHorizons is the number of window suffixes the fast path
@@ -198,7 +200,7 @@ func boundsFor(b *BreakerPolicy) tripBounds {
 	if !(c > 0 && c < 1) {
 		return tripBounds{}
 	}
-	return tripBounds{whole: normalQuantile(1 - (1-c)/2), fast: normalQuantile(1 - (1-c)/(2*FastHorizons*WindowBuckets))}
+	return tripBounds{whole: normalQuantile(1 - (1-c)/(2*WindowBuckets)), fast: normalQuantile(1 - (1-c)/(2*FastHorizons*WindowBuckets))}
 }
 
 // normalQuantile is Φ⁻¹(p), the standard normal quantile.

@@ -29,8 +29,8 @@ func TestWilsonLower(t *testing.T) {
 	}
 	p := DefaultPolicy()
 	z := boundsFor(&p.Breaker)
-	if math.Abs(z.whole-1.96) > 0.01 || math.Abs(z.fast-3.38) > 0.01 {
-		t.Errorf("bounds at 95%% = %+v, want whole 1.96, fast 3.38", z)
+	if math.Abs(z.whole-2.81) > 0.01 || math.Abs(z.fast-3.38) > 0.01 {
+		t.Errorf("bounds at 95%% = %+v, want whole 2.81, fast 3.38", z)
 	}
 	p.Breaker.Confidence = 0
 	if z := boundsFor(&p.Breaker); z != (tripBounds{}) {
@@ -38,8 +38,8 @@ func TestWilsonLower(t *testing.T) {
 	}
 }
 
-// TestTripRuleWithConfidence: the default policy's bound on the whole
-// window, and the classic rule at confidence 0.
+// TestTripRuleWithConfidence: the bound on the whole window, and the
+// classic rule at confidence 0.
 func TestTripRuleWithConfidence(t *testing.T) {
 	for _, tc := range []struct {
 		name                string
@@ -48,17 +48,19 @@ func TestTripRuleWithConfidence(t *testing.T) {
 		wantWhy             string // "" for no trip
 	}{
 		{"10 of 20 at 95%: chance, no trip", 0.95, 10, 10, ""},
-		{"14 of 20 at 95%: bound 0.48", 0.95, 6, 14, ""},
-		{"15 of 20 at 95%: bound 0.53", 0.95, 5, 15, "window 10s: 15 failures of 20 requests from 1 failing node(s); rate 0.75, lower bound 0.53 at 95% confidence >= 0.50"},
-		{"60 of 100 at 95%: bound 0.50", 0.95, 40, 60, "window 10s: 60 failures of 100 requests"},
+		{"16 of 20 at 95%: bound 0.49", 0.95, 4, 16, ""},
+		{"17 of 20 at 95%: bound 0.54", 0.95, 3, 17, "window 10s: 17 failures of 20 requests from 1 failing node(s); rate 0.85, lower bound 0.54 at 95% confidence >= 0.50"},
+		{"60 of 100 at 95%: bound 0.46", 0.95, 40, 60, ""},
+		{"70 of 100 at 95%: bound 0.56", 0.95, 30, 70, "window 10s: 70 failures of 100 requests"},
+		{"16 of 20 at 80%: bound 0.54", 0.8, 4, 16, "window 10s: 16 failures of 20 requests"},
 		{"10 of 20, classic", 0, 10, 10, "failure rate 0.50 >= 0.50 over 20 requests from 1 failing node(s)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewManualClock(t0)
 			e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) {
-				c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.Confidence = tc.confidence })
+				// The window's bound alone (the fast path is TestFastPath's).
+				c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.Confidence, p.Breaker.FastPath = tc.confidence, false })
 			})
-			// Spread over the window so that no suffix has the failures alone.
 			for i := range max(tc.successes, tc.failures) {
 				if i < tc.successes {
 					record(t, e, dep, FirstAttempt, Success, 1)
