@@ -40,6 +40,10 @@
 // node) reach minimumRequests with a failure or slow-call rate at its
 // threshold and the failures come from at least min(minFailingNodes, nodes
 // with requests) nodes; any node that sees this proposes generation+1, open.
+// With breaker.confidence > 0 (the default) the rate is the lower bound of
+// its Wilson interval, and with breaker.fastPath the rule is applied to the
+// freshest suffixes of the window too (trip.go); the reason names the
+// horizon that tripped.
 // A node whose own window trips while the fleet's does not opens only for
 // itself (Snapshot.LocalState, NodeWindow.LocalOpen). An open record turns
 // half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration;

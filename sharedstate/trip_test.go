@@ -107,34 +107,26 @@ func TestFastPath(t *testing.T) {
 			t.Fatalf("proposals %+v, want the 200ms suffix to trip", p)
 		}
 	})
-	t.Run("the classic rule has no fast path", func(t *testing.T) {
-		clock := NewManualClock(t0)
-		e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) {
-			c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.Confidence = 0 })
-		})
-		for range 120 {
-			tickEvery(t, e, clock, 10, 0)
-		}
-		for range 5 {
-			if p := tickEvery(t, e, clock, 0, 10); len(p) != 0 {
-				t.Fatalf("tripped: %+v", p)
+	for _, c := range []struct {
+		name   string
+		policy func(p *Policy)
+	}{
+		{"the classic rule has no fast path", func(p *Policy) { p.Breaker.Confidence = 0 }},
+		{"fastPath false keeps only the window's bound", func(p *Policy) { p.Breaker.FastPath = false }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			clock := NewManualClock(t0)
+			e := newTestEngine(t, "a", "", clock, func(ec *EngineConfig) { ec.DefaultPolicy = policyWith(c.policy) })
+			for range 120 {
+				tickEvery(t, e, clock, 10, 0)
 			}
-		}
-	})
-	t.Run("fastPath false keeps only the window's bound", func(t *testing.T) {
-		clock := NewManualClock(t0)
-		e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) {
-			c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.FastPath = false })
-		})
-		for range 120 {
-			tickEvery(t, e, clock, 10, 0)
-		}
-		for range 5 {
-			if p := tickEvery(t, e, clock, 0, 10); len(p) != 0 {
-				t.Fatalf("tripped: %+v", p)
+			for range 5 {
+				if p := tickEvery(t, e, clock, 0, 10); len(p) != 0 {
+					t.Fatalf("tripped: %+v", p)
+				}
 			}
-		}
-	})
+		})
+	}
 	t.Run("suffixes pool the other nodes' recent counts", func(t *testing.T) {
 		clock := NewManualClock(t0)
 		e := newTestEngine(t, "a", "", clock, nil)
