@@ -278,11 +278,15 @@ func TestFleetViews(t *testing.T) {
 		t.Fatalf("deps -o json = %+v", d)
 	}
 	ctl(t, c, nil, "dep", "show", "shipping").want(t, 0, []string{"Dependency:   shipping", "State:        open (generation 2",
-		"Reason:       failure rate 75%", "NODE", "web-1", "eu-1a", "ZONE"}, nil)
+		"Reason:       failure rate 75%", "Trip rule:    lower bound at 95% confidence, fast path on",
+		"over >= 20 requests from >= 2 failing node(s), window 10s", "NODE", "web-1", "eu-1a", "ZONE"}, nil)
 	r = ctl(t, c, nil, "dep", "show", "shipping", "-o", "json")
 	var one dependencyDoc
 	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || len(one.Nodes) != 1 || one.Nodes[0].Node != "web-1" || one.Nodes[0].Counts.Failures != 30 {
 		t.Fatalf("dep show -o json = %+v (%v)", one, err)
+	}
+	if tr := one.TripRule; tr == nil || tr.Confidence != 0.95 || !tr.FastPath || tr.MinimumRequests != 20 {
+		t.Errorf("dep show -o json: tripRule %+v, want the default policy's", tr)
 	}
 	ctl(t, c, nil, "dep", "show", "nothing-here").want(t, 1, nil, []string{"nothing-here"})
 	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer"}, nil)
