@@ -55,27 +55,27 @@ func TestRowRoundTripThroughTheWire(t *testing.T) {
 func TestRecentOnTheWire(t *testing.T) {
 	full := sharedstate.Recent{rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(1, 2, 3), rc(9, 9, 9)}
 	for _, c := range []struct {
-		name   string
-		recent sharedstate.Recent
-		wire   []uint64
+		name             string
+		recent           sharedstate.Recent
+		succ, fail, slow []uint64
 	}{
-		{"empty: nothing on the wire", sharedstate.Recent{}, nil},
-		{"differences, trailing empty triples left out", sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0)},
-			[]uint64{0, 1, 0, 1, 0, 0}},
-		{"all seven", full, []uint64{1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6}},
+		{"empty: nothing on the wire", sharedstate.Recent{}, nil, nil, nil},
+		{"differences, trailing zeros left out", sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0), rc(1, 1, 0)},
+			[]uint64{0, 1}, []uint64{1}, nil},
+		{"all seven", full, []uint64{1, 0, 0, 0, 0, 0, 8}, []uint64{2, 0, 0, 0, 0, 0, 7}, []uint64{3, 0, 0, 0, 0, 0, 6}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			w := RecentToProto(c.recent)
-			if !slices.Equal(w, c.wire) {
-				t.Fatalf("RecentToProto = %v, want %v", w, c.wire)
+			s, f, sl := RecentToProto(c.recent)
+			if !slices.Equal(s, c.succ) || !slices.Equal(f, c.fail) || !slices.Equal(sl, c.slow) {
+				t.Fatalf("RecentToProto = %v %v %v, want %v %v %v", s, f, sl, c.succ, c.fail, c.slow)
 			}
-			if got, ok := RecentFromProto(w); !ok || got != c.recent {
+			if got, ok := RecentFromProto(s, f, sl); !ok || got != c.recent {
 				t.Errorf("RecentFromProto = %v, %v, want %v", got, ok, c.recent)
 			}
 		})
 	}
 	// Huge values saturate instead of wrapping.
-	if got, ok := RecentFromProto([]uint64{math.MaxUint64, 0, 0, math.MaxUint32, 0, 0}); !ok || got[0].Successes != math.MaxUint32 || got[1].Successes != math.MaxUint32 {
+	if got, ok := RecentFromProto([]uint64{math.MaxUint64, math.MaxUint32}, nil, nil); !ok || got[0].Successes != math.MaxUint32 || got[1].Successes != math.MaxUint32 {
 		t.Errorf("saturation: %v, %v", got, ok)
 	}
 	// A malformed list makes a row the engine refuses and counts.
@@ -83,10 +83,11 @@ func TestRecentOnTheWire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, bad := range [][]uint64{{1}, {1, 2, 3, 4}, make([]uint64, 24)} {
-		r := RowFromProto(&fuseboxv1.NodeWindow{Node: "n", Dependency: "d", Seq: 1, Recent: bad})
-		if e.ApplyRow(r) {
-			t.Errorf("row with recent %v accepted", bad)
+	long := make([]uint64, sharedstate.FastHorizons+1)
+	for _, m := range []*fuseboxv1.NodeWindow{{RecentSuccesses: long}, {RecentFailures: long}, {RecentSlowCalls: long}} {
+		m.Node, m.Dependency, m.Seq = "n", "d", 1
+		if e.ApplyRow(RowFromProto(m)) {
+			t.Errorf("row %v accepted", m)
 		}
 	}
 	if s := e.Stats(); s.InvalidRows != 3 {

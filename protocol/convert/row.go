@@ -2,6 +2,7 @@ package convert
 
 import (
 	"math"
+	"slices"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -33,7 +34,7 @@ func CountsFromProto(m *fuseboxv1.Counts) sharedstate.Counts {
 
 // RowToProto converts a NodeWindow row for the wire.
 func RowToProto(r sharedstate.NodeWindow) *fuseboxv1.NodeWindow {
-	return &fuseboxv1.NodeWindow{
+	m := &fuseboxv1.NodeWindow{
 		Node:          r.Node,
 		Zone:          r.Zone,
 		Dependency:    r.Dependency,
@@ -41,44 +42,54 @@ func RowToProto(r sharedstate.NodeWindow) *fuseboxv1.NodeWindow {
 		Counts:        CountsToProto(r.Counts),
 		NodeLocalOpen: r.LocalOpen,
 		Generation:    r.Generation,
-		Recent:        RecentToProto(r.Recent),
 	}
+	m.RecentSuccesses, m.RecentFailures, m.RecentSlowCalls = RecentToProto(r.Recent)
+	return m
 }
 
-// RecentToProto encodes a row's suffix counts as the wire's triples: each
-// suffix minus the one before it, trailing empty triples left out (nil when
-// all are empty).
-func RecentToProto(r sharedstate.Recent) []uint64 {
-	var out []uint64
+// RecentToProto encodes a row's suffix counts as the wire's three lists
+// (successes, failures, slow calls): each suffix minus the one before it,
+// trailing zeros left out (nil when all are zero).
+func RecentToProto(r sharedstate.Recent) (successes, failures, slow []uint64) {
 	var prev sharedstate.RecentCounts
-	n := 0
+	var s, f, sl [sharedstate.FastHorizons]uint64
 	for k, c := range r {
-		out = append(out, uint64(c.Successes-min(prev.Successes, c.Successes)),
-			uint64(c.Failures-min(prev.Failures, c.Failures)), uint64(c.SlowCalls-min(prev.SlowCalls, c.SlowCalls)))
-		if c != prev {
-			n = k + 1
-		}
+		s[k] = uint64(c.Successes - min(prev.Successes, c.Successes))
+		f[k] = uint64(c.Failures - min(prev.Failures, c.Failures))
+		sl[k] = uint64(c.SlowCalls - min(prev.SlowCalls, c.SlowCalls))
 		prev = c
+	}
+	return trimZeros(s[:]), trimZeros(f[:]), trimZeros(sl[:])
+}
+
+func trimZeros(v []uint64) []uint64 {
+	n := len(v)
+	for n > 0 && v[n-1] == 0 {
+		n--
 	}
 	if n == 0 {
 		return nil
 	}
-	return out[:3*n]
+	return slices.Clone(v[:n])
 }
 
-// RecentFromProto decodes the wire's triples (saturating at
-// math.MaxUint32). A length that is not a multiple of 3, or more than
-// sharedstate.FastHorizons triples, is malformed: it returns false.
-func RecentFromProto(v []uint64) (sharedstate.Recent, bool) {
+// RecentFromProto decodes the wire's three lists (saturating at
+// math.MaxUint32). A list longer than sharedstate.FastHorizons is
+// malformed: it returns false.
+func RecentFromProto(successes, failures, slow []uint64) (sharedstate.Recent, bool) {
 	var r sharedstate.Recent
-	if len(v)%3 != 0 || len(v) > 3*sharedstate.FastHorizons {
+	if len(successes) > sharedstate.FastHorizons || len(failures) > sharedstate.FastHorizons || len(slow) > sharedstate.FastHorizons {
 		return r, false
+	}
+	at := func(v []uint64, k int) uint32 {
+		if k < len(v) {
+			return sat32(v[k])
+		}
+		return 0
 	}
 	var acc sharedstate.RecentCounts
 	for k := range sharedstate.FastHorizons {
-		if 3*k < len(v) {
-			acc = acc.Plus(sharedstate.RecentCounts{Successes: sat32(v[3*k]), Failures: sat32(v[3*k+1]), SlowCalls: sat32(v[3*k+2])})
-		}
+		acc = acc.Plus(sharedstate.RecentCounts{Successes: at(successes, k), Failures: at(failures, k), SlowCalls: at(slow, k)})
 		r[k] = acc
 	}
 	return r, true
@@ -95,7 +106,7 @@ func sat32(v uint64) uint32 {
 // malformed recent list yields a row the engine refuses as invalid (and
 // counts): its node name is cleared.
 func RowFromProto(m *fuseboxv1.NodeWindow) sharedstate.NodeWindow {
-	recent, ok := RecentFromProto(m.GetRecent())
+	recent, ok := RecentFromProto(m.GetRecentSuccesses(), m.GetRecentFailures(), m.GetRecentSlowCalls())
 	node := m.GetNode()
 	if !ok {
 		node = ""

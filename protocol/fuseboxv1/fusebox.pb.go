@@ -3959,14 +3959,16 @@ type NodeWindow struct {
 	// trip rule counts only rows of the current generation.
 	Generation uint64 `protobuf:"varint,7,opt,name=generation,proto3" json:"generation,omitempty"`
 	// The node's counts over the freshest suffixes of its window, for the
-	// fast path of the trip rule: triples (successes, failures, slow calls),
-	// the first for the newest sub-bucket (window/100), then one for each
-	// doubling of the suffix (sub-buckets 2, 3–4, 5–8, … 33–64), each holding
-	// only what the previous ones do not. At most 7 triples; trailing empty
-	// triples are left out. Another length is malformed and the row dropped.
-	Recent        []uint64 `protobuf:"varint,8,rep,packed,name=recent,proto3" json:"recent,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// fast path of the trip rule, one list per counter: the first entry for
+	// the newest sub-bucket (window/100), then one for each doubling of the
+	// suffix (sub-buckets 2, 3–4, 5–8, … 33–64), each holding only what the
+	// previous ones do not. At most 7 entries each; trailing zeros are left
+	// out. A longer list is malformed and the row dropped.
+	RecentSuccesses []uint64 `protobuf:"varint,8,rep,packed,name=recent_successes,json=recentSuccesses,proto3" json:"recent_successes,omitempty"`
+	RecentFailures  []uint64 `protobuf:"varint,9,rep,packed,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
+	RecentSlowCalls []uint64 `protobuf:"varint,10,rep,packed,name=recent_slow_calls,json=recentSlowCalls,proto3" json:"recent_slow_calls,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *NodeWindow) Reset() {
@@ -4048,9 +4050,23 @@ func (x *NodeWindow) GetGeneration() uint64 {
 	return 0
 }
 
-func (x *NodeWindow) GetRecent() []uint64 {
+func (x *NodeWindow) GetRecentSuccesses() []uint64 {
 	if x != nil {
-		return x.Recent
+		return x.RecentSuccesses
+	}
+	return nil
+}
+
+func (x *NodeWindow) GetRecentFailures() []uint64 {
+	if x != nil {
+		return x.RecentFailures
+	}
+	return nil
+}
+
+func (x *NodeWindow) GetRecentSlowCalls() []uint64 {
+	if x != nil {
+		return x.RecentSlowCalls
 	}
 	return nil
 }
@@ -4596,7 +4612,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\v \x01(\tR\x05actor\x124\n" +
 	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
-	"\brevision\x18\r \x01(\x03R\brevision\"\xf2\x01\n" +
+	"\brevision\x18\r \x01(\x03R\brevision\"\xda\x02\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4609,8 +4625,11 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
-	"generation\x12\x16\n" +
-	"\x06recent\x18\b \x03(\x04R\x06recent\"\x8a\x02\n" +
+	"generation\x12)\n" +
+	"\x10recent_successes\x18\b \x03(\x04R\x0frecentSuccesses\x12'\n" +
+	"\x0frecent_failures\x18\t \x03(\x04R\x0erecentFailures\x12*\n" +
+	"\x11recent_slow_calls\x18\n" +
+	" \x03(\x04R\x0frecentSlowCalls\"\x8a\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
