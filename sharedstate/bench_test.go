@@ -156,13 +156,26 @@ func BenchmarkWindowTotals(b *testing.B) {
 // BenchmarkTick1000Deps500Rows is one agent tick at scale: 1,000
 // dependencies, each with rows from 500 nodes (this node's own traffic
 // included), healthy traffic (5% failures) so that nothing trips.
-func BenchmarkTick1000Deps500Rows(b *testing.B) {
+func BenchmarkTick1000Deps500Rows(b *testing.B) { benchTickAtScale(b, 0) }
+
+// BenchmarkTick1000Deps500RowsStrayFailures is the same with one node in 50
+// whose newest sub-bucket holds a lone failure: enough to make the fast path
+// pool every dependency's suffixes at every tick, still without a trip.
+func BenchmarkTick1000Deps500RowsStrayFailures(b *testing.B) { benchTickAtScale(b, 50) }
+
+func benchTickAtScale(b *testing.B, strayEvery int) {
 	clock := NewManualClock(t0)
 	e := newTestEngine(b, "node-0000", "z0", clock, func(c *EngineConfig) { c.MaxDependencies = 1000 })
 	for d := range 1000 {
 		name := fmt.Sprintf("dep-%04d", d)
 		for n := 1; n < 500; n++ {
-			e.ApplyRow(benchRow(n, name))
+			r := benchRow(n, name)
+			if strayEvery > 0 && n%strayEvery == 0 {
+				for k := range r.Recent {
+					r.Recent[k].Failures++
+				}
+			}
+			e.ApplyRow(r)
 		}
 		if err := e.AddCounts(name, Counts{FirstAttempts: 20, Successes: 19, Failures: 1}); err != nil {
 			b.Fatal(err)

@@ -250,7 +250,7 @@ func tripRule(b *BreakerPolicy, z tripBounds, c Counts, nodes, failing int) (boo
 		}
 		return false, ""
 	}
-	return boundTrips(b, z.whole, c, failing, "window "+b.Window.String())
+	return boundTrips(b, z.whole, c, failing, -1, 0)
 }
 
 func enoughEvidence(b *BreakerPolicy, req uint64, nodes, failing int) bool {
@@ -261,22 +261,24 @@ func enoughEvidence(b *BreakerPolicy, req uint64, nodes, failing int) bool {
 }
 
 // boundTrips compares the lower bounds of c's rates with the thresholds.
-func boundTrips(b *BreakerPolicy, z float64, c Counts, failing int, horizon string) (bool, string) {
+// The reason names the horizon: suffix k of sub-buckets of fw, or the whole
+// window for k < 0.
+func boundTrips(b *BreakerPolicy, z float64, c Counts, failing int, k int, fw int64) (bool, string) {
 	req := c.Requests()
-	for _, t := range []struct {
-		what      string
-		n         uint64
-		threshold float64
-	}{{"failures", c.Failures, b.FailureRateThreshold}, {"slow calls", c.SlowCalls, b.SlowCallRateThreshold}} {
-		if t.n == 0 {
-			continue
-		}
-		if lb := WilsonLower(t.n, req, z); lb >= t.threshold {
-			return true, fmt.Sprintf("%s: %d %s of %d requests from %d failing node(s); rate %.2f, lower bound %.2f at %g%% confidence >= %.2f",
-				horizon, t.n, t.what, req, failing, ratio(t.n, req), lb, 100*b.Confidence, t.threshold)
+	what, n, threshold := "failures", c.Failures, b.FailureRateThreshold
+	lb := WilsonLower(n, req, z)
+	if n == 0 || lb < threshold {
+		what, n, threshold = "slow calls", c.SlowCalls, b.SlowCallRateThreshold
+		if lb = WilsonLower(n, req, z); n == 0 || lb < threshold {
+			return false, ""
 		}
 	}
-	return false, ""
+	horizon := "window " + b.Window.String()
+	if k >= 0 {
+		horizon = "fast path, last " + time.Duration((int64(1)<<k)*fw).String()
+	}
+	return true, fmt.Sprintf("%s: %d %s of %d requests from %d failing node(s); rate %.2f, lower bound %.2f at %g%% confidence >= %.2f",
+		horizon, n, what, req, failing, ratio(n, req), lb, 100*b.Confidence, threshold)
 }
 
 // fastSums are the pooled suffixes the fast path evaluates.
@@ -319,7 +321,7 @@ func fastTrip(b *BreakerPolicy, z tripBounds, s *fastSums, nodes int, fw int64) 
 		if !enoughEvidence(b, c.Requests(), max(nodes, s.nodes[k]), s.failing[k]) {
 			continue
 		}
-		if ok, why := boundTrips(b, z.fast, c, s.failing[k], "fast path, last "+time.Duration((int64(1)<<k)*fw).String()); ok {
+		if ok, why := boundTrips(b, z.fast, c, s.failing[k], k, fw); ok {
 			return true, why
 		}
 	}
