@@ -719,7 +719,7 @@ func TestPoliciesInEngine(t *testing.T) {
 	clock := NewManualClock(t0)
 	var changes []string
 	e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) { c.OnChange = func(d string) { changes = append(changes, d) } })
-	patch, err := ParsePolicyPatch([]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5}}`))
+	patch, err := ParsePolicyPatch([]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5, "confidence": 0}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

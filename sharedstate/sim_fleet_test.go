@@ -171,6 +171,9 @@ func TestSimNoFalseTripsBelowThreshold(t *testing.T) {
 		t.Skip("fleet simulation")
 	}
 	d, seeds := 2*time.Minute, 1
+	if raceEnabled {
+		d = 20 * time.Second
+	}
 	if os.Getenv("FUSEBOX_SIM_TABLE") != "" {
 		d, seeds = 10*time.Minute, 3
 	}

@@ -263,12 +263,16 @@ func TestPropNoTripBelowThreshold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("simulation")
 	}
+	d := 10 * time.Second
+	if raceEnabled {
+		d = 2 * time.Second
+	}
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 6).Draw(rt, "nodes")
 		rate := rapid.Float64Range(0.5, 8).Draw(rt, "requests/s per node")
 		p := rapid.Float64Range(0, 0.3).Draw(rt, "failure rate")
 		seed := rapid.Uint64().Draw(rt, "seed")
-		opens, local, _ := falseTrips(t, n, rate, p, 10*time.Second, seed)
+		opens, local, _ := falseTrips(t, n, rate, p, d, seed)
 		if opens != 0 || local != 0 {
 			rt.Fatalf("%d fleet trips, %d node-local open ticks at %.0f%% failures", opens, local, 100*p)
 		}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package sharedstate
+
+const raceEnabled = false
