@@ -40,8 +40,11 @@ rule() {
     protocol | protocol/*)
       ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='protocol may import sharedstate (conversions), grpc and protobuf' ;;
+    agent/agenttest)
+      ALLOW='^agent$'; DENY='^go\.etcd\.io/'
+      WHY='agent/agenttest (test helpers) may import agent' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'

@@ -14,8 +14,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/agenttest"
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -65,33 +64,6 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// agentConfig is the config of agent name: loopback, port 0, a socket in
-// a short temporary directory (unix socket paths are limited to 104
-// bytes), short intervals.
-func agentConfig(t testing.TB, name string, etcd []string) agent.Config {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fbc")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	cfg := agent.DefaultConfig()
-	cfg.Name = name
-	cfg.Zone = "z1"
-	cfg.DataDir = filepath.Join(t.TempDir(), "data")
-	cfg.GossipAddr = "127.0.0.1:0"
-	cfg.Socket = filepath.Join(dir, "agent.sock")
-	cfg.HTTPAddr = ""
-	cfg.Etcd = etcd
-	cfg.GossipInterval = 50 * time.Millisecond
-	cfg.PushPullInterval = time.Second
-	cfg.ProbeInterval = 200 * time.Millisecond
-	cfg.TickInterval = 50 * time.Millisecond
-	cfg.ShutdownTimeout = 3 * time.Second
-	cfg.MemberTTL = 2 * time.Second
-	return cfg
-}
-
 // runAgent builds and starts an agent; it is closed at cleanup (Close is
 // idempotent), and its log is printed if the test failed.
 func runAgent(t testing.TB, cfg agent.Config) *agent.Agent {
@@ -130,7 +102,7 @@ func newWorld(t *testing.T, n int) *world {
 	}
 	w := &world{store: st}
 	for i := range n {
-		w.agents = append(w.agents, runAgent(t, agentConfig(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())))
+		w.agents = append(w.agents, runAgent(t, agenttest.Config(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())))
 	}
 	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
 		for _, a := range w.agents {
@@ -444,7 +416,7 @@ func TestClientlibThroughRealAgents(t *testing.T) {
 // keep succeeding on the local fallback against a healthy dependency, and
 // the client reconnects to a new agent on the same socket path.
 func TestClientlibSurvivesAgentRestart(t *testing.T) {
-	cfg := agentConfig(t, "agent-r", nil)
+	cfg := agenttest.Config(t, "agent-r", nil)
 	a1 := runAgent(t, cfg)
 
 	var served atomic.Int64

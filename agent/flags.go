@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 )
 
 // EnvPrefix prefixes the environment variable of every flag: --gossip-addr
@@ -34,18 +36,8 @@ func (l listValue) String() string {
 }
 
 func (l listValue) Set(s string) error {
-	*l.p = splitList(s)
+	*l.p = cliflag.SplitList(s)
 	return nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // NewFlagSet returns the agent's flags bound to cfg (each flag's default is

@@ -6,7 +6,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
-	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/protocol/gossip/gossiptest"
 )
 
 // Fuzzed gossip payloads that decode reach the agent's gossip handler (and
@@ -16,17 +16,7 @@ import (
 // test -fuzz FuzzGossipReceive` explores further.
 func FuzzGossipReceive(f *testing.F) {
 	var codec protocol.Codec
-	batch, _ := codec.EncodeBatch(&fuseboxv1.GossipBatch{
-		Rows: []*fuseboxv1.NodeWindow{convert.RowToProto(sharedstate.NodeWindow{Node: "peer", Zone: "z1",
-			Dependency: "dep", Seq: 7, Generation: 2, Counts: sharedstate.Counts{FirstAttempts: 3, Failures: 3}})},
-		Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(sharedstate.BreakerRecord{Dependency: "dep", Zone: "z1",
-			Generation: 3, State: sharedstate.Open, OpenCount: 1, Origin: "peer"})},
-	})
-	pushPull, _ := codec.EncodePushPull(&fuseboxv1.PushPullState{Node: "peer",
-		Records: []*fuseboxv1.BreakerRecord{{Dependency: "x", Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "peer"}}})
-	invalid, _ := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{{Node: "", Dependency: "bad name"}},
-		Records: []*fuseboxv1.BreakerRecord{{Dependency: "y", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}}})
-	for _, seed := range [][]byte{batch, pushPull, invalid, nil, {1}, {2, 1}, {1, 9, 0}, {1, 1, 0xff, 0xff}, batch[:len(batch)-1]} {
+	for _, seed := range gossiptest.FuzzSeeds() {
 		f.Add(seed)
 	}
 	a := newAgent(f, testConfig(f, "fuzz"))

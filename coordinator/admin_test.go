@@ -297,15 +297,7 @@ func TestPolicyWrittenAroundTheCoordinatorIsFollowed(t *testing.T) {
 	ctx := ctxFor(t, 20*time.Second)
 
 	// Another client writes straight into etcd, with its own store.
-	cli, err := clientFor(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	other, err := store.New(store.Config{Client: cli, Prefix: DefaultEtcdPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cli, other := otherWriter(t, c)
 	if _, err := other.PutPolicy(ctx, "ledger", []byte(`{"breaker":{"mode":"shadow","window":"20s"}}`),
 		store.WriteOptions{Actor: "terraform"}); err != nil {
 		t.Fatal(err)

@@ -3,14 +3,13 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/agenttest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -24,25 +23,9 @@ func startAgents(t *testing.T, c *Coordinator, n int, adjust ...func(*agent.Conf
 	t.Helper()
 	var out []*agent.Agent
 	for i := range n {
-		sock, err := os.MkdirTemp("", "fb") // unix socket paths are short
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(sock) })
-		cfg := agent.DefaultConfig()
-		cfg.Name = fmt.Sprintf("agent-%d", i)
+		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), c.EtcdEndpoints())
 		cfg.Zone = []string{"zone-a", "zone-b"}[i%2]
-		cfg.DataDir = filepath.Join(t.TempDir(), "data")
-		cfg.GossipAddr = "127.0.0.1:0"
-		cfg.Socket = filepath.Join(sock, "agent.sock")
 		cfg.HTTPAddr = "127.0.0.1:0"
-		cfg.Etcd = c.EtcdEndpoints()
-		cfg.GossipInterval = 50 * time.Millisecond
-		cfg.PushPullInterval = time.Second
-		cfg.ProbeInterval = 200 * time.Millisecond
-		cfg.TickInterval = 50 * time.Millisecond
-		cfg.ShutdownTimeout = 3 * time.Second
-		cfg.MemberTTL = 2 * time.Second
 		for _, f := range adjust {
 			f(&cfg)
 		}
@@ -131,15 +114,7 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	t.Logf("every agent rejected within %v", time.Since(set))
 
 	// A policy written straight into etcd by another client.
-	cli, err := clientFor(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cli.Close()
-	other, err := store.New(store.Config{Client: cli, Prefix: DefaultEtcdPrefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, other := otherWriter(t, c)
 	if _, err := other.PutPolicy(context.Background(), "ledger", []byte(`{"breaker":{"mode":"shadow"}}`),
 		store.WriteOptions{Actor: "gitops"}); err != nil {
 		t.Fatal(err)

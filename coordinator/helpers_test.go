@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -132,6 +133,22 @@ const (
 // coordinator.
 func clientFor(c *Coordinator) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+}
+
+// otherWriter returns clientFor(c) and a store on it under c's prefix:
+// another writer than the coordinator. Both close when the test ends.
+func otherWriter(t testing.TB, c *Coordinator) (*clientv3.Client, *store.Store) {
+	t.Helper()
+	cli, err := clientFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	other, err := store.New(store.Config{Client: cli, Prefix: DefaultEtcdPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cli, other
 }
 
 // metricValue returns the value of the series of name with exactly labels

@@ -5,9 +5,9 @@ import (
 	"fmt"
 
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -54,7 +54,7 @@ func (a *adminServer) Watch(req *fuseboxv1.WatchRequest, stream fuseboxv1.Admin_
 				}
 				return watchEnded(err, last)
 			}
-			if err := stream.Send(watchEvent(e)); err != nil {
+			if err := stream.Send(convert.EventToProto(e)); err != nil {
 				return streamError(ctx.Err(), err)
 			}
 			last = e.ID
@@ -83,26 +83,4 @@ func streamError(ctxErr, err error) error {
 		return ctxErr
 	}
 	return fmt.Errorf("%w: %v", errStreamBroken, err)
-}
-
-var eventTypes = map[string]fuseboxv1.EventType{
-	events.TypeTransition: fuseboxv1.EventType_EVENT_TYPE_TRANSITION,
-	events.TypeOverride:   fuseboxv1.EventType_EVENT_TYPE_OVERRIDE,
-	events.TypePolicy:     fuseboxv1.EventType_EVENT_TYPE_POLICY,
-}
-
-// watchEvent converts an event to its wire form.
-func watchEvent(e events.Event) *fuseboxv1.WatchEvent {
-	w := &fuseboxv1.WatchEvent{
-		Id: e.ID, Type: eventTypes[e.Type], Dependency: e.Dependency, Zone: e.Zone,
-		State: e.State, Previous: e.Previous, Generation: e.Generation, Origin: e.Origin,
-		Reason: e.Reason, Actor: e.Actor, Revision: e.Revision,
-	}
-	if !e.At.IsZero() {
-		w.At = timestamppb.New(e.At)
-	}
-	if e.Expires != nil {
-		w.Expires = timestamppb.New(*e.Expires)
-	}
-	return w
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/fusebox-dev/fusebox/coordinator"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 )
 
 func main() {
@@ -81,17 +82,7 @@ Flags:
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
-	cfg.Etcd = splitList(*etcd)
-	cfg.Join = splitList(*join)
+	cfg.Etcd = cliflag.SplitList(*etcd)
+	cfg.Join = cliflag.SplitList(*join)
 	return cfg, cfg.Validate()
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }

@@ -32,16 +32,10 @@ func newAuditCommand(g *globalOptions) *cobra.Command {
 }
 
 func (o *auditOptions) run(ctx context.Context) error {
-	c, err := o.dial()
+	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListAuditResponse, error) {
+		return a.ListAudit(ctx, &fuseboxv1.ListAuditRequest{Dependency: o.dependency, Limit: o.limit})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var resp *fuseboxv1.ListAuditResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.ListAudit(ctx, &fuseboxv1.ListAuditRequest{Dependency: o.dependency, Limit: o.limit})
-		return err
-	}); err != nil {
 		return err
 	}
 	docs := []auditDoc{}

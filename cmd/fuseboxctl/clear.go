@@ -26,16 +26,10 @@ func newClearCommand(g *globalOptions) *cobra.Command {
 }
 
 func (o *clearOptions) run(ctx context.Context, name string) error {
-	c, err := o.dial()
+	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ClearOverrideResponse, error) {
+		return a.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: name, Actor: o.actor})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var resp *fuseboxv1.ClearOverrideResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: name, Actor: o.actor})
-		return err
-	}); err != nil {
 		return err
 	}
 	if o.output != formatTable {

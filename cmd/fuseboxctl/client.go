@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/connectivity"
@@ -79,6 +80,37 @@ func (c *adminClient) call(ctx context.Context, fn func(ctx context.Context, adm
 		return nil
 	}
 	return rpcError(err, c.addr, c.ready())
+}
+
+// callOnce dials the coordinator of o, runs one RPC through call (bounded
+// by --timeout, its error mapped to an exit code) and closes the connection.
+func callOnce[T any](ctx context.Context, o *globalOptions, rpc func(ctx context.Context, a fuseboxv1.AdminClient) (T, error)) (T, error) {
+	var resp T
+	c, err := o.dial()
+	if err != nil {
+		return resp, err
+	}
+	defer c.Close()
+	err = c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		resp, err = rpc(ctx, a)
+		return err
+	})
+	return resp, err
+}
+
+// completeFrom completes the names that list reads from the coordinator
+// (best effort: nothing when it cannot be reached).
+func completeFrom(g *globalOptions, list func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error)) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		names, err := callOnce(cmd.Context(), g, list)
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		return names, cobra.ShellCompDirectiveNoFileComp
+	}
 }
 
 // ready reports whether the connection to the coordinator is up: an error

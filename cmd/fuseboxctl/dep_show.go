@@ -26,16 +26,10 @@ func newDepShowCommand(g *globalOptions) *cobra.Command {
 }
 
 func (o *depShowOptions) run(ctx context.Context, name string) error {
-	c, err := o.dial()
+	snap, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.FleetSnapshot, error) {
+		return a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: name})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var snap *fuseboxv1.FleetSnapshot
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: name})
-		return err
-	}); err != nil {
 		return err
 	}
 	if len(snap.GetDependencies()) == 0 {
@@ -125,26 +119,12 @@ func yesNo(b bool) string {
 // completeDependencies completes dependency names from the coordinator's
 // fleet view (best effort: nothing when it cannot be reached).
 func completeDependencies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := g.dial()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer c.Close()
-		var snap *fuseboxv1.FleetSnapshot
-		if err := c.call(cmd.Context(), func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-			snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
-			return err
-		}); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
+	return completeFrom(g, func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error) {
+		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
 		var names []string
 		for _, d := range snap.GetDependencies() {
 			names = append(names, d.GetDependency())
 		}
-		return names, cobra.ShellCompDirectiveNoFileComp
-	}
+		return names, err
+	})
 }

@@ -24,16 +24,10 @@ func newDepsCommand(g *globalOptions) *cobra.Command {
 }
 
 func (o *depsOptions) run(ctx context.Context) error {
-	c, err := o.dial()
+	snap, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.FleetSnapshot, error) {
+		return a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var snap *fuseboxv1.FleetSnapshot
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
-		return err
-	}); err != nil {
 		return err
 	}
 	docs := []dependencyDoc{}

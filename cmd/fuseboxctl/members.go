@@ -27,16 +27,10 @@ minutes) and the nodes registered in etcd that it does not see in the gossip
 }
 
 func (o *membersOptions) run(ctx context.Context) error {
-	c, err := o.dial()
+	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListMembersResponse, error) {
+		return a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var resp *fuseboxv1.ListMembersResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
-		return err
-	}); err != nil {
 		return err
 	}
 	docs := []memberDoc{}

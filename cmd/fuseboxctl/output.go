@@ -120,21 +120,11 @@ func tsPtr(ts *timestamppb.Timestamp) *time.Time {
 
 // ---- JSON/YAML documents (field names are part of the CLI's contract) ----
 
-type countsDoc struct {
-	FirstAttempts uint64 `json:"firstAttempts"`
-	Retries       uint64 `json:"retries"`
-	Successes     uint64 `json:"successes"`
-	Failures      uint64 `json:"failures"`
-	SlowCalls     uint64 `json:"slowCalls"`
-	Rejected      uint64 `json:"rejected"`
-}
+// countsDoc is sharedstate.Counts: its JSON names (firstAttempts, retries,
+// successes, failures, slowCalls, rejected) are the CLI's too.
+type countsDoc = sharedstate.Counts
 
-func countsOf(c *fuseboxv1.Counts) countsDoc {
-	return countsDoc{
-		FirstAttempts: c.GetFirstAttempts(), Retries: c.GetRetries(), Successes: c.GetSuccesses(),
-		Failures: c.GetFailures(), SlowCalls: c.GetSlowCalls(), Rejected: c.GetRejected(),
-	}
-}
+func countsOf(c *fuseboxv1.Counts) countsDoc { return convert.CountsFromProto(c) }
 
 func requests(c *fuseboxv1.Counts) uint64 { return c.GetSuccesses() + c.GetFailures() }
 

@@ -35,16 +35,10 @@ or yaml, {dependency, modRevision, policy}. Without NAME it lists every policy.`
 }
 
 func (o *policyGetOptions) get(ctx context.Context, name string) error {
-	c, err := o.dial()
+	e, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.PolicyEntry, error) {
+		return a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var e *fuseboxv1.PolicyEntry
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		e, err = a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-		return err
-	}); err != nil {
 		return err
 	}
 	if o.output != formatTable {
@@ -55,16 +49,10 @@ func (o *policyGetOptions) get(ctx context.Context, name string) error {
 }
 
 func (o *policyGetOptions) list(ctx context.Context) error {
-	c, err := o.dial()
+	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListPoliciesResponse, error) {
+		return a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var resp *fuseboxv1.ListPoliciesResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-		return err
-	}); err != nil {
 		return err
 	}
 	docs := []policyDoc{}
@@ -112,26 +100,12 @@ func truncate(s string, n int) string {
 
 // completePolicies completes stored policy names.
 func completePolicies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
-		if len(args) > 0 {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		c, err := g.dial()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		defer c.Close()
-		var resp *fuseboxv1.ListPoliciesResponse
-		if err := c.call(cmd.Context(), func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-			resp, err = a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-			return err
-		}); err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
+	return completeFrom(g, func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error) {
+		resp, err := a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
 		var names []string
 		for _, e := range resp.GetPolicies() {
 			names = append(names, e.GetDependency())
 		}
-		return names, cobra.ShellCompDirectiveNoFileComp
-	}
+		return names, err
+	})
 }

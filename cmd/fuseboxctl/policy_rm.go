@@ -40,16 +40,10 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 		rev := o.expectedRevision
 		req.ExpectedRevision = &rev
 	}
-	c, err := o.dial()
+	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.DeletePolicyResponse, error) {
+		return a.DeletePolicy(ctx, req)
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var resp *fuseboxv1.DeletePolicyResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.DeletePolicy(ctx, req)
-		return err
-	}); err != nil {
 		return err
 	}
 	if o.output != formatTable {

@@ -63,16 +63,10 @@ func (o *policySetOptions) run(ctx context.Context, name string, expect bool) er
 		rev := o.expectedRevision
 		req.ExpectedRevision = &rev
 	}
-	c, err := o.dial()
+	e, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.PolicyEntry, error) {
+		return a.PutPolicy(ctx, req)
+	})
 	if err != nil {
-		return err
-	}
-	defer c.Close()
-	var e *fuseboxv1.PolicyEntry
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		e, err = a.PutPolicy(ctx, req)
-		return err
-	}); err != nil {
 		return err
 	}
 	if o.output != formatTable {

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"sigs.k8s.io/yaml"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
@@ -70,45 +71,9 @@ a drop, is exit 4.`,
 }
 
 // eventDoc is one event as watch prints it: the JSON of /api/v1/events.
-type eventDoc struct {
-	ID         uint64     `json:"id"`
-	Type       string     `json:"type"`
-	At         time.Time  `json:"at"`
-	Dependency string     `json:"dependency"`
-	Zone       string     `json:"zone,omitempty"`
-	State      string     `json:"state"`
-	Previous   string     `json:"previous,omitempty"`
-	Generation uint64     `json:"generation,omitempty"`
-	Origin     string     `json:"origin,omitempty"`
-	Reason     string     `json:"reason,omitempty"`
-	Actor      string     `json:"actor,omitempty"`
-	Expires    *time.Time `json:"expires,omitempty"`
-	Revision   int64      `json:"revision,omitempty"`
-}
+type eventDoc = convert.Event
 
-func eventOf(e *fuseboxv1.WatchEvent) eventDoc {
-	d := eventDoc{
-		ID: e.GetId(), Type: eventTypeName(e.GetType()), Dependency: e.GetDependency(), Zone: e.GetZone(),
-		State: e.GetState(), Previous: e.GetPrevious(), Generation: e.GetGeneration(), Origin: e.GetOrigin(),
-		Reason: e.GetReason(), Actor: e.GetActor(), Expires: tsPtr(e.GetExpires()), Revision: e.GetRevision(),
-	}
-	if at := tsPtr(e.GetAt()); at != nil {
-		d.At = *at
-	}
-	return d
-}
-
-func eventTypeName(t fuseboxv1.EventType) string {
-	switch t {
-	case fuseboxv1.EventType_EVENT_TYPE_TRANSITION:
-		return "transition"
-	case fuseboxv1.EventType_EVENT_TYPE_OVERRIDE:
-		return "override"
-	case fuseboxv1.EventType_EVENT_TYPE_POLICY:
-		return "policy"
-	}
-	return "unknown"
-}
+func eventOf(e *fuseboxv1.WatchEvent) eventDoc { return convert.EventFromProto(e) }
 
 // watchState is what survives a dropped stream.
 type watchState struct {

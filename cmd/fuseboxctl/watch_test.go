@@ -74,6 +74,20 @@ func startWatch(t *testing.T, env []string, args ...string) (cmd *exec.Cmd, stdo
 	return cmd, stdout, stderr
 }
 
+// waitOutput reads the watch's stdout to its end and fails the test unless
+// the watch then exits with status 0.
+func waitOutput(t *testing.T, cmd *exec.Cmd, stdout io.Reader) []byte {
+	t.Helper()
+	out, err := io.ReadAll(stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("watch: %v; stdout %s", err, out)
+	}
+	return out
+}
+
 // TestWatchOverrideSetAndClearedQuickly is the case the polling watch
 // missed: both changes are printed, in order, as JSON lines.
 func TestWatchOverrideSetAndClearedQuickly(t *testing.T) {
@@ -87,13 +101,7 @@ func TestWatchOverrideSetAndClearedQuickly(t *testing.T) {
 	if _, err := a.ClearOverride(ctx, &fuseboxv1.ClearOverrideRequest{Dependency: "payments"}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := io.ReadAll(stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("watch: %v; stdout %s", err, out)
-	}
+	out := waitOutput(t, cmd, stdout)
 	evs := parseEvents(t, string(out))
 	if len(evs) != 2 {
 		t.Fatalf("watch --count 2 printed %d events: %s", len(evs), out)
@@ -124,13 +132,7 @@ func TestWatchTableFilteredByDependency(t *testing.T) {
 		Ttl: durationpb.New(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	out, err := io.ReadAll(stdout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("watch: %v; stdout %s", err, out)
-	}
+	out := waitOutput(t, cmd, stdout)
 	line := strings.TrimSpace(string(out))
 	for _, want := range []string{"override", "search", "forced-closed", "until ", "by ann (loopback)", `"known noisy"`} {
 		if !strings.Contains(line, want) {

@@ -4,43 +4,20 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 )
 
 // Types of events.
 const (
-	TypeTransition = "transition" // a breaker changed state or generation
-	TypeOverride   = "override"   // an override was set, replaced or cleared
-	TypePolicy     = "policy"     // a policy was written or deleted
+	TypeTransition = convert.EventTransition
+	TypeOverride   = convert.EventOverride
+	TypePolicy     = convert.EventPolicy
 )
 
-// Event is one thing that happened, as the SSE stream carries it (JSON).
-type Event struct {
-	// ID increases by one per event published by this broker, from the
-	// broker's first ID (per coordinator: two coordinators, or one before
-	// and after a restart, number their events independently).
-	ID   uint64    `json:"id"`
-	Type string    `json:"type"`
-	At   time.Time `json:"at"`
-	// Dependency is the dependency concerned ("_default" for the fleet
-	// default policy).
-	Dependency string `json:"dependency"`
-	// Zone is the zone of a scope "zone" breaker's transition.
-	Zone string `json:"zone,omitempty"`
-	// State is the new state: closed, open or half-open for transitions;
-	// forced-open, forced-closed or none (cleared) for overrides; put or
-	// deleted for policies.
-	State    string `json:"state"`
-	Previous string `json:"previous,omitempty"`
-	// Generation of the breaker record (transitions).
-	Generation uint64 `json:"generation,omitempty"`
-	// Origin is the node that proposed the transition.
-	Origin   string     `json:"origin,omitempty"`
-	Reason   string     `json:"reason,omitempty"`
-	Actor    string     `json:"actor,omitempty"`
-	Expires  *time.Time `json:"expires,omitempty"`
-	Revision int64      `json:"revision,omitempty"`
-}
+// Event is one thing that happened, as the SSE stream carries it (JSON):
+// convert.Event, which the Admin API's Watch and fuseboxctl watch share.
+type Event = convert.Event
 
 // Why a subscription's C was closed by the broker (Subscription.Err).
 var (
