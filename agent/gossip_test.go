@@ -251,7 +251,7 @@ func TestUrgentRowsGoStraightToEveryMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "agent-0 holds agent-1's row with the fresh failures", func() bool {
+	sstest.Eventually(t, 10*time.Second, "agent-0 holds agent-1's row with the fresh failures", func() bool {
 		for _, r := range f.agents[0].eng.Rows(dep) {
 			if r.Node == "agent-1" && r.Recent[0].Failures == 3 {
 				return true
