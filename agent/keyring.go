@@ -2,10 +2,11 @@ package agent
 
 import (
 	"bytes"
-	"os"
+	"errors"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 // keyringLoop re-reads Config.KeyringFile every KeyringReloadInterval and
@@ -14,7 +15,8 @@ import (
 // needs no restart. It compares the file's keys with the keys in use, not
 // the file with an earlier read of it, so a change made between New and the
 // loop's start is applied too. An unreadable or invalid file keeps the keys
-// in use (and is logged once per content).
+// in use (and is logged once per content); so does a file that became
+// group/other-accessible (secretfile.Check).
 func (a *Agent) keyringLoop() {
 	var lastBad []byte
 	t := time.NewTicker(a.cfg.KeyringReloadInterval)
@@ -25,8 +27,12 @@ func (a *Agent) keyringLoop() {
 			return
 		case <-t.C:
 		}
-		data, err := os.ReadFile(a.cfg.KeyringFile)
+		data, err := secretfile.Read(a.cfg.KeyringFile)
 		if err != nil {
+			if errors.Is(err, secretfile.ErrExposed) && !bytes.Equal([]byte(err.Error()), lastBad) {
+				a.lg.Error("keyring file refused, keeping the keys in use", "err", err)
+				lastBad = []byte(err.Error())
+			}
 			continue
 		}
 		next, err := gossip.ParseKeyring(data)

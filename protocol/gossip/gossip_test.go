@@ -2,6 +2,9 @@ package gossip
 
 import (
 	"encoding/base64"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip/gossiptest"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -336,6 +340,23 @@ func TestParseKeyring(t *testing.T) {
 				t.Fatalf("%d keys, want %d", n, tt.keys)
 			}
 		})
+	}
+}
+
+func TestLoadKeyringFileRefusesExposedFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "keyring")
+	if err := os.WriteFile(p, []byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadKeyringFile(p); err != nil {
+		t.Fatalf("0600 keyring: %v", err)
+	}
+	if err := os.Chmod(p, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err := LoadKeyringFile(p)
+	if !errors.Is(err, secretfile.ErrExposed) || !errors.Is(err, ErrKeyring) || !strings.Contains(err.Error(), p) {
+		t.Fatalf("0640 keyring: err = %v, want a keyring error wrapping secretfile.ErrExposed naming the file", err)
 	}
 }
 

@@ -5,10 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 // ErrKeyring is wrapped by every keyring-file error.
@@ -46,11 +47,13 @@ func ParseKeyring(data []byte) (*memberlist.Keyring, error) {
 	return kr, nil
 }
 
-// LoadKeyringFile reads and parses a keyring file (see ParseKeyring).
+// LoadKeyringFile reads and parses a keyring file (see ParseKeyring). A
+// file its group or others may access is refused (secretfile.Check), like
+// every secret file Fusebox reads.
 func LoadKeyringFile(path string) (*memberlist.Keyring, error) {
-	data, err := os.ReadFile(path)
+	data, err := secretfile.Read(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrKeyring, err)
+		return nil, fmt.Errorf("%w: %w", ErrKeyring, err)
 	}
 	kr, err := ParseKeyring(data)
 	if err != nil {
