@@ -85,7 +85,8 @@ type Agent struct {
 
 	eng     *sharedstate.Engine
 	gossip  *gossip.Gossip
-	keyring *memberlist.Keyring // nil without encryption
+	gsp     atomic.Pointer[gossip.Gossip] // gossip, for the handler (memberlist may call it before New returns)
+	keyring *memberlist.Keyring           // nil without encryption
 	reg     *prometheus.Registry
 	m       *metrics
 	hub     *hub
@@ -163,6 +164,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	a.hub = newHub()
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
+		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers,
 		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
 	}
 	if a.eng, err = sharedstate.NewEngine(ec); err != nil {
@@ -222,6 +224,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	a.gsp.Store(a.gossip)
 
 	if a.opts.etcdClient != nil {
 		a.etcd = a.opts.etcdClient

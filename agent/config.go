@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -80,9 +81,28 @@ type Config struct {
 	// agent, then move it to the first line everywhere, then remove the old
 	// one.
 	KeyringFile string
+	// InsecureGossip allows plaintext gossip on a GossipAddr that is not
+	// loopback (optional, default false: such an agent refuses to start
+	// without KeyringFile, because anyone who can reach the port could then
+	// speak for a member).
+	InsecureGossip bool
 	// MaxDependencies caps how many dependencies this agent tracks (optional,
 	// default 10000).
 	MaxDependencies int
+	// MaxRowsPerNode caps the rows (one per dependency) this agent keeps
+	// from any one other agent (optional, default 1000); more are dropped
+	// with reason too_many_rows.
+	MaxRowsPerNode int
+	// MaxZones caps the zone records of one dependency under a `scope: zone`
+	// policy (optional, default 64); more are dropped with reason
+	// too_many_zones.
+	MaxZones int
+	// Proposers is how many agents propose a breaker trip: the first
+	// Proposers agents by rendezvous rank of (dependency, generation) among
+	// the live agents of the scope; the others adopt the record through
+	// gossip, and propose it themselves only if it has not arrived after
+	// ProposerDelay per rank group (optional, default 3).
+	Proposers int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -111,6 +131,9 @@ type Config struct {
 	// KeyringReloadInterval is how often KeyringFile is re-read; changes
 	// apply without a restart (optional, default 10s).
 	KeyringReloadInterval time.Duration
+
+	// maxStateBytes overrides the push-pull state budget (tests).
+	maxStateBytes int
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -126,6 +149,9 @@ func DefaultConfig() Config {
 		HTTPAddr:         DefaultHTTPAddr,
 		EtcdPrefix:       DefaultEtcdPrefix,
 		MaxDependencies:  DefaultMaxDependencies,
+		MaxRowsPerNode:   sharedstate.DefaultMaxRowsPerNode,
+		MaxZones:         sharedstate.DefaultMaxZones,
+		Proposers:        sharedstate.DefaultProposers,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -174,6 +200,10 @@ func (c Config) Validate() error {
 		}
 	}
 	checkAddr("gossip-addr", c.GossipAddr, false)
+	if c.GossipAddr != "" && c.KeyringFile == "" && !c.InsecureGossip && !IsLoopback(c.GossipAddr) {
+		errs = append(errs, fmt.Errorf("agent config: gossip-addr %s is not loopback and gossip has no keyring: "+
+			"give --keyring-file FILE to encrypt and authenticate gossip, or --insecure-gossip to run it in plaintext", c.GossipAddr))
+	}
 	checkAddr("advertise-addr", c.AdvertiseAddr, true)
 	checkAddr("grpc-addr", c.GRPCAddr, true)
 	checkAddr("http-addr", c.HTTPAddr, true)
@@ -201,6 +231,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxDependencies <= 0 {
 		bad("max-dependencies", "must be > 0, got %d", c.MaxDependencies)
+	}
+	if c.MaxRowsPerNode <= 0 {
+		bad("max-rows-per-node", "must be > 0, got %d", c.MaxRowsPerNode)
+	}
+	if c.MaxZones <= 0 {
+		bad("max-zones", "must be > 0, got %d", c.MaxZones)
+	}
+	if c.Proposers <= 0 {
+		bad("proposers", "must be > 0, got %d", c.Proposers)
 	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("agent config: "+v))
@@ -230,4 +269,19 @@ func (c Config) etcdOptions() store.ClientOptions {
 		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
 		Username: c.EtcdUsername, Password: c.EtcdPassword,
 	}
+}
+
+// IsLoopback reports whether a host:port names a loopback address
+// ("localhost" or an IP in 127.0.0.0/8 or ::1). An empty host (all
+// interfaces), 0.0.0.0 and every other name are not loopback.
+func IsLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

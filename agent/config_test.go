@@ -10,9 +10,32 @@ import (
 	"time"
 )
 
+// DefaultConfig binds gossip on every interface, so alone it lacks one
+// decision: a keyring, or plaintext by choice. With either it is valid.
 func TestDefaultConfigIsValid(t *testing.T) {
-	if err := DefaultConfig().Validate(); err != nil {
-		t.Fatalf("DefaultConfig().Validate() = %v", err)
+	err := DefaultConfig().Validate()
+	if err == nil || strings.Count(err.Error(), "\n") != 0 || !strings.Contains(err.Error(), "--keyring-file") || !strings.Contains(err.Error(), "--insecure-gossip") {
+		t.Fatalf("DefaultConfig().Validate() = %v, want one line naming --keyring-file and --insecure-gossip", err)
+	}
+	for _, mutate := range []func(c *Config){
+		func(c *Config) { c.InsecureGossip = true },
+		func(c *Config) { c.KeyringFile = "/etc/fusebox/keyring" },
+		func(c *Config) { c.GossipAddr = "127.0.0.1:7946" },
+		func(c *Config) { c.GossipAddr = "localhost:0" },
+		func(c *Config) { c.GossipAddr = "[::1]:7946" },
+	} {
+		c := DefaultConfig()
+		mutate(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%+v: Validate() = %v", c.GossipAddr, err)
+		}
+	}
+	for _, addr := range []string{"0.0.0.0:7946", ":7946", "10.1.2.3:7946", "[::]:7946", "example.com:7946"} {
+		c := DefaultConfig()
+		c.GossipAddr = addr
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--insecure-gossip") {
+			t.Errorf("plaintext gossip on %s accepted: %v", addr, err)
+		}
 	}
 }
 
@@ -60,7 +83,7 @@ log-format: json
 		"FUSEBOX_MAX_DEPENDENCIES": "700",
 		"FUSEBOX_HTTP_ADDR":        "127.0.0.1:9999",
 	}
-	cfg, err := LoadConfig([]string{"--zone", "flag-zone", "--join=127.0.0.1:1,127.0.0.1:2"}, func(k string) string { return env[k] }, io.Discard)
+	cfg, err := LoadConfig([]string{"--zone", "flag-zone", "--join=127.0.0.1:1,127.0.0.1:2", "--insecure-gossip"}, func(k string) string { return env[k] }, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}

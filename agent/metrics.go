@@ -29,6 +29,7 @@ type metrics struct {
 	etcdSynced      prometheus.Gauge
 	policyRejected  prometheus.Counter
 	cacheErrors     prometheus.Counter
+	stateOmitted    *prometheus.CounterVec // kind
 
 	scrape *collector
 	docs   []MetricDoc
@@ -76,7 +77,7 @@ func newMetrics(a *Agent) *metrics {
 		"Outcomes (requests and rejections) ingested from clients, by source (session, report).",
 		"source")
 	m.refusedDeps = m.counterVec("dependencies_refused_total",
-		"Dependency names refused on the local API, by reason (invalid_name, too_many, invalid_argument).",
+		"Dependency names or count deltas refused on the local API, by reason (invalid_name, too_many, invalid_argument, invalid_delta: a count above sharedstate.MaxDelta or more slow calls than requests).",
 		"reason")
 	m.sessionsOpened = m.counter("sessions_opened_total",
 		"Client sessions opened.")
@@ -92,13 +93,19 @@ func newMetrics(a *Agent) *metrics {
 		"Policies or overrides the engine refused once merged (the last good one is kept).")
 	m.cacheErrors = m.counter("cache_write_errors_total",
 		"Failed writes of the policy cache in the data dir.")
+	m.stateOmitted = m.counterVec("gossip_state_omitted_total",
+		"Records and own rows left out of a push-pull state because the state would exceed the frame limit (records go first, then own rows), by kind (record, row).",
+		"kind")
+	for _, k := range []string{"record", "row"} {
+		m.stateOmitted.WithLabelValues(k) // exposed at 0 before the first omission
+	}
 	m.scrape = newCollector(a, m)
 	return m
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened,
-		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.scrape}
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
@@ -131,6 +138,8 @@ func (m *metrics) refused(err error) {
 		reason = "too_many"
 	case errors.Is(err, sharedstate.ErrInvalidDependencyName):
 		reason = "invalid_name"
+	case errors.Is(err, sharedstate.ErrInvalidDelta):
+		reason = "invalid_delta"
 	}
 	m.refusedDeps.WithLabelValues(reason).Inc()
 }

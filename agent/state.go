@@ -4,6 +4,10 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -32,7 +36,12 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 			refused++
 			continue
 		}
-		if a.eng.ApplyRow(r) && relayRows {
+		ok, err := a.eng.MergeRow(r)
+		if err != nil {
+			a.dropped(err, "node", r.Node, "dependency", r.Dependency)
+			continue
+		}
+		if ok && relayRows {
 			fresh.Rows = append(fresh.Rows, m)
 		}
 	}
@@ -42,7 +51,12 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 			refused++
 			continue
 		}
-		if a.eng.ApplyRecord(r) {
+		changed, err := a.eng.MergeRecord(r)
+		if err != nil {
+			a.dropped(err, "origin", r.Origin, "dependency", r.Dependency, "generation", r.Generation)
+			continue
+		}
+		if changed {
 			fresh.Records = append(fresh.Records, m)
 			a.m.transition(r, "peer")
 		}
@@ -53,17 +67,65 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 	return &fresh, refused
 }
 
+// dropped counts an item the engine refused under its reason
+// (sharedstate.RefusalReason) in the gossip layer's dropped counter.
+func (a *Agent) dropped(err error, detail ...any) {
+	if g := a.gsp.Load(); g != nil {
+		g.Drop(sharedstate.RefusalReason(err), 1, append(detail, "err", err)...)
+	}
+}
+
+// LocalState is this node's push-pull state: every record, then its own
+// rows, as many as fit in one frame (the codec's MaxFrameSize less a
+// margin). Records go first because they are the decisions; rows are
+// re-sent by heartbeat anyway. What does not fit is counted
+// (fusebox_agent_gossip_state_omitted_total), never the whole state lost.
 func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 	a := (*Agent)(h)
 	s := &fuseboxv1.PushPullState{Node: a.cfg.Name}
+	_, _, s.OverridesRevision, _ = a.policies.counts()
+	budget := a.stateBudget()
+	size := proto.Size(s)
+	fits := func(m proto.Message) bool {
+		// A repeated field costs the message, its length and a tag byte.
+		n := proto.Size(m)
+		n += protowire.SizeVarint(uint64(n)) + 1
+		if size+n > budget {
+			return false
+		}
+		size += n
+		return true
+	}
+	var omittedRecs, omittedRows int
 	for _, r := range a.eng.Records() {
-		s.Records = append(s.Records, convert.RecordToProto(r))
+		if m := convert.RecordToProto(r); fits(m) {
+			s.Records = append(s.Records, m)
+		} else {
+			omittedRecs++
+		}
 	}
 	for _, r := range a.eng.LocalRows() {
-		s.Rows = append(s.Rows, convert.RowToProto(r))
+		if m := convert.RowToProto(r); fits(m) {
+			s.Rows = append(s.Rows, m)
+		} else {
+			omittedRows++
+		}
 	}
-	_, _, s.OverridesRevision, _ = a.policies.counts()
+	if omittedRecs+omittedRows > 0 {
+		a.m.stateOmitted.WithLabelValues("record").Add(float64(omittedRecs))
+		a.m.stateOmitted.WithLabelValues("row").Add(float64(omittedRows))
+		a.lg.Warn("push-pull state larger than a frame: items left out", "records", omittedRecs, "rows", omittedRows, "budget_bytes", budget)
+	}
 	return s
+}
+
+// stateBudget is the payload size a push-pull state may take: the frame
+// limit less the frame header and a margin.
+func (a *Agent) stateBudget() int {
+	if a.cfg.maxStateBytes > 0 {
+		return a.cfg.maxStateBytes
+	}
+	return protocol.DefaultMaxFrameSize - 1024
 }
 
 // memberEvents keeps the engine's member list in step with memberlist:

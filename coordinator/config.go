@@ -63,6 +63,10 @@ type Config struct {
 	// KeyringFile holds the gossip encryption keys, the agents' format
 	// (optional, default no encryption; must match the agents').
 	KeyringFile string
+	// InsecureGossip allows the observer plaintext gossip on a GossipAddr
+	// that is not loopback (optional, default false: such a coordinator
+	// refuses to start without KeyringFile).
+	InsecureGossip bool
 	// TokensFile holds "ROLE TOKEN [NAME]" lines, ROLE viewer or admin
 	// (optional: without it the coordinator serves loopback only, every
 	// loopback caller is an admin, and it says so in its log).
@@ -127,6 +131,10 @@ func (c Config) Validate() error {
 	checkAddr("http-addr", c.HTTPAddr, false)
 	checkAddr("gossip-addr", c.GossipAddr, false)
 	checkAddr("gossip-advertise-addr", c.GossipAdvertiseAddr, true)
+	if _, _, err := net.SplitHostPort(c.GossipAddr); err == nil && c.KeyringFile == "" && !c.InsecureGossip && !auth.IsLoopbackHost(c.GossipAddr) {
+		errs = append(errs, fmt.Errorf("coordinator config: gossip-addr %s is not loopback and gossip has no keyring: "+
+			"give --keyring-file FILE to encrypt and authenticate gossip, or --insecure-gossip to run it in plaintext", c.GossipAddr))
+	}
 	for _, j := range c.Join {
 		checkAddr("join", j, false)
 	}

@@ -23,6 +23,13 @@ func TestConfigValidate(t *testing.T) {
 			want: []string{`grpc-addr: "0.0.0.0:7960" is not a loopback address`, `http-addr: ":7070" is not a loopback address`},
 		},
 		{
+			name: "plaintext gossip off loopback",
+			mod:  func(c *Config) { c.GossipAddr = "0.0.0.0:7947" },
+			want: []string{"gossip-addr 0.0.0.0:7947 is not loopback", "--keyring-file", "--insecure-gossip"},
+		},
+		{name: "plaintext gossip off loopback by choice", mod: func(c *Config) { c.GossipAddr, c.InsecureGossip = "0.0.0.0:7947", true }},
+		{name: "encrypted gossip off loopback", mod: func(c *Config) { c.GossipAddr, c.KeyringFile = "10.0.0.1:7947", "keyring" }},
+		{
 			name: "everything wrong",
 			mod: func(c *Config) {
 				c.DataDir = ""

@@ -23,6 +23,7 @@ type depState struct {
 	records     map[string]BreakerRecord // by zone ("" for the fleet-wide record)
 	rows        []rowEntry
 	rowIdx      map[string]int // node -> index in rows
+	rowCount    *rowCounter    // the engine's rows per node
 	rowsVersion uint64
 	probe       fleetProbe
 	local       localBreaker
@@ -32,6 +33,7 @@ type depState struct {
 	fine        fineRing   // own window in sub-buckets, for the fast path
 	urgentAt    int64      // Unix ns of the last urgent row, 0: none
 	z           tripBounds // of pol.Breaker.Confidence
+	tripHeld    tripHeld
 }
 
 type rowEntry struct {
@@ -364,6 +366,9 @@ func (d *depState) applyRecord(e *Engine, r BreakerRecord, now time.Time) bool {
 // and queues it for Tick.
 func (d *depState) propose(e *Engine, now time.Time, state BreakerState, openCount uint32, reason string) BreakerRecord {
 	cur := d.rec(e)
+	if cur.Generation >= MaxGeneration {
+		return cur // generations never wrap: a record at the top stays (unreachable by real transitions)
+	}
 	p := BreakerRecord{
 		Dependency: d.name, Zone: cur.Zone, Generation: cur.Generation + 1, State: state,
 		Since: now.Round(0).UTC(), OpenCount: openCount, Origin: e.node, Reason: reason,
@@ -444,8 +449,13 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 			if r.StateAt(*b, now) == Closed {
 				s := d.scan(e, ns, r.Generation)
 				if ok, why := d.trips(e, ns, &s, r.Generation); ok {
-					d.propose(e, now, Open, 1, why)
+					if d.mayPropose(e, r.Generation+1, now) {
+						d.propose(e, now, Open, 1, why)
+					}
+					// Not a proposer (yet): the record comes by gossip.
 					fleetClosed = false
+				} else {
+					d.tripHeld.valid = false
 				}
 			} else {
 				fleetClosed = false
@@ -505,6 +515,7 @@ func (d *depState) removeRow(node string) {
 	d.rows[last] = rowEntry{}
 	d.rows = d.rows[:last]
 	delete(d.rowIdx, node)
+	d.rowCount.release(node)
 	d.rowsVersion++
 }
 

@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -46,6 +47,32 @@ type EngineConfig struct {
 	// SetOverride), return false (ApplyRow, ApplyRecord) or allow without
 	// tracking (Decide, AcquireRetry, AcquireProbe); Stats counts them.
 	MaxDependencies int
+	// MaxGenerationStep is how far past the held generation a received
+	// record may go (optional, default DefaultMaxGenerationStep); further is
+	// refused with ErrGenerationJump.
+	MaxGenerationStep uint64
+	// MaxClockSkew is how far in the future a received record's since may be
+	// (optional, default DefaultMaxClockSkew); further is refused with
+	// ErrSinceFuture.
+	MaxClockSkew time.Duration
+	// MaxRowsPerNode caps the rows one other node may have here (optional,
+	// default DefaultMaxRowsPerNode); past it, its rows for further
+	// dependencies are refused with ErrTooManyRows.
+	MaxRowsPerNode int
+	// MaxZones caps the zone records of one dependency (optional, default
+	// DefaultMaxZones); past it ErrTooManyZones.
+	MaxZones int
+	// Proposers is how many nodes propose a trip at once (optional, default
+	// DefaultProposers): the first Proposers live agents of the scope by
+	// rendezvous rank of (dependency, next generation); the membership comes
+	// from MemberAlive, MemberDead and SetMembers. The others adopt the
+	// record through gossip; rank group g proposes only after the trip rule
+	// held for g×ProposerDelay without it. With no members known, this node
+	// ranks first.
+	Proposers int
+	// ProposerDelay is that wait per rank group (optional, default
+	// DefaultProposerDelay).
+	ProposerDelay time.Duration
 	// DefaultPolicy is the initial fleet default (optional, default
 	// DefaultPolicy()). Change it later with SetDefaultPolicy.
 	DefaultPolicy *Policy
@@ -72,6 +99,21 @@ func (c EngineConfig) Validate() error {
 	}
 	if c.MaxDependencies < 0 {
 		problems = append(problems, fmt.Sprintf("MaxDependencies: must not be negative, got %d", c.MaxDependencies))
+	}
+	if c.MaxClockSkew < 0 {
+		problems = append(problems, fmt.Sprintf("MaxClockSkew: must not be negative, got %s", c.MaxClockSkew))
+	}
+	if c.MaxRowsPerNode < 0 {
+		problems = append(problems, fmt.Sprintf("MaxRowsPerNode: must not be negative, got %d", c.MaxRowsPerNode))
+	}
+	if c.Proposers < 0 {
+		problems = append(problems, fmt.Sprintf("Proposers: must not be negative, got %d", c.Proposers))
+	}
+	if c.ProposerDelay < 0 {
+		problems = append(problems, fmt.Sprintf("ProposerDelay: must not be negative, got %s", c.ProposerDelay))
+	}
+	if c.MaxZones < 0 {
+		problems = append(problems, fmt.Sprintf("MaxZones: must not be negative, got %d", c.MaxZones))
 	}
 	if c.DefaultPolicy != nil {
 		if err := c.DefaultPolicy.Validate(); err != nil {
@@ -121,6 +163,15 @@ type Engine struct {
 	maxDeps    int
 	onChange   func(string)
 
+	maxGenStep     uint64
+	maxSkew        time.Duration
+	maxRowsPerNode int
+	maxZones       int
+	rowCount       rowCounter
+	proposers      int
+	proposerDelay  time.Duration
+	live           atomic.Pointer[map[string]string] // live agents: node -> zone; copy on write under mu
+
 	deps  *depMap
 	seq   atomic.Uint64
 	dead  atomic.Pointer[map[string]int64] // node -> when reported dead (Unix ns); copy on write
@@ -152,6 +203,14 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if e.maxDeps == 0 {
 		e.maxDeps = DefaultMaxDependencies
 	}
+	e.maxGenStep = cmp.Or(cfg.MaxGenerationStep, DefaultMaxGenerationStep)
+	e.maxSkew = cmp.Or(cfg.MaxClockSkew, DefaultMaxClockSkew)
+	e.maxRowsPerNode = cmp.Or(cfg.MaxRowsPerNode, DefaultMaxRowsPerNode)
+	e.maxZones = cmp.Or(cfg.MaxZones, DefaultMaxZones)
+	e.rowCount.n = map[string]int{}
+	e.proposers = cmp.Or(cfg.Proposers, DefaultProposers)
+	e.proposerDelay = cmp.Or(cfg.ProposerDelay, DefaultProposerDelay)
+	e.live.Store(&map[string]string{})
 	if e.rnd == nil {
 		var h uint64 = 1469598103934665603
 		for i := 0; i < len(cfg.Node); i++ {
@@ -206,10 +265,21 @@ func (e *Engine) state(dep string) (*depState, error) {
 	if d := e.deps.load(dep); d != nil {
 		return d, nil
 	}
-	return e.create(dep)
+	return e.create(dep, e.maxDeps)
 }
 
-func (e *Engine) create(dep string) (*depState, error) {
+// remoteState is state for rows and records from other nodes: they may
+// create a dependency only while fewer than 9/10 of MaxDependencies are
+// tracked, so that other nodes can never take the room this node's own
+// clients need.
+func (e *Engine) remoteState(dep string) (*depState, error) {
+	if d := e.deps.load(dep); d != nil {
+		return d, nil
+	}
+	return e.create(dep, max(1, e.maxDeps*remoteDependencyShareNum/remoteDependencyShareDen))
+}
+
+func (e *Engine) create(dep string, limit int) (*depState, error) {
 	if err := ValidateDependencyName(dep); err != nil {
 		return nil, err
 	}
@@ -219,13 +289,13 @@ func (e *Engine) create(dep string) (*depState, error) {
 		e.mu.Unlock()
 		return d, nil
 	}
-	if e.ndeps >= e.maxDeps {
+	if e.ndeps >= limit {
 		e.mu.Unlock()
 		e.refused.Add(1)
-		return nil, &TooManyDependenciesError{Dependency: dep, Limit: e.maxDeps}
+		return nil, &TooManyDependenciesError{Dependency: dep, Limit: limit}
 	}
 	name := strings.Clone(dep)
-	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}}
+	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}, rowCount: &e.rowCount}
 	d.setPolicy(e, e.effective(name, nil), e.rnd.Uint64())
 	d.publish(e, now)
 	e.deps.store(name, d)

@@ -51,8 +51,14 @@ func (e *Engine) Record(dep string, kind AttemptKind, o Outcome) error {
 
 // AddCounts adds a client's aggregated count deltas to this node's window.
 // The counting rule of Record applies: Retries must not include retries
-// admitted by AcquireRetry, which counted them already.
+// admitted by AcquireRetry, which counted them already. A delta that fails
+// Counts.CheckDelta (a count above MaxDelta, more slow calls than requests)
+// is refused whole with an error matching ErrInvalidDelta; counters
+// saturate at MaxCount.
 func (e *Engine) AddCounts(dep string, c Counts) error {
+	if err := c.CheckDelta(); err != nil {
+		return err
+	}
 	for {
 		d, err := e.state(dep)
 		if err != nil {

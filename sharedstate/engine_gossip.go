@@ -2,28 +2,37 @@ package sharedstate
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 )
 
-// ApplyRow takes a row gossiped by another node. It returns true if the row
-// is new (a higher Seq than the one held for that node and dependency), in
-// which case the caller may pass it on. Rows from this node, from nodes
-// reported dead, malformed rows and rows past MaxDependencies are dropped.
+// ApplyRow is MergeRow without the reason of a refusal.
 func (e *Engine) ApplyRow(r NodeWindow) bool {
-	if r.Validate() != nil {
+	ok, _ := e.MergeRow(r)
+	return ok
+}
+
+// MergeRow takes a row gossiped by another node. It returns true if the row
+// is new (a higher Seq than the one held for that node and dependency), in
+// which case the caller may pass it on. Rows from this node and from nodes
+// reported dead are ignored (false, nil); malformed rows, rows past
+// MaxRowsPerNode and rows that would take a new dependency past 9/10 of
+// MaxDependencies are refused with an error (see RefusalReason).
+func (e *Engine) MergeRow(r NodeWindow) (bool, error) {
+	if err := r.Validate(); err != nil {
 		e.invalidRows.Add(1)
-		return false
+		return false, err
 	}
 	if r.Node == e.node {
-		return false
+		return false, nil
 	}
 	if _, dead := (*e.dead.Load())[r.Node]; dead {
-		return false
+		return false, nil
 	}
-	d, err := e.state(r.Dependency)
+	d, err := e.remoteState(r.Dependency)
 	if err != nil {
-		return false
+		return false, err
 	}
 	now := e.now()
 	d.mu.Lock()
@@ -31,36 +40,58 @@ func (e *Engine) ApplyRow(r NodeWindow) bool {
 	r.Dependency = d.name // share one copy of the name
 	if i, ok := d.rowIdx[r.Node]; ok {
 		if d.rows[i].Seq >= r.Seq {
-			return false
+			return false, nil
 		}
 		r.Node = d.rows[i].Node
 		d.rows[i] = rowEntry{NodeWindow: r, received: now.UnixNano()}
 		d.classify(e, &d.rows[i])
 	} else {
+		if !e.rowCount.take(r.Node, e.maxRowsPerNode) {
+			return false, fmt.Errorf("%w: %s has %d rows", ErrTooManyRows, r.Node, e.maxRowsPerNode)
+		}
 		r.Node = strings.Clone(r.Node)
 		d.rowIdx[r.Node] = len(d.rows)
 		d.rows = append(d.rows, rowEntry{NodeWindow: r, received: now.UnixNano()})
 		d.classify(e, &d.rows[len(d.rows)-1])
 	}
 	d.rowsVersion++
-	return true
+	return true, nil
 }
 
-// ApplyRecord merges a breaker record from elsewhere into this node's state.
-// It returns true if the record changed this node's state, in which case the
-// caller should pass it on (epidemic re-broadcast). Malformed records and
-// records past MaxDependencies are dropped.
+// ApplyRecord is MergeRecord without the reason of a refusal.
 func (e *Engine) ApplyRecord(r BreakerRecord) bool {
-	if r.Validate() != nil {
+	ok, _ := e.MergeRecord(r)
+	return ok
+}
+
+// MergeRecord merges a breaker record from elsewhere into this node's state.
+// It returns true if the record changed this node's state, in which case the
+// caller should pass it on (epidemic re-broadcast). It refuses, with an
+// error RefusalReason names: malformed records; records at MaxGeneration
+// (generations never wrap); records more than MaxGenerationStep past the
+// held generation; records whose since is more than MaxClockSkew in the
+// future; zone records of a dependency whose policy is not scope zone, or
+// past MaxZones; records that would take a new dependency past 9/10 of
+// MaxDependencies. Among the records that pass, Merge decides (see there);
+// the bounds only ever refuse, so what is merged stays a semilattice.
+func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
+	if err := r.Validate(); err != nil {
 		e.invalidRecords.Add(1)
-		return false
+		return false, fmt.Errorf("%w: %v", ErrInvalidRecord, err)
 	}
-	d, err := e.state(r.Dependency)
+	if r.Generation > MaxGeneration {
+		return false, fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
+	}
+	d, err := e.remoteState(r.Dependency)
 	if err != nil {
-		return false
+		return false, err
 	}
 	now := e.now()
 	d.mu.Lock()
+	if err := d.checkRecord(e, r, now); err != nil {
+		d.mu.Unlock()
+		return false, err
+	}
 	changed := d.applyRecord(e, r, now)
 	published := false
 	if changed {
@@ -70,7 +101,7 @@ func (e *Engine) ApplyRecord(r BreakerRecord) bool {
 	if published {
 		e.notify(d.name)
 	}
-	return changed
+	return changed, nil
 }
 
 // RowsToSend returns this node's rows that changed since they were last

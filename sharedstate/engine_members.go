@@ -38,6 +38,13 @@ func (e *Engine) SetMembers(members []Member) {
 		d.mu.Unlock()
 	}
 	e.dead.Store(&dead)
+	live := make(map[string]string, len(members))
+	for _, m := range members {
+		if m.Node != e.node {
+			live[m.Node] = m.Zone
+		}
+	}
+	e.live.Store(&live)
 	e.mu.Unlock()
 }
 
@@ -52,15 +59,25 @@ func (e *Engine) MemberDead(node string) {
 	dead := maps.Clone(*e.dead.Load())
 	dead[node] = now.UnixNano()
 	e.dead.Store(&dead)
+	if _, ok := (*e.live.Load())[node]; ok {
+		live := maps.Clone(*e.live.Load())
+		delete(live, node)
+		e.live.Store(&live)
+	}
 	e.mu.Unlock()
 	e.eachDep(func(d *depState) { d.removeRow(node) })
 }
 
-// MemberAlive accepts node's rows again.
+// MemberAlive accepts node's rows again and counts it among the live
+// agents that rank for proposing trips (see EngineConfig.Proposers).
 func (e *Engine) MemberAlive(node, zone string) {
-	_ = zone // rows carry their zone; kept for symmetry with Member
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if z, ok := (*e.live.Load())[node]; node != e.node && (!ok || z != zone) {
+		live := maps.Clone(*e.live.Load())
+		live[node] = zone
+		e.live.Store(&live)
+	}
 	if _, ok := (*e.dead.Load())[node]; !ok {
 		return
 	}

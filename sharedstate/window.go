@@ -20,33 +20,40 @@ type Counts struct {
 	Rejected      uint64 `json:"rejected"`
 }
 
-// Requests is what the breaker's rates are taken over: successes + failures.
-func (c Counts) Requests() uint64 { return c.Successes + c.Failures }
+// Requests is what the breaker's rates are taken over: successes + failures
+// (saturating at MaxCount).
+func (c Counts) Requests() uint64 { return satAdd(c.Successes, c.Failures) }
 
-// FailureRate is failures / requests (0 without requests).
+// FailureRate is failures / requests (0 without requests), in [0,1].
 func (c Counts) FailureRate() float64 { return ratio(c.Failures, c.Requests()) }
 
-// SlowCallRate is slowCalls / requests (0 without requests).
+// SlowCallRate is slowCalls / requests (0 without requests), in [0,1]: a
+// row claiming more slow calls than requests counts as all slow.
 func (c Counts) SlowCallRate() float64 { return ratio(c.SlowCalls, c.Requests()) }
 
 // IsZero reports whether every count is zero.
 func (c Counts) IsZero() bool { return c == Counts{} }
 
-// Plus returns the field-by-field sum of c and o.
+// Plus returns the field-by-field sum of c and o, each saturating at
+// MaxCount (numbers from other nodes never wrap a sum).
 func (c Counts) Plus(o Counts) Counts {
 	return Counts{
-		FirstAttempts: c.FirstAttempts + o.FirstAttempts,
-		Retries:       c.Retries + o.Retries,
-		Successes:     c.Successes + o.Successes,
-		Failures:      c.Failures + o.Failures,
-		SlowCalls:     c.SlowCalls + o.SlowCalls,
-		Rejected:      c.Rejected + o.Rejected,
+		FirstAttempts: satAdd(c.FirstAttempts, o.FirstAttempts),
+		Retries:       satAdd(c.Retries, o.Retries),
+		Successes:     satAdd(c.Successes, o.Successes),
+		Failures:      satAdd(c.Failures, o.Failures),
+		SlowCalls:     satAdd(c.SlowCalls, o.SlowCalls),
+		Rejected:      satAdd(c.Rejected, o.Rejected),
 	}
 }
 
+// ratio is a/b in [0,1] (0 when b is 0).
 func ratio(a, b uint64) float64 {
 	if b == 0 {
 		return 0
+	}
+	if a >= b {
+		return 1
 	}
 	return float64(a) / float64(b)
 }
@@ -114,19 +121,32 @@ func (w *Window) Add(now time.Time, c Counts) {
 	w.slot(now.UnixNano()).add(c)
 }
 
-// add adds c to the bucket's counters.
+// add adds c to the bucket's counters, each saturating at MaxCount.
 func (b *bucket) add(c Counts) {
-	addIf(&b.c[cFirst], c.FirstAttempts)
-	addIf(&b.c[cRetries], c.Retries)
-	addIf(&b.c[cSuccesses], c.Successes)
-	addIf(&b.c[cFailures], c.Failures)
-	addIf(&b.c[cSlow], c.SlowCalls)
-	addIf(&b.c[cRejected], c.Rejected)
+	addSat(&b.c[cFirst], c.FirstAttempts)
+	addSat(&b.c[cRetries], c.Retries)
+	addSat(&b.c[cSuccesses], c.Successes)
+	addSat(&b.c[cFailures], c.Failures)
+	addSat(&b.c[cSlow], c.SlowCalls)
+	addSat(&b.c[cRejected], c.Rejected)
 }
 
-func addIf(c *atomic.Uint64, v uint64) {
-	if v != 0 {
-		c.Add(v)
+// addSat adds v to c, saturating at MaxCount: one atomic add, and a
+// compare-and-swap only when the sum went past MaxCount (or wrapped).
+// Record's +1 needs no check: from at most MaxCount it would take 2^62 of
+// them to wrap.
+func addSat(c *atomic.Uint64, v uint64) {
+	if v == 0 {
+		return
+	}
+	if n := c.Add(v); n >= v && n <= MaxCount {
+		return
+	}
+	for {
+		old := c.Load()
+		if old == MaxCount || c.CompareAndSwap(old, MaxCount) {
+			return
+		}
 	}
 }
 
@@ -160,7 +180,7 @@ func (w *Window) totals(now int64) Counts {
 			b := &w.s[k].b[i]
 			if e := b.epoch.Load(); e > ep-WindowBuckets && e <= ep {
 				for j := range s {
-					s[j] += b.c[j].Load()
+					s[j] = satAdd(s[j], b.c[j].Load())
 				}
 			}
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -136,5 +137,39 @@ func TestBadConfigExitsTwo(t *testing.T) {
 	stderr.Reset()
 	if code := run([]string{"-h"}, func(string) string { return "" }, &stderr); code != 0 || !strings.Contains(stderr.String(), "FUSEBOX_") {
 		t.Fatalf("-h: exit %d\n%s", code, stderr.String())
+	}
+}
+
+// Plaintext gossip off loopback is opt-in: the real binary exits non-zero at
+// once, in one line naming the keyring flag and --insecure-gossip. A keyring
+// file its group can read is refused too.
+func TestPlaintextGossipRefused(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--name", "plain", "--data-dir", t.TempDir(), "--gossip-addr", "0.0.0.0:0",
+		"--socket", filepath.Join(t.TempDir(), "a.sock"), "--http-addr", "")
+	cmd.Env = append(os.Environ(), "FUSEBOX_AGENT_MAIN=1")
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("exit: %v\n%s", err, out)
+	}
+	if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 ||
+		!strings.Contains(lines[0], "--keyring-file") || !strings.Contains(lines[0], "--insecure-gossip") {
+		t.Fatalf("want one line naming --keyring-file and --insecure-gossip, got:\n%s", out)
+	}
+	t.Logf("refused after %v: %s", time.Since(start), out)
+
+	kr := filepath.Join(t.TempDir(), "keyring")
+	if err := os.WriteFile(kr, []byte("MDEyMzQ1Njc4OWFiY2RlZg==\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(kr, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	code := run([]string{"--name", "k", "--data-dir", t.TempDir(), "--gossip-addr", "0.0.0.0:0", "--keyring-file", kr,
+		"--socket", filepath.Join(t.TempDir(), "k.sock"), "--http-addr", ""}, func(string) string { return "" }, &stderr)
+	if code == 0 || !strings.Contains(stderr.String(), "group/other-accessible") || !strings.Contains(stderr.String(), kr) {
+		t.Fatalf("group-readable keyring: exit %d\n%s", code, stderr.String())
 	}
 }

@@ -68,6 +68,7 @@ Flags:
 	fs.StringVar(&cfg.GossipAdvertiseAddr, "gossip-advertise-addr", "", "address agents reach the observer at (default: from --gossip-addr)")
 	join := fs.String("join", "", "comma-separated gossip addresses of agents to join (default: the agents registered in etcd)")
 	fs.StringVar(&cfg.KeyringFile, "keyring-file", "", "gossip keyring, the agents' format (must match theirs)")
+	fs.BoolVar(&cfg.InsecureGossip, "insecure-gossip", false, "allow plaintext gossip on a non-loopback --gossip-addr (without it, such an observer needs --keyring-file)")
 	fs.StringVar(&cfg.TokensFile, "tokens-file", "", `file of "ROLE TOKEN [NAME]" lines (ROLE viewer or admin); without it only loopback is served`)
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "TLS certificate of the Admin API and HTTP")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "TLS key of the Admin API and HTTP")

@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"slices"
+
 	"github.com/hashicorp/memberlist"
 
 	"github.com/fusebox-dev/fusebox/protocol"
@@ -42,20 +44,96 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	g.stats.msgsIn[0].Add(1)
 	f, err := g.cfg.Codec.Decode(buf)
 	if err != nil {
-		g.stats.drop(protocol.Reason(err))
+		g.Drop(protocol.Reason(err), 1)
 		return
 	}
 	if f.Type != protocol.FrameBatch {
-		g.stats.drop("unexpected_type")
+		g.Drop("unexpected_type", 1)
 		return
 	}
-	fresh, refused := g.cfg.Handler.ApplyBatch(f.Batch)
+	b := g.admitBatch(f.Batch)
+	if len(b.GetRows()) == 0 && len(b.GetRecords()) == 0 {
+		return
+	}
+	fresh, refused := g.cfg.Handler.ApplyBatch(b)
 	g.afterApply(fresh, refused)
 }
 
+// admitBatch keeps the rows and records of a broadcast or direct message
+// that speak for an alive agent member (a row's node, a record's origin)
+// and counts the rest: only members speak. memberlist does not say who sent
+// a UDP message (and relayed broadcasts come from anyone who heard them), so
+// what is checked is whom the item speaks for.
+func (g *Gossip) admitBatch(b *fuseboxv1.GossipBatch) *fuseboxv1.GossipBatch {
+	rows, rowsCut := admit(g, b.GetRows(), (*fuseboxv1.NodeWindow).GetNode, "node")
+	recs, recsCut := admit(g, b.GetRecords(), (*fuseboxv1.BreakerRecord).GetOrigin, "origin")
+	if !rowsCut && !recsCut {
+		return b
+	}
+	return &fuseboxv1.GossipBatch{Rows: rows, Records: recs}
+}
+
+// admit returns the items whose speaker (who) is an alive agent member and
+// whether any was refused; it allocates only when one is.
+func admit[T interface{ GetDependency() string }](g *Gossip, items []T, who func(T) string, role string) ([]T, bool) {
+	var kept []T
+	cut := false
+	for i, it := range items {
+		if why := g.speaker(who(it)); why != "" {
+			g.Drop(why, 1, role, clip(who(it)), "dependency", clip(it.GetDependency()))
+			if !cut {
+				kept, cut = slices.Clone(items[:i]), true
+			}
+			continue
+		}
+		if cut {
+			kept = append(kept, it)
+		}
+	}
+	if !cut {
+		return items, false
+	}
+	return kept, true
+}
+
+// admitState keeps a push-pull state only from an alive agent member, and
+// of its rows only the sender's own; its records are the sender's to vouch
+// for (a record's proposer may have died since).
+func (g *Gossip) admitState(s *fuseboxv1.PushPullState) *fuseboxv1.PushPullState {
+	sender := s.GetNode()
+	if why := g.speaker(sender); why != "" {
+		g.Drop(why, len(s.GetRows())+len(s.GetRecords()), "sender", clip(sender))
+		return nil
+	}
+	rows := s.GetRows()
+	for i, r := range rows {
+		if r.GetNode() == sender {
+			continue
+		}
+		kept := slices.Clone(rows[:i])
+		for _, r := range rows[i:] {
+			if r.GetNode() == sender {
+				kept = append(kept, r)
+			} else {
+				g.Drop("row_not_sender", 1, "sender", clip(sender), "node", clip(r.GetNode()))
+			}
+		}
+		return &fuseboxv1.PushPullState{Node: sender, Records: s.GetRecords(), Rows: kept, OverridesRevision: s.GetOverridesRevision()}
+	}
+	return s
+}
+
+// clip bounds a name someone else chose before it goes into a log line.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
 func (g *Gossip) afterApply(fresh *fuseboxv1.GossipBatch, refused int) {
-	for range refused {
-		g.stats.drop("invalid_item")
+	if refused > 0 {
+		g.Drop("invalid_item", refused)
 	}
 	if g.cfg.Relay && fresh != nil {
 		g.Broadcast(fresh)
@@ -97,14 +175,18 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	g.stats.msgsIn[1].Add(1)
 	f, err := g.cfg.Codec.Decode(buf)
 	if err != nil {
-		g.stats.drop(protocol.Reason(err))
+		g.Drop(protocol.Reason(err), 1)
 		return
 	}
 	if f.Type != protocol.FramePushPull {
-		g.stats.drop("unexpected_type")
+		g.Drop("unexpected_type", 1)
 		return
 	}
-	fresh, refused := g.cfg.Handler.ApplyState(f.PushPull, join)
+	st := g.admitState(f.PushPull)
+	if st == nil {
+		return
+	}
+	fresh, refused := g.cfg.Handler.ApplyState(st, join)
 	g.afterApply(fresh, refused)
 }
 
@@ -126,6 +208,9 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := memberOf(n)
 	e.membersMu.Lock()
+	if old, ok := e.members[m.Name]; ok {
+		e.unindexAddr(old.Addr)
+	}
 	delete(e.members, m.Name)
 	e.membersMu.Unlock()
 	if e.cfg.Events != nil {
@@ -144,6 +229,19 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 
 func (e *events) setMember(m Member) {
 	e.membersMu.Lock()
+	if old, ok := e.members[m.Name]; ok {
+		e.unindexAddr(old.Addr)
+	}
 	e.members[m.Name] = m
+	e.memberAddrs[m.Addr]++
 	e.membersMu.Unlock()
+}
+
+// unindexAddr forgets one member's use of addr. Caller holds membersMu.
+func (e *events) unindexAddr(addr string) {
+	if e.memberAddrs[addr] <= 1 {
+		delete(e.memberAddrs, addr)
+	} else {
+		e.memberAddrs[addr]--
+	}
 }

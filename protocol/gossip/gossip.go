@@ -70,10 +70,29 @@ type Member struct {
 // items travel by push-pull only.
 const MaxBroadcastFrame = 1024
 
-// DropReasons are the values of the "reason" label of dropped gossip: the
-// codec's (protocol.Reason), "unexpected_type" for a frame of the wrong type
-// on a path, and "invalid_item" for a row or record the handler refused.
-var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed", "unexpected_type", "invalid_item"}
+// DropReasons are the values of the "reason" label of dropped gossip, one
+// per cause:
+//
+//   - the codec's (protocol.Reason): "empty", "truncated", "too_large",
+//     "unknown_version", "unknown_type", "malformed";
+//   - "unexpected_type": a frame of the wrong type on a path;
+//   - "invalid_item": a row or record the handler refused as malformed;
+//   - "not_member": a row whose node, or a record whose origin, is not an
+//     alive member (a broadcast or direct message), or push-pull state from a
+//     sender that is not one;
+//   - "not_agent": the same from an alive member whose role is not agent (an
+//     observer never speaks for the fleet);
+//   - "row_not_sender": a push-pull row of a node other than its sender
+//     (push-pull carries the sender's own rows only);
+//   - the handler's refusals, counted through Gossip.Drop:
+//     "generation_max", "generation_jump", "since_future", "zone_scope",
+//     "too_many_zones", "too_many_rows", "too_many_dependencies" (see
+//     sharedstate.RefusalReason).
+var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed",
+	"unexpected_type", "invalid_item", "not_member", "not_agent", "row_not_sender",
+	"generation_max", "generation_jump", "since_future", "zone_scope", "too_many_zones", "too_many_rows", "too_many_dependencies"}
+
+const numDropReasons = 18 // len(DropReasons), checked by a test
 
 // Stats are cumulative gossip counters.
 type Stats struct {
@@ -85,8 +104,8 @@ type Stats struct {
 }
 
 type counters struct {
-	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64 // index: 0 message, 1 push_pull
-	dropped                            [8]atomic.Uint64 // index: DropReasons
+	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
+	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
 }
 
 // Kinds are the keys of Stats' byte and message maps (and the values of the
@@ -94,14 +113,14 @@ type counters struct {
 // "push_pull".
 var Kinds = []string{"message", "push_pull"}
 
-func (c *counters) drop(reason string) {
+func (c *counters) drop(reason string, n int) {
 	for i, r := range DropReasons {
 		if r == reason {
-			c.dropped[i].Add(1)
+			c.dropped[i].Add(uint64(n))
 			return
 		}
 	}
-	c.dropped[5].Add(1) // malformed
+	c.dropped[7].Add(uint64(n)) // invalid_item
 }
 
 // Gossip owns a memberlist and its delegate: the frame codec, the broadcast
@@ -131,11 +150,53 @@ type Gossip struct {
 
 	addr string // the advertised host:port
 
-	membersMu sync.Mutex
-	members   map[string]Member // live members, copied in event callbacks
+	membersMu   sync.Mutex
+	members     map[string]Member // live members, copied in event callbacks
+	memberAddrs map[string]int    // their gossip addresses (host:port) -> how many members use it
+
+	dropLog rateLog // one log line per drop reason per minute
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+}
+
+// Drop counts n items a handler refused, under one of DropReasons (an
+// unknown reason counts as "invalid_item"), and logs the reason at most
+// once a minute.
+func (g *Gossip) Drop(reason string, n int, detail ...any) {
+	if n <= 0 {
+		return
+	}
+	g.stats.drop(reason, n)
+	if g.dropLog.allow(reason) {
+		g.lg.Warn("gossip items dropped (logged at most once a minute per reason)", append([]any{"reason", reason, "count", n}, detail...)...)
+	}
+}
+
+// memberAddr reports whether a packet's source is the gossip address of an
+// alive member (any role).
+func (g *Gossip) memberAddr(from net.Addr) bool {
+	a := from.String()
+	g.membersMu.Lock()
+	_, ok := g.memberAddrs[a]
+	g.membersMu.Unlock()
+	return ok
+}
+
+// speaker classifies the node a row or record speaks for: "" when it is an
+// alive member with role agent, else the drop reason ("not_member",
+// "not_agent").
+func (g *Gossip) speaker(name string) string {
+	g.membersMu.Lock()
+	m, ok := g.members[name]
+	g.membersMu.Unlock()
+	switch {
+	case !ok:
+		return "not_member"
+	case !m.Meta.IsAgent():
+		return "not_agent"
+	}
+	return ""
 }
 
 // New validates cfg (Config.Validate), creates the memberlist (binding its
@@ -152,7 +213,7 @@ func New(cfg Config) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}}
+	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{}}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -178,6 +239,20 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = newMemberlistLogger(cfg.Logger)
+	mc.EnableCompression = false // see guardTransport
+	if cfg.Keyring == nil {
+		gt, err := newGuardTransport(g, host, port, mc.Logger)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+		mc.Transport = gt
+		if port == 0 {
+			mc.BindPort = gt.GetAutoBindPort()
+			if cfg.AdvertiseAddr == "" {
+				mc.AdvertisePort = mc.BindPort
+			}
+		}
+	}
 
 	var created atomic.Pointer[memberlist.Memberlist]
 	g.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: func() int {
@@ -188,6 +263,9 @@ func New(cfg Config) (*Gossip, error) {
 	}}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
+		if mc.Transport != nil {
+			mc.Transport.Shutdown()
+		}
 		return nil, fmt.Errorf("gossip: %w", err)
 	}
 	created.Store(ml)

@@ -1,10 +1,14 @@
 package gossip
 
 import (
+	"bytes"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -393,8 +397,8 @@ func TestNodeMetaRoundTrip(t *testing.T) {
 // frame of the wrong type on a path as unexpected_type.
 func TestRefusedItemsCounted(t *testing.T) {
 	var codec protocol.Codec
-	invalid, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{{Node: "", Dependency: "bad name"}},
-		Records: []*fuseboxv1.BreakerRecord{{Dependency: "y", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}}})
+	invalid, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{{Node: "n", Dependency: "bad name"}},
+		Records: []*fuseboxv1.BreakerRecord{{Dependency: "y", Origin: "n", State: fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,5 +408,184 @@ func TestRefusedItemsCounted(t *testing.T) {
 	d := g.Stats().Dropped
 	if d["invalid_item"] != 2 || d["unexpected_type"] != 1 {
 		t.Fatalf("dropped = %v, want 2 invalid_item and 1 unexpected_type", d)
+	}
+}
+
+func TestDropReasonsCount(t *testing.T) {
+	if len(DropReasons) != numDropReasons {
+		t.Fatalf("%d DropReasons, numDropReasons = %d", len(DropReasons), numDropReasons)
+	}
+	seen := map[string]bool{}
+	for _, r := range DropReasons {
+		if seen[r] {
+			t.Fatalf("drop reason %q twice", r)
+		}
+		seen[r] = true
+	}
+}
+
+// Only members speak: rows and records that speak for a name that is not an
+// alive member, or for an observer, never reach the handler; push-pull state
+// is taken only from an alive agent and only its own rows.
+func TestOnlyMembersSpeak(t *testing.T) {
+	rec := newRecorder()
+	g := newMember(t, testConfig("a1", RoleAgent, rec))
+	obsRec := newRecorder()
+	obs := newMember(t, testConfig("obs", RoleObserver, obsRec))
+	if _, err := obs.Join([]string{g.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "observer joined", func() bool { return len(g.Members()) == 2 })
+
+	row := func(node, dep string) *fuseboxv1.NodeWindow {
+		return &fuseboxv1.NodeWindow{Node: node, Dependency: dep, Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}
+	}
+	record := func(origin, dep string) *fuseboxv1.BreakerRecord {
+		return &fuseboxv1.BreakerRecord{Dependency: dep, Origin: origin, Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN}
+	}
+	var codec protocol.Codec
+	frame, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{
+		Rows:    []*fuseboxv1.NodeWindow{row("stranger", "d1"), row("a1", "d2"), row("obs", "d3")},
+		Records: []*fuseboxv1.BreakerRecord{record("stranger", "d4"), record("obs", "d5"), record("a1", "d6")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	(*delegate)(g).NotifyMsg(frame)
+	rec.mu.Lock()
+	if len(rec.rows) != 1 || rec.rows["a1/d2"] != 1 || len(rec.records) != 1 || rec.records["d6"] != 1 {
+		t.Errorf("handler saw rows %v records %v, want only a1's row d2 and record d6", rec.rows, rec.records)
+	}
+	rec.mu.Unlock()
+	d := g.Stats().Dropped
+	if d["not_member"] != 2 || d["not_agent"] != 2 {
+		t.Errorf("dropped = %v, want 2 not_member and 2 not_agent", d)
+	}
+
+	// Push-pull: a stranger's state is refused whole; a member's state keeps
+	// its own rows and every record it holds (it vouches for them).
+	st := func(sender string) []byte {
+		f, err := codec.EncodePushPull(&fuseboxv1.PushPullState{Node: sender,
+			Rows:    []*fuseboxv1.NodeWindow{row(sender, "p1"), row("someone-else", "p2")},
+			Records: []*fuseboxv1.BreakerRecord{record("long-gone", "p3")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	(*delegate)(g).MergeRemoteState(st("stranger"), false)
+	(*delegate)(g).MergeRemoteState(st("obs"), false)
+	rec.mu.Lock()
+	if len(rec.rows) != 1 || len(rec.records) != 1 {
+		t.Errorf("state of a stranger or an observer applied: rows %v records %v", rec.rows, rec.records)
+	}
+	rec.mu.Unlock()
+	(*delegate)(g).MergeRemoteState(st("a1"), false)
+	rec.mu.Lock()
+	if rec.rows["a1/p1"] != 1 || rec.rows["someone-else/p2"] != 0 || rec.records["p3"] != 1 {
+		t.Errorf("member's state: rows %v records %v, want its own row p1 and record p3 only", rec.rows, rec.records)
+	}
+	rec.mu.Unlock()
+	d = g.Stats().Dropped
+	if d["not_member"] != 2+3 || d["not_agent"] != 2+3 || d["row_not_sender"] != 1 {
+		t.Errorf("dropped = %v, want 5 not_member, 5 not_agent, 1 row_not_sender", d)
+	}
+}
+
+// A stranger's undecryptable packets are logged once a minute per sender.
+func TestRateLog(t *testing.T) {
+	now := time.Unix(1000, 0)
+	r := rateLog{now: func() time.Time { return now }}
+	if !r.allow("a") || r.allow("a") || !r.allow("b") {
+		t.Fatal("first line per key must pass, the second within a minute must not")
+	}
+	now = now.Add(61 * time.Second)
+	if !r.allow("a") {
+		t.Fatal("a minute later the key logs again")
+	}
+	for i := range 5000 {
+		r.allow(strconv.Itoa(i))
+	}
+	if len(r.last) > maxRateLogKeys+1 {
+		t.Fatalf("rate log holds %d keys, bound %d", len(r.last), maxRateLogKeys+1)
+	}
+	if from, ok := undecryptableSender("failed to receive: no installed keys could decrypt the message from=127.0.0.1:39720"); !ok || from != "127.0.0.1:39720" {
+		t.Fatalf("sender = %q, %v", from, ok)
+	}
+}
+
+// A stranger (a memberlist that never joined) sends a user message whose
+// record names a real member as its origin: the guard drops it by source
+// address before the delegate sees it. A member's own direct send passes.
+func TestStrangerUserMessageDropped(t *testing.T) {
+	rec := newRecorder()
+	g := newMember(t, testConfig("a1", RoleAgent, rec))
+	peer := newMember(t, testConfig("a2", RoleAgent, newRecorder()))
+	if _, err := peer.Join([]string{g.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a2 joined", func() bool { return len(g.Members()) == 2 })
+
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = "stranger", "127.0.0.1", 0
+	mc.LogOutput = io.Discard
+	stranger, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Shutdown()
+	var codec protocol.Codec
+	frame, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{{
+		Dependency: "forged", Generation: 2, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "a2"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.SendToAddress(memberlist.Address{Addr: g.Addr(), Name: "a1"}, frame); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the stranger's message counted as not_member", func() bool {
+		return g.Stats().Dropped["not_member"] >= 1
+	})
+	if _, recs := rec.seen(); recs != 0 {
+		t.Fatalf("the handler saw %d records from a stranger", recs)
+	}
+	// The same frame from the member itself arrives.
+	peer.SendDirect([]*fuseboxv1.BreakerRecord{{Dependency: "real", Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "a2"}})
+	sstest.Eventually(t, 5*time.Second, "the member's direct send applied", func() bool { _, n := rec.seen(); return n == 1 })
+}
+
+func TestStripUserMessages(t *testing.T) {
+	compound := func(parts ...[]byte) []byte {
+		out := []byte{mlCompoundMsg, byte(len(parts))}
+		for _, p := range parts {
+			out = binary.BigEndian.AppendUint16(out, uint16(len(p)))
+		}
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	ping := []byte{0, 1, 2, 3}
+	user := []byte{mlUserMsg, 9, 9}
+	for _, tc := range []struct {
+		name     string
+		in, want []byte
+		stripped int
+	}{
+		{"ping", ping, ping, 0},
+		{"user", user, nil, 1},
+		{"compressed", []byte{mlCompressMsg, 1}, nil, 1},
+		{"crc then user", append([]byte{mlHasCrcMsg, 1, 2, 3, 4}, user...), nil, 1},
+		{"compound without user", compound(ping, ping), compound(ping, ping), 0},
+		{"compound with user", compound(ping, user, ping), compound(ping, ping), 1},
+		{"compound of users", compound(user, user), nil, 2},
+		{"truncated compound", []byte{mlCompoundMsg, 2, 0, 9}, []byte{mlCompoundMsg, 2, 0, 9}, 0},
+		{"lying length", []byte{mlCompoundMsg, 1, 0, 9, 1}, nil, 1},
+		{"empty", []byte{}, []byte{}, 0},
+	} {
+		got, n := stripUserMessages(tc.in)
+		if n != tc.stripped || !bytes.Equal(got, tc.want) || (tc.want == nil) != (got == nil) {
+			t.Errorf("%s: got %v (%d stripped), want %v (%d)", tc.name, got, n, tc.want, tc.stripped)
+		}
 	}
 }
