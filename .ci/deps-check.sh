@@ -35,7 +35,7 @@ rule() {
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
       WHY='sharedstate and its small packages import the standard library only' ;;
     protocol/gossip)
-      ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|sharedstate/secretfile)\$"; DENY='^go\.etcd\.io/'
       WHY='protocol/gossip may import protocol, sharedstate and memberlist' ;;
     protocol | protocol/*)
       ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -44,7 +44,7 @@ rule() {
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -53,7 +53,7 @@ rule() {
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'
