@@ -164,7 +164,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	a.hub = newHub()
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
-		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers,
+		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
 		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
 	}
 	if a.eng, err = sharedstate.NewEngine(ec); err != nil {

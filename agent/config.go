@@ -103,6 +103,9 @@ type Config struct {
 	// gossip, and propose it themselves only if it has not arrived after
 	// ProposerDelay per rank group (optional, default 3).
 	Proposers int
+	// ProposerDelay is how long each further rank group waits for a trip
+	// record before proposing it itself (optional, default 1s).
+	ProposerDelay time.Duration
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -152,6 +155,7 @@ func DefaultConfig() Config {
 		MaxRowsPerNode:   sharedstate.DefaultMaxRowsPerNode,
 		MaxZones:         sharedstate.DefaultMaxZones,
 		Proposers:        sharedstate.DefaultProposers,
+		ProposerDelay:    sharedstate.DefaultProposerDelay,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -256,6 +260,7 @@ func (c Config) Validate() error {
 	positive("shutdown-timeout", c.ShutdownTimeout, 100*time.Millisecond)
 	positive("member-ttl", c.MemberTTL, 2*time.Second)
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
+	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}

@@ -82,11 +82,21 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 	if r.Generation > MaxGeneration {
 		return false, fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
 	}
+	now := e.now()
+	if e.lookup(r.Dependency) == nil {
+		// A refused record must not leave a dependency behind: check it
+		// against what a new dependency would hold first.
+		e.mu.Lock()
+		probe := depState{name: r.Dependency, pol: e.effective(r.Dependency, nil), records: map[string]BreakerRecord{}}
+		e.mu.Unlock()
+		if err := probe.checkRecord(e, r, now); err != nil {
+			return false, err
+		}
+	}
 	d, err := e.remoteState(r.Dependency)
 	if err != nil {
 		return false, err
 	}
-	now := e.now()
 	d.mu.Lock()
 	if err := d.checkRecord(e, r, now); err != nil {
 		d.mu.Unlock()

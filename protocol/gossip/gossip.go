@@ -101,11 +101,16 @@ type Stats struct {
 	BytesIn, BytesOut, MsgsIn, MsgsOut map[string]uint64
 	// Dropped counts refused frames and items by DropReasons.
 	Dropped map[string]uint64
+	// DirectOut counts the packets SendDirect sent (also in MsgsOut
+	// "message"): a breaker transition costs one per other member and
+	// proposer.
+	DirectOut uint64
 }
 
 type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
 	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
+	directOut                          atomic.Uint64
 }
 
 // Kinds are the keys of Stats' byte and message maps (and the values of the
@@ -420,6 +425,7 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 		}
 		g.stats.bytesOut[0].Add(uint64(len(frame)))
 		g.stats.msgsOut[0].Add(1)
+		g.stats.directOut.Add(1)
 	}
 }
 
@@ -442,6 +448,7 @@ func (g *Gossip) Stats() Stats {
 	for i, r := range DropReasons {
 		s.Dropped[r] = g.stats.dropped[i].Load()
 	}
+	s.DirectOut = g.stats.directOut.Load()
 	return s
 }
 

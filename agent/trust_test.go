@@ -1,0 +1,304 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/fusebox-dev/fusebox/protocol"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+)
+
+// breakerState is what each agent holds, for "nothing changed" checks.
+func breakerState(f *fleet) string {
+	out := ""
+	for _, a := range f.agents {
+		out += fmt.Sprintf("%s: %d deps %v\n", a.Name(), a.eng.Stats().Dependencies, a.eng.Records())
+	}
+	return out
+}
+
+func dropped(f *fleet, reason string) (n uint64) {
+	for _, a := range f.agents {
+		n += a.gossip.Stats().Dropped[reason]
+	}
+	return n
+}
+
+// newStranger is a memberlist that never joined: what anyone who can reach
+// the gossip port can run.
+func newStranger(t *testing.T) *memberlist.Memberlist {
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = "stranger", "127.0.0.1", 0
+	mc.LogOutput = io.Discard
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ml.Shutdown() })
+	return ml
+}
+
+// The attacks of issue 10 through the real UDP receive path: one forged
+// packet from a non-member (the record at generation 2^64-1, open, since
+// 2262; the same claiming a member as origin; 3,000 rows under an invented
+// node name) changes no breaker and adds no dependency on any agent; only
+// the dropped counter moves.
+func TestForgedPacketsChangeNothing(t *testing.T) {
+	f := newFleet(t, 3, false)
+	before := breakerState(f)
+	stranger := newStranger(t)
+	var codec protocol.Codec
+	send := func(to *testAgent, b *fuseboxv1.GossipBatch) {
+		t.Helper()
+		frame, err := codec.EncodeBatch(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := stranger.SendToAddress(memberlist.Address{Addr: to.GossipAddr(), Name: to.Name()}, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	forged := func(origin string, gen uint64) *fuseboxv1.GossipBatch {
+		return &fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{{
+			Dependency: "payments", Generation: gen, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
+			SinceUnixNano: math.MaxInt64, OpenCount: 1, Origin: origin, Reason: "forged"}}}
+	}
+	sent := 0
+	for _, a := range f.agents {
+		send(a, forged("anything", math.MaxUint64))
+		send(a, forged("agent-1", 2)) // a member's name, from a stranger's address
+		sent += 2                     // packets: the guard drops a stranger's user message whole
+	}
+	// 3,000 rows under an invented node name, 20 per packet.
+	for i := 0; i < 3000; i += 20 {
+		b := &fuseboxv1.GossipBatch{}
+		for j := i; j < i+20; j++ {
+			b.Rows = append(b.Rows, &fuseboxv1.NodeWindow{Node: "invented", Dependency: fmt.Sprintf("fake-%d", j), Seq: 1,
+				Counts: &fuseboxv1.Counts{FirstAttempts: 100, Failures: 100}})
+		}
+		send(f.agents[i/20%3], b)
+		sent++
+	}
+	sstest.Eventually(t, 10*time.Second, "every forged item counted as dropped", func() bool {
+		return dropped(f, "not_member") >= uint64(sent)
+	})
+	if after := breakerState(f); after != before {
+		t.Fatalf("forged packets changed the fleet:\nbefore\n%s\nafter\n%s", before, after)
+	}
+}
+
+// liar is a real gossip member (it joined) that lies in its push-pull state
+// and broadcasts.
+type liar struct {
+	state *fuseboxv1.PushPullState
+}
+
+func (l *liar) ApplyBatch(*fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) { return nil, 0 }
+func (l *liar) ApplyState(*fuseboxv1.PushPullState, bool) (*fuseboxv1.GossipBatch, int) {
+	return nil, 0
+}
+func (l *liar) LocalState(bool) *fuseboxv1.PushPullState { return l.state }
+
+func newLiar(t *testing.T, name string, role gossip.Role, state *fuseboxv1.PushPullState) *gossip.Gossip {
+	gc := gossip.DefaultConfig()
+	gc.Name, gc.BindAddr = name, "127.0.0.1:0"
+	gc.Meta = gossip.NodeMeta{Role: role}
+	gc.Handler = &liar{state: state}
+	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, time.Second
+	gc.Logger = discardLogger()
+	g, err := gossip.New(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close(0) })
+	return g
+}
+
+// Push-pull state from members that lie: an observer's state is refused
+// whole; an agent's state with the record at 2^64-1, 7,000 zone records of
+// a fleet-scoped dependency, a jump of 2^40 generations, a since in 2262
+// and rows of other nodes changes no breaker and adds no zone. Push-pull
+// stays below the frame limit (the 7,000-record state of the issue no
+// longer stops anti-entropy: the receivers refuse it item by item).
+func TestLyingPushPullChangesNothing(t *testing.T) {
+	f := newFleet(t, 2, false)
+	before := breakerState(f)
+	st := &fuseboxv1.PushPullState{Node: "liar"}
+	st.Records = append(st.Records, &fuseboxv1.BreakerRecord{Dependency: "payments", Generation: math.MaxUint64,
+		State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "liar"})
+	st.Records = append(st.Records, &fuseboxv1.BreakerRecord{Dependency: "payments", Generation: 1 << 40,
+		State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "liar"})
+	st.Records = append(st.Records, &fuseboxv1.BreakerRecord{Dependency: "payments", Generation: 1,
+		State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, SinceUnixNano: math.MaxInt64, Origin: "liar"})
+	for i := range 7000 {
+		st.Records = append(st.Records, &fuseboxv1.BreakerRecord{Dependency: "payments", Zone: fmt.Sprint("zone-", i),
+			Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "liar"})
+	}
+	st.Rows = append(st.Rows, &fuseboxv1.NodeWindow{Node: "agent-1", Dependency: "payments", Seq: math.MaxUint64,
+		Counts: &fuseboxv1.Counts{Failures: 1000}})
+	for _, role := range []gossip.Role{gossip.RoleObserver, gossip.RoleAgent} {
+		name := "liar-" + string(role)
+		st.Node = name
+		for _, r := range st.Records {
+			r.Origin = name
+		}
+		l := newLiar(t, name, role, proto.Clone(st).(*fuseboxv1.PushPullState))
+		if _, err := l.Join([]string{f.agents[0].GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+		l.Close(0)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("dropped: %v / %v", f.agents[0].gossip.Stats().Dropped, f.agents[1].gossip.Stats().Dropped)
+		}
+	}()
+	sstest.Eventually(t, 10*time.Second, "the lies counted as dropped", func() bool {
+		return dropped(f, "not_agent") >= 7004 && dropped(f, "generation_max") >= 1 && dropped(f, "generation_jump") >= 1 &&
+			dropped(f, "since_future") >= 1 && dropped(f, "zone_scope") >= 7000 && dropped(f, "row_not_sender") >= 1
+	})
+	if after := breakerState(f); after != before {
+		t.Fatalf("lying push-pull changed the fleet:\nbefore\n%s\nafter\n%s", before, after)
+	}
+}
+
+// A client Session delta that would wrap the counts (successes 2^64-6,
+// failures 30: a failure rate of 1.25 before) is refused and counted; the
+// breaker stays closed and the agent's window is unchanged.
+func TestWrappingSessionDeltaRefused(t *testing.T) {
+	a := startAgent(t, testConfig(t, "solo"))
+	stream, err := dial(t, a.Agent).Session(ctxT(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Hello{Hello: &fuseboxv1.Hello{Service: "s", Instance: "i"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // Welcome
+		t.Fatal(err)
+	}
+	delta := func(c *fuseboxv1.Counts) *fuseboxv1.SessionRequest {
+		return &fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: &fuseboxv1.CountDeltas{
+			Deltas: []*fuseboxv1.DependencyCounts{{Dependency: "shipping-api", Counts: c}}}}}
+	}
+	for _, c := range []*fuseboxv1.Counts{
+		{FirstAttempts: 30, Successes: math.MaxUint64 - 5, Failures: 30},
+		{FirstAttempts: 30, Successes: 1, SlowCalls: 30},
+	} {
+		if err := stream.Send(delta(c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refusedDelta := func() float64 { return value(t, a.m.refusedDeps.WithLabelValues("invalid_delta")) }
+	sstest.Eventually(t, 5*time.Second, "both deltas refused as invalid_delta", func() bool { return refusedDelta() == 2 })
+	for range 3 {
+		a.tick()
+	}
+	if ft, ok := a.eng.Fleet("shipping-api"); ok && !ft.Node.IsZero() {
+		t.Fatalf("a refused delta was counted: %+v", ft.Node)
+	}
+	if s := a.eng.Snapshot("shipping-api"); s != nil && s.State != sharedstate.Closed {
+		t.Fatalf("breaker %s after a refused delta", s.State)
+	}
+}
+
+// Push-pull never drops everything: with more records than fit, records go
+// first and what does not fit is counted.
+func TestPushPullStateBounded(t *testing.T) {
+	cfg := testConfig(t, "big")
+	cfg.maxStateBytes = 4000
+	a := startAgent(t, cfg)
+	for i := range 200 {
+		if _, err := a.eng.MergeRecord(sharedstate.BreakerRecord{Dependency: fmt.Sprintf("dep-%03d", i), Generation: 1,
+			State: sharedstate.Open, Since: time.Now(), OpenCount: 1, Origin: "big"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.eng.AddCounts("own", sharedstate.Counts{FirstAttempts: 1, Successes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	a.tick()
+	st := (*gossipHandler)(a.Agent).LocalState(false)
+	var codec protocol.Codec
+	frame, err := codec.EncodePushPull(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(frame) > 4000+16 || len(st.GetRecords()) == 0 || len(st.GetRecords()) == 200 {
+		t.Fatalf("state of %d bytes with %d records, want within the budget and some records", len(frame), len(st.GetRecords()))
+	}
+	omitted := value(t, a.m.stateOmitted.WithLabelValues("record")) + value(t, a.m.stateOmitted.WithLabelValues("row"))
+	if int(omitted) != 200-len(st.GetRecords())+1-len(st.GetRows()) {
+		t.Fatalf("omitted %v, sent %d records and %d rows", omitted, len(st.GetRecords()), len(st.GetRows()))
+	}
+}
+
+// No trip storm: with 20 agents that all see the failures, the trip is
+// proposed by at most Proposers (3) of them, and the direct packets of the
+// transition are at most 3 × 19. Counts, not times.
+func TestAtMostThreeProposersAt20Agents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20 agents")
+	}
+	const n = 20
+	f := &fleet{t: t, change: func(c *Config) {
+		c.ProposerDelay = time.Minute // a slow machine must not make the next rank group propose
+		c.GossipInterval = 100 * time.Millisecond
+		c.TickInterval = 100 * time.Millisecond
+	}}
+	for i := range n {
+		f.add(fmt.Sprintf("agent-%d", i))
+	}
+	// 20 agents with -race on a shared 2-core machine: generous deadlines.
+	sstest.Eventually(t, 60*time.Second, "every agent sees 20 agents", func() bool {
+		for _, a := range f.agents {
+			if a.gossip.NumAgents() != n {
+				return false
+			}
+		}
+		return true
+	})
+	const dep = "inventory"
+	directBefore := uint64(0)
+	for _, a := range f.agents {
+		directBefore += a.gossip.Stats().DirectOut
+	}
+	for _, a := range f.agents {
+		if _, err := dial(t, a.Agent).Report(ctxT(t, 5*time.Second), failures(dep, 5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sstest.Eventually(t, 60*time.Second, "every agent holds the open record", func() bool {
+		for _, a := range f.agents {
+			if s := a.eng.Snapshot(dep); s == nil || s.Generation == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	proposers, direct := 0, uint64(0)
+	for _, a := range f.agents {
+		proposers += int(value(t, a.m.transitions.WithLabelValues(dep, "open", "self")))
+		direct += a.gossip.Stats().DirectOut
+	}
+	direct -= directBefore
+	t.Logf("%d agents: %d proposed the trip, %d direct packets", n, proposers, direct)
+	if proposers < 1 || proposers > sharedstate.DefaultProposers {
+		t.Fatalf("%d agents proposed the trip, want 1..%d", proposers, sharedstate.DefaultProposers)
+	}
+	if direct > uint64(sharedstate.DefaultProposers*(n-1)) {
+		t.Fatalf("%d direct packets for one transition, want at most %d", direct, sharedstate.DefaultProposers*(n-1))
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
