@@ -14,11 +14,27 @@ type Clock interface {
 	Now() time.Time
 }
 
-// SystemClock is the real clock (time.Now).
+// MonotonicClock is a Clock that also reads a monotonic time, which wall
+// clock steps (NTP corrections, an operator's date command, a VM resumed)
+// do not move. An Engine given one runs on "start wall time + monotonic
+// time elapsed", so a step changes none of its decisions.
+type MonotonicClock interface {
+	Clock
+	// Monotonic is the time elapsed since an arbitrary fixed origin; it
+	// never steps.
+	Monotonic() time.Duration
+}
+
+// SystemClock is the real clock (time.Now), with Go's monotonic reading.
 type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+var processStart = time.Now()
+
+// Monotonic returns the monotonic time since the process started.
+func (SystemClock) Monotonic() time.Duration { return time.Since(processStart) }
 
 // ManualClock is a Clock that moves only when told to. It exists for tests, in
 // this package and in others (agent, clientlib, coordinator), and is safe for
@@ -28,7 +44,8 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // attributes every recorded outcome to the exact current time; see
 // EngineConfig.Clock.
 type ManualClock struct {
-	ns atomic.Int64
+	ns   atomic.Int64
+	mono atomic.Int64 // monotonic reading, ns: moved by Advance and Set, not by Step
 }
 
 // NewManualClock returns a ManualClock reading start.
@@ -38,20 +55,31 @@ func NewManualClock(start time.Time) *ManualClock {
 	return c
 }
 
+// Monotonic returns the clock's monotonic reading: the sum of every Advance
+// and Set, without the wall-clock Steps.
+func (c *ManualClock) Monotonic() time.Duration { return time.Duration(c.mono.Load()) }
+
+// Step moves the wall time by d without moving the monotonic reading, like
+// an operator or NTP setting the system clock. An Engine on this clock does
+// not see it.
+func (c *ManualClock) Step(d time.Duration) { c.ns.Add(int64(d)) }
+
 // Now returns the clock's current time, in UTC and without a monotonic reading.
 func (c *ManualClock) Now() time.Time { return time.Unix(0, c.ns.Load()).UTC() }
 
 // Advance moves the clock forward by d (backwards if d is negative) and returns
 // the new time.
 func (c *ManualClock) Advance(d time.Duration) time.Time {
+	c.mono.Add(int64(d))
 	return time.Unix(0, c.ns.Add(int64(d))).UTC()
 }
 
-// Set makes the clock read t.
-func (c *ManualClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
-
-// nanos is the hot-path read used by Engine.Record.
-func (c *ManualClock) nanos() int64 { return c.ns.Load() }
+// Set makes the clock read t, moving the monotonic reading by as much (time
+// passed, not a step; see Step).
+func (c *ManualClock) Set(t time.Time) {
+	old := c.ns.Swap(t.UnixNano())
+	c.mono.Add(t.UnixNano() - old)
+}
 
 // Rand is the engine's source of randomness. *rand.Rand from math/rand/v2
 // satisfies it. It need not be safe for concurrent use: the engine serialises

@@ -159,7 +159,10 @@ type Engine struct {
 	node, zone string
 	clock      Clock
 	manual     *ManualClock // non-nil when clock is one: cheap exact reads
-	coarse     atomic.Int64 // latest clock reading, Unix ns
+	mono       MonotonicClock
+	wall0      time.Time     // the clock's wall time when the engine started
+	mono0      time.Duration // its monotonic reading then
+	coarse     atomic.Int64  // latest clock reading, Unix ns
 	maxDeps    int
 	onChange   func(string)
 
@@ -200,6 +203,10 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if mc, ok := e.clock.(*ManualClock); ok {
 		e.manual = mc
 	}
+	if mc, ok := e.clock.(MonotonicClock); ok {
+		e.mono = mc
+		e.wall0, e.mono0 = mc.Now(), mc.Monotonic()
+	}
 	if e.maxDeps == 0 {
 		e.maxDeps = DefaultMaxDependencies
 	}
@@ -236,9 +243,19 @@ func (e *Engine) Node() string { return e.node }
 // Zone returns the zone the engine was built for.
 func (e *Engine) Zone() string { return e.zone }
 
-// now reads the clock and refreshes the cached reading used by Record.
+// now reads the engine's time and refreshes the cached reading used by
+// Record. With a MonotonicClock (SystemClock, ManualClock) it is the wall
+// time read when the engine started plus the monotonic time elapsed since:
+// windows, staleness, open durations, probe rounds and the retry budget all
+// follow it, so a wall-clock step in either direction changes no decision.
+// Other clocks are read as they are.
 func (e *Engine) now() time.Time {
-	t := e.clock.Now()
+	var t time.Time
+	if e.mono != nil {
+		t = e.wall0.Add(e.mono.Monotonic() - e.mono0)
+	} else {
+		t = e.clock.Now()
+	}
 	if ns := t.UnixNano(); e.coarse.Load() < ns {
 		e.coarse.Store(ns)
 	}
@@ -247,7 +264,7 @@ func (e *Engine) now() time.Time {
 
 func (e *Engine) recordNanos() int64 {
 	if e.manual != nil {
-		return e.manual.nanos()
+		return e.wall0.UnixNano() + int64(e.manual.Monotonic()-e.mono0)
 	}
 	return e.coarse.Load()
 }

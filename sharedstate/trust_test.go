@@ -327,3 +327,55 @@ func TestAtMostKProposers(t *testing.T) {
 		t.Fatalf("after ProposerDelay %d more engines proposed, want 1..%d", late, DefaultProposers)
 	}
 }
+
+// A wall-clock step of an hour, back or forward, in the middle of a failing
+// window changes no decision: the breaker still trips on the failures from
+// both sides of the step, and the retry budget still bounds retries. (Before,
+// a step back put counts in "future" buckets that Tick never saw: 100
+// failures did not trip and the budget admitted 500 of 500 retries.)
+func TestWallClockSteps(t *testing.T) {
+	for _, step := range []time.Duration{-time.Hour, time.Hour} {
+		t.Run(step.String(), func(t *testing.T) {
+			clock := NewManualClock(t0)
+			pol := policyWith(func(p *Policy) {
+				p.Breaker.MinimumRequests = 100
+				p.Retry.Budget = BudgetPolicy{Ratio: 0.1, MinRetriesPerSecond: 0.1}
+			})
+			e := newTestEngine(t, "self", "", clock, func(c *EngineConfig) { c.DefaultPolicy = pol })
+			record(t, e, "breaker", FirstAttempt, Failure, 50)
+			record(t, e, "budget", FirstAttempt, Success, 50)
+			clock.Advance(time.Second)
+			clock.Step(step)
+			e.Tick()
+			record(t, e, "breaker", FirstAttempt, Failure, 50)
+			record(t, e, "budget", FirstAttempt, Success, 50)
+			clock.Advance(time.Second)
+			if recs := e.Tick(); len(recs) != 1 || recs[0].State != Open {
+				t.Fatalf("100 failures across a %v step: proposals %+v, want the trip", step, recs)
+			}
+			admitted := 0
+			for range 500 {
+				if e.AcquireRetry("budget").Verdict == Allow {
+					admitted++
+				}
+			}
+			// budget = max(0.1/s × 10 s, 0.1 × 100 first attempts) = 10
+			if admitted > 10 {
+				t.Fatalf("the budget admitted %d of 500 retries across a %v step, want at most 10", admitted, step)
+			}
+			// The open duration runs on the same time: still open 1 s later,
+			// half-open after openDuration, whatever the wall clock says.
+			clock.Step(-step)
+			clock.Advance(time.Second)
+			e.Tick()
+			if s := e.Snapshot("breaker"); s.State != Open {
+				t.Fatalf("state %s 1 s after the trip", s.State)
+			}
+			clock.Advance(pol.Breaker.OpenDuration.Std())
+			e.Tick()
+			if s := e.Snapshot("breaker"); s.State != HalfOpen {
+				t.Fatalf("state %s after the open duration", s.State)
+			}
+		})
+	}
+}
