@@ -103,6 +103,11 @@ type Config struct {
 	// gossip, and propose it themselves only if it has not arrived after
 	// ProposerDelay per rank group (optional, default 3).
 	Proposers int
+	// RejoinInterval is how often an agent with company joins the agents of
+	// Join and of the etcd registry that memberlist does not list as alive,
+	// so that the halves of a healed partition merge again (optional,
+	// default 2s).
+	RejoinInterval time.Duration
 	// ProposerDelay is how long each further rank group waits for a trip
 	// record before proposing it itself (optional, default 1s).
 	ProposerDelay time.Duration
@@ -156,6 +161,7 @@ func DefaultConfig() Config {
 		MaxZones:         sharedstate.DefaultMaxZones,
 		Proposers:        sharedstate.DefaultProposers,
 		ProposerDelay:    sharedstate.DefaultProposerDelay,
+		RejoinInterval:   2 * time.Second,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -261,6 +267,7 @@ func (c Config) Validate() error {
 	positive("member-ttl", c.MemberTTL, 2*time.Second)
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
 	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
+	positive("rejoin-interval", c.RejoinInterval, 10*time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}

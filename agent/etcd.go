@@ -375,13 +375,26 @@ func (a *Agent) kickJoin() {
 }
 
 // joinLoop joins the cluster at start and again whenever this agent sees
-// no other agent (a partition healed, everyone restarted), with backoff.
+// no other agent (everyone restarted), with backoff. While it has company it
+// reconciles membership every RejoinInterval: every address of --join and
+// of the etcd member registry that memberlist does not list as alive is
+// joined again. memberlist forgets dead members, so without this two halves
+// of a healed partition that each have company would never merge; a join is
+// a push-pull state exchange, so records and rows converge with it.
 func (a *Agent) joinLoop() {
 	backoff := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
 		if a.gossip.NumAgents() > 1 {
 			a.joined.Store(true)
 			backoff.reset()
+			if missing := a.missingTargets(); len(missing) > 0 {
+				n, err := a.gossip.Join(missing)
+				if n > 0 {
+					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "targets", missing)
+				} else {
+					a.lg.Debug("gossip rejoin found none of the missing agents", "targets", missing, "err", err)
+				}
+			}
 		} else if targets := a.joinTargets(); len(targets) > 0 {
 			n, err := a.gossip.Join(targets)
 			switch {
@@ -399,7 +412,7 @@ func (a *Agent) joinLoop() {
 		}
 		d := backoff.next()
 		if a.joined.Load() && a.gossip.NumAgents() > 1 {
-			d = 2 * time.Second
+			d = a.cfg.RejoinInterval
 		}
 		t := time.NewTimer(d)
 		select {
@@ -411,6 +424,22 @@ func (a *Agent) joinLoop() {
 		case <-t.C:
 		}
 	}
+}
+
+// missingTargets are the join targets (--join, etcd registry) that no
+// alive member has as its address.
+func (a *Agent) missingTargets() []string {
+	alive := map[string]bool{}
+	for _, m := range a.gossip.Members() {
+		alive[m.Addr] = true
+	}
+	var out []string
+	for _, t := range a.joinTargets() {
+		if !alive[t] {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // backoff is an exponential backoff without jitter (one agent, one loop).

@@ -29,7 +29,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("FUSEBOX_AGENT_TEST_HELPER") != "" {
+	switch os.Getenv("FUSEBOX_AGENT_TEST_HELPER") {
+	case "":
+	case "fetch":
+		os.Exit(fetchHelper())
+	default:
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
@@ -223,7 +227,13 @@ func (f *fleet) waitMembers(n int) {
 // dial connects to an agent's unix socket.
 func dial(t testing.TB, a *Agent) fuseboxv1.AgentClient {
 	t.Helper()
-	conn, err := grpc.NewClient("unix://"+a.SocketPath(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return dialSock(t, a.SocketPath())
+}
+
+// dialSock connects to the agent listening on a unix socket path.
+func dialSock(t testing.TB, path string) fuseboxv1.AgentClient {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
