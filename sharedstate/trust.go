@@ -57,15 +57,14 @@ const (
 
 // Errors of MergeRow, MergeRecord and AddCounts; RefusalReason names each.
 var (
-	ErrInvalidRecord   = errors.New("fusebox: invalid breaker record")
-	ErrGenerationMax   = errors.New("fusebox: record at the maximum generation")
-	ErrGenerationJump  = errors.New("fusebox: record generation jumps too far past the known one")
-	ErrSinceFuture     = errors.New("fusebox: record since too far in the future")
-	ErrZoneScope       = errors.New("fusebox: zone record for a dependency whose policy is not scope zone")
-	ErrTooManyZones    = errors.New("fusebox: too many zone records for one dependency")
-	ErrTooManyRows     = errors.New("fusebox: too many rows from one node")
-	ErrInvalidDelta    = fmt.Errorf("%w: count delta", ErrInvalidArgument)
-	errRemoteDepsShare = errors.New("fusebox: remote rows and records may not fill the dependencies kept for local traffic")
+	ErrInvalidRecord  = errors.New("fusebox: invalid breaker record")
+	ErrGenerationMax  = errors.New("fusebox: record at the maximum generation")
+	ErrGenerationJump = errors.New("fusebox: record generation jumps too far past the known one")
+	ErrSinceFuture    = errors.New("fusebox: record since too far in the future")
+	ErrZoneScope      = errors.New("fusebox: zone record for a dependency whose policy is not scope zone")
+	ErrTooManyZones   = errors.New("fusebox: too many zone records for one dependency")
+	ErrTooManyRows    = errors.New("fusebox: too many rows from one node")
+	ErrInvalidDelta   = fmt.Errorf("%w: count delta", ErrInvalidArgument)
 )
 
 // RefusalReason names why MergeRow, MergeRecord or AddCounts refused an
