@@ -164,7 +164,9 @@ func TestLyingPushPullChangesNothing(t *testing.T) {
 		}
 	}()
 	sstest.Eventually(t, 10*time.Second, "the lies counted as dropped", func() bool {
-		return dropped(f, "not_agent") >= 7004 && dropped(f, "generation_max") >= 1 && dropped(f, "generation_jump") >= 1 &&
+		// The observer's state: not_agent, or not_member when its push-pull
+		// is merged before its membership (either way refused whole).
+		return dropped(f, "not_agent")+dropped(f, "not_member") >= 7004 && dropped(f, "generation_max") >= 1 && dropped(f, "generation_jump") >= 1 &&
 			dropped(f, "since_future") >= 1 && dropped(f, "zone_scope") >= 7000 && dropped(f, "row_not_sender") >= 1
 	})
 	if after := breakerState(f); after != before {
@@ -260,7 +262,7 @@ func TestAtMostThreeProposersAt20Agents(t *testing.T) {
 		f.add(fmt.Sprintf("agent-%d", i))
 	}
 	// 20 agents with -race on a shared 2-core machine: generous deadlines.
-	sstest.Eventually(t, 60*time.Second, "every agent sees 20 agents", func() bool {
+	sstest.Eventually(t, 120*time.Second, "every agent sees 20 agents", func() bool {
 		for _, a := range f.agents {
 			if a.gossip.NumAgents() != n {
 				return false
