@@ -241,7 +241,9 @@ func fuseboxListeners(t *testing.T, where, binary string, vals, defaults map[str
 			t.Errorf("%s: --gossip-advertise-addr %s and --gossip-addr %s differ in port", where, a, vals["gossip-addr"])
 		}
 	case "fusebox-demo":
-		add("grpc", "grpc-addr", tcp)
+		if vals["agent"] == "" { // with --agent: no coordinator, only /healthz and /readyz
+			add("grpc", "grpc-addr", tcp)
+		}
 		add("http", "http-addr", tcp)
 	default:
 		t.Fatalf("%s: no listener model for %s", where, binary)
@@ -519,9 +521,15 @@ func checkAgentSocket(t *testing.T, where string, p podTemplate, c *corev1.Conta
 	}
 }
 
-// TestApplicationSnippet checks examples/app against the agent: the pod
-// mounts the node directory the agent's socket is in, FUSEBOX_AGENT names
-// that socket, and the pod is in the socket's group.
+// agentClients are the kustomizations whose pods use the node's agent, as
+// application pods do.
+var agentClients = []string{"examples/app", "examples/demo/on-node-agent"}
+
+// TestApplicationSnippet checks examples/app and the demo services on the
+// node's agent against the agent: the pod mounts the node directory the
+// agent's socket is in, FUSEBOX_AGENT names that socket, the pod is in the
+// socket's group, and a fusebox-demo container passes FUSEBOX_AGENT to
+// --agent (without it, it would run its own agents).
 func TestApplicationSnippet(t *testing.T) {
 	base := render(t, "overlays/dev")
 	var socket string
@@ -546,11 +554,16 @@ func TestApplicationSnippet(t *testing.T) {
 	if socket == "" {
 		t.Fatal("overlays/dev runs no agent")
 	}
-	app := render(t, "examples/app")
-	if len(app.templates) == 0 {
-		t.Fatal("examples/app renders no workload")
+	for _, dir := range agentClients {
+		t.Run(dir, func(t *testing.T) { checkAgentClients(t, render(t, dir), socket) })
 	}
-	for _, p := range app.templates {
+}
+
+func checkAgentClients(t *testing.T, r *rendering, socket string) {
+	if len(r.templates) == 0 {
+		t.Fatalf("%s renders no workload", r.dir)
+	}
+	for _, p := range r.templates {
 		sc := p.spec.SecurityContext
 		if sc == nil || !slices.Contains(sc.SupplementalGroups, dockerUser) {
 			t.Errorf("%s: add supplementalGroups [%d]: the agent's socket is mode 0660, group %d", p.owner, dockerUser, dockerUser)
@@ -568,21 +581,32 @@ func TestApplicationSnippet(t *testing.T) {
 			t.Errorf("%s: no hostPath volume of %s", p.owner, agentSocketHostDir)
 		}
 		for _, c := range p.spec.Containers {
-			env, _ := containerEnv(t, p.owner, &c)
+			where := fmt.Sprintf("%s container %s", p.owner, c.Name)
+			env, expand := containerEnv(t, where, &c)
 			addr, ok := env["FUSEBOX_AGENT"]
 			if !ok {
-				t.Errorf("%s container %s: no FUSEBOX_AGENT", p.owner, c.Name)
+				t.Errorf("%s: no FUSEBOX_AGENT", where)
 				continue
 			}
 			sockPath, found := strings.CutPrefix(addr, "unix://")
 			m, mounted := mountOf(&c, sockPath)
 			switch {
 			case !found:
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s is not a unix:// address", p.owner, c.Name, addr)
+				t.Errorf("%s: FUSEBOX_AGENT=%s is not a unix:// address", where, addr)
 			case !mounted || m.Name != hostVolume:
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s is not in the mount of the node's %s", p.owner, c.Name, addr, agentSocketHostDir)
+				t.Errorf("%s: FUSEBOX_AGENT=%s is not in the mount of the node's %s", where, addr, agentSocketHostDir)
 			case path.Base(sockPath) != path.Base(socket):
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s, but the agent's socket is %s", p.owner, c.Name, addr, path.Base(socket))
+				t.Errorf("%s: FUSEBOX_AGENT=%s, but the agent's socket is %s", where, addr, path.Base(socket))
+			}
+			if fuseboxBinary(&c) == "fusebox-demo" {
+				args := make([]string, len(c.Args))
+				for i, a := range c.Args {
+					args[i] = expand(a)
+				}
+				vals, ok := checkArgs(t, where, "fusebox-demo", args)
+				if ok && vals["agent"] != addr {
+					t.Errorf("%s: fusebox-demo --agent=%q, want FUSEBOX_AGENT's %q: without it the demo runs its own agents", where, vals["agent"], addr)
+				}
 			}
 		}
 	}
