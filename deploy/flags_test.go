@@ -351,26 +351,7 @@ func checkFuseboxContainer(t *testing.T, where, binary string, p podTemplate, c 
 	if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/"+binary {
 		t.Errorf("%s: command %q: the image has the binaries in /usr/local/bin", where, c.Command)
 	}
-	env, expand := containerEnv(t, where, c)
-	args := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		args[i] = expand(a)
-	}
-
-	var vals, defaults map[string]string
-	switch binary {
-	case "fusebox-agent":
-		vals, defaults = agentFlags(t, where, args, env)
-	default:
-		var ok bool
-		if vals, ok = checkArgs(t, where, binary, args); !ok {
-			return
-		}
-		defaults = map[string]string{}
-		for name, f := range helpOf(t, binary) {
-			defaults[name] = f.def
-		}
-	}
+	vals, defaults := flagValues(t, where, binary, c)
 	if vals == nil {
 		return
 	}
@@ -453,6 +434,30 @@ func checkFuseboxContainer(t *testing.T, where, binary string, p podTemplate, c 
 		}
 		checkAgentSocket(t, where, p, c, vals["socket"])
 	}
+}
+
+// flagValues returns the value of every flag of the Fusebox binary the
+// container runs, as its arguments and environment set them, and the
+// flags' defaults; nil when the binary refuses them (reported).
+func flagValues(t *testing.T, where, binary string, c *corev1.Container) (vals, defaults map[string]string) {
+	t.Helper()
+	env, expand := containerEnv(t, where, c)
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = expand(a)
+	}
+	if binary == "fusebox-agent" {
+		return agentFlags(t, where, args, env)
+	}
+	vals, ok := checkArgs(t, where, binary, args)
+	if !ok {
+		return nil, nil
+	}
+	defaults = map[string]string{}
+	for name, f := range helpOf(t, binary) {
+		defaults[name] = f.def
+	}
+	return vals, defaults
 }
 
 // agentFlags loads the agent's configuration the way fusebox-agent does
