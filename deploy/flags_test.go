@@ -241,7 +241,9 @@ func fuseboxListeners(t *testing.T, where, binary string, vals, defaults map[str
 			t.Errorf("%s: --gossip-advertise-addr %s and --gossip-addr %s differ in port", where, a, vals["gossip-addr"])
 		}
 	case "fusebox-demo":
-		add("grpc", "grpc-addr", tcp)
+		if vals["agent"] == "" { // with --agent: no coordinator, only /healthz and /readyz
+			add("grpc", "grpc-addr", tcp)
+		}
 		add("http", "http-addr", tcp)
 	default:
 		t.Fatalf("%s: no listener model for %s", where, binary)
@@ -349,26 +351,7 @@ func checkFuseboxContainer(t *testing.T, where, binary string, p podTemplate, c 
 	if len(c.Command) != 1 || c.Command[0] != "/usr/local/bin/"+binary {
 		t.Errorf("%s: command %q: the image has the binaries in /usr/local/bin", where, c.Command)
 	}
-	env, expand := containerEnv(t, where, c)
-	args := make([]string, len(c.Args))
-	for i, a := range c.Args {
-		args[i] = expand(a)
-	}
-
-	var vals, defaults map[string]string
-	switch binary {
-	case "fusebox-agent":
-		vals, defaults = agentFlags(t, where, args, env)
-	default:
-		var ok bool
-		if vals, ok = checkArgs(t, where, binary, args); !ok {
-			return
-		}
-		defaults = map[string]string{}
-		for name, f := range helpOf(t, binary) {
-			defaults[name] = f.def
-		}
-	}
+	vals, defaults := flagValues(t, where, binary, c)
 	if vals == nil {
 		return
 	}
@@ -453,6 +436,30 @@ func checkFuseboxContainer(t *testing.T, where, binary string, p podTemplate, c 
 	}
 }
 
+// flagValues returns the value of every flag of the Fusebox binary the
+// container runs, as its arguments and environment set them, and the
+// flags' defaults; nil when the binary refuses them (reported).
+func flagValues(t *testing.T, where, binary string, c *corev1.Container) (vals, defaults map[string]string) {
+	t.Helper()
+	env, expand := containerEnv(t, where, c)
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = expand(a)
+	}
+	if binary == "fusebox-agent" {
+		return agentFlags(t, where, args, env)
+	}
+	vals, ok := checkArgs(t, where, binary, args)
+	if !ok {
+		return nil, nil
+	}
+	defaults = map[string]string{}
+	for name, f := range helpOf(t, binary) {
+		defaults[name] = f.def
+	}
+	return vals, defaults
+}
+
 // agentFlags loads the agent's configuration the way fusebox-agent does
 // (agent.LoadConfig: FUSEBOX_* variables, flags, validation) and returns
 // the flag values and defaults.
@@ -519,9 +526,15 @@ func checkAgentSocket(t *testing.T, where string, p podTemplate, c *corev1.Conta
 	}
 }
 
-// TestApplicationSnippet checks examples/app against the agent: the pod
-// mounts the node directory the agent's socket is in, FUSEBOX_AGENT names
-// that socket, and the pod is in the socket's group.
+// agentClients are the kustomizations whose pods use the node's agent, as
+// application pods do.
+var agentClients = []string{"examples/app", "examples/demo/on-node-agent"}
+
+// TestApplicationSnippet checks examples/app and the demo services on the
+// node's agent against the agent: the pod mounts the node directory the
+// agent's socket is in, FUSEBOX_AGENT names that socket, the pod is in the
+// socket's group, and a fusebox-demo container passes FUSEBOX_AGENT to
+// --agent (without it, it would run its own agents).
 func TestApplicationSnippet(t *testing.T) {
 	base := render(t, "overlays/dev")
 	var socket string
@@ -546,11 +559,16 @@ func TestApplicationSnippet(t *testing.T) {
 	if socket == "" {
 		t.Fatal("overlays/dev runs no agent")
 	}
-	app := render(t, "examples/app")
-	if len(app.templates) == 0 {
-		t.Fatal("examples/app renders no workload")
+	for _, dir := range agentClients {
+		t.Run(dir, func(t *testing.T) { checkAgentClients(t, render(t, dir), socket) })
 	}
-	for _, p := range app.templates {
+}
+
+func checkAgentClients(t *testing.T, r *rendering, socket string) {
+	if len(r.templates) == 0 {
+		t.Fatalf("%s renders no workload", r.dir)
+	}
+	for _, p := range r.templates {
 		sc := p.spec.SecurityContext
 		if sc == nil || !slices.Contains(sc.SupplementalGroups, dockerUser) {
 			t.Errorf("%s: add supplementalGroups [%d]: the agent's socket is mode 0660, group %d", p.owner, dockerUser, dockerUser)
@@ -568,21 +586,32 @@ func TestApplicationSnippet(t *testing.T) {
 			t.Errorf("%s: no hostPath volume of %s", p.owner, agentSocketHostDir)
 		}
 		for _, c := range p.spec.Containers {
-			env, _ := containerEnv(t, p.owner, &c)
+			where := fmt.Sprintf("%s container %s", p.owner, c.Name)
+			env, expand := containerEnv(t, where, &c)
 			addr, ok := env["FUSEBOX_AGENT"]
 			if !ok {
-				t.Errorf("%s container %s: no FUSEBOX_AGENT", p.owner, c.Name)
+				t.Errorf("%s: no FUSEBOX_AGENT", where)
 				continue
 			}
 			sockPath, found := strings.CutPrefix(addr, "unix://")
 			m, mounted := mountOf(&c, sockPath)
 			switch {
 			case !found:
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s is not a unix:// address", p.owner, c.Name, addr)
+				t.Errorf("%s: FUSEBOX_AGENT=%s is not a unix:// address", where, addr)
 			case !mounted || m.Name != hostVolume:
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s is not in the mount of the node's %s", p.owner, c.Name, addr, agentSocketHostDir)
+				t.Errorf("%s: FUSEBOX_AGENT=%s is not in the mount of the node's %s", where, addr, agentSocketHostDir)
 			case path.Base(sockPath) != path.Base(socket):
-				t.Errorf("%s container %s: FUSEBOX_AGENT=%s, but the agent's socket is %s", p.owner, c.Name, addr, path.Base(socket))
+				t.Errorf("%s: FUSEBOX_AGENT=%s, but the agent's socket is %s", where, addr, path.Base(socket))
+			}
+			if fuseboxBinary(&c) == "fusebox-demo" {
+				args := make([]string, len(c.Args))
+				for i, a := range c.Args {
+					args[i] = expand(a)
+				}
+				vals, ok := checkArgs(t, where, "fusebox-demo", args)
+				if ok && vals["agent"] != addr {
+					t.Errorf("%s: fusebox-demo --agent=%q, want FUSEBOX_AGENT's %q: without it the demo runs its own agents", where, vals["agent"], addr)
+				}
 			}
 		}
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // kustomizations are the directories under deploy/kubernetes that render.
-var kustomizations = []string{"overlays/dev", "overlays/production", "examples/app", "examples/demo"}
+var kustomizations = []string{"overlays/dev", "overlays/production", "examples/app", "examples/demo", "examples/demo/on-node-agent"}
 
 // kinds maps apiVersion/kind to the k8s.io/api type a rendered object must
 // decode into. A kind missing here fails the test: add its type.

@@ -8,4 +8,5 @@
 //
 //	make run                                   # or: go run ./cmd/fusebox-demo
 //	fusebox-demo --duration 70s --headless --phase-duration 5s
+//	fusebox-demo --agent unix:///run/fusebox/agent.sock   # only the services, on a running agent
 package main

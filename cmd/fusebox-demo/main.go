@@ -60,10 +60,17 @@ stays healthy (force it open from the dashboard with the printed token).
 Every breaker transition is logged; Ctrl-C (or --duration) stops the demo
 and prints a summary.
 
+With --agent ADDR (e.g. --agent unix:///run/fusebox/agent.sock, or
+--agent "$FUSEBOX_AGENT"), it starts no etcd, coordinator or agents: only
+the two dependencies and the 3 services, whose clientlib clients use the
+agent at ADDR and the policies it has. --http-addr then serves /healthz
+and /readyz; --grpc-addr and --token are not used.
+
 Flags:
 `)
 		fs.PrintDefaults()
 	}
+	fs.StringVar(&cfg.Agent, "agent", "", "run only the demo services, on the external agent at this address (unix:///path.sock, /path.sock or loopback host:port; default: a whole fleet in process)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")
 	fs.DurationVar(&cfg.PhaseDuration, "phase-duration", cfg.PhaseDuration, "length of each of the 4 phases of shipping-api's cycle")
 	fs.BoolVar(&cfg.Headless, "headless", false, "no banner: print the addresses on one line, then phases, transitions and the summary")

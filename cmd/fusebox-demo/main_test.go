@@ -34,6 +34,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"--log-level", "loud"}, []string{"--log-level"}},
 		{[]string{"extra"}, []string{"unexpected arguments"}},
 		{[]string{"--rate", "0", "--phase-duration", "0s"}, []string{"--rate must be > 0", "--phase-duration must be > 0"}},
+		{[]string{"--agent", "relative.sock", "--token", "secret"}, []string{"agent: \"relative.sock\"", "admin-token"}},
 	}
 	for _, c := range cases {
 		_, err := parseFlags(c.args, &out, &errOut)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -42,9 +43,21 @@ const (
 // Config configures a demo. Start it with DefaultConfig, change what you
 // need, and check it with Validate (Start does too).
 type Config struct {
+	// Agent, when set, is an external agent's address, in clientlib's
+	// forms ("unix:///run/fusebox/agent.sock", an absolute socket path or
+	// a loopback host:port): the demo then starts no etcd, coordinator or
+	// agents, only its two dependencies and its three services, whose
+	// clients talk to that agent (optional, default "": the whole fleet in
+	// process). The agent's policies apply (those in its etcd, else its
+	// defaults): Policy and AdminToken must be empty, and GRPCAddr is not
+	// used. HTTPAddr then serves /healthz and /readyz (every service's
+	// client connected and deciding with the agent's snapshots), and the
+	// transitions are those the first service's client sees.
+	Agent string
 	// HTTPAddr is the coordinator's HTTP address: dashboard, /api/v1,
 	// /metrics (optional, default 127.0.0.1:7070; port 0 picks a free port,
-	// Demo.HTTPAddr reports it).
+	// Demo.HTTPAddr reports it). With Agent, the demo's own /healthz and
+	// /readyz.
 	HTTPAddr string
 	// GRPCAddr is the coordinator's Admin API address, the one fuseboxctl
 	// talks to (optional, default 127.0.0.1:7960, fuseboxctl's default;
@@ -165,6 +178,19 @@ func (c Config) Validate() error {
 	if c.Policy != nil {
 		if err := c.Policy.Validate(); err != nil {
 			bad("policy", "%v", err)
+		}
+	}
+	if c.Agent != "" {
+		cc := clientlib.DefaultConfig()
+		cc.AgentAddress, cc.Service = c.Agent, serviceNames[0]
+		if err := cc.Validate(); err != nil {
+			bad("agent", "%q: %v", c.Agent, err)
+		}
+		if c.Policy != nil {
+			bad("policy", "must be empty with an external agent: its own policies apply")
+		}
+		if c.AdminToken != "" {
+			bad("admin-token", "must be empty with an external agent: the demo runs no coordinator")
 		}
 	}
 	return errors.Join(errs...)

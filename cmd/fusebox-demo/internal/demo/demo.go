@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -44,6 +47,14 @@ type Demo struct {
 	token  string
 
 	dataDir, tempDir, sockDir string
+
+	// With Config.Agent: the demo's own HTTP server (/healthz, /readyz),
+	// and the external agent's node name as its Welcome said.
+	http      *http.Server
+	httpLn    net.Listener
+	httpDone  chan struct{}
+	agentNode atomic.Pointer[string]
+	started   atomic.Bool // the traffic runs: client state changes are transitions
 
 	etcd     *embedded.Server
 	etcdCli  *clientv3.Client
@@ -85,7 +96,9 @@ type mark struct {
 // Start starts the demo fleet and its traffic and returns once the
 // traffic runs: an embedded etcd (with the demo policy written as the fleet
 // default), a coordinator, three agents gossiping on loopback, the two
-// dependencies and the three services. ctx bounds the start only. On error
+// dependencies and the three services. With Config.Agent, only the
+// dependencies, the services (connected to that agent) and the HTTP
+// server of /healthz and /readyz. ctx bounds the start only. On error
 // Start stops whatever it started.
 func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -113,6 +126,9 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		}
 	}()
 
+	if cfg.Agent != "" {
+		return d, d.startExternal(ctx)
+	}
 	if err := d.makeDirs(); err != nil {
 		return nil, err
 	}
@@ -256,7 +272,7 @@ func (d *Demo) startAgents(ctx context.Context) error {
 
 func (d *Demo) startServices(ctx context.Context) error {
 	for i, name := range serviceNames {
-		s, err := newService(name, d.agents[i].Name(), d.agents[i].SocketPath())
+		s, err := newService(name, d.agents[i].Name(), "unix://"+d.agents[i].SocketPath(), nil, nil)
 		if err != nil {
 			return err
 		}
@@ -300,8 +316,11 @@ func (d *Demo) startTraffic() {
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	d.bgCancel = bgCancel
-	w := newWatcher(d.agents, d.sched, d.recordTransition)
-	d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
+	if len(d.agents) > 0 {
+		w := newWatcher(d.agents, d.sched, d.recordTransition)
+		d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
+	}
+	d.started.Store(true)
 	d.goBackground(func() { d.every(bgCtx, sampleInterval, d.series.record) })
 	d.goBackground(func() { d.reportPhases(bgCtx) })
 
@@ -435,6 +454,7 @@ func (d *Demo) Close() error {
 		for _, dep := range d.deps {
 			dep.close()
 		}
+		d.closeHTTP()
 		errs := make([]error, len(d.agents))
 		var wg sync.WaitGroup
 		for i, a := range d.agents {
@@ -481,33 +501,59 @@ func (d *Demo) Wait(ctx context.Context) (Summary, error) {
 }
 
 // HTTPAddr returns the coordinator's HTTP address (dashboard, /api/v1,
-// /metrics), host:port.
-func (d *Demo) HTTPAddr() string { return d.coord.HTTPAddr() }
+// /metrics), host:port; with Config.Agent, the address of the demo's
+// /healthz and /readyz.
+func (d *Demo) HTTPAddr() string {
+	if d.coord == nil {
+		return d.httpLn.Addr().String()
+	}
+	return d.coord.HTTPAddr()
+}
 
-// DashboardURL returns the dashboard's URL.
-func (d *Demo) DashboardURL() string { return "http://" + d.coord.HTTPAddr() + "/" }
+// DashboardURL returns the dashboard's URL ("" with Config.Agent: no
+// coordinator).
+func (d *Demo) DashboardURL() string {
+	if d.coord == nil {
+		return ""
+	}
+	return "http://" + d.coord.HTTPAddr() + "/"
+}
 
 // GRPCAddr returns the coordinator's Admin API address, host:port: what
-// fuseboxctl's --coordinator takes.
-func (d *Demo) GRPCAddr() string { return d.coord.GRPCAddr() }
+// fuseboxctl's --coordinator takes ("" with Config.Agent).
+func (d *Demo) GRPCAddr() string {
+	if d.coord == nil {
+		return ""
+	}
+	return d.coord.GRPCAddr()
+}
 
-// AdminToken returns the bearer token of the demo's admin identity.
+// AdminToken returns the bearer token of the demo's admin identity ("" with
+// Config.Agent).
 func (d *Demo) AdminToken() string { return d.token }
 
-// Coordinator returns the demo's coordinator.
+// Coordinator returns the demo's coordinator (nil with Config.Agent).
 func (d *Demo) Coordinator() *coordinator.Coordinator { return d.coord }
 
 // Agents returns the demo's agents: agent-a, agent-b, agent-c, in zones
-// zone-a, zone-b, zone-c, serving services checkout, orders and returns.
+// zone-a, zone-b, zone-c, serving services checkout, orders and returns
+// (none with Config.Agent).
 func (d *Demo) Agents() []*agent.Agent { return append([]*agent.Agent(nil), d.agents...) }
 
-// EtcdEndpoints returns the embedded etcd's client URLs.
-func (d *Demo) EtcdEndpoints() []string { return d.etcd.Endpoints() }
+// EtcdEndpoints returns the embedded etcd's client URLs (none with
+// Config.Agent).
+func (d *Demo) EtcdEndpoints() []string {
+	if d.etcd == nil {
+		return nil
+	}
+	return d.etcd.Endpoints()
+}
 
-// Store returns a store on the demo's etcd.
+// Store returns a store on the demo's etcd (nil with Config.Agent).
 func (d *Demo) Store() *store.Store { return d.store }
 
-// Policy returns the fleet default policy the demo wrote.
+// Policy returns the fleet default policy the demo wrote (with
+// Config.Agent, the one it would have written: the agent's apply).
 func (d *Demo) Policy() sharedstate.Policy { return d.policy }
 
 // Phase returns the window of one phase of one cycle (cycle 0 is the

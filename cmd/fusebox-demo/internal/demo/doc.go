@@ -30,6 +30,12 @@
 //	failing := d.Phase(0, demo.Failing)
 //	for _, tr := range sum.TransitionsOf(demo.ShippingAPI) { … }
 //
+// With Config.Agent set, the demo runs only the two dependencies and the
+// three services, whose clients talk to that external agent (an agent on
+// the node, as an application pod would): no etcd, coordinator or agents
+// of its own; the agent's policies apply; Config.HTTPAddr serves /healthz
+// and /readyz; the transitions are those the clients see.
+//
 // Everything listens on loopback, on port 0 except the coordinator's HTTP
 // and Admin API (Config.HTTPAddr, Config.GRPCAddr); data and sockets live
 // in temporary directories that Close removes. The coordinator requires

@@ -18,11 +18,12 @@ import (
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 )
 
-// fuseboxctl is the path of the fuseboxctl binary TestMain builds for the
-// browser test ("" when the build failed; buildErr says why).
+// fuseboxctl and fuseboxDemo are the paths of the binaries TestMain builds
+// for the browser test and the external agent test ("" when the build
+// failed; buildErr says why).
 var (
-	fuseboxctl string
-	buildErr   error
+	fuseboxctl, fuseboxDemo string
+	buildErr                error
 )
 
 func TestMain(m *testing.M) {
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "TestMain:", err)
 		os.Exit(1)
 	}
-	fuseboxctl, buildErr = buildFuseboxctl(dir)
+	fuseboxctl, fuseboxDemo, buildErr = buildBinaries(dir)
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
@@ -57,19 +58,19 @@ func findLeaks(within time.Duration) error {
 	}
 }
 
-// buildFuseboxctl builds cmd/fuseboxctl into dir with the go command that
-// runs the tests.
-func buildFuseboxctl(dir string) (string, error) {
-	out := filepath.Join(dir, "fuseboxctl")
+// buildBinaries builds cmd/fuseboxctl and cmd/fusebox-demo into dir with
+// the go command that runs the tests.
+func buildBinaries(dir string) (ctl, demo string, err error) {
 	goBin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	if _, err := os.Stat(goBin); err != nil {
 		goBin = "go"
 	}
-	cmd := exec.Command(goBin, "build", "-o", out, "github.com/fusebox-dev/fusebox/cmd/fuseboxctl")
+	cmd := exec.Command(goBin, "build", "-o", dir+string(filepath.Separator),
+		"github.com/fusebox-dev/fusebox/cmd/fuseboxctl", "github.com/fusebox-dev/fusebox/cmd/fusebox-demo")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build fuseboxctl: %v\n%s", err, b)
+		return "", "", fmt.Errorf("go build fuseboxctl fusebox-demo: %v\n%s", err, b)
 	}
-	return out, nil
+	return filepath.Join(dir, "fuseboxctl"), filepath.Join(dir, "fusebox-demo"), nil
 }
 
 // testConfig is a demo on free ports with short phases, its lines going

@@ -182,6 +182,10 @@ func formatCounts(dep string, c Counts) string {
 // printBanner prints the dashboard URL and how to poke the fleet (one line
 // when headless).
 func (d *Demo) printBanner() {
+	if d.cfg.Agent != "" {
+		d.printExternalBanner()
+		return
+	}
 	url := d.DashboardURL()
 	if d.cfg.Headless {
 		d.printf("fusebox-demo: dashboard %s  admin API %s  token %s\n", url, d.GRPCAddr(), d.token)

@@ -75,14 +75,19 @@ type service struct {
 	http   *http.Client
 }
 
-func newService(name, agentName, socket string) (*service, error) {
+// newService connects a service's client to the agent at address;
+// onChange and onAgent, when not nil, receive its state changes and agent
+// events.
+func newService(name, agentName, address string, onChange func(clientlib.StateChange), onAgent func(clientlib.AgentEvent)) (*service, error) {
 	reg := prometheus.NewRegistry()
 	c, err := clientlib.New(clientlib.Config{
-		AgentAddress: "unix://" + socket,
-		Service:      name,
-		Instance:     name + "-1",
-		Dependencies: []string{ShippingAPI, CatalogAPI},
-		Registerer:   reg,
+		AgentAddress:  address,
+		OnStateChange: onChange,
+		OnAgentChange: onAgent,
+		Service:       name,
+		Instance:      name + "-1",
+		Dependencies:  []string{ShippingAPI, CatalogAPI},
+		Registerer:    reg,
 		// Three agents, etcd, a coordinator and the traffic share one
 		// process: give the agent more than the default 50ms to answer a
 		// retry or probe request before the client decides locally.
