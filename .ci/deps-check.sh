@@ -34,6 +34,9 @@ rule() {
     sharedstate | sharedstate/*)
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
       WHY='sharedstate and its small packages import the standard library only' ;;
+    protocol/gossip/simnet)
+      ALLOW='^$'; DENY='^go\.etcd\.io/'
+      WHY='protocol/gossip/simnet (the simulated network of tests and scale runs) may import memberlist only' ;;
     protocol/gossip)
       ALLOW="^($PROTO|sharedstate/secretfile)\$"; DENY='^go\.etcd\.io/'
       WHY='protocol/gossip may import protocol, sharedstate and memberlist' ;;
@@ -43,6 +46,9 @@ rule() {
     agent/agenttest)
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
+    agent/internal/scale | agent/internal/scale/*)
+      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
+      WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
     agent | agent/*)
       ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
@@ -92,10 +98,11 @@ while read -r pkg; do
   done
 done < <($GO list ./clientlib/...)
 
-# No binary links package testing or a test-helper package.
+# No binary links package testing, a test-helper package or the simulated
+# network.
 for b in $($GO list ./cmd/... | grep -v /internal/); do
-  for d in $($GO list -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$' || true); do
-    bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers belong in packages only _test.go files import)"
+  for d in $($GO list -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/protocol/gossip/simnet$' || true); do
+    bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers and the simulated network belong in packages only tests and scale runs import)"
   done
 done
 
