@@ -52,6 +52,8 @@ type options struct {
 	registerer    prometheus.Registerer
 	defaultPolicy *sharedstate.Policy
 	etcdClient    *store.Client
+	transport     memberlist.NodeAwareTransport
+	inProcessAPI  bool
 }
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
@@ -74,6 +76,19 @@ func WithDefaultPolicy(p sharedstate.Policy) Option {
 // WithEtcdClient makes the agent use c instead of dialing Config.Etcd; the
 // agent does not close it.
 func WithEtcdClient(c *store.Client) Option { return func(o *options) { o.etcdClient = c } }
+
+// WithGossipTransport makes memberlist use t instead of binding UDP and TCP
+// sockets at Config.GossipAddr (which must still parse; the transport
+// decides the advertised address). Simulations run many agents in one
+// process on protocol/gossip/simnet this way.
+func WithGossipTransport(t memberlist.NodeAwareTransport) Option {
+	return func(o *options) { o.transport = t }
+}
+
+// WithInProcessAPI serves the local API only in process, through LocalAPI:
+// no unix socket, no TCP, so Config.Socket and Config.GRPCAddr may both be
+// empty. Simulations use it to run hundreds of agents without sockets.
+func WithInProcessAPI() Option { return func(o *options) { o.inProcessAPI = true } }
 
 // Agent is one running fusebox-agent. Build it with New, run it with
 // Start, stop it with Close.
@@ -129,12 +144,12 @@ type Agent struct {
 // even for port 0. memberlist starts answering at once; nothing joins,
 // serves or watches until Start. On error New releases what it took.
 func New(cfg Config, opts ...Option) (_ *Agent, err error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
 	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{})}
 	for _, o := range opts {
 		o(&a.opts)
+	}
+	if err := cfg.validate(a.opts.inProcessAPI); err != nil {
+		return nil, err
 	}
 	a.lg = a.opts.logger
 	if a.lg == nil {
@@ -220,6 +235,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.Handler = (*gossipHandler)(a)
 	gc.Events = (*memberEvents)(a)
 	gc.Logger = a.lg
+	gc.Transport = a.opts.transport
 	a.gossip, err = gossip.New(gc)
 	if err != nil {
 		return nil, err
@@ -483,6 +499,18 @@ func (a *Agent) HTTPAddr() string {
 
 // Engine returns the agent's engine (read it; the agent feeds it).
 func (a *Agent) Engine() *sharedstate.Engine { return a.eng }
+
+// LocalAPI returns the handlers of the local API (what the unix socket and
+// the loopback TCP serve), to be called in process. Session needs a gRPC
+// stream; the unary methods (Check, Report, AcquireRetry, AcquireProbe) do
+// not.
+func (a *Agent) LocalAPI() fuseboxv1.AgentServer { return &apiServer{a: a} }
+
+// PushPullState returns the state this agent sends in a push-pull right
+// now (its records and its own rows): simulations measure its size.
+func (a *Agent) PushPullState() *fuseboxv1.PushPullState {
+	return (*gossipHandler)(a).LocalState(false)
+}
 
 // Gossip returns the agent's gossip layer.
 func (a *Agent) Gossip() *gossip.Gossip { return a.gossip }

@@ -178,7 +178,11 @@ func DefaultConfig() Config {
 
 // Validate reports every problem of the configuration at once, each naming
 // the field (by its flag name) and the offending value. It changes nothing.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(false) }
+
+// validate is Validate; inProcessAPI (WithInProcessAPI) lets the agent run
+// without a socket or TCP listener for its local API.
+func (c Config) validate(inProcessAPI bool) error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("agent config: %s: "+format, append([]any{field}, args...)...))
@@ -227,7 +231,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
-	if c.Socket == "" && c.GRPCAddr == "" {
+	if c.Socket == "" && c.GRPCAddr == "" && !inProcessAPI {
 		bad("socket", "must be set when grpc-addr is not (clients need a way in)")
 	}
 	if len(c.Socket) > 104 {

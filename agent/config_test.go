@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -8,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // DefaultConfig binds gossip on every interface, so alone it lacks one
@@ -144,4 +148,27 @@ func TestEnvName(t *testing.T) {
 			t.Errorf("EnvName(%q) = %q, want %q", flag, got, env)
 		}
 	}
+}
+
+// TestInProcessAPI: without listeners New refuses the config, unless the
+// local API is in process only; then LocalAPI answers without a socket.
+func TestInProcessAPI(t *testing.T) {
+	cfg := testConfig(t, "inproc")
+	cfg.Socket, cfg.GRPCAddr, cfg.HTTPAddr = "", "", ""
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "socket: must be set") {
+		t.Fatalf("New without listeners: %v", err)
+	}
+	a := startAgent(t, cfg, WithInProcessAPI())
+	if a.SocketPath() != "" || a.GRPCAddr() != "" {
+		t.Fatalf("listeners: socket %q grpc %q", a.SocketPath(), a.GRPCAddr())
+	}
+	resp, err := a.LocalAPI().Report(context.Background(), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
+		Dependency: "inproc-dep", Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: 3}}})
+	if err != nil || resp.GetAccepted() != 3 {
+		t.Fatalf("Report: %v %v", resp, err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the reported row in the push-pull state", func() bool {
+		st := a.PushPullState()
+		return len(st.GetRows()) == 1 && st.GetRows()[0].GetDependency() == "inproc-dep" && st.GetRows()[0].GetCounts().GetFailures() == 3
+	})
 }

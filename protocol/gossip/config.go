@@ -63,6 +63,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Codec bounds frames (optional, default protocol.DefaultMaxFrameSize).
 	Codec protocol.Codec
+	// Transport carries memberlist's packets and streams (optional, default
+	// memberlist's UDP/TCP transport bound at BindAddr, which must parse
+	// either way). Simulations pass a protocol/gossip/simnet transport.
+	Transport memberlist.NodeAwareTransport
 }
 
 // DefaultConfig returns a Config with every optional field at its default.

@@ -241,6 +241,9 @@ func New(cfg Config) (*Gossip, error) {
 		mc.GossipVerifyIncoming = true
 		mc.GossipVerifyOutgoing = true
 	}
+	if cfg.Transport != nil {
+		mc.Transport = cfg.Transport
+	}
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
 	mc.Logger = newMemberlistLogger(cfg.Logger)

@@ -1,0 +1,515 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/protocol"
+	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// Policy is the fleet default of the scenarios: DefaultPolicy (20
+// requests, 50% failures, from 2 nodes, 10 s window) with an open duration
+// long enough that no breaker turns half-open while a scenario watches it.
+func Policy() sharedstate.Policy {
+	p := sharedstate.DefaultPolicy()
+	p.Breaker.OpenDuration = sharedstate.Duration(10 * time.Minute)
+	p.Breaker.MaxOpenDuration = sharedstate.Duration(20 * time.Minute)
+	return p
+}
+
+// ReportEvery is how often a simulated client reports, as clientlib's
+// flush does at most every 50 ms; 100 ms keeps hundreds of agents cheap.
+const ReportEvery = 100 * time.Millisecond
+
+// traffic runs clients until stop is closed: every ReportEvery each client
+// agent in clients reports successes and failures for every dependency in
+// deps. It returns a function that stops them and waits.
+func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, successes, failures uint32) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(ReportEvery)
+		defer t.Stop()
+		for {
+			for _, i := range clients {
+				for _, d := range deps {
+					f.Report(ctx, i, d, successes, failures) // an agent being restarted refuses: a client would retry
+				}
+			}
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() { close(done) })
+		wg.Wait()
+	}
+}
+
+// spread picks k agents spread over the fleet (0, N/k, 2N/k, ...).
+func spread(n, k int) []int {
+	k = min(k, n)
+	out := make([]int, k)
+	for j := range k {
+		out[j] = j * n / k
+	}
+	return out
+}
+
+// Percentiles of a sample (nearest rank).
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(p*float64(len(s)) + 0.5)
+	i = min(max(i-1, 0), len(s)-1)
+	return s[i]
+}
+
+// TripResult is what scenario (a) (and (d) on a lossy network) measured.
+type TripResult struct {
+	// Rejecting counts the agents that rejected before the deadline (all N
+	// when the scenario succeeded).
+	Rejecting int
+	// Spread holds, per agent, how long after the first agent rejected it
+	// rejected too. P50, P99 and Max summarise it.
+	Spread        []time.Duration
+	P50, P99, Max time.Duration
+	// Proposers counts the agents that proposed the open record themselves.
+	Proposers int
+	// Generations counts distinct (generation, origin) of the open records
+	// the agents hold at the end: 1 when the fleet agrees on one record.
+	Generations int
+	// Packets and Bytes are what the network carried from the first failure
+	// reported until every agent rejected, beyond the steady rate measured
+	// just before (with healthy traffic): the cost of the transition.
+	Packets, Bytes int64
+	// Baseline is how many packets the steady rate accounts for meanwhile.
+	Baseline int64
+	// Dropped counts packets that found a receive queue full meanwhile: a
+	// sign that the machine, not the protocol, was the limit.
+	Dropped uint64
+	// Window is how long that took.
+	Window time.Duration
+}
+
+// Trip runs scenario (a): k clients on agents spread over the fleet report
+// successes for warm (the steady rate is measured meanwhile), then only
+// failures until every agent rejects dep, or ctx ends. Time is measured by
+// polling every agent's snapshot every millisecond.
+func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
+	clients := spread(f.Size(), k)
+	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
+	if !sleep(ctx, warm/4) {
+		stop()
+		return TripResult{}, ctx.Err()
+	}
+	s0, t0 := f.Net.Stats(), time.Now()
+	if !sleep(ctx, warm) {
+		stop()
+		return TripResult{}, ctx.Err()
+	}
+	s1, t1 := f.Net.Stats(), time.Now()
+	stop()
+	rate := perSecond(s1.Sub(s0), t1.Sub(t0))
+
+	stop = f.traffic(ctx, clients, []string{dep}, 0, 10)
+	defer stop()
+	s2, t2 := f.Net.Stats(), time.Now()
+	first, err := f.watchRejects(ctx, dep, allAgents(f.Size()))
+	s3, t3 := f.Net.Stats(), time.Now()
+	var r TripResult
+	var earliest, latest time.Time
+	for _, at := range first {
+		if at.IsZero() {
+			continue
+		}
+		r.Rejecting++
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	for _, at := range first {
+		if !at.IsZero() {
+			r.Spread = append(r.Spread, at.Sub(earliest))
+		}
+	}
+	r.P50, r.P99, r.Max = percentile(r.Spread, 0.50), percentile(r.Spread, 0.99), percentile(r.Spread, 1)
+	r.Window = latest.Sub(earliest)
+	d := s3.Sub(s2)
+	secs := t3.Sub(t2).Seconds()
+	r.Baseline = int64(rate.msgs * secs)
+	r.Packets = int64(d.Messages()) - r.Baseline
+	r.Bytes = int64(d.Bytes()) - int64(rate.bytes*secs)
+	r.Dropped = d.PacketsDropped
+	r.Proposers, r.Generations = f.proposers(dep)
+	return r, err
+}
+
+type rate struct{ msgs, bytes float64 }
+
+func perSecond(s simnet.Stats, d time.Duration) rate {
+	return rate{float64(s.Messages()) / d.Seconds(), float64(s.Bytes()) / d.Seconds()}
+}
+
+func allAgents(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// proposers counts the agents that proposed an open record of dep and the
+// distinct open records the agents hold.
+func (f *Fleet) proposers(dep string) (proposers, records int) {
+	seen := map[[2]string]bool{}
+	for i := range f.Size() {
+		if f.Proposed(i, dep, "open") > 0 {
+			proposers++
+		}
+		if r, ok := f.Record(i, dep); ok && r.State == sharedstate.Open {
+			seen[[2]string{fmt.Sprint(r.Generation), r.Origin}] = true
+		}
+	}
+	return proposers, len(seen)
+}
+
+// watchRejects polls the agents in idx every millisecond and returns when
+// each of them first held dep's fleet breaker open and rejected (zero: not
+// before ctx ended). (An agent whose own clients fail may reject earlier on its own
+// node-local breaker: that is not the fleet's decision spreading.)
+func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first []time.Time, err error) {
+	first = make([]time.Time, f.Size())
+	left := len(idx)
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for left > 0 {
+		for _, i := range idx {
+			if first[i].IsZero() && f.FleetOpen(i, dep) && f.Rejects(i, dep) {
+				first[i] = time.Now()
+				left--
+			}
+		}
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return first, fmt.Errorf("scale: %d of %d agents do not reject %s: %w", left, len(idx), dep, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return first, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// SteadyResult is what scenarios (b) and (c) measured.
+type SteadyResult struct {
+	// Deps is how many dependencies had traffic; PerAgent how many of them
+	// each agent's clients called.
+	Deps, PerAgent int
+	// BytesPerAgent and MsgsPerAgent are what the network carried per agent
+	// per second (sent: packets and stream bytes).
+	BytesPerAgent, MsgsPerAgent float64
+	// PushPull is the largest push-pull state (encoded frame) of any agent,
+	// in bytes; PushPullErr says why one did not encode (over the frame limit).
+	PushPull    int
+	PushPullErr error
+	// HeapPerAgent is the process's live heap after a GC divided by N.
+	HeapPerAgent uint64
+	// Known is the smallest number of these dependencies any agent tracks.
+	Known int
+}
+
+// Steady runs scenarios (b) and (c): deps dependencies named prefix-0…,
+// each agent's clients calling perAgent of them (agent i calls i, i+1, …
+// modulo deps, so every dependency has about N×perAgent/deps callers;
+// agent 0 calls first of them when first > 0: the push-pull worst case),
+// all healthy, for warm and then for measure, during which the network's
+// counters are read. The push-pull size is the largest of any agent.
+func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first int, warm, measure time.Duration) (SteadyResult, error) {
+	perAgent = min(perAgent, deps)
+	r := SteadyResult{Deps: deps, PerAgent: perAgent}
+	var stops []func()
+	for i := range f.Size() {
+		var mine []string
+		calls := perAgent
+		if i == 0 && first > 0 {
+			calls = min(first, deps)
+		}
+		for j := range calls {
+			mine = append(mine, fmt.Sprintf("%s-%d", prefix, (i+j)%deps))
+		}
+		stops = append(stops, f.traffic(ctx, []int{i}, mine, 10, 0))
+	}
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	if !sleep(ctx, warm) {
+		return r, ctx.Err()
+	}
+	s0, t0 := f.Net.Stats(), time.Now()
+	if !sleep(ctx, measure) {
+		return r, ctx.Err()
+	}
+	s1, t1 := f.Net.Stats(), time.Now()
+	rt := perSecond(s1.Sub(s0), t1.Sub(t0))
+	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
+
+	r.Known = -1
+	for i := range f.Size() {
+		a := f.Agent(i)
+		st := a.PushPullState()
+		frame, err := protocol.Codec{}.EncodePushPull(st)
+		if err != nil && r.PushPullErr == nil {
+			r.PushPullErr = fmt.Errorf("%s: %w", Name(i), err)
+		}
+		r.PushPull = max(r.PushPull, len(frame))
+		known := 0
+		for _, d := range a.Engine().Dependencies() {
+			if len(d) > len(prefix) && d[:len(prefix)+1] == prefix+"-" {
+				known++
+			}
+		}
+		if r.Known < 0 || known < r.Known {
+			r.Known = known
+		}
+	}
+	r.HeapPerAgent = heap() / uint64(f.Size())
+	return r, nil
+}
+
+// heap returns the live heap after a collection.
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// PartitionResult is what scenario (e) measured.
+type PartitionResult struct {
+	// SickSideRejecting and HealthySideRejecting count the agents of each
+	// half that rejected dep at the end of the split: all of the sick half
+	// and none of the healthy half when each decided on its own evidence.
+	SickSideRejecting, HealthySideRejecting int
+	// HealthySideEverOpen counts healthy-half agents that held the fleet
+	// breaker open at any poll during the split.
+	HealthySideEverOpen int
+	// SelfHealed reports whether one membership and one record came back
+	// within HealWait of the heal without help; SelfHeal is how long it took.
+	SelfHealed bool
+	SelfHeal   time.Duration
+	// Converge is how long it took after the heal (or, when the fleet did
+	// not heal by itself, after one agent of each half was told to join the
+	// other) until every agent counted N agents, held the same record of
+	// dep and had the rows of every client.
+	Converge time.Duration
+}
+
+// Partition runs scenario (e): k clients in each half report healthy
+// traffic; the network splits the fleet into halves for split, during which
+// the first half's clients report only failures; then the network heals.
+func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait time.Duration) (PartitionResult, error) {
+	var r PartitionResult
+	n := f.Size()
+	half := n / 2
+	var sick, healthy []int
+	for _, i := range spread(half, k) {
+		sick = append(sick, i)
+	}
+	for _, i := range spread(n-half, k) {
+		healthy = append(healthy, half+i)
+	}
+	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
+	defer stopHealthy()
+	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
+	if !sleep(ctx, time.Second) {
+		stopSick()
+		return r, ctx.Err()
+	}
+	var left, right []string
+	for i := range n {
+		if i < half {
+			left = append(left, f.Addr(i))
+		} else {
+			right = append(right, f.Addr(i))
+		}
+	}
+	if err := f.Net.Partition(map[string][]string{"sick": left, "healthy": right}); err != nil {
+		stopSick()
+		return r, err
+	}
+	stopSick()
+	stopSick = f.traffic(ctx, sick, []string{dep}, 0, 10)
+	defer stopSick()
+
+	everOpen := make([]bool, n)
+	end := time.Now().Add(split)
+	t := time.NewTicker(10 * time.Millisecond)
+	for time.Now().Before(end) {
+		for i := half; i < n; i++ {
+			if f.FleetOpen(i, dep) {
+				everOpen[i] = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r, ctx.Err()
+		case <-t.C:
+		}
+	}
+	t.Stop()
+	for i := range n {
+		switch {
+		case i < half && f.Rejects(i, dep):
+			r.SickSideRejecting++
+		case i >= half && f.Rejects(i, dep):
+			r.HealthySideRejecting++
+		}
+		if everOpen[i] {
+			r.HealthySideEverOpen++
+		}
+	}
+
+	clients := append(append([]int(nil), sick...), healthy...)
+	f.Net.Heal()
+	healed := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, healWait)
+	err := f.waitConverged(wctx, dep, clients)
+	cancel()
+	if err == nil {
+		r.SelfHealed, r.SelfHeal, r.Converge = true, time.Since(healed), time.Since(healed)
+		return r, nil
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	// Not healed by itself (memberlist forgets members it declared dead):
+	// do what a membership reconciliation would, once.
+	joined := time.Now()
+	if _, err := f.Agent(0).Gossip().Join([]string{f.Addr(half)}); err != nil {
+		return r, fmt.Errorf("scale: join across the healed partition: %w", err)
+	}
+	if err := f.waitConverged(ctx, dep, clients); err != nil {
+		return r, err
+	}
+	r.Converge = time.Since(joined)
+	return r, nil
+}
+
+// waitConverged waits until every agent counts N agents, holds the same
+// fleet record of dep as agent 0 and has a live row of dep from every
+// client agent.
+func (f *Fleet) waitConverged(ctx context.Context, dep string, clients []int) error {
+	rowsFrom := func(a *agent.Agent) int {
+		n := 0
+		for _, r := range a.Engine().Rows(dep) {
+			for _, c := range clients {
+				if r.Node == Name(c) {
+					n++
+				}
+			}
+		}
+		return n
+	}
+	return f.waitAll(ctx, func(i int, a *agent.Agent) bool {
+		if a.Gossip().NumAgents() != f.Size() || rowsFrom(a) != len(clients) {
+			return false
+		}
+		r0, ok0 := f.Record(0, dep)
+		r, ok := f.Record(i, dep)
+		return ok0 == ok && sharedstate.SameRecord(r0, r)
+	}, func(i int, a *agent.Agent) string {
+		r, _ := f.Record(i, dep)
+		return fmt.Sprintf("%s: %d agents (want %d), rows from %d of the %d clients, record generation %d %v from %s",
+			Name(i), a.Gossip().NumAgents(), f.Size(), rowsFrom(a), len(clients), r.Generation, r.State, r.Origin)
+	})
+}
+
+// ChurnResult is what scenario (f) measured.
+type ChurnResult struct {
+	// Restarted counts the agents restarted.
+	Restarted int
+	// HealthyAfterReady counts restarted agents that, once ready (joined),
+	// still allowed dep while the fleet held it open: must be 0.
+	HealthyAfterReady int
+	// MaxBlind is the longest time from a restarted agent's start (after the
+	// old one closed) until it rejected: the window in which its clients
+	// were let through.
+	MaxBlind time.Duration
+}
+
+// Churn runs scenario (f) on a fleet that holds dep open (run Trip
+// first): the last frac of the agents (never the seeds) restart, one after
+// the other, while clients keep reporting failures; each must reject once
+// it is ready.
+func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (ChurnResult, error) {
+	var r ChurnResult
+	n := f.Size()
+	count := max(1, int(float64(n)*frac))
+	stop := f.traffic(ctx, spread(n, k), []string{dep}, 0, 10)
+	defer stop()
+	for j := range count {
+		i := n - 1 - j
+		if i < f.cfg.Seeds {
+			break
+		}
+		t0 := time.Now()
+		if err := f.Restart(ctx, i); err != nil {
+			return r, err
+		}
+		start := time.Now()
+		r.Restarted++
+		if err := f.waitAll(ctx, func(x int, a *agent.Agent) bool { return x != i || a.Ready() },
+			func(x int, a *agent.Agent) string { return Name(x) + " is not ready after its restart" }); err != nil {
+			return r, err
+		}
+		ready := time.Now()
+		if !f.Rejects(i, dep) {
+			r.HealthyAfterReady++
+		}
+		if _, err := f.watchRejects(ctx, dep, []int{i}); err != nil {
+			return r, err
+		}
+		r.MaxBlind = max(r.MaxBlind, time.Since(start))
+		if f.cfg.Trace != nil {
+			f.cfg.Trace("churn: %s restarted in %v, ready after %v, rejecting after %v", Name(i), start.Sub(t0), ready.Sub(start), time.Since(start))
+		}
+	}
+	return r, nil
+}
