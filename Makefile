@@ -27,6 +27,7 @@ IMAGE   ?= fusebox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
+SCALE_SIZES  ?= 10,50,200,500
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
@@ -65,6 +66,10 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	  echo "installing Debian's$$need for the tests"; \
 	  apt-get update && apt-get install -y $$need; \
 	fi
+
+.PHONY: scale
+scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print the README's Scale table
+	$(GO) run ./agent/internal/scale/cmd/scale -sizes $(SCALE_SIZES)
 
 bench: test-deps ## run the benchmarks of the README's Performance section
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...

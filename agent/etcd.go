@@ -367,6 +367,20 @@ func (a *Agent) joinTargets() []string {
 	return out
 }
 
+// peerAddrs returns the gossip addresses of up to max other alive agents.
+func (a *Agent) peerAddrs(max int) []string {
+	var out []string
+	for _, m := range a.gossip.Members() {
+		if len(out) == max {
+			break
+		}
+		if m.Name != a.cfg.Name && m.Meta.IsAgent() {
+			out = append(out, m.Addr)
+		}
+	}
+	return out
+}
+
 func (a *Agent) kickJoin() {
 	select {
 	case a.hub.joinKick <- struct{}{}:
@@ -374,18 +388,23 @@ func (a *Agent) kickJoin() {
 	}
 }
 
-// joinLoop joins the cluster at start and again whenever this agent sees
-// no other agent (everyone restarted), with backoff. While it has company it
-// reconciles membership every RejoinInterval: every address of --join and
-// of the etcd member registry that memberlist does not list as alive is
-// joined again. memberlist forgets dead members, so without this two halves
-// of a healed partition that each have company would never merge; a join is
-// a push-pull state exchange, so records and rows converge with it.
+// joinLoop joins the cluster at start (always through a Join, which
+// exchanges state) and again whenever this agent sees no other agent
+// (everyone restarted), with backoff. While it has company it reconciles
+// membership every RejoinInterval: every address of --join and of the etcd
+// member registry that memberlist does not list as alive is joined again.
+// memberlist forgets dead members, so without this two halves of a healed
+// partition that each have company would never merge; a join is a
+// push-pull state exchange, so records and rows converge with it.
 func (a *Agent) joinLoop() {
 	backoff := newBackoff(200*time.Millisecond, 10*time.Second)
 	for {
-		if a.gossip.NumAgents() > 1 {
-			a.joined.Store(true)
+		// Counting other agents is not enough to be joined: a restarted
+		// agent hears from peers that still know its address before it
+		// exchanged any state with them, and would then serve its clients
+		// without the fleet's breaker records (scale scenario (f)). A Join
+		// is a push-pull: after one, the records are here.
+		if a.gossip.NumAgents() > 1 && a.joined.Load() {
 			backoff.reset()
 			if missing := a.missingTargets(); len(missing) > 0 {
 				n, err := a.gossip.Join(missing)
@@ -395,8 +414,17 @@ func (a *Agent) joinLoop() {
 					a.lg.Debug("gossip rejoin found none of the missing agents", "targets", missing, "err", err)
 				}
 			}
-		} else if targets := a.joinTargets(); len(targets) > 0 {
-			n, err := a.gossip.Join(targets)
+		} else if targets := a.joinTargets(); len(targets) > 0 || a.gossip.NumAgents() > 1 {
+			n, err := 0, error(nil)
+			if len(targets) > 0 {
+				n, err = a.gossip.Join(targets)
+			}
+			if n == 0 && a.gossip.NumAgents() > 1 {
+				// Peers found this agent (they joined it, or still knew its
+				// address): exchange state with a few of them.
+				targets = a.peerAddrs(3)
+				n, err = a.gossip.Join(targets)
+			}
 			switch {
 			case err != nil && n == 0:
 				a.lg.Warn("gossip join failed", "targets", targets, "err", err)

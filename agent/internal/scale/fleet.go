@@ -70,6 +70,8 @@ type Fleet struct {
 	cfg FleetConfig
 	Net *simnet.Network
 
+	heapBase uint64 // live heap before the fleet started
+
 	mu     sync.Mutex
 	agents []*agent.Agent
 	addrs  []string
@@ -92,11 +94,12 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	base := heap()
 	n, err := simnet.New(cfg.Net)
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{cfg: cfg, Net: n, agents: make([]*agent.Agent, cfg.N), addrs: make([]string, cfg.N)}
+	f := &Fleet{cfg: cfg, Net: n, heapBase: base, agents: make([]*agent.Agent, cfg.N), addrs: make([]string, cfg.N)}
 	defer func() {
 		if err != nil {
 			f.Close()

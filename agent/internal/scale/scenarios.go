@@ -95,8 +95,11 @@ type TripResult struct {
 	// Proposers counts the agents that proposed the open record themselves.
 	Proposers int
 	// Generations counts distinct (generation, origin) of the open records
-	// the agents hold at the end: 1 when the fleet agrees on one record.
+	// the agents held when the last of them started rejecting: several
+	// proposers may have raced (the merge picks one). Agree is how long
+	// after that every agent held the same record.
 	Generations int
+	Agree       time.Duration
 	// Packets and Bytes are what the network carried from the first failure
 	// reported until every agent rejected, beyond the steady rate measured
 	// just before (with healthy traffic): the cost of the transition.
@@ -163,7 +166,21 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 	r.Bytes = int64(d.Bytes()) - int64(rate.bytes*secs)
 	r.Dropped = d.PacketsDropped
 	r.Proposers, r.Generations = f.proposers(dep)
-	return r, err
+	if err != nil {
+		return r, err
+	}
+	agreeStart := time.Now()
+	if err := f.waitAll(ctx, func(i int, a *agent.Agent) bool {
+		r0, _ := f.Record(0, dep)
+		ri, _ := f.Record(i, dep)
+		return sharedstate.SameRecord(r0, ri)
+	}, func(i int, a *agent.Agent) string {
+		return Name(i) + " holds another record than " + Name(0)
+	}); err != nil {
+		return r, err
+	}
+	r.Agree = time.Since(agreeStart)
+	return r, nil
 }
 
 type rate struct{ msgs, bytes float64 }
@@ -246,15 +263,18 @@ type SteadyResult struct {
 	// in bytes; PushPullErr says why one did not encode (over the frame limit).
 	PushPull    int
 	PushPullErr error
-	// HeapPerAgent is the process's live heap after a GC divided by N.
+	// HeapPerAgent is the growth of the process's live heap (after a GC)
+	// since before the fleet started, divided by N: agents, their share of
+	// the simulated network, and the simulated clients.
 	HeapPerAgent uint64
 	// Known is the smallest number of these dependencies any agent tracks.
 	Known int
 }
 
 // Steady runs scenarios (b) and (c): deps dependencies named prefix-0…,
-// each agent's clients calling perAgent of them (agent i calls i, i+1, …
-// modulo deps, so every dependency has about N×perAgent/deps callers;
+// each agent's clients calling perAgent of them (agent i calls i×perAgent,
+// i×perAgent+1, … modulo deps, so every dependency has about
+// N×perAgent/deps callers when N×perAgent ≥ deps;
 // agent 0 calls first of them when first > 0: the push-pull worst case),
 // all healthy, for warm and then for measure, during which the network's
 // counters are read. The push-pull size is the largest of any agent.
@@ -269,7 +289,7 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			calls = min(first, deps)
 		}
 		for j := range calls {
-			mine = append(mine, fmt.Sprintf("%s-%d", prefix, (i+j)%deps))
+			mine = append(mine, fmt.Sprintf("%s-%d", prefix, (i*perAgent+j)%deps))
 		}
 		stops = append(stops, f.traffic(ctx, []int{i}, mine, 10, 0))
 	}
@@ -308,7 +328,9 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			r.Known = known
 		}
 	}
-	r.HeapPerAgent = heap() / uint64(f.Size())
+	if h := heap(); h > f.heapBase {
+		r.HeapPerAgent = (h - f.heapBase) / uint64(f.Size())
+	}
 	return r, nil
 }
 

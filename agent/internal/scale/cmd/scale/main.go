@@ -1,0 +1,43 @@
+// Command scale runs the fleet scenarios of agent/internal/scale for each
+// size given and prints the README's "Scale" table (markdown) with the
+// machine it ran on. `make scale` runs it for N = 10, 50, 200 and 500.
+//
+//	go run ./agent/internal/scale/cmd/scale -sizes 10,50 -split 30s
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+)
+
+func main() {
+	var cfg scale.RunConfig
+	var sizes string
+	flag.StringVar(&sizes, "sizes", "10,50,200,500", "fleet sizes, comma-separated")
+	flag.DurationVar(&cfg.Split, "split", 30*time.Second, "how long scenario (e) keeps the fleet split")
+	flag.DurationVar(&cfg.Measure, "measure", 10*time.Second, "how long scenarios (b) and (c) measure the steady state")
+	flag.BoolVar(&cfg.Verbose, "v", false, "print each step to stderr")
+	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < 2 {
+			fmt.Fprintf(os.Stderr, "scale: -sizes: %q is not a fleet size (an integer >= 2)\n", s)
+			os.Exit(2)
+		}
+		cfg.Sizes = append(cfg.Sizes, n)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := scale.Run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
