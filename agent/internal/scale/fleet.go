@@ -77,7 +77,10 @@ type Fleet struct {
 	addrs  []string
 }
 
-// NewFleet starts the network and the agents one after the other, each
+// StartParallel is how many agents NewFleet starts at once.
+const StartParallel = 8
+
+// NewFleet starts the network and the agents (the seeds first), each
 // joining through the seeds, and waits until every agent counts N agents
 // in its membership, or ctx ends. On error it closes what it started.
 func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
@@ -105,19 +108,52 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 			f.Close()
 		}
 	}()
+	trs := make([]*simnet.Transport, cfg.N)
 	for i := range cfg.N {
-		tr, err := n.NewTransport("")
-		if err != nil {
+		if trs[i], err = n.NewTransport(""); err != nil {
+			for _, tr := range trs[:i] {
+				tr.Shutdown()
+			}
 			return nil, err
 		}
-		f.addrs[i] = tr.Addr()
-		a, err := f.start(ctx, i, tr)
+		f.addrs[i] = trs[i].Addr()
+	}
+	// The seeds one after the other (each joins the ones before), then the
+	// others StartParallel at a time.
+	seeds := min(cfg.Seeds, cfg.N)
+	startOne := func(i int) error {
+		a, err := f.start(ctx, i, trs[i])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		f.mu.Lock()
 		f.agents[i] = a
 		f.mu.Unlock()
+		return nil
+	}
+	for i := range seeds {
+		if err := startOne(i); err != nil {
+			for _, tr := range trs[i+1:] {
+				tr.Shutdown()
+			}
+			return nil, err
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, cfg.N)
+	sem := make(chan struct{}, StartParallel)
+	for i := seeds; i < cfg.N; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = startOne(i)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	if err := f.WaitMembership(ctx, cfg.N); err != nil {
 		return nil, err

@@ -17,7 +17,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func fleet(t *testing.T, n int, link simnet.Link) *Fleet {
 	t.Helper()
 	p := Policy()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	f, err := NewFleet(ctx, FleetConfig{N: n, Dir: t.TempDir(), Policy: &p, Net: simnet.Config{Seed: 1, Link: link}, Trace: t.Logf})
 	if err != nil {
@@ -92,13 +92,13 @@ func TestTripAndChurn(t *testing.T) {
 	for _, n := range []int{10, 50} {
 		t.Run(Name(n), func(t *testing.T) {
 			f := fleet(t, n, simnet.Link{})
-			r, err := Trip(timeout(t, time.Minute), f, "dep-a", 5, time.Second)
+			r, err := Trip(timeout(t, 3*time.Minute), f, "dep-a", 5, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
 			checkTrip(t, n, r)
 
-			c, err := Churn(timeout(t, 2*time.Minute), f, "dep-a", 0.1, 5)
+			c, err := Churn(timeout(t, 5*time.Minute), f, "dep-a", 0.1, 5)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -117,7 +117,7 @@ func TestTripAndChurn(t *testing.T) {
 func TestLossyTrip(t *testing.T) {
 	const n = 20
 	f := fleet(t, n, simnet.Link{Latency: 20 * time.Millisecond, Jitter: 30 * time.Millisecond, Loss: 0.05})
-	r, err := Trip(timeout(t, time.Minute), f, "dep-d", 5, time.Second)
+	r, err := Trip(timeout(t, 3*time.Minute), f, "dep-d", 5, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestLossyTrip(t *testing.T) {
 func TestSteady(t *testing.T) {
 	const n = 10
 	f := fleet(t, n, simnet.Link{})
-	b, err := Steady(timeout(t, time.Minute), f, "b", 100, 100, 0, 2*time.Second, 2*time.Second)
+	b, err := Steady(timeout(t, 2*time.Minute), f, "b", 100, 100, 0, 2*time.Second, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestSteady(t *testing.T) {
 func TestPartition(t *testing.T) {
 	const n = 10
 	f := fleet(t, n, simnet.Link{})
-	r, err := Partition(timeout(t, 2*time.Minute), f, "dep-e", 2, 10*time.Second, 5*time.Second)
+	r, err := Partition(timeout(t, 5*time.Minute), f, "dep-e", 2, 10*time.Second, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

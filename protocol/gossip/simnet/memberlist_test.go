@@ -126,10 +126,13 @@ func TestMemberlistFullMembership(t *testing.T) {
 
 	n.Heal()
 	// memberlist does not rejoin by itself once it declared the others
-	// dead (issue 10's "partitions heal"); join across, as an agent's join
-	// loop would.
-	if _, err := ms[0].Join([]string{ms[size-1].LocalNode().Address()}); err != nil {
-		t.Fatal(err)
+	// dead (issue 10's "partitions heal"); every member joins one of the
+	// other half, as a membership reconciliation would.
+	for i, m := range ms {
+		other := ms[(i+size/2)%size].LocalNode().Address()
+		if _, err := m.Join([]string{other}); err != nil {
+			t.Fatalf("%s joins %s: %v", m.LocalNode().Name, other, err)
+		}
 	}
 	waitMembers(t, "one membership after the heal", ms, size)
 }
