@@ -297,21 +297,24 @@ func (f *Fleet) waitAll(ctx context.Context, ok func(int, *agent.Agent) bool, wh
 	}
 }
 
-// Report has a client of agent i report first attempts to dep through the
-// agent's local API, as clientlib's flush does.
-func (f *Fleet) Report(ctx context.Context, i int, dep string, successes, failures uint32) error {
+// Report has a client of agent i report first attempts to each of deps
+// (successes and failures each) in one request through the agent's local
+// API, as clientlib's flush does.
+func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, failures uint32) error {
 	a := f.Agent(i)
 	if a == nil {
 		return fmt.Errorf("scale: %s is not running", Name(i))
 	}
 	req := &fuseboxv1.ReportRequest{}
-	if successes > 0 {
-		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
-			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_SUCCESS, Count: successes})
-	}
-	if failures > 0 {
-		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
-			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
+	for _, dep := range deps {
+		if successes > 0 {
+			req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
+				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_SUCCESS, Count: successes})
+		}
+		if failures > 0 {
+			req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
+				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
+		}
 	}
 	resp, err := a.LocalAPI().Report(ctx, req)
 	if err != nil {

@@ -149,7 +149,7 @@ func (r Row) Markdown() string {
 	trip := func(t TripResult) string {
 		return fmt.Sprintf("%s / %s / %s", ms(t.P50), ms(t.P99), ms(t.Max))
 	}
-	heal := fmt.Sprintf("%.1f s after one join (not by itself)", r.Partition.Converge.Seconds())
+	heal := fmt.Sprintf("not by itself; %.1f s after every agent joined one of the other half", r.Partition.Converge.Seconds())
 	if r.Partition.SelfHealed {
 		heal = fmt.Sprintf("%.1f s by itself", r.Partition.Converge.Seconds())
 	}

@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -41,9 +42,7 @@ func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, succe
 		defer t.Stop()
 		for {
 			for _, i := range clients {
-				for _, d := range deps {
-					f.Report(ctx, i, d, successes, failures) // an agent being restarted refuses: a client would retry
-				}
+				f.Report(ctx, i, deps, successes, failures) // an agent being restarted refuses: a client would retry
 			}
 			select {
 			case <-done:
@@ -356,9 +355,9 @@ type PartitionResult struct {
 	SelfHealed bool
 	SelfHeal   time.Duration
 	// Converge is how long it took after the heal (or, when the fleet did
-	// not heal by itself, after one agent of each half was told to join the
-	// other) until every agent counted N agents, held the same record of
-	// dep and had the rows of every client.
+	// not heal by itself, after every agent was told to join one agent of
+	// the other half) until every agent counted N agents, held the same
+	// record of dep and had the rows of every client.
 	Converge time.Duration
 }
 
@@ -441,11 +440,32 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}
-	// Not healed by itself (memberlist forgets members it declared dead):
-	// do what a membership reconciliation would, once.
+	// Not healed by itself (memberlist forgets members it declared dead,
+	// and the agents rejoin only when alone: issue 10): do what a
+	// membership reconciliation would, once: every agent joins one agent of
+	// the other half.
 	joined := time.Now()
-	if _, err := f.Agent(0).Gossip().Join([]string{f.Addr(half)}); err != nil {
-		return r, fmt.Errorf("scale: join across the healed partition: %w", err)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	sem := make(chan struct{}, StartParallel)
+	for i := range n {
+		other := (i + half) % n
+		if i >= half {
+			other = i - half
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := f.Agent(i).Gossip().Join([]string{f.Addr(other)}); err != nil {
+				errs[i] = fmt.Errorf("scale: %s joins %s across the healed partition: %w", Name(i), Name(other), err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return r, err
 	}
 	if err := f.waitConverged(ctx, dep, clients); err != nil {
 		return r, err
