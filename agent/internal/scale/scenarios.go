@@ -368,10 +368,8 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	var r PartitionResult
 	n := f.Size()
 	half := n / 2
-	var sick, healthy []int
-	for _, i := range spread(half, k) {
-		sick = append(sick, i)
-	}
+	sick := spread(half, k)
+	var healthy []int
 	for _, i := range spread(n-half, k) {
 		healthy = append(healthy, half+i)
 	}

@@ -51,6 +51,7 @@ func cluster(t *testing.T, n *Network, size int) []*memberlist.Memberlist {
 		cfg.ProbeInterval = 200 * time.Millisecond
 		cfg.ProbeTimeout = 100 * time.Millisecond
 		cfg.PushPullInterval = 2 * time.Second
+		cfg.TCPTimeout = 10 * time.Second // joins are push-pulls: slow under -race on a busy machine
 		cfg.EnableCompression = false // half the CPU; the network does not care
 		cfg.LogOutput = io.Discard
 		m, err := memberlist.Create(cfg)
