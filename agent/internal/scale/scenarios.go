@@ -2,7 +2,6 @@ package scale
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -442,9 +441,11 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	// and the agents rejoin only when alone: issue 10): do what a
 	// membership reconciliation would, once: every agent joins one agent of
 	// the other half.
+	// Best effort, like the reconciliation it stands for: a join that
+	// times out on a starved machine is left to gossip; convergence is what
+	// is waited for.
 	joined := time.Now()
 	var wg sync.WaitGroup
-	errs := make([]error, n)
 	sem := make(chan struct{}, StartParallel)
 	for i := range n {
 		other := (i + half) % n
@@ -456,15 +457,12 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := f.Agent(i).Gossip().Join([]string{f.Addr(other)}); err != nil {
-				errs[i] = fmt.Errorf("scale: %s joins %s across the healed partition: %w", Name(i), Name(other), err)
+			if _, err := f.Agent(i).Gossip().Join([]string{f.Addr(other)}); err != nil && f.cfg.Trace != nil {
+				f.cfg.Trace("partition: %s could not join %s after the heal: %v", Name(i), Name(other), err)
 			}
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return r, err
-	}
 	if err := f.waitConverged(ctx, dep, clients); err != nil {
 		return r, err
 	}
