@@ -172,6 +172,10 @@ func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.
 	cfg.GossipAddr = tr.Addr()
 	cfg.Socket, cfg.GRPCAddr, cfg.HTTPAddr = "", "", ""
 	cfg.LogLevel = "error"
+	// Simulated addresses are not loopback; the simulated network is the
+	// process itself, so plaintext is what a keyring would cost nothing to
+	// avoid here (and would add CPU the runs lack).
+	cfg.InsecureGossip = true
 	for s := range min(f.cfg.Seeds, f.cfg.N) {
 		if s != i && f.addrs[s] != "" { // agent 0 starts alone; a restarted seed joins the others
 			cfg.Join = append(cfg.Join, f.addrs[s])
