@@ -83,7 +83,9 @@ type Config struct {
 	Codec protocol.Codec
 	// Transport carries memberlist's packets and streams (optional, default
 	// memberlist's UDP/TCP transport bound at BindAddr, which must parse
-	// either way). Simulations pass a protocol/gossip/simnet transport.
+	// either way). Simulations pass a protocol/gossip/simnet transport; it
+	// is used as is, without the plaintext guard that wraps memberlist's
+	// own transport when there is no keyring.
 	Transport memberlist.NodeAwareTransport
 }
 

@@ -248,7 +248,7 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Events = (*events)(g)
 	mc.Logger = newMemberlistLogger(cfg.Logger)
 	mc.EnableCompression = false // see guardTransport
-	if cfg.Keyring == nil {
+	if cfg.Keyring == nil && cfg.Transport == nil {
 		gt, err := newGuardTransport(g, host, port, mc.Logger)
 		if err != nil {
 			return nil, fmt.Errorf("gossip: %w", err)
