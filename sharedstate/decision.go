@@ -119,6 +119,8 @@ const (
 	ReasonHalfOpenNoPermit
 	// ReasonBudgetExhausted: the retry budget has no room for this node.
 	ReasonBudgetExhausted
+	// ReasonThrottled: adaptive throttling refused a first attempt.
+	ReasonThrottled
 )
 
 func (r Reason) String() string {
@@ -133,6 +135,8 @@ func (r Reason) String() string {
 		return "half-open-no-permit"
 	case ReasonBudgetExhausted:
 		return "budget-exhausted"
+	case ReasonThrottled:
+		return "throttled"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
