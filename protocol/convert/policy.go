@@ -103,6 +103,8 @@ func RetryToProto(r sharedstate.RetrySettings) *fuseboxv1.RetrySettings {
 		Jitter:                    Jitter(r.Jitter),
 		BudgetRatio:               r.BudgetRatio,
 		BudgetMinRetriesPerSecond: r.MinRetriesPerSecond,
+		HedgeDelay:                durationpb.New(r.HedgeDelay),
+		MaxHedges:                 u32(r.MaxHedges),
 	}
 }
 
@@ -117,6 +119,8 @@ func RetryFromProto(m *fuseboxv1.RetrySettings) sharedstate.RetrySettings {
 		Jitter:              JitterFromProto(m.GetJitter()),
 		BudgetRatio:         m.GetBudgetRatio(),
 		MinRetriesPerSecond: m.GetBudgetMinRetriesPerSecond(),
+		HedgeDelay:          duration(m.GetHedgeDelay()),
+		MaxHedges:           int(m.GetMaxHedges()),
 	}
 }
 
@@ -130,6 +134,8 @@ func RetryFromPolicy(p sharedstate.Policy) sharedstate.RetrySettings {
 		Jitter:              p.Retry.Backoff.Jitter,
 		BudgetRatio:         p.Retry.Budget.Ratio,
 		MinRetriesPerSecond: p.Retry.Budget.MinRetriesPerSecond,
+		HedgeDelay:          p.Retry.Hedge.Delay.Std(),
+		MaxHedges:           p.Retry.Hedge.MaxHedges,
 	}
 }
 
@@ -213,6 +219,8 @@ func PolicyWithRetry(p sharedstate.Policy, m *fuseboxv1.RetrySettings) sharedsta
 	}
 	r.Budget.Ratio = m.GetBudgetRatio()
 	r.Budget.MinRetriesPerSecond = m.GetBudgetMinRetriesPerSecond()
+	// Hedging is off unless the message carries it (zero is a value here).
+	r.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(duration(m.GetHedgeDelay())), MaxHedges: int(m.GetMaxHedges())}
 	return p
 }
 
