@@ -120,6 +120,7 @@ const (
 	optKey
 	optStrict
 	optNested
+	optSlotWait
 )
 
 // WithFallback calls fb with the call's final error (ErrOpen, ErrForcedOpen,
@@ -178,7 +179,14 @@ func NestedRetries(allow bool) CallOption {
 	return CallOption{kind: optNested, n: n}
 }
 
+// WaitForSlot lets a call wait up to d (and never past its context) for a
+// slot when its process already has its share of the policy's
+// concurrency.maxInFlight calls in flight, instead of failing at once with
+// ErrConcurrencyLimit. d ≥ 0 (optional, default 0: no wait).
+func WaitForSlot(d time.Duration) CallOption { return CallOption{kind: optSlotWait, d: d} }
+
 type callConfig struct {
+	slotWait      time.Duration
 	fallback      func(context.Context, error) error
 	classifier    Classifier
 	maxAttempts   int
@@ -217,6 +225,11 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 				cfg.strict = true
 			case optNested:
 				cfg.nestedRetries = o.n == 1
+			case optSlotWait:
+				if o.d < 0 {
+					return fmt.Errorf("%w: WaitForSlot(%v): must not be negative", ErrInvalidOption, o.d)
+				}
+				cfg.slotWait = o.d
 			}
 		}
 	}
@@ -237,8 +250,8 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 //     default), at least a server's Retry-After, and stops when ctx is done;
 //   - every outcome is counted and reported to the agent.
 //
-// Errors: a refused call returns an error matching ErrOpen or
-// ErrForcedOpen (fn is not called); a refused retry returns the last
+// Errors: a refused call returns an error matching ErrOpen (ErrForcedOpen
+// and ErrThrottled match it too) or ErrConcurrencyLimit (fn is not called); a refused retry returns the last
 // attempt's error joined with ErrOpen or ErrBudgetExhausted; when ctx ends
 // the call (or its deadline leaves no room for another attempt), the error
 // is errors.Join(ctx.Err() or context.DeadlineExceeded, last error);
@@ -301,6 +314,7 @@ func newKey() string { return rand.Text() }
 
 // grant says who admitted an attempt and how.
 type grant struct {
+	slot       bool // holds a concurrency slot
 	probe      bool
 	byAgent    bool
 	generation uint64
@@ -364,7 +378,12 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			err error
 		)
 		if n == 1 {
-			g, err = st.admitFirst(ctx, sp, dec, cfg.strict)
+			// One concurrency slot for the whole call (its attempts run
+			// one after the other), held until it returns.
+			g, err = st.admitFirst(ctx, sp, dec, cfg.strict, cfg.slotWait)
+			if g.slot {
+				defer st.slots.release()
+			}
 		} else {
 			g, err = st.admitRetry(ctx, sp)
 		}
@@ -456,15 +475,27 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 }
 
 // admitFirst decides a first attempt: from the snapshot, or by asking.
-func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, strict bool) (grant, error) {
+//
+// An allowed first attempt also takes a concurrency slot when the policy
+// sets a limit (grant.slot; waiting up to slotWait): the caller releases it.
+func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, strict bool, slotWait time.Duration) (grant, error) {
 	verdict, askAgent := dec.first, dec.fromAgent
 	if strict {
 		verdict, askAgent = st.check(ctx)
 	}
 	switch verdict.Verdict {
 	case sharedstate.Allow:
+		if !strict && st.throttled(dec) {
+			sp.rejected.Add(1)
+			return grant{}, st.rejThrottled
+		}
+		held, err := st.acquireSlot(ctx, slotWait)
+		if err != nil {
+			sp.rejected.Add(1)
+			return grant{}, err
+		}
 		sp.first.Add(1)
-		return grant{}, nil
+		return grant{slot: held}, nil
 	case sharedstate.AllowProbe:
 		return st.acquireProbe(ctx, askAgent, dec)
 	}

@@ -136,6 +136,11 @@ type decision struct {
 	retry     retrySettings
 	slow      time.Duration
 	fromAgent bool
+	// throttleCut: a first attempt is throttled when the top 53 bits of a
+	// random draw are below it (probability × 2^53; 0: no throttling).
+	throttleCut uint64
+	// limit is this process's share of the concurrency limit (0: none).
+	limit int64
 }
 
 func (d *decision) status(name string) Status {
@@ -197,6 +202,10 @@ type depState struct {
 	rare    rareCounters
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
+	rejThrottled, rejLimit                     *RejectedError
+
+	_     [64]byte // keep the in-flight count off the read-mostly fields
+	slots slots
 
 	mu        sync.Mutex // guards the fields below; never taken by a first attempt
 	agentSnap *sharedstate.Snapshot
@@ -211,6 +220,8 @@ type depState struct {
 
 	// Owned by the flusher goroutine.
 	sentAgent, sentLocal totals
+	sentInFlight         int64
+	inFlightSent         bool
 }
 
 func newDepState(c *Client, name string, err error) *depState {
@@ -224,6 +235,9 @@ func newDepState(c *Client, name string, err error) *depState {
 	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
 	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
 	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
+	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
+	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
+	st.slots.freed = make(chan struct{}, 1)
 	return st
 }
 
@@ -235,6 +249,8 @@ func (st *depState) rejection(r sharedstate.Reason) error {
 		return st.rejNoPermit
 	case sharedstate.ReasonBudgetExhausted:
 		return st.rejBudget
+	case sharedstate.ReasonThrottled:
+		return st.rejThrottled
 	}
 	return st.rejOpen
 }
@@ -280,6 +296,10 @@ func (st *depState) publishLocked() {
 		slow: snap.SlowCallDuration, fromAgent: fromAgent}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
+	}
+	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
+		d.throttleCut = throttleCut(snap.ThrottleProbability)
+		d.limit = int64(max(snap.ConcurrencyLimit, 0))
 	}
 	st.dec.Store(d)
 	if old != nil {

@@ -50,7 +50,11 @@
 //
 // Errors match, with errors.Is: ErrOpen (breaker open or half-open without
 // a permit; fn was not called), ErrForcedOpen (an operator forced it open;
-// also matches ErrOpen), ErrBudgetExhausted (joined with the last attempt's
+// also matches ErrOpen), ErrThrottled (adaptive throttling refused a first
+// attempt; also matches ErrOpen, so code that handles a refusing breaker
+// handles it unchanged), ErrConcurrencyLimit (this process has its share of
+// the fleet's in-flight limit; it does not match ErrOpen: the dependency is
+// not judged unhealthy), ErrBudgetExhausted (joined with the last attempt's
 // error), ErrNotRetryable (wrap it into an attempt's error to stop retries),
 // ErrInvalidDependency, ErrTooManyDependencies, ErrInvalidOption. Refusals
 // are *RejectedError values naming the dependency and reason, prebuilt per
@@ -78,9 +82,40 @@
 //   - WithIdempotencyKey(k): default a random 128-bit key per call.
 //   - StrictConsult(): default off (decide from the pushed snapshot).
 //   - NestedRetries(true): default false (see "One retrying layer").
+//   - WaitForSlot(d): default 0, no wait (see "Throttling and concurrency").
 //
 // Dependency.With(opts...) makes them the defaults of a handle. Options are
 // plain values: passing them allocates nothing.
+//
+// # Throttling and concurrency: when to use which
+//
+// Three policies, computed by the agents from the fleet's pooled counts and
+// applied in process from the pushed snapshot:
+//
+//   - the breaker (always on) is for a dependency that is down or broken:
+//     it stops the fleet's calls, probes, and closes again;
+//   - the throttle (policy "throttle", off by default) is for one that is
+//     overloaded but serving: while the breaker is closed, a first attempt
+//     is refused (ErrThrottled) with the probability the agent computed from
+//     the fleet's window, max(0, (requests − k·accepts)/(requests + 1)),
+//     so the fleet sends about k times what the dependency answers. Accepts
+//     are successes, and errors the classifier does not count as failures
+//     (the dependency answered) are successes; requests include the
+//     attempts Fusebox refused. One random draw (Config.Random) per first
+//     attempt, no allocation. In shadow mode the probability is reported by
+//     the agent and nothing is refused. An override lifts it;
+//   - the concurrency limit (policy "concurrency.maxInFlight", off by
+//     default) is for one with a known capacity in calls (a pool, worker
+//     threads): one limit for the fleet, shared out to the nodes by traffic
+//     and by each agent to the processes that follow the dependency. Every
+//     attempt Allow admits, and every Do call (for all its sequential
+//     attempts), holds a slot of this process's share; without one it fails
+//     at once with ErrConcurrencyLimit, or waits up to WaitForSlot(d).
+//     Dependency.InFlight and Dependency.ConcurrencyLimit show both sides.
+//
+// While the agent is away, the local fallback applies neither the throttle
+// nor the concurrency limit (they are fleet decisions), only the breaker and
+// the retry budget.
 //
 // # HTTP and gRPC
 //
