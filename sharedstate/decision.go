@@ -143,9 +143,9 @@ func (r Reason) String() string {
 
 // LabelValue is r as a Prometheus label value: String in snake_case
 // ("none", "open", "forced_open", "half_open_no_permit",
-// "budget_exhausted"), "unknown" for an invalid reason.
+// "budget_exhausted", "throttled"), "unknown" for an invalid reason.
 func (r Reason) LabelValue() string {
-	if r > ReasonBudgetExhausted {
+	if r > ReasonThrottled {
 		return "unknown"
 	}
 	return strings.ReplaceAll(r.String(), "-", "_")
