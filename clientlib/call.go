@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
@@ -257,7 +258,7 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 // is errors.Join(ctx.Err() or context.DeadlineExceeded, last error);
 // otherwise the last attempt's error as fn returned it.
 func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Context, a Attempt) error, opts ...CallOption) error {
-	err := d.st.run(ctx, class, fn, d.defaults, opts)
+	err := d.st.run(ctx, class, fn, d.defaults, opts, true)
 	if err != nil && (len(d.defaults) != 0 || len(opts) != 0) {
 		if fb := findFallback(d.defaults, opts); fb != nil {
 			return fb(ctx, err)
@@ -269,14 +270,22 @@ func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Co
 // Call is Do for an attempt function that returns a value: the value of the
 // successful attempt, or the zero value (or the fallback's) with the error.
 func Call[T any](ctx context.Context, d *Dependency, class Class, fn func(ctx context.Context, a Attempt) (T, error), opts ...CallOption) (T, error) {
-	var out T
+	var (
+		out T
+		mu  sync.Mutex // hedged attempts may succeed at once: the first to get here wins
+		won bool
+	)
 	err := d.st.run(ctx, class, func(ctx context.Context, a Attempt) error {
 		v, err := fn(ctx, a)
 		if err == nil {
-			out = v
+			mu.Lock()
+			if !won {
+				out, won = v, true
+			}
+			mu.Unlock()
 		}
 		return err
-	}, d.defaults, opts)
+	}, d.defaults, opts, true)
 	if err == nil {
 		return out, nil
 	}
@@ -320,8 +329,10 @@ type grant struct {
 	generation uint64
 }
 
-// run is the retry loop behind Do, Call and the RoundTripper.
-func (st *depState) run(ctx context.Context, class Class, fn func(context.Context, Attempt) error, defaults, opts []CallOption) error {
+// run is the retry loop behind Do, Call, the RoundTripper and the gRPC
+// interceptor. hedgeable: the policy's hedging may run attempts of fn at
+// the same time (Do and Call; the transports need one attempt at a time).
+func (st *depState) run(ctx context.Context, class Class, fn func(context.Context, Attempt) error, defaults, opts []CallOption, hedgeable bool) error {
 	if st.err != nil {
 		return st.err
 	}
@@ -394,6 +405,29 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
+		if n == 1 && hedgeable && !g.probe && maxAttempts > 1 && dec.retry.maxHedges > 0 && dec.retry.hedgeDelay > 0 {
+			h := hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt, delay: dec.retry.hedgeDelay,
+				maxHedges: dec.retry.maxHedges, maxAttempts: maxAttempts, classify: classify, slow: dec.slow}
+			if hasParentDeadline {
+				h.parentDeadline = parentDeadline
+			}
+			r := st.runHedged(ctx, sp, h)
+			if r.err == nil {
+				return nil
+			}
+			lastErr = r.err
+			if cerr := ctx.Err(); cerr != nil {
+				return errors.Join(cerr, r.err)
+			}
+			if !r.cl.Retryable || r.attempts >= maxAttempts {
+				return r.err
+			}
+			n = r.attempts
+			if _, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
+				return err
+			}
+			continue
+		}
 		start := c.mono()
 		actx := ctx
 		var cancel context.CancelFunc
@@ -445,33 +479,47 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
-		dec = st.dec.Load()
-		wait := dec.retry.backoff.Wait(n-1, prevWait, backoff.Uniform(c.random()))
-		prevWait = wait
-		if cl.RetryAfter > wait {
-			wait = cl.RetryAfter
-		}
-		if hasParentDeadline {
-			next := clock.Now().Add(wait)
-			if perAttempt > 0 {
-				next = next.Add(perAttempt)
-				if next.After(parentDeadline) {
-					return errors.Join(context.DeadlineExceeded, err)
-				}
-			} else if !next.Before(parentDeadline) {
-				return errors.Join(context.DeadlineExceeded, err)
-			}
-		}
-		if wait > 0 {
-			t := clock.NewTimer(wait)
-			select {
-			case <-t.C():
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(ctx.Err(), err)
-			}
+		if _, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
+			return err
 		}
 	}
+}
+
+// retryWait waits the backoff before attempt n+1 (at least the server's
+// Retry-After): an error (errors.Join of the reason and lastErr) when the
+// next attempt does not fit before the caller's deadline or the caller gave
+// up meanwhile.
+func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duration, cl Classification, perAttempt time.Duration,
+	parentDeadline time.Time, hasParentDeadline bool, lastErr error) (time.Duration, error) {
+	c := st.c
+	clock := c.clock
+	dec := st.dec.Load()
+	wait := dec.retry.backoff.Wait(n-1, *prevWait, backoff.Uniform(c.random()))
+	*prevWait = wait
+	if cl.RetryAfter > wait {
+		wait = cl.RetryAfter
+	}
+	if hasParentDeadline {
+		next := clock.Now().Add(wait)
+		if perAttempt > 0 {
+			next = next.Add(perAttempt)
+			if next.After(parentDeadline) {
+				return wait, errors.Join(context.DeadlineExceeded, lastErr)
+			}
+		} else if !next.Before(parentDeadline) {
+			return wait, errors.Join(context.DeadlineExceeded, lastErr)
+		}
+	}
+	if wait > 0 {
+		t := clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return wait, errors.Join(ctx.Err(), lastErr)
+		}
+	}
+	return wait, nil
 }
 
 // admitFirst decides a first attempt: from the snapshot, or by asking.

@@ -96,6 +96,8 @@ type retrySettings struct {
 	maxAttempts int
 	perAttempt  time.Duration
 	backoff     backoff.Policy
+	hedgeDelay  time.Duration // with maxHedges > 0: hedge after this long
+	maxHedges   int
 }
 
 func retryFrom(r sharedstate.RetrySettings) retrySettings {
@@ -103,6 +105,8 @@ func retryFrom(r sharedstate.RetrySettings) retrySettings {
 		maxAttempts: r.MaxAttempts,
 		perAttempt:  r.PerAttemptTimeout,
 		backoff:     backoff.Policy{Base: r.BackoffBase, Max: r.BackoffMax, Jitter: jitterFrom(r.Jitter)},
+		hedgeDelay:  r.HedgeDelay,
+		maxHedges:   max(r.MaxHedges, 0),
 	}
 	if rs.maxAttempts < 1 {
 		rs.maxAttempts = 1

@@ -87,9 +87,9 @@
 // Dependency.With(opts...) makes them the defaults of a handle. Options are
 // plain values: passing them allocates nothing.
 //
-// # Throttling and concurrency: when to use which
+// # Throttling, concurrency limits and hedging: when to use which
 //
-// Three policies, computed by the agents from the fleet's pooled counts and
+// Four policies, computed by the agents from the fleet's pooled counts and
 // applied in process from the pushed snapshot:
 //
 //   - the breaker (always on) is for a dependency that is down or broken:
@@ -111,7 +111,22 @@
 //     attempt Allow admits, and every Do call (for all its sequential
 //     attempts), holds a slot of this process's share; without one it fails
 //     at once with ErrConcurrencyLimit, or waits up to WaitForSlot(d).
-//     Dependency.InFlight and Dependency.ConcurrencyLimit show both sides.
+//     Dependency.InFlight and Dependency.ConcurrencyLimit show both sides;
+//   - hedging (policy "retry.hedge", off by default) is for tail latency of
+//     a healthy dependency with a few slow answers: an Idempotent or
+//     IdempotentWithKey call made with Do or Call whose attempt has not
+//     answered after the hedge delay starts another one next to it (same
+//     idempotency key), up to maxHedges and never more than maxAttempts in
+//     all; the first success wins and the others' contexts are cancelled
+//     (Do returns once they returned: attempt functions must honour their
+//     context). Every hedge takes a retry from the fleet budget (no token,
+//     no hedge) and a concurrency slot when there is a limit (no slot, no
+//     hedge), so hedges never add more load than the retry budget allows.
+//     When the hedged round fails with a retryable error, the remaining
+//     attempts are ordinary retries. The HTTP RoundTripper and the gRPC
+//     interceptor do not hedge (an attempt's request body and response
+//     belong to one attempt at a time). Pick a delay near the p95 of the
+//     dependency's latency: hedging a slow dependency only doubles its load.
 //
 // While the agent is away, the local fallback applies neither the throttle
 // nor the concurrency limit (they are fleet decisions), only the breaker and
