@@ -34,17 +34,16 @@ type slots struct {
 	freed    chan struct{} // cap 1: a slot was released while someone waited
 }
 
-// tryAcquire takes a slot if fewer than limit are held.
+// tryAcquire takes a slot if fewer than limit are held: one atomic add
+// (no compare-and-swap loop, which contends worse). Never more than limit
+// are held; while calls race for the last slot, one of them may be refused
+// although another's refusal frees the slot an instant later.
 func (s *slots) tryAcquire(limit int64) bool {
-	for {
-		n := s.inFlight.Load()
-		if n >= limit {
-			return false
-		}
-		if s.inFlight.CompareAndSwap(n, n+1) {
-			return true
-		}
+	if s.inFlight.Add(1) <= limit {
+		return true
 	}
+	s.release()
+	return false
 }
 
 func (s *slots) release() {
