@@ -3,7 +3,6 @@ package clientlib
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -72,10 +71,22 @@ func TestThrottledFromSnapshot(t *testing.T) {
 		t.Errorf("Allow allocates %v times at probability 0.5", n)
 	}
 
-	// Shadow mode: reported, never enforced.
-	s.Mode = fuseboxv1.Mode_MODE_SHADOW
+	// Refusing through Do allocates nothing either.
 	s.ThrottleProbability = 1
 	s.Version = 2
+	f.push(s)
+	sstest.Eventually(t, 10*time.Second, "probability 1", func() bool { return dep.st.dec.Load().throttleCut == 1<<53 })
+	if n := testing.AllocsPerRun(100, func() {
+		if err := dep.Do(context.Background(), Idempotent, noopAttempt); !errors.Is(err, ErrThrottled) {
+			t.Fatalf("Do at probability 1: %v", err)
+		}
+	}); n != 0 {
+		t.Errorf("a throttled Do allocates %v times", n)
+	}
+
+	// Shadow mode: reported, never enforced.
+	s.Mode = fuseboxv1.Mode_MODE_SHADOW
+	s.Version = 3
 	f.push(s)
 	sstest.Eventually(t, 10*time.Second, "the shadow snapshot", func() bool { return dep.Status().Shadow })
 	for range 10 {
@@ -170,23 +181,34 @@ func TestConcurrencyLimitFromSnapshot(t *testing.T) {
 	}
 }
 
-// benchShaped is a client whose agent pushed a snapshot that throttles with
-// a vanishing probability (so every call draws, and none is refused) and
-// limits concurrency far above what the benchmark reaches.
-func benchShaped(b *testing.B, throttle bool, limit uint32) *Dependency {
-	f := newFakeAgent(b)
-	c := agentClient(b, f, Config{Random: rand.Uint64, Service: "bench", Instance: "bench-1"})
-	dep := c.Dependency("bench-dep")
-	s := snapshot("bench-dep", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
+// benchShaped is benchClient's dependency (no agent, so nothing else runs)
+// deciding as it would from an agent's snapshot that throttles with a
+// vanishing probability (every call draws, none is refused) and limits
+// concurrency far above what the benchmark reaches.
+func benchShaped(b *testing.B, throttle bool, limit int64) *Dependency {
+	dep := benchClient(b)
+	st := dep.st
+	// Once the local engine tracks the dependency its snapshot stays put
+	// under steady successes; install the shaped decision over it then.
+	sstest.Eventually(b, 10*time.Second, "the local engine's snapshot", func() bool {
+		if done, err := dep.Allow(First); err == nil {
+			done(Success)
+		}
+		s := st.c.engine.Snapshot(st.name)
+		return s != nil && st.dec.Load().snap == s
+	})
+	st.mu.Lock()
+	d := *st.dec.Load()
 	if throttle {
-		s.ThrottleProbability = 1e-12
+		d.throttleCut = throttleCut(1e-12)
 	}
-	s.ConcurrencyLimit = limit
-	s.Version = 1
-	f.push(s)
-	sstest.Eventually(b, 10*time.Second, "the benchmark's snapshot", func() bool {
-		d := dep.st.dec.Load()
-		return d.fromAgent && (d.throttleCut != 0) == throttle && d.limit == int64(limit)
+	d.limit = limit
+	st.dec.Store(&d)
+	st.mu.Unlock()
+	b.Cleanup(func() {
+		if got := st.dec.Load(); (got.throttleCut != 0) != throttle || got.limit != limit {
+			b.Errorf("the decision was replaced during the benchmark")
+		}
 	})
 	return dep
 }
@@ -198,7 +220,7 @@ func BenchmarkShaped(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		throttle bool
-		limit    uint32
+		limit    int64
 	}{{"fusebox-allow-done", false, 0}, {"fusebox-allow-done-throttle", true, 0},
 		{"fusebox-allow-done-limit", false, 1 << 30}, {"fusebox-allow-done-throttle-limit", true, 1 << 30}} {
 		b.Run(tc.name, func(b *testing.B) {
@@ -229,7 +251,7 @@ func BenchmarkShapedParallel(b *testing.B) {
 	for _, tc := range []struct {
 		name     string
 		throttle bool
-		limit    uint32
+		limit    int64
 	}{{"fusebox-allow-done", false, 0}, {"fusebox-allow-done-throttle", true, 0},
 		{"fusebox-allow-done-limit", false, 1 << 30}, {"fusebox-allow-done-throttle-limit", true, 1 << 30}} {
 		b.Run(tc.name, func(b *testing.B) {

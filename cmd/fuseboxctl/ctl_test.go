@@ -96,6 +96,16 @@ func TestPolicyLintOffline(t *testing.T) {
 	ctl(t, nil, env, "policy", "lint", writeFile(t, "typo.json", `{"breaker":{"minimumRequest":5}}`)).
 		want(t, 2, nil, []string{"unknown field"})
 	ctl(t, nil, env, "policy", "lint").want(t, 1, nil, []string{"no policy file"})
+
+	// The throttle, concurrency and hedge sections: valid ones pass, a wrong
+	// value in each is refused with its field path.
+	shaped := `{"dependency": "shipping", "retry": {"hedge": {"delay": "50ms", "maxHedges": 1}},
+		"throttle": {"enabled": true, "k": 1.5, "minRequests": 20}, "concurrency": {"maxInFlight": 200}}`
+	ctl(t, nil, env, "policy", "lint", writeFile(t, "shaped.json", shaped)).want(t, 0, []string{"valid"}, nil)
+	wrong := strings.NewReplacer(`"maxHedges": 1`, `"maxHedges": -1`, `"k": 1.5`, `"k": 0.5`, `"maxInFlight": 200`, `"maxInFlight": -2`).Replace(shaped)
+	ctl(t, nil, env, "policy", "lint", writeFile(t, "wrong.json", wrong)).want(t, 2, nil,
+		[]string{"3 violation(s)", "retry.hedge.maxHedges: must be between 0 and 10 (got -1)", "throttle.k: must be between 1 and 100",
+			"concurrency.maxInFlight: must be between 0 and 10000000 (got -2)"})
 }
 
 func TestConcurrentEditsOneWins(t *testing.T) {
