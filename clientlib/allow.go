@@ -82,7 +82,7 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 		if dec := st.dec.Load(); dec.first.Verdict == sharedstate.Allow {
 			t := st.c.tokens.Get().(*token)
 			sp := &st.stripes[t.stripe&st.mask]
-			if dec.throttleCut != 0 && st.throttled(dec) {
+			if (dec.throttleCut|dec.shadowCut) != 0 && st.throttled(dec) {
 				sp.rejected.Add(1)
 				st.c.tokens.Put(t)
 				return noopDone, st.rejThrottled

@@ -143,6 +143,8 @@ type decision struct {
 	// throttleCut: a first attempt is throttled when the top 53 bits of a
 	// random draw are below it (probability × 2^53; 0: no throttling).
 	throttleCut uint64
+	// shadowCut is throttleCut in shadow mode: a hit is counted, not refused.
+	shadowCut uint64
 	// limit is this process's share of the concurrency limit (0: none).
 	limit int64
 }
@@ -185,6 +187,7 @@ type rareCounters struct {
 	retriesAgent, retriesLocal   atomic.Uint64
 	probesAgent, probesLocal     atomic.Uint64
 	rejectedAgent, rejectedLocal atomic.Uint64
+	shadowThrottled              atomic.Uint64 // first attempts shadow mode let through that throttling would refuse
 }
 
 // totals is a sum over the stripes and rare counters.
@@ -304,6 +307,8 @@ func (st *depState) publishLocked() {
 	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
 		d.throttleCut = throttleCut(snap.ThrottleProbability)
 		d.limit = int64(max(snap.ConcurrencyLimit, 0))
+	} else {
+		d.shadowCut = throttleCut(snap.ThrottleProbability)
 	}
 	st.dec.Store(d)
 	if old != nil {

@@ -102,8 +102,9 @@
 //     are successes, and errors the classifier does not count as failures
 //     (the dependency answered) are successes; requests include the
 //     attempts Fusebox refused. One random draw (Config.Random) per first
-//     attempt, no allocation. In shadow mode the probability is reported by
-//     the agent and nothing is refused. An override lifts it;
+//     attempt, no allocation. In shadow mode nothing is refused, and the
+//     first attempts it would refuse are counted
+//     (fusebox_client_shadow_throttled_total). An override lifts it;
 //   - the concurrency limit (policy "concurrency.maxInFlight", off by
 //     default) is for one with a known capacity in calls (a pool, worker
 //     threads): one limit for the fleet, shared out to the nodes by traffic
@@ -225,6 +226,10 @@
 //   - fusebox_client_agent_fallbacks_total{call="acquire_retry|acquire_probe|check"}
 //   - fusebox_client_agent_refused_dependencies_total
 //   - fusebox_client_events_dropped_total
+//   - fusebox_client_shadow_throttled_total{dependency}: first attempts
+//     throttling would have refused, let through in shadow mode
+//   - fusebox_client_in_flight{dependency}, fusebox_client_concurrency_limit{dependency}:
+//     calls holding a slot, and this process's share of the limit
 //
 // They are read from the client's own counters at scrape time (nothing on
 // the call path); two clients never share a series.

@@ -21,8 +21,15 @@ func throttleCut(p float64) uint64 {
 
 // throttled reports whether a first attempt is refused by adaptive
 // throttling: one random draw, no allocation.
+// In shadow mode a would-be refusal is counted (fusebox_client_shadow_throttled_total).
 func (st *depState) throttled(dec *decision) bool {
-	return dec.throttleCut != 0 && st.c.random()>>11 < dec.throttleCut
+	if dec.throttleCut != 0 {
+		return st.c.random()>>11 < dec.throttleCut
+	}
+	if dec.shadowCut != 0 && st.c.random()>>11 < dec.shadowCut {
+		st.rare.shadowThrottled.Add(1)
+	}
+	return false
 }
 
 // slots is a dependency's non-blocking semaphore for the concurrency limit.

@@ -3,9 +3,12 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -96,11 +99,15 @@ func TestThrottledFromSnapshot(t *testing.T) {
 		}
 		done(Success)
 	}
+	if n := dep.st.rare.shadowThrottled.Load(); n != 10 {
+		t.Errorf("shadow mode counted %d would-be refusals at probability 1, want 10", n)
+	}
 }
 
 func TestConcurrencyLimitFromSnapshot(t *testing.T) {
 	f := newFakeAgent(t)
-	c := agentClient(t, f, Config{})
+	reg := prometheus.NewRegistry()
+	c := agentClient(t, f, Config{Registerer: reg})
 	dep := c.Dependency("pool-api")
 	s := snapshot("pool-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
 	s.ConcurrencyLimit = 2
@@ -115,6 +122,13 @@ func TestConcurrencyLimitFromSnapshot(t *testing.T) {
 	}
 	if dep.InFlight() != 2 {
 		t.Errorf("InFlight = %d, want 2", dep.InFlight())
+	}
+	want := `# TYPE fusebox_client_concurrency_limit gauge
+fusebox_client_concurrency_limit{dependency="pool-api"} 2
+# TYPE fusebox_client_in_flight gauge
+fusebox_client_in_flight{dependency="pool-api"} 2`
+	if got := series(t, reg, "fusebox_client_in_flight", "fusebox_client_concurrency_limit"); strings.TrimSpace(got) != want {
+		t.Errorf("series:\n%s\nwant:\n%s", got, want)
 	}
 	_, err := dep.Allow(First)
 	var rej *RejectedError
