@@ -227,8 +227,10 @@ func PolicyWithRetry(p sharedstate.Policy, m *fuseboxv1.RetrySettings) sharedsta
 // PolicyFromSnapshot returns the policy a pushed snapshot describes, over
 // base for what the message does not carry: the breaker settings (or, from
 // an agent that sends none, the snapshot's own mode, scope and slow-call
-// duration), the retry settings and the dependency name. The result is not
-// validated.
+// duration), the retry settings and the dependency name. The throttle and
+// concurrency sections are not carried (the snapshot carries what the agents
+// make of them: a throttle probability and a concurrency limit); they stay
+// base's. The result is not validated.
 func PolicyFromSnapshot(base sharedstate.Policy, m *fuseboxv1.DecisionSnapshot) sharedstate.Policy {
 	p := base
 	if m == nil {
