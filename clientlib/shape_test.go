@@ -240,6 +240,7 @@ func BenchmarkShaped(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			dep := benchShaped(b, tc.throttle, tc.limit)
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			for b.Loop() {
 				done, err := dep.Allow(First)
 				if err != nil {
@@ -252,6 +253,7 @@ func BenchmarkShaped(b *testing.B) {
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		for b.Loop() {
 			if _, err := cb.Execute(noop); err != nil {
 				b.Fatal(err)
@@ -271,6 +273,7 @@ func BenchmarkShapedParallel(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			dep := benchShaped(b, tc.throttle, tc.limit)
 			b.ReportAllocs()
+			defer reportCPU(b)()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					done, err := dep.Allow(First)
@@ -286,6 +289,7 @@ func BenchmarkShapedParallel(b *testing.B) {
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
+		defer reportCPU(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if _, err := cb.Execute(noop); err != nil {
