@@ -152,9 +152,16 @@ func TestHedgeSemantics(t *testing.T) {
 		keys = append(keys, a.IdempotencyKey)
 		mu.Unlock()
 		if a.Number < 3 { // the first two hang until cancelled
-			<-ctx.Done()
-			cancelled <- a.Number
-			return 0, ctx.Err()
+			stuck := time.NewTimer(10 * time.Second)
+			defer stuck.Stop()
+			select {
+			case <-ctx.Done():
+				cancelled <- a.Number
+				return 0, ctx.Err()
+			case <-stuck.C:
+				t.Errorf("attempt %d was not cancelled within 10 s of the winner", a.Number)
+				return 0, errors.New("not cancelled")
+			}
 		}
 		return a.Number, nil
 	})
