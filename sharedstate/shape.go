@@ -76,7 +76,6 @@ func ConcurrencyShare(max int, own, scope uint64, activeNodes int) int {
 
 func concurrencyTraffic(c Counts) uint64 { return satAdd(c.FirstAttempts, c.Rejected) }
 
-
 // shapeState is what a dependency's throttle and concurrency limit are at the
 // last Tick. Guarded by depState.mu.
 type shapeState struct {
