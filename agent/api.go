@@ -50,7 +50,9 @@ type apiServer struct {
 
 func (s *apiServer) decision(method, dep string, d sharedstate.Decision) *fuseboxv1.Decision {
 	s.a.m.decision(method, d)
-	return convert.DecisionToProto(d, s.a.eng.Snapshot(dep))
+	snap := s.a.eng.Snapshot(dep)
+	return &fuseboxv1.Decision{Verdict: convert.Verdict(d.Verdict), Reason: convert.Reason(d.Reason),
+		Snapshot: s.a.snapshotForClient(snap)}
 }
 
 // AcquireRetry takes one retry from the fleet budget (counted as a retry
@@ -212,6 +214,7 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 	}
 	sess := newSession(a, hello)
 	a.hub.add(sess)
+	defer sess.close() // after remove: the remaining sessions are told
 	defer a.hub.remove(sess)
 	a.m.sessionsOpened.Inc()
 	a.lg.Debug("session opened", "service", hello.GetService(), "instance", hello.GetInstance())
@@ -263,6 +266,8 @@ type session struct {
 	refused map[string]bool // names already reported as refused (bounded)
 
 	sent map[string]sentSnapshot // owned by the sender
+
+	inFlight map[string]uint64 // the client's last in-flight reports (guarded by mu)
 }
 
 // sentSnapshot is what a session last pushed for a dependency: the
@@ -271,6 +276,7 @@ type session struct {
 type sentSnapshot struct {
 	snap    *sharedstate.Snapshot
 	breaker sharedstate.BreakerPolicy
+	limit   uint32 // the process's concurrency share
 }
 
 // maxRefusedRemembered bounds a session's memory of refused names.
@@ -343,15 +349,16 @@ func (s *session) subscribe(deps []string) {
 // marks it pending.
 func (s *session) follow(dep string) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, ok := s.subs[dep]; ok {
-		return
-	}
-	if len(s.subs) >= s.a.cfg.MaxDependencies {
+	_, ok := s.subs[dep]
+	if ok || len(s.subs) >= s.a.cfg.MaxDependencies {
+		s.mu.Unlock()
 		return
 	}
 	s.subs[dep] = struct{}{}
 	s.pending[dep] = struct{}{}
+	s.mu.Unlock()
+	s.a.hub.follow(dep)
+	s.a.hub.changed(dep) // every follower's process share changed
 }
 
 func (s *session) refuse(dep string, err error) {
@@ -392,6 +399,9 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 				continue
 			}
 			outcomes += c.Requests() + c.Rejected
+			if dc.InFlight != nil {
+				s.reportInFlight(dep, dc.GetInFlight())
+			}
 			s.mu.Lock()
 			_, ok := s.subs[dep]
 			s.mu.Unlock()
@@ -438,11 +448,13 @@ func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 			continue
 		}
 		breaker := s.a.eng.Policy(dep).Breaker
-		if last, ok := s.sent[dep]; ok && last.snap == snap && last.breaker == breaker {
+		limit := s.a.processShare(dep, snap.ConcurrencyLimit)
+		if last, ok := s.sent[dep]; ok && last.snap == snap && last.breaker == breaker && last.limit == limit {
 			continue
 		}
-		s.sent[dep] = sentSnapshot{snap: snap, breaker: breaker}
+		s.sent[dep] = sentSnapshot{snap: snap, breaker: breaker, limit: limit}
 		m := convert.SnapshotToProto(snap)
+		m.ConcurrencyLimit = limit
 		m.Breaker = convert.BreakerToProto(breaker)
 		upd = append(upd, m)
 	}

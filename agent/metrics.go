@@ -154,6 +154,7 @@ type collector struct {
 	policies, overrides, revision, source                            *prometheus.Desc
 	local, fleet, fleetNodes, state, localOpen, forced, generation   *prometheus.Desc
 	budget, budgetUsed, permit                                       *prometheus.Desc
+	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
 }
 
 func newCollector(a *Agent, m *metrics) *collector {
@@ -193,6 +194,10 @@ func newCollector(a *Agent, m *metrics) *collector {
 		budget:            d("retry_budget", "Retries the fleet (or zone) may make over the window.", "dependency"),
 		budgetUsed:        d("retry_budget_used_ratio", "Retries made over the window divided by the retry budget.", "dependency"),
 		permit:            d("probe_permit", "1 while this agent holds a half-open probe permit.", "dependency"),
+		throttle: d("throttle_probability", "Adaptive throttling: the probability the policy's formula gives over the fleet's (zone's) window "+
+			"at the last tick, applied to first attempts while the breaker is closed (in shadow mode only reported); 0 when throttling is off.", "dependency"),
+		concurrencyLimit: d("concurrency_limit", "This node's share of the policy's concurrency.maxInFlight (0: no limit).", "dependency"),
+		inFlight:         d("in_flight", "Calls in flight to the dependency: this node's clients' (scope node) and the fleet's (scope fleet, as the rows report them).", "dependency", "scope"),
 	}
 }
 
@@ -200,7 +205,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.ready, c.deps, c.depsMax, c.depsEvicted, c.depsRefusedEngine,
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
 		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
-		c.budget, c.budgetUsed, c.permit} {
+		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight} {
 		ch <- d
 	}
 }
@@ -296,5 +301,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(c.budgetUsed, used, dep)
 		gauge(c.permit, b2f(snap.ProbePermit), dep)
+		if sh, ok := a.eng.Shape(dep); ok {
+			gauge(c.throttle, sh.ThrottleProbability, dep)
+			gauge(c.concurrencyLimit, float64(sh.Share), dep)
+			gauge(c.inFlight, float64(sh.NodeInFlight), dep, "node")
+			gauge(c.inFlight, float64(sh.InFlight), dep, "fleet")
+		}
 	}
 }

@@ -235,6 +235,7 @@ func (a *Agent) onChange(dep string) {
 type hub struct {
 	mu       sync.RWMutex
 	sessions map[*session]struct{}
+	shape    shapeHub
 	joinKick chan struct{}
 }
 

@@ -59,13 +59,15 @@ func OutcomeOf(err error) Outcome {
 //
 //	done, err := dep.Allow(clientlib.First)
 //	if err != nil {
-//		return err // ErrOpen, ErrForcedOpen (or ErrBudgetExhausted for a Retry)
+//		return err // ErrOpen, ErrForcedOpen, ErrThrottled, ErrConcurrencyLimit (or ErrBudgetExhausted for a Retry)
 //	}
 //	err = stream.Send(msg)
 //	done(clientlib.OutcomeOf(err))
 //
 // A First attempt on a closed breaker is decided in process and allocates
-// nothing. A Retry asks the retry budget (the agent, at most
+// nothing, throttled or refused by the concurrency limit included (every
+// attempt Allow admits holds a concurrency slot until done, when the policy
+// sets a limit). A Retry asks the retry budget (the agent, at most
 // Config.AgentWait, else the local budget); a half-open breaker asks for a
 // probe permit. Allow neither retries nor applies timeouts: that is Do's
 // job. When err is non-nil, done is a no-op. Calling done more than once is
@@ -80,6 +82,20 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 		if dec := st.dec.Load(); dec.first.Verdict == sharedstate.Allow {
 			t := st.c.tokens.Get().(*token)
 			sp := &st.stripes[t.stripe&st.mask]
+			if (dec.throttleCut|dec.shadowCut) != 0 && st.throttled(dec) {
+				sp.rejected.Add(1)
+				st.c.tokens.Put(t)
+				return noopDone, st.rejThrottled
+			}
+			t.slot = false
+			if dec.limit > 0 {
+				if !st.slots.tryAcquire(dec.limit) {
+					sp.rejected.Add(1)
+					st.c.tokens.Put(t)
+					return noopDone, st.rejLimit
+				}
+				t.slot = true
+			}
 			sp.first.Add(1)
 			t.st, t.sp, t.slow, t.g = st, sp, dec.slow, grant{}
 			t.start = st.c.mono()
@@ -105,14 +121,23 @@ func (d *Dependency) allowSlow(kind AttemptKind) (func(Outcome), error) {
 		err error
 	)
 	if kind == Retry {
-		g, err = st.admitRetry(ctx, sp)
+		// The slot first, so that a refusal spends no budget.
+		var held bool
+		if held, err = st.acquireSlot(ctx, cfg.slotWait); err != nil {
+			sp.rejected.Add(1)
+		} else if g, err = st.admitRetry(ctx, sp); err == nil {
+			g.slot = held
+		} else if held {
+			st.slots.release()
+		}
 	} else {
-		g, err = st.admitFirst(ctx, sp, dec, cfg.strict)
+		g, err = st.admitFirst(ctx, sp, dec, cfg.strict, cfg.slotWait)
 	}
 	if err != nil {
 		st.c.tokens.Put(t)
 		return noopDone, err
 	}
+	t.slot = g.slot
 	t.st, t.sp, t.slow, t.g = st, sp, dec.slow, g
 	t.start = st.c.mono()
 	t.armed.Store(true)
@@ -134,6 +159,7 @@ type token struct {
 	slow   time.Duration
 	start  time.Duration // Client.mono at the attempt's start
 	g      grant
+	slot   bool // holds a concurrency slot
 }
 
 func (c *Client) newToken() any {
@@ -160,6 +186,9 @@ func (t *token) finish(o Outcome) {
 		sp.record(true, slow)
 		st.finishProbe(t.g, false)
 	}
-	t.st, t.sp = nil, nil
+	if t.slot {
+		st.slots.release()
+	}
+	t.st, t.sp, t.slot = nil, nil, false
 	st.c.tokens.Put(t)
 }

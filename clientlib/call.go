@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
@@ -120,6 +121,7 @@ const (
 	optKey
 	optStrict
 	optNested
+	optSlotWait
 )
 
 // WithFallback calls fb with the call's final error (ErrOpen, ErrForcedOpen,
@@ -178,7 +180,14 @@ func NestedRetries(allow bool) CallOption {
 	return CallOption{kind: optNested, n: n}
 }
 
+// WaitForSlot lets a call wait up to d (and never past its context) for a
+// slot when its process already has its share of the policy's
+// concurrency.maxInFlight calls in flight, instead of failing at once with
+// ErrConcurrencyLimit. d ≥ 0 (optional, default 0: no wait).
+func WaitForSlot(d time.Duration) CallOption { return CallOption{kind: optSlotWait, d: d} }
+
 type callConfig struct {
+	slotWait      time.Duration
 	fallback      func(context.Context, error) error
 	classifier    Classifier
 	maxAttempts   int
@@ -217,6 +226,11 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 				cfg.strict = true
 			case optNested:
 				cfg.nestedRetries = o.n == 1
+			case optSlotWait:
+				if o.d < 0 {
+					return fmt.Errorf("%w: WaitForSlot(%v): must not be negative", ErrInvalidOption, o.d)
+				}
+				cfg.slotWait = o.d
 			}
 		}
 	}
@@ -237,14 +251,14 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 //     default), at least a server's Retry-After, and stops when ctx is done;
 //   - every outcome is counted and reported to the agent.
 //
-// Errors: a refused call returns an error matching ErrOpen or
-// ErrForcedOpen (fn is not called); a refused retry returns the last
+// Errors: a refused call returns an error matching ErrOpen (ErrForcedOpen
+// and ErrThrottled match it too) or ErrConcurrencyLimit (fn is not called); a refused retry returns the last
 // attempt's error joined with ErrOpen or ErrBudgetExhausted; when ctx ends
 // the call (or its deadline leaves no room for another attempt), the error
 // is errors.Join(ctx.Err() or context.DeadlineExceeded, last error);
 // otherwise the last attempt's error as fn returned it.
 func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Context, a Attempt) error, opts ...CallOption) error {
-	err := d.st.run(ctx, class, fn, d.defaults, opts)
+	err := d.st.run(ctx, class, fn, d.defaults, opts, true)
 	if err != nil && (len(d.defaults) != 0 || len(opts) != 0) {
 		if fb := findFallback(d.defaults, opts); fb != nil {
 			return fb(ctx, err)
@@ -256,14 +270,22 @@ func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Co
 // Call is Do for an attempt function that returns a value: the value of the
 // successful attempt, or the zero value (or the fallback's) with the error.
 func Call[T any](ctx context.Context, d *Dependency, class Class, fn func(ctx context.Context, a Attempt) (T, error), opts ...CallOption) (T, error) {
-	var out T
+	var (
+		out T
+		mu  sync.Mutex // hedged attempts may succeed at once: the first to get here wins
+		won bool
+	)
 	err := d.st.run(ctx, class, func(ctx context.Context, a Attempt) error {
 		v, err := fn(ctx, a)
 		if err == nil {
-			out = v
+			mu.Lock()
+			if !won {
+				out, won = v, true
+			}
+			mu.Unlock()
 		}
 		return err
-	}, d.defaults, opts)
+	}, d.defaults, opts, true)
 	if err == nil {
 		return out, nil
 	}
@@ -301,13 +323,16 @@ func newKey() string { return rand.Text() }
 
 // grant says who admitted an attempt and how.
 type grant struct {
+	slot       bool // holds a concurrency slot
 	probe      bool
 	byAgent    bool
 	generation uint64
 }
 
-// run is the retry loop behind Do, Call and the RoundTripper.
-func (st *depState) run(ctx context.Context, class Class, fn func(context.Context, Attempt) error, defaults, opts []CallOption) error {
+// run is the retry loop behind Do, Call, the RoundTripper and the gRPC
+// interceptor. hedgeable: the policy's hedging may run attempts of fn at
+// the same time (Do and Call; the transports need one attempt at a time).
+func (st *depState) run(ctx context.Context, class Class, fn func(context.Context, Attempt) error, defaults, opts []CallOption, hedgeable bool) error {
 	if st.err != nil {
 		return st.err
 	}
@@ -364,7 +389,12 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			err error
 		)
 		if n == 1 {
-			g, err = st.admitFirst(ctx, sp, dec, cfg.strict)
+			// One concurrency slot for the whole call (its attempts run
+			// one after the other), held until it returns.
+			g, err = st.admitFirst(ctx, sp, dec, cfg.strict, cfg.slotWait)
+			if g.slot {
+				defer st.slots.release()
+			}
 		} else {
 			g, err = st.admitRetry(ctx, sp)
 		}
@@ -375,6 +405,29 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
+		if n == 1 && hedgeable && !g.probe && maxAttempts > 1 && dec.retry.maxHedges > 0 && dec.retry.hedgeDelay > 0 {
+			h := hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt, delay: dec.retry.hedgeDelay,
+				maxHedges: dec.retry.maxHedges, maxAttempts: maxAttempts, classify: classify, slow: dec.slow}
+			if hasParentDeadline {
+				h.parentDeadline = parentDeadline
+			}
+			r := st.runHedged(ctx, sp, h)
+			if r.err == nil {
+				return nil
+			}
+			lastErr = r.err
+			if cerr := ctx.Err(); cerr != nil {
+				return errors.Join(cerr, r.err)
+			}
+			if !r.cl.Retryable || r.attempts >= maxAttempts {
+				return r.err
+			}
+			n = r.attempts
+			if _, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
+				return err
+			}
+			continue
+		}
 		start := c.mono()
 		actx := ctx
 		var cancel context.CancelFunc
@@ -426,45 +479,71 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
-		dec = st.dec.Load()
-		wait := dec.retry.backoff.Wait(n-1, prevWait, backoff.Uniform(c.random()))
-		prevWait = wait
-		if cl.RetryAfter > wait {
-			wait = cl.RetryAfter
-		}
-		if hasParentDeadline {
-			next := clock.Now().Add(wait)
-			if perAttempt > 0 {
-				next = next.Add(perAttempt)
-				if next.After(parentDeadline) {
-					return errors.Join(context.DeadlineExceeded, err)
-				}
-			} else if !next.Before(parentDeadline) {
-				return errors.Join(context.DeadlineExceeded, err)
-			}
-		}
-		if wait > 0 {
-			t := clock.NewTimer(wait)
-			select {
-			case <-t.C():
-			case <-ctx.Done():
-				t.Stop()
-				return errors.Join(ctx.Err(), err)
-			}
+		if _, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
+			return err
 		}
 	}
 }
 
+// retryWait waits the backoff before attempt n+1 (at least the server's
+// Retry-After): an error (errors.Join of the reason and lastErr) when the
+// next attempt does not fit before the caller's deadline or the caller gave
+// up meanwhile.
+func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duration, cl Classification, perAttempt time.Duration,
+	parentDeadline time.Time, hasParentDeadline bool, lastErr error) (time.Duration, error) {
+	c := st.c
+	clock := c.clock
+	dec := st.dec.Load()
+	wait := dec.retry.backoff.Wait(n-1, *prevWait, backoff.Uniform(c.random()))
+	*prevWait = wait
+	if cl.RetryAfter > wait {
+		wait = cl.RetryAfter
+	}
+	if hasParentDeadline {
+		next := clock.Now().Add(wait)
+		if perAttempt > 0 {
+			next = next.Add(perAttempt)
+			if next.After(parentDeadline) {
+				return wait, errors.Join(context.DeadlineExceeded, lastErr)
+			}
+		} else if !next.Before(parentDeadline) {
+			return wait, errors.Join(context.DeadlineExceeded, lastErr)
+		}
+	}
+	if wait > 0 {
+		t := clock.NewTimer(wait)
+		select {
+		case <-t.C():
+		case <-ctx.Done():
+			t.Stop()
+			return wait, errors.Join(ctx.Err(), lastErr)
+		}
+	}
+	return wait, nil
+}
+
 // admitFirst decides a first attempt: from the snapshot, or by asking.
-func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, strict bool) (grant, error) {
+//
+// An allowed first attempt also takes a concurrency slot when the policy
+// sets a limit (grant.slot; waiting up to slotWait): the caller releases it.
+func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, strict bool, slotWait time.Duration) (grant, error) {
 	verdict, askAgent := dec.first, dec.fromAgent
 	if strict {
 		verdict, askAgent = st.check(ctx)
 	}
 	switch verdict.Verdict {
 	case sharedstate.Allow:
+		if !strict && st.throttled(dec) {
+			sp.rejected.Add(1)
+			return grant{}, st.rejThrottled
+		}
+		held, err := st.acquireSlot(ctx, slotWait)
+		if err != nil {
+			sp.rejected.Add(1)
+			return grant{}, err
+		}
 		sp.first.Add(1)
-		return grant{}, nil
+		return grant{slot: held}, nil
 	case sharedstate.AllowProbe:
 		return st.acquireProbe(ctx, askAgent, dec)
 	}

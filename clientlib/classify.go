@@ -48,7 +48,8 @@ type Classifier func(err error) Classification
 //     Unavailable, ResourceExhausted, Aborted, DeadlineExceeded;
 //   - failures, not retried: other HTTP 5xx, gRPC Internal, Unknown,
 //     DataLoss, errors of the breaker of a nested dependency (ErrOpen,
-//     ErrBudgetExhausted) and any error it does not recognise;
+//     ErrForcedOpen, ErrThrottled, ErrBudgetExhausted, ErrConcurrencyLimit)
+//     and any error it does not recognise;
 //   - neither: other HTTP 4xx, other gRPC codes, context.Canceled.
 //
 // Any error wrapping ErrNotRetryable is not retried. A *RetryAfterError
@@ -73,7 +74,7 @@ func classifyBase(err error) Classification {
 	if err == nil {
 		return Classification{}
 	}
-	if errors.Is(err, ErrOpen) || errors.Is(err, ErrBudgetExhausted) {
+	if errors.Is(err, ErrOpen) || errors.Is(err, ErrBudgetExhausted) || errors.Is(err, ErrConcurrencyLimit) {
 		return Classification{Failure: true}
 	}
 	var hs *HTTPStatusError

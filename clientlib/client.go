@@ -341,6 +341,14 @@ func (c *Client) flush() {
 			if agent.FirstAttempts|agent.Successes|agent.Failures|agent.SlowCalls|agent.Rejected != 0 {
 				c.sess.addDeltas(st, agent)
 			}
+			// In-flight calls, while there is a limit (and once more
+			// after it, to bring the agent's count back to 0).
+			if n := st.slots.inFlight.Load(); st.dec.Load().limit > 0 || n != st.sentInFlight {
+				if n != st.sentInFlight || !st.inFlightSent {
+					c.sess.setInFlight(st, uint64(max(n, 0)))
+					st.sentInFlight, st.inFlightSent = n, true
+				}
+			}
 		}
 	})
 	c.engine.Tick() // single node: the records it proposes need no gossip

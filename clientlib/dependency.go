@@ -96,6 +96,8 @@ type retrySettings struct {
 	maxAttempts int
 	perAttempt  time.Duration
 	backoff     backoff.Policy
+	hedgeDelay  time.Duration // with maxHedges > 0: hedge after this long
+	maxHedges   int
 }
 
 func retryFrom(r sharedstate.RetrySettings) retrySettings {
@@ -103,6 +105,8 @@ func retryFrom(r sharedstate.RetrySettings) retrySettings {
 		maxAttempts: r.MaxAttempts,
 		perAttempt:  r.PerAttemptTimeout,
 		backoff:     backoff.Policy{Base: r.BackoffBase, Max: r.BackoffMax, Jitter: jitterFrom(r.Jitter)},
+		hedgeDelay:  r.HedgeDelay,
+		maxHedges:   max(r.MaxHedges, 0),
 	}
 	if rs.maxAttempts < 1 {
 		rs.maxAttempts = 1
@@ -136,6 +140,13 @@ type decision struct {
 	retry     retrySettings
 	slow      time.Duration
 	fromAgent bool
+	// throttleCut: a first attempt is throttled when the top 53 bits of a
+	// random draw are below it (probability × 2^53; 0: no throttling).
+	throttleCut uint64
+	// shadowCut is throttleCut in shadow mode: a hit is counted, not refused.
+	shadowCut uint64
+	// limit is this process's share of the concurrency limit (0: none).
+	limit int64
 }
 
 func (d *decision) status(name string) Status {
@@ -176,6 +187,7 @@ type rareCounters struct {
 	retriesAgent, retriesLocal   atomic.Uint64
 	probesAgent, probesLocal     atomic.Uint64
 	rejectedAgent, rejectedLocal atomic.Uint64
+	shadowThrottled              atomic.Uint64 // first attempts shadow mode let through that throttling would refuse
 }
 
 // totals is a sum over the stripes and rare counters.
@@ -197,6 +209,10 @@ type depState struct {
 	rare    rareCounters
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
+	rejThrottled, rejLimit                     *RejectedError
+
+	_     [64]byte // keep the in-flight count off the read-mostly fields
+	slots slots
 
 	mu        sync.Mutex // guards the fields below; never taken by a first attempt
 	agentSnap *sharedstate.Snapshot
@@ -211,6 +227,8 @@ type depState struct {
 
 	// Owned by the flusher goroutine.
 	sentAgent, sentLocal totals
+	sentInFlight         int64
+	inFlightSent         bool
 }
 
 func newDepState(c *Client, name string, err error) *depState {
@@ -224,6 +242,9 @@ func newDepState(c *Client, name string, err error) *depState {
 	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
 	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
 	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
+	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
+	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
+	st.slots.freed = make(chan struct{}, 1)
 	return st
 }
 
@@ -235,6 +256,8 @@ func (st *depState) rejection(r sharedstate.Reason) error {
 		return st.rejNoPermit
 	case sharedstate.ReasonBudgetExhausted:
 		return st.rejBudget
+	case sharedstate.ReasonThrottled:
+		return st.rejThrottled
 	}
 	return st.rejOpen
 }
@@ -280,6 +303,12 @@ func (st *depState) publishLocked() {
 		slow: snap.SlowCallDuration, fromAgent: fromAgent}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
+	}
+	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
+		d.throttleCut = throttleCut(snap.ThrottleProbability)
+		d.limit = int64(max(snap.ConcurrencyLimit, 0))
+	} else {
+		d.shadowCut = throttleCut(snap.ThrottleProbability)
 	}
 	st.dec.Store(d)
 	if old != nil {

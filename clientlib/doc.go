@@ -50,7 +50,11 @@
 //
 // Errors match, with errors.Is: ErrOpen (breaker open or half-open without
 // a permit; fn was not called), ErrForcedOpen (an operator forced it open;
-// also matches ErrOpen), ErrBudgetExhausted (joined with the last attempt's
+// also matches ErrOpen), ErrThrottled (adaptive throttling refused a first
+// attempt; also matches ErrOpen, so code that handles a refusing breaker
+// handles it unchanged), ErrConcurrencyLimit (this process has its share of
+// the fleet's in-flight limit; it does not match ErrOpen: the dependency is
+// not judged unhealthy), ErrBudgetExhausted (joined with the last attempt's
 // error), ErrNotRetryable (wrap it into an attempt's error to stop retries),
 // ErrInvalidDependency, ErrTooManyDependencies, ErrInvalidOption. Refusals
 // are *RejectedError values naming the dependency and reason, prebuilt per
@@ -78,9 +82,56 @@
 //   - WithIdempotencyKey(k): default a random 128-bit key per call.
 //   - StrictConsult(): default off (decide from the pushed snapshot).
 //   - NestedRetries(true): default false (see "One retrying layer").
+//   - WaitForSlot(d): default 0, no wait (see "Throttling and concurrency").
 //
 // Dependency.With(opts...) makes them the defaults of a handle. Options are
 // plain values: passing them allocates nothing.
+//
+// # Throttling, concurrency limits and hedging: when to use which
+//
+// Four policies, computed by the agents from the fleet's pooled counts and
+// applied in process from the pushed snapshot:
+//
+//   - the breaker (always on) is for a dependency that is down or broken:
+//     it stops the fleet's calls, probes, and closes again;
+//   - the throttle (policy "throttle", off by default) is for one that is
+//     overloaded but serving: while the breaker is closed, a first attempt
+//     is refused (ErrThrottled) with the probability the agent computed from
+//     the fleet's window, max(0, (requests − k·accepts)/(requests + 1)),
+//     so the fleet sends about k times what the dependency answers. Accepts
+//     are successes, and errors the classifier does not count as failures
+//     (the dependency answered) are successes; requests include the
+//     attempts Fusebox refused. One random draw (Config.Random) per first
+//     attempt, no allocation. In shadow mode nothing is refused, and the
+//     first attempts it would refuse are counted
+//     (fusebox_client_shadow_throttled_total). An override lifts it;
+//   - the concurrency limit (policy "concurrency.maxInFlight", off by
+//     default) is for one with a known capacity in calls (a pool, worker
+//     threads): one limit for the fleet, shared out to the nodes by traffic
+//     and by each agent to the processes that follow the dependency. Every
+//     attempt Allow admits, and every Do call (for all its sequential
+//     attempts), holds a slot of this process's share; without one it fails
+//     at once with ErrConcurrencyLimit, or waits up to WaitForSlot(d).
+//     Dependency.InFlight and Dependency.ConcurrencyLimit show both sides;
+//   - hedging (policy "retry.hedge", off by default) is for tail latency of
+//     a healthy dependency with a few slow answers: an Idempotent or
+//     IdempotentWithKey call made with Do or Call whose attempt has not
+//     answered after the hedge delay starts another one next to it (same
+//     idempotency key), up to maxHedges and never more than maxAttempts in
+//     all; the first success wins and the others' contexts are cancelled
+//     (Do returns once they returned: attempt functions must honour their
+//     context). Every hedge takes a retry from the fleet budget (no token,
+//     no hedge) and a concurrency slot when there is a limit (no slot, no
+//     hedge), so hedges never add more load than the retry budget allows.
+//     When the hedged round fails with a retryable error, the remaining
+//     attempts are ordinary retries. The HTTP RoundTripper and the gRPC
+//     interceptor do not hedge (an attempt's request body and response
+//     belong to one attempt at a time). Pick a delay near the p95 of the
+//     dependency's latency: hedging a slow dependency only doubles its load.
+//
+// While the agent is away, the local fallback applies neither the throttle
+// nor the concurrency limit (they are fleet decisions), only the breaker and
+// the retry budget.
 //
 // # HTTP and gRPC
 //
@@ -175,6 +226,10 @@
 //   - fusebox_client_agent_fallbacks_total{call="acquire_retry|acquire_probe|check"}
 //   - fusebox_client_agent_refused_dependencies_total
 //   - fusebox_client_events_dropped_total
+//   - fusebox_client_shadow_throttled_total{dependency}: first attempts
+//     throttling would have refused, let through in shadow mode
+//   - fusebox_client_in_flight{dependency}, fusebox_client_concurrency_limit{dependency}:
+//     calls holding a slot, and this process's share of the limit
 //
 // They are read from the client's own counters at scrape time (nothing on
 // the call path); two clients never share a series.

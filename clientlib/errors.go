@@ -23,6 +23,20 @@ var (
 	// error of the last attempt.
 	ErrBudgetExhausted = errors.New("fusebox: retry budget exhausted")
 
+	// ErrThrottled: fleet-wide adaptive throttling (policy "throttle")
+	// refused a first attempt: the dependency answers too few of the
+	// fleet's requests. errors.Is(err, ErrOpen) is true for it too, so code
+	// that handles a refusing breaker (fallbacks, fail fast, no retry)
+	// handles a throttled call the same way without change; match
+	// ErrThrottled to tell them apart.
+	ErrThrottled error = throttled{}
+
+	// ErrConcurrencyLimit: this process already has its share of the
+	// fleet's concurrency.maxInFlight calls in flight (see WaitForSlot). It
+	// does not match ErrOpen: the dependency is not judged unhealthy, the
+	// caller has as much work in progress as it may.
+	ErrConcurrencyLimit = errors.New("fusebox: concurrency limit reached")
+
 	// ErrNotRetryable, wrapped into an error returned by an attempt, tells
 	// the default classifier not to retry that error whatever it is.
 	ErrNotRetryable = errors.New("fusebox: not retryable")
@@ -45,13 +59,19 @@ type forcedOpen struct{}
 func (forcedOpen) Error() string        { return "fusebox: breaker forced open" }
 func (forcedOpen) Is(target error) bool { return target == ErrOpen }
 
+type throttled struct{}
+
+func (throttled) Error() string        { return "fusebox: throttled" }
+func (throttled) Is(target error) bool { return target == ErrOpen }
+
 // RejectedError is what a refused attempt returns: the dependency, why, and
-// the sentinel it wraps (ErrOpen, ErrForcedOpen or ErrBudgetExhausted).
+// the sentinel it wraps (ErrOpen, ErrForcedOpen, ErrBudgetExhausted,
+// ErrThrottled or ErrConcurrencyLimit).
 // A handle builds its rejection errors once, so refusing allocates nothing.
 type RejectedError struct {
 	Dependency string
-	// Reason is "open", "forced-open", "half-open-no-permit" or
-	// "budget-exhausted".
+	// Reason is "open", "forced-open", "half-open-no-permit",
+	// "budget-exhausted", "throttled" or "concurrency-limit".
 	Reason string
 	Err    error
 }

@@ -110,6 +110,6 @@ func (c *Client) UnaryClientInterceptor(opts ...GRPCOption) grpc.UnaryClientInte
 				}
 			}
 			return err
-		}, cfg.options, optionsFromContext(ctx))
+		}, cfg.options, optionsFromContext(ctx), false)
 	}
 }

@@ -205,7 +205,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: rcancel}
 		last = resp
 		return nil
-	}, t.options, callOpts)
+	}, t.options, callOpts, false)
 	if !started && hasBody(req) {
 		req.Body.Close() // a RoundTripper always closes the request body
 	}

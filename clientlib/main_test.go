@@ -64,6 +64,7 @@ type fakeAgent struct {
 	mu          sync.Mutex
 	hellos      []*fuseboxv1.Hello
 	counts      map[string]*fuseboxv1.Counts
+	inFlight    map[string]uint64 // the last in_flight reported per dependency
 	probes      []*fuseboxv1.ProbeResult
 	subscribed  []string
 	sessions    map[chan *fuseboxv1.SessionResponse]bool
@@ -89,7 +90,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	f := &fakeAgent{t: t, path: filepath.Join(dir, "agent.sock"),
-		counts: map[string]*fuseboxv1.Counts{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
+		counts: map[string]*fuseboxv1.Counts{}, inFlight: map[string]uint64{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
 		snaps: map[string]*fuseboxv1.DecisionSnapshot{}}
 	f.start()
 	t.Cleanup(f.stop)
@@ -195,6 +196,9 @@ func (f *fakeAgent) record(d *fuseboxv1.CountDeltas) {
 		if c == nil {
 			c = &fuseboxv1.Counts{}
 			f.counts[dc.GetDependency()] = c
+		}
+		if dc.InFlight != nil {
+			f.inFlight[dc.GetDependency()] = dc.GetInFlight()
 		}
 		n := dc.GetCounts()
 		c.FirstAttempts += n.GetFirstAttempts()

@@ -23,6 +23,7 @@ type metrics struct {
 	dependencies, dependenciesRefused            *prometheus.Desc
 	connected, sessionsDesc, sessionFailuresDesc *prometheus.Desc
 	fallbacksDesc, agentRefusalsDesc, dropped    *prometheus.Desc
+	shadowThrottled, inFlight, concurrencyLimit  *prometheus.Desc
 }
 
 var fallbackCalls = [3]string{"acquire_retry", "acquire_probe", "check"}
@@ -48,6 +49,10 @@ func newMetrics(c *Client) *metrics {
 			"Synchronous questions to the agent that failed or took longer than AgentWait and were decided locally.", "call"),
 		agentRefusalsDesc: d("agent_refused_dependencies_total", "Dependency names the agent refused (invalid or past its cap)."),
 		dropped:           d("events_dropped_total", "State-change and agent events dropped because the callback queue was full."),
+		shadowThrottled: d("shadow_throttled_total",
+			"First attempts adaptive throttling would have refused, and let through because the policy is in shadow mode.", "dependency"),
+		inFlight:         d("in_flight", "Calls holding a slot of this process's concurrency share (0 while the policy sets no limit).", "dependency"),
+		concurrencyLimit: d("concurrency_limit", "This process's share of the dependency's fleet-wide concurrency limit (0: no limit).", "dependency"),
 	}
 }
 
@@ -76,7 +81,7 @@ func (m *metrics) unregister(r prometheus.Registerer) { r.Unregister(m) }
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.attempts, m.outcomes, m.slow, m.rejected, m.state,
 		m.dependencies, m.dependenciesRefused, m.connected, m.sessionsDesc, m.sessionFailuresDesc,
-		m.fallbacksDesc, m.agentRefusalsDesc, m.dropped} {
+		m.fallbacksDesc, m.agentRefusalsDesc, m.dropped, m.shadowThrottled, m.inFlight, m.concurrencyLimit} {
 		ch <- d
 	}
 }
@@ -99,7 +104,11 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.outcomes, t.failure, st.name, "failure")
 		counter(m.slow, t.slow, st.name)
 		counter(m.rejected, t.rejected+t.rejectedAgent+t.rejectedLocal, st.name)
-		s := st.dec.Load().status(st.name)
+		counter(m.shadowThrottled, st.rare.shadowThrottled.Load(), st.name)
+		dec := st.dec.Load()
+		gauge(m.inFlight, float64(max(st.slots.inFlight.Load(), 0)), st.name)
+		gauge(m.concurrencyLimit, float64(dec.limit), st.name)
+		s := dec.status(st.name)
 		cur := Closed.LabelValue()
 		switch {
 		case s.Override != OverrideNone:

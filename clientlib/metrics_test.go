@@ -134,7 +134,7 @@ func TestMetricNamesDocumented(t *testing.T) {
 		}
 		n++
 	}
-	if n != 13 {
-		t.Errorf("%d metrics described, want 13", n)
+	if n != 16 {
+		t.Errorf("%d metrics described, want 16", n)
 	}
 }

@@ -45,6 +45,7 @@ type session struct {
 
 	mu           sync.Mutex
 	pending      map[*depState]*fuseboxv1.Counts
+	inFlight     map[*depState]uint64 // gauges to send with the next deltas
 	probes       []*fuseboxv1.ProbeResult
 	subs         []string
 	sendingSince time.Time          // zero unless a Send is in progress
@@ -55,7 +56,7 @@ type session struct {
 }
 
 func newSession(c *Client) *session {
-	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]*fuseboxv1.Counts{},
+	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]*fuseboxv1.Counts{}, inFlight: map[*depState]uint64{},
 		finishing: make(chan struct{}), loopDone: make(chan struct{})}
 }
 
@@ -84,6 +85,13 @@ func (s *session) addDeltas(st *depState, d *fuseboxv1.Counts) {
 	} else {
 		s.pending[st] = d
 	}
+	s.mu.Unlock()
+}
+
+// setInFlight queues st's current in-flight count for the agent.
+func (s *session) setInFlight(st *depState, n uint64) {
+	s.mu.Lock()
+	s.inFlight[st] = n
 	s.mu.Unlock()
 }
 
@@ -118,14 +126,23 @@ func (s *session) kick() {
 func (s *session) take() *fuseboxv1.CountDeltas {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.pending) == 0 && len(s.probes) == 0 && len(s.subs) == 0 {
+	if len(s.pending) == 0 && len(s.probes) == 0 && len(s.subs) == 0 && len(s.inFlight) == 0 {
 		return nil
 	}
 	m := &fuseboxv1.CountDeltas{ProbeResults: s.probes, Subscribe: s.subs}
 	for st, c := range s.pending {
-		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: c})
+		dc := &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: c}
+		if n, ok := s.inFlight[st]; ok {
+			dc.InFlight = &n
+			delete(s.inFlight, st)
+		}
+		m.Deltas = append(m.Deltas, dc)
+	}
+	for st, n := range s.inFlight {
+		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: &fuseboxv1.Counts{}, InFlight: &n})
 	}
 	s.pending = make(map[*depState]*fuseboxv1.Counts, len(s.pending))
+	clear(s.inFlight)
 	s.probes, s.subs = nil, nil
 	s.sendingSince = time.Now()
 	return m

@@ -247,7 +247,8 @@ func TestDashboardInABrowser(t *testing.T) {
 	// only node with traffic, for which one failing node is enough to open
 	// the breaker fleet-wide.
 	for dep, pol := range map[string]string{
-		"payments":  `{"breaker":{"window":"2m","openDuration":"1m","maxOpenDuration":"2m"}}`,
+		"payments": `{"breaker":{"window":"2m","openDuration":"1m","maxOpenDuration":"2m"},
+			"throttle":{"enabled":true,"k":2},"concurrency":{"maxInFlight":50}}`,
 		"dns-cache": `{"breaker":{"window":"2m","openDuration":"1m","maxOpenDuration":"2m"}}`,
 		"inventory": `{"breaker":{"mode":"shadow","window":"2m","openDuration":"1m","maxOpenDuration":"2m"}}`,
 	} {
@@ -349,6 +350,13 @@ func TestDashboardInABrowser(t *testing.T) {
 		document.querySelector('#dep-nodes tr[data-node="agent-0"]') && document.querySelectorAll('#dep-zones tr[data-zone]').length === 2`)
 	p.wait("payments' audit trail", `[...document.querySelectorAll('#dep-audit tr[data-revision]')].some(r => r.textContent.includes('gitops') && r.textContent.includes('breaker.openDuration'))`)
 	p.wait("payments' badge and override form", `document.querySelector('#dep-state .badge').dataset.state === 'open' && document.querySelector('#force-dep').value === 'payments'`)
+	// Its throttle (most of its calls fail: the fleet's formula refuses
+	// most first attempts) and its calls in flight against the fleet limit.
+	p.wait("payments' throttle and in-flight facts", `(() => {
+		const th = document.querySelector('#dep-facts .throttle'), fl = document.querySelector('#dep-facts .in-flight');
+		return th && fl && th.textContent.startsWith('refusing ') && Number(th.dataset.probability) > 0.5 &&
+			fl.dataset.limit === '50' && fl.textContent.startsWith('0 of 50');
+	})()`)
 	depShot := p.shot("dashboard-dependency", true)
 
 	// 1,000 dependencies: rows for all, and the filter narrows them.

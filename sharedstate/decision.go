@@ -119,6 +119,8 @@ const (
 	ReasonHalfOpenNoPermit
 	// ReasonBudgetExhausted: the retry budget has no room for this node.
 	ReasonBudgetExhausted
+	// ReasonThrottled: adaptive throttling refused a first attempt.
+	ReasonThrottled
 )
 
 func (r Reason) String() string {
@@ -133,15 +135,17 @@ func (r Reason) String() string {
 		return "half-open-no-permit"
 	case ReasonBudgetExhausted:
 		return "budget-exhausted"
+	case ReasonThrottled:
+		return "throttled"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
 // LabelValue is r as a Prometheus label value: String in snake_case
 // ("none", "open", "forced_open", "half_open_no_permit",
-// "budget_exhausted"), "unknown" for an invalid reason.
+// "budget_exhausted", "throttled"), "unknown" for an invalid reason.
 func (r Reason) LabelValue() string {
-	if r > ReasonBudgetExhausted {
+	if r > ReasonThrottled {
 		return "unknown"
 	}
 	return strings.ReplaceAll(r.String(), "-", "_")

@@ -14,6 +14,8 @@ type depState struct {
 	win     atomic.Pointer[Window]
 	snap    atomic.Pointer[Snapshot]
 	evicted atomic.Bool
+	// inFlight is this node's calls in flight (Engine.SetInFlight).
+	inFlight atomic.Uint64
 
 	mu          sync.Mutex
 	patch       *PolicyPatch // nil: the default applies
@@ -34,6 +36,7 @@ type depState struct {
 	urgentAt    int64      // Unix ns of the last urgent row, 0: none
 	z           tripBounds // of pol.Breaker.Confidence
 	tripHeld    tripHeld
+	shaped      shapeState
 }
 
 type rowEntry struct {
@@ -172,16 +175,18 @@ type scanResult struct {
 	effFailing            int    // whose own rates meet a threshold
 	effActive             int    // with any count
 	effFastFailing        int    // whose own freshest suffixes meet a threshold
+	ownInFlight           uint64 // this node's calls in flight
+	effInFlight           uint64 // in scope, own included
 }
 
 // scan sums the live rows. Rows are live for 2×window after their receipt.
 func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 	var s scanResult
 	b := &d.pol.Breaker
-	own := rowEntry{NodeWindow: NodeWindow{Counts: d.ownTotals(now), Recent: d.fine.recent}, received: now}
+	own := rowEntry{NodeWindow: NodeWindow{Counts: d.ownTotals(now), Recent: d.fine.recent, InFlight: d.inFlight.Load()}, received: now}
 	d.classify(e, &own)
 	own.sameZone = true
-	s.own = own.Counts
+	s.own, s.ownInFlight = own.Counts, own.InFlight
 	stale := 2 * int64(b.Window)
 	add := func(r *rowEntry, eff bool) {
 		s.fleet = s.fleet.Plus(r.Counts)
@@ -196,6 +201,7 @@ func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 			s.effNodes += b2i(r.requests)
 			s.effFailing += b2i(r.failing)
 			s.effFastFailing += b2i(r.fastFailing != 0)
+			s.effInFlight = satAdd(s.effInFlight, r.InFlight)
 		}
 	}
 	add(&own, true)
@@ -465,6 +471,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 			d.local = localBreaker{state: Open, since: now, openCount: 1}
 		}
 	}
+	d.shapeTick(e, ns)
 	changed = d.publish(e, now) || changed
 	return changed, d.idle(e, now)
 }
@@ -524,18 +531,19 @@ func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
 	return NodeWindow{
 		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
 		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
-		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent,
+		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent, InFlight: d.inFlight.Load(),
 	}
 }
 
 func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 	r := d.ownRow(e, now)
 	last := d.sent.row
-	changed := r.Counts != last.Counts || r.Recent != last.Recent || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen
+	changed := r.Counts != last.Counts || r.Recent != last.Recent || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen ||
+		r.InFlight != last.InFlight
 	if !d.sent.valid {
-		changed = !r.Counts.IsZero() || r.LocalOpen
+		changed = !r.Counts.IsZero() || r.LocalOpen || r.InFlight != 0
 	}
-	due := d.sent.valid && (!r.Counts.IsZero() || r.LocalOpen) &&
+	due := d.sent.valid && (!r.Counts.IsZero() || r.LocalOpen || r.InFlight != 0) &&
 		now.UnixNano()-d.sent.at >= int64(d.pol.Breaker.Window)/2-d.hbJitter
 	if !changed && !due {
 		return NodeWindow{}, false
@@ -558,7 +566,9 @@ func (d *depState) publish(e *Engine, now time.Time) bool {
 			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
 			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
 			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
+			HedgeDelay: r.Hedge.Delay.Std(), MaxHedges: r.Hedge.MaxHedges,
 		},
+		ConcurrencyLimit: d.shaped.share,
 	}
 	if o := d.override; o.ActiveAt(now) {
 		s.Override, s.OverrideReason, s.OverrideExpires = o.State, o.Reason, o.Expires
@@ -579,6 +589,9 @@ func (d *depState) publish(e *Engine, now time.Time) bool {
 	} else {
 		s.State, s.OpenCount, s.Since = local, d.local.openCount, d.local.since
 		s.ProbePermit = local == HalfOpen
+	}
+	if s.State == Closed && s.LocalState == Closed && s.Override == OverrideNone {
+		s.ThrottleProbability = d.shaped.throttle
 	}
 	old := d.snap.Load()
 	if old != nil {

@@ -33,6 +33,10 @@
 //     (what to show), and the OnChange hook.
 //   - Snapshot (snapshot.go): an immutable per-dependency view whose
 //     DecideFirst lets clientlib decide first attempts with one atomic load.
+//   - Throttling and concurrency shares (shape.go): ThrottlePolicy's
+//     ThrottleProbability, ConcurrencyShare, Engine.SetInFlight and
+//     Engine.Shape; Snapshot.ThrottleProbability, ConcurrencyLimit and
+//     DecideFirstAt.
 //
 // # Rules in brief
 //
@@ -60,6 +64,26 @@
 // × window, ratio × first attempts) in the scope; a node may retry while its
 // retries are below its share, budget × its first attempts / all first
 // attempts, and the scope's retries are below the budget.
+//
+// # Beyond on/off: when to use which
+//
+// The breaker is binary: it is the answer to a dependency that is down. For
+// one that is overloaded but serving, the policy's "throttle" section
+// (Google SRE client-side adaptive throttling over the scope's window:
+// refuse a first attempt with probability max(0, (requests − k·accepts) /
+// (requests + 1)), requests being successes + failures + rejected and
+// accepts the successes) keeps the fleet sending about k times what the
+// dependency answers; choose k so that the error rate this leaves, 1 − 1/k,
+// is below the breaker's failureRateThreshold, or the breaker flaps on top.
+// For one with a known capacity in calls, "concurrency.maxInFlight" bounds
+// the calls in flight across the fleet, each node's share proportional to
+// its part of the scope's first attempts (made or refused), at least 1. For
+// tail latency of a healthy one, "retry.hedge" (applied by clientlib)
+// starts a second attempt after a delay, each hedge paid from the retry
+// budget. Both shapes are recomputed at every Tick and published in the
+// Snapshot; the probability moves in steps of 1/200 so that noise does not
+// republish. TestShapeSimulation compares them on a simulated overload; its
+// table is in README.md.
 //
 // # Counting
 //

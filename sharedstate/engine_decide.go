@@ -26,6 +26,9 @@ func (e *Engine) Decide(dep string, kind AttemptKind) Decision {
 	}
 	if kind != Retry {
 		if s := d.snap.Load(); s.State == Closed && s.LocalState == Closed && s.Override == OverrideNone {
+			if kind == FirstAttempt && s.ThrottleProbability > 0 {
+				return s.DecideFirstAt(uniform())
+			}
 			return allow
 		}
 	}

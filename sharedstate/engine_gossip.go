@@ -155,7 +155,7 @@ func (e *Engine) enqueueUrgent(r NodeWindow) {
 func (e *Engine) LocalRows() []NodeWindow {
 	var out []NodeWindow
 	e.eachDep(func(d *depState) {
-		if d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen) {
+		if d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen || d.sent.row.InFlight != 0) {
 			out = append(out, d.sent.row)
 		}
 	})

@@ -69,6 +69,10 @@ type Policy struct {
 	Dependency string        `json:"dependency"`
 	Breaker    BreakerPolicy `json:"breaker"`
 	Retry      RetryPolicy   `json:"retry"`
+	// Throttle is fleet-wide adaptive throttling (off by default).
+	Throttle ThrottlePolicy `json:"throttle"`
+	// Concurrency is the fleet-wide concurrency limit (off by default).
+	Concurrency ConcurrencyPolicy `json:"concurrency"`
 }
 
 // BreakerPolicy configures the breaker and its sliding window.
@@ -105,6 +109,7 @@ type RetryPolicy struct {
 	PerAttemptTimeout Duration      `json:"perAttemptTimeout"`
 	Backoff           BackoffPolicy `json:"backoff"`
 	Budget            BudgetPolicy  `json:"budget"`
+	Hedge             HedgePolicy   `json:"hedge"`
 }
 
 // BackoffPolicy is the wait between attempts: exponential from Base, capped at Max.
@@ -119,6 +124,45 @@ type BackoffPolicy struct {
 type BudgetPolicy struct {
 	Ratio               float64 `json:"ratio"`
 	MinRetriesPerSecond float64 `json:"minRetriesPerSecond"`
+}
+
+// HedgePolicy is hedging: for idempotent calls only, after Delay without an
+// answer another attempt starts (with the same idempotency key), up to
+// MaxHedges of them; the first success wins and the others are cancelled.
+// Every hedge takes a token from the fleet retry budget (no token, no hedge)
+// and counts as a retry. MaxHedges 0 turns hedging off.
+type HedgePolicy struct {
+	Delay     Duration `json:"delay"`
+	MaxHedges int      `json:"maxHedges"`
+}
+
+// Enabled reports whether the policy hedges at all.
+func (h HedgePolicy) Enabled() bool { return h.MaxHedges > 0 && h.Delay > 0 }
+
+// ThrottlePolicy is Google SRE client-side adaptive throttling on the
+// fleet's (or the zone's, or for scope node the node's) window totals: while
+// the breaker is closed, first attempts are refused with probability
+//
+//	max(0, (requests − K·accepts) / (requests + 1))
+//
+// where requests are the attempts the callers wanted to make in the window
+// (made, or refused by Fusebox) and accepts the attempts the dependency
+// answered (successes; an error the classifier does not count as a failure
+// is a success). Nothing is refused while requests < MinRequests. In shadow
+// mode the probability is computed and reported, and nothing is refused.
+type ThrottlePolicy struct {
+	Enabled     bool    `json:"enabled"`
+	K           float64 `json:"k"`
+	MinRequests int     `json:"minRequests"`
+}
+
+// ConcurrencyPolicy is one limit on the calls in flight to the dependency
+// across the whole fleet. Each node's share is MaxInFlight × its share of
+// the scope's first attempts over the window (an even split while nobody
+// has traffic), at least 1; clientlib enforces its process's part of its
+// node's share. 0 turns the limit off.
+type ConcurrencyPolicy struct {
+	MaxInFlight int `json:"maxInFlight"`
 }
 
 // DefaultPolicy returns the values of DESIGN.md's example, as the fleet
@@ -153,7 +197,10 @@ func DefaultPolicy() Policy {
 				Jitter: JitterFull,
 			},
 			Budget: BudgetPolicy{Ratio: 0.1, MinRetriesPerSecond: 10},
+			Hedge:  HedgePolicy{Delay: 0, MaxHedges: 0},
 		},
+		Throttle:    ThrottlePolicy{Enabled: false, K: 2.0, MinRequests: 20},
+		Concurrency: ConcurrencyPolicy{MaxInFlight: 0},
 	}
 }
 

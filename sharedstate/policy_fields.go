@@ -83,6 +83,24 @@ func budgetField[T any](name string, pol func(*BudgetPolicy) *T, pat func(*Budge
 	return section("retry.budget."+name, func(p *Policy) *BudgetPolicy { return &p.Retry.Budget }, (*PolicyPatch).budget, pol, pat)
 }
 
+func hedgeField[T any](name string, pol func(*HedgePolicy) *T, pat func(*HedgePatch) **T) policyField {
+	f := section("retry.hedge."+name, func(p *Policy) *HedgePolicy { return &p.Retry.Hedge }, (*PolicyPatch).hedge, pol, pat)
+	f.optional = true
+	return f
+}
+
+func throttleField[T any](name string, pol func(*ThrottlePolicy) *T, pat func(*ThrottlePatch) **T) policyField {
+	f := section("throttle."+name, func(p *Policy) *ThrottlePolicy { return &p.Throttle }, (*PolicyPatch).throttle, pol, pat)
+	f.optional = true
+	return f
+}
+
+func concurrencyField[T any](name string, pol func(*ConcurrencyPolicy) *T, pat func(*ConcurrencyPatch) **T) policyField {
+	f := section("concurrency."+name, func(p *Policy) *ConcurrencyPolicy { return &p.Concurrency }, (*PolicyPatch).concurrency, pol, pat)
+	f.optional = true
+	return f
+}
+
 // The sections of a patch; alloc creates a missing one.
 
 func (p *PolicyPatch) breaker(alloc bool) *BreakerPatch {
@@ -121,6 +139,31 @@ func (p *PolicyPatch) budget(alloc bool) *BudgetPatch {
 	return r.Budget
 }
 
+func (p *PolicyPatch) hedge(alloc bool) *HedgePatch {
+	r := p.retry(alloc)
+	if r != nil && r.Hedge == nil && alloc {
+		r.Hedge = &HedgePatch{}
+	}
+	if r == nil {
+		return nil
+	}
+	return r.Hedge
+}
+
+func (p *PolicyPatch) throttle(alloc bool) *ThrottlePatch {
+	if p.Throttle == nil && alloc {
+		p.Throttle = &ThrottlePatch{}
+	}
+	return p.Throttle
+}
+
+func (p *PolicyPatch) concurrency(alloc bool) *ConcurrencyPatch {
+	if p.Concurrency == nil && alloc {
+		p.Concurrency = &ConcurrencyPatch{}
+	}
+	return p.Concurrency
+}
+
 // policyFields lists every leaf of a policy, in the order of the structs.
 var policyFields = []policyField{
 	breakerField("failureRateThreshold", func(b *BreakerPolicy) *float64 { return &b.FailureRateThreshold }, func(b *BreakerPatch) **float64 { return &b.FailureRateThreshold }),
@@ -145,4 +188,10 @@ var policyFields = []policyField{
 	backoffField("jitter", func(b *BackoffPolicy) *Jitter { return &b.Jitter }, func(b *BackoffPatch) **Jitter { return &b.Jitter }),
 	budgetField("ratio", func(b *BudgetPolicy) *float64 { return &b.Ratio }, func(b *BudgetPatch) **float64 { return &b.Ratio }),
 	budgetField("minRetriesPerSecond", func(b *BudgetPolicy) *float64 { return &b.MinRetriesPerSecond }, func(b *BudgetPatch) **float64 { return &b.MinRetriesPerSecond }),
+	hedgeField("delay", func(b *HedgePolicy) *Duration { return &b.Delay }, func(b *HedgePatch) **Duration { return &b.Delay }),
+	hedgeField("maxHedges", func(b *HedgePolicy) *int { return &b.MaxHedges }, func(b *HedgePatch) **int { return &b.MaxHedges }),
+	throttleField("enabled", func(b *ThrottlePolicy) *bool { return &b.Enabled }, func(b *ThrottlePatch) **bool { return &b.Enabled }),
+	throttleField("k", func(b *ThrottlePolicy) *float64 { return &b.K }, func(b *ThrottlePatch) **float64 { return &b.K }),
+	throttleField("minRequests", func(b *ThrottlePolicy) *int { return &b.MinRequests }, func(b *ThrottlePatch) **int { return &b.MinRequests }),
+	concurrencyField("maxInFlight", func(b *ConcurrencyPolicy) *int { return &b.MaxInFlight }, func(b *ConcurrencyPatch) **int { return &b.MaxInFlight }),
 }

@@ -59,6 +59,19 @@ func (p Policy) Lint(deadline time.Duration) []string {
 	if p.Breaker.Mode == ModeShadow {
 		ws = append(ws, "breaker.mode: shadow: transitions are computed and reported, but no call is ever rejected")
 	}
+	if h := r.Hedge; h.Enabled() {
+		if h.Delay >= r.PerAttemptTimeout {
+			ws = append(ws, fmt.Sprintf("retry.hedge.delay: %s is not shorter than retry.perAttemptTimeout %s: an attempt times out before its hedge would start",
+				h.Delay, r.PerAttemptTimeout))
+		}
+		if r.Budget.Ratio == 0 && r.Budget.MinRetriesPerSecond == 0 {
+			ws = append(ws, "retry.hedge: the retry budget (ratio and minRetriesPerSecond) is 0, so no hedge is ever started")
+		}
+	}
+	if p.Throttle.Enabled && p.Throttle.K < 1.1 {
+		ws = append(ws, fmt.Sprintf("throttle.k: %s refuses traffic as soon as a few requests fail; 1.5 to 2 leaves room for normal errors",
+			fmtFloat(p.Throttle.K)))
+	}
 	return ws
 }
 

@@ -16,6 +16,10 @@ type PolicyPatch struct {
 	Dependency string        `json:"dependency,omitempty"`
 	Breaker    *BreakerPatch `json:"breaker,omitempty"`
 	Retry      *RetryPatch   `json:"retry,omitempty"`
+	// Throttle and Concurrency came after the first release of schema 1: a
+	// complete policy (ParsePolicy) may leave them out.
+	Throttle    *ThrottlePatch    `json:"throttle,omitempty"`
+	Concurrency *ConcurrencyPatch `json:"concurrency,omitempty"`
 }
 
 // BreakerPatch is the optional-field form of BreakerPolicy.
@@ -43,6 +47,7 @@ type RetryPatch struct {
 	PerAttemptTimeout *Duration     `json:"perAttemptTimeout,omitempty"`
 	Backoff           *BackoffPatch `json:"backoff,omitempty"`
 	Budget            *BudgetPatch  `json:"budget,omitempty"`
+	Hedge             *HedgePatch   `json:"hedge,omitempty"`
 }
 
 // BackoffPatch is the optional-field form of BackoffPolicy.
@@ -56,6 +61,24 @@ type BackoffPatch struct {
 type BudgetPatch struct {
 	Ratio               *float64 `json:"ratio,omitempty"`
 	MinRetriesPerSecond *float64 `json:"minRetriesPerSecond,omitempty"`
+}
+
+// HedgePatch is the optional-field form of HedgePolicy.
+type HedgePatch struct {
+	Delay     *Duration `json:"delay,omitempty"`
+	MaxHedges *int      `json:"maxHedges,omitempty"`
+}
+
+// ThrottlePatch is the optional-field form of ThrottlePolicy.
+type ThrottlePatch struct {
+	Enabled     *bool    `json:"enabled,omitempty"`
+	K           *float64 `json:"k,omitempty"`
+	MinRequests *int     `json:"minRequests,omitempty"`
+}
+
+// ConcurrencyPatch is the optional-field form of ConcurrencyPolicy.
+type ConcurrencyPatch struct {
+	MaxInFlight *int `json:"maxInFlight,omitempty"`
 }
 
 // ParsePolicyPatch decodes a (possibly partial) policy strictly: unknown
@@ -83,8 +106,9 @@ func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
 // ParsePolicy decodes a complete policy (such as policies/_default) strictly,
 // as ParsePolicyPatch does, requires every field to be present (except
 // "schema", which defaults to 1, and the fields added since schema 1 was
-// first written, breaker.confidence and breaker.fastPath, which default to
-// DefaultPolicy's values) and validates it. Errors match
+// first written — breaker.confidence, breaker.fastPath and the sections
+// retry.hedge, throttle and concurrency — which default to DefaultPolicy's
+// values) and validates it. Errors match
 // ErrInvalidPolicy; a *ValidationError names every missing or invalid field.
 func ParsePolicy(data []byte) (Policy, error) {
 	patch, err := ParsePolicyPatch(data)

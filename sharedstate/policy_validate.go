@@ -60,6 +60,9 @@ const (
 	maxRetriesPerSec   = 1_000_000
 	minConfidence      = 0.5
 	maxConfidence      = 0.999999
+	maxHedgesLimit     = 10
+	maxThrottleK       = 100
+	maxInFlightLimit   = 10_000_000
 )
 
 // Validate checks every rule and returns nil or a *ValidationError naming
@@ -160,6 +163,20 @@ func (p Policy) validate() []Violation {
 		add("retry.budget.minRetriesPerSecond", fmtFloat(r.Budget.MinRetriesPerSecond),
 			fmt.Sprintf("must be between 0 and %d", maxRetriesPerSec))
 	}
+	h := r.Hedge
+	if h.Delay < 0 || h.Delay.Std() > maxWindow {
+		add("retry.hedge.delay", h.Delay.String(), "must be between 0s and "+maxWindow.String())
+	} else if h.MaxHedges > 0 && h.Delay == 0 {
+		add("retry.hedge.delay", h.Delay.String(), "must be positive when retry.hedge.maxHedges is set")
+	}
+	intRange("retry.hedge.maxHedges", h.MaxHedges, 0, maxHedgesLimit)
+
+	t := p.Throttle
+	if !(t.K >= 1 && t.K <= maxThrottleK) {
+		add("throttle.k", fmtFloat(t.K), fmt.Sprintf("must be between 1 and %d (below 1 it refuses a healthy dependency's traffic)", maxThrottleK))
+	}
+	intRange("throttle.minRequests", t.MinRequests, 0, maxMinimumRequests)
+	intRange("concurrency.maxInFlight", p.Concurrency.MaxInFlight, 0, maxInFlightLimit)
 	return vs
 }
 

@@ -11,6 +11,9 @@ type RetrySettings struct {
 	Jitter              Jitter
 	BudgetRatio         float64
 	MinRetriesPerSecond float64
+	// HedgeDelay and MaxHedges are the policy's retry.hedge (MaxHedges 0: off).
+	HedgeDelay time.Duration
+	MaxHedges  int
 }
 
 // Snapshot is an immutable view of one dependency as one node sees it: what
@@ -50,6 +53,17 @@ type Snapshot struct {
 	Scope            Scope
 	SlowCallDuration time.Duration // outcomes at least this slow are Slow/SlowFailure
 	Retry            RetrySettings
+
+	// ThrottleProbability is the probability with which adaptive throttling
+	// refuses a first attempt (Throttled, DecideFirstAt): the policy's
+	// throttle formula over the scope's window at the engine's last Tick,
+	// in steps of 1/200, and 0 unless throttling is enabled and the
+	// governing and local breakers are closed without an override. In shadow
+	// mode it is published but DecideFirstAt allows.
+	ThrottleProbability float64
+	// ConcurrencyLimit is this node's share of the policy's
+	// concurrency.maxInFlight (0: no limit). Overrides do not lift it.
+	ConcurrencyLimit int
 }
 
 // LocalOpen reports whether this node's own breaker is open or half-open.

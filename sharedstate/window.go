@@ -213,6 +213,9 @@ type NodeWindow struct {
 	// LocalOpen reports that the node's own breaker for the dependency is
 	// open or half-open (its own traffic fails while the fleet's does not).
 	LocalOpen bool `json:"localOpen,omitempty"`
+	// InFlight is the node's calls in flight to the dependency when it
+	// sent the row (a gauge, not a window total).
+	InFlight uint64 `json:"inFlight,omitempty"`
 	Counts
 	// Recent are the node's counts over the freshest suffixes of its
 	// window, for the fast path of the trip rule.

@@ -96,6 +96,16 @@ func TestPolicyLintOffline(t *testing.T) {
 	ctl(t, nil, env, "policy", "lint", writeFile(t, "typo.json", `{"breaker":{"minimumRequest":5}}`)).
 		want(t, 2, nil, []string{"unknown field"})
 	ctl(t, nil, env, "policy", "lint").want(t, 1, nil, []string{"no policy file"})
+
+	// The throttle, concurrency and hedge sections: valid ones pass, a wrong
+	// value in each is refused with its field path.
+	shaped := `{"dependency": "shipping", "retry": {"hedge": {"delay": "50ms", "maxHedges": 1}},
+		"throttle": {"enabled": true, "k": 1.5, "minRequests": 20}, "concurrency": {"maxInFlight": 200}}`
+	ctl(t, nil, env, "policy", "lint", writeFile(t, "shaped.json", shaped)).want(t, 0, []string{"valid"}, nil)
+	wrong := strings.NewReplacer(`"maxHedges": 1`, `"maxHedges": -1`, `"k": 1.5`, `"k": 0.5`, `"maxInFlight": 200`, `"maxInFlight": -2`).Replace(shaped)
+	ctl(t, nil, env, "policy", "lint", writeFile(t, "wrong.json", wrong)).want(t, 2, nil,
+		[]string{"3 violation(s)", "retry.hedge.maxHedges: must be between 0 and 10 (got -1)", "throttle.k: must be between 1 and 100",
+			"concurrency.maxInFlight: must be between 0 and 10000000 (got -2)"})
 }
 
 func TestConcurrentEditsOneWins(t *testing.T) {
@@ -240,7 +250,7 @@ func TestFleetViews(t *testing.T) {
 		Records: []*fuseboxv1.BreakerRecord{{Dependency: "shipping", Generation: 2, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 			SinceUnixNano: time.Now().UnixNano(), OpenCount: 1, Origin: "web-1", Reason: "failure rate 75%"}},
 		Rows: []*fuseboxv1.NodeWindow{{Node: "web-1", Zone: "eu-1a", Dependency: "shipping", Seq: 1,
-			Counts: &fuseboxv1.Counts{FirstAttempts: 40, Retries: 2, Successes: 10, Failures: 30}}}}}
+			Counts: &fuseboxv1.Counts{FirstAttempts: 40, Retries: 2, Successes: 10, Failures: 30}, InFlight: 5}}}}
 	gc := gossip.DefaultConfig()
 	gc.Name, gc.BindAddr = "web-1", "127.0.0.1:0"
 	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: "eu-1a", Software: "1.2.3"}
@@ -279,15 +289,33 @@ func TestFleetViews(t *testing.T) {
 	}
 	ctl(t, c, nil, "dep", "show", "shipping").want(t, 0, []string{"Dependency:   shipping", "State:        open (generation 2",
 		"Reason:       failure rate 75%", "Trip rule:    lower bound at 95% confidence, fast path on",
-		"over >= 20 requests from >= 2 failing node(s), window 10s", "NODE", "web-1", "eu-1a", "ZONE"}, nil)
+		"over >= 20 requests from >= 2 failing node(s), window 10s", "NODE", "web-1", "eu-1a", "ZONE", "Throttle:     off", "In flight:    5 (no limit)", "IN-FLIGHT"}, nil)
 	r = ctl(t, c, nil, "dep", "show", "shipping", "-o", "json")
 	var one dependencyDoc
-	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || len(one.Nodes) != 1 || one.Nodes[0].Node != "web-1" || one.Nodes[0].Counts.Failures != 30 {
+	if err := json.Unmarshal([]byte(r.stdout), &one); err != nil || len(one.Nodes) != 1 || one.Nodes[0].Node != "web-1" || one.Nodes[0].Counts.Failures != 30 ||
+		one.InFlight != 5 || one.Nodes[0].InFlight != 5 || one.ThrottleEnabled {
 		t.Fatalf("dep show -o json = %+v (%v)", one, err)
 	}
 	if tr := one.TripRule; tr == nil || tr.Confidence != 0.95 || !tr.FastPath || tr.MinimumRequests != 20 {
 		t.Errorf("dep show -o json: tripRule %+v, want the default policy's", tr)
 	}
+	// With throttling and a concurrency limit in the policy, dep show shows
+	// the fleet's throttle probability and in-flight calls against the limit.
+	shaped := writeFile(t, "shaped.json", `{"dependency": "shipping", "throttle": {"enabled": true, "k": 2, "minRequests": 10},
+		"concurrency": {"maxInFlight": 20}}`)
+	ctl(t, c, nil, "policy", "set", "-f", shaped).want(t, 0, nil, nil)
+	// 40 requests, 10 accepts: (40 − 2·10)/41 = 48.8%.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		r = ctl(t, c, nil, "dep", "show", "shipping")
+		if strings.Contains(r.stdout, "Throttle:     refusing 48.8% of first attempts") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dep show never showed the throttle: %v", r)
+		}
+	}
+	r.want(t, 0, []string{"In flight:    5 of 20 (25.0% of the fleet limit)"}, nil)
 	ctl(t, c, nil, "dep", "show", "nothing-here").want(t, 1, nil, []string{"nothing-here"})
 	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer"}, nil)
 	ctl(t, c, nil, "status").want(t, 0, []string{"1 agent(s) alive in zones eu-1a, 1 observer(s)", "1 open", "shipping"}, nil)

@@ -73,6 +73,8 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 	fmt.Fprintf(w, "Fleet:        %d requests (%d first attempts, %d retries), %s failures, %s slow, %d rejected\n",
 		f.Successes+f.Failures, f.FirstAttempts, f.Retries, pct(doc.FailureRate), pct(doc.SlowRate), f.Rejected)
 	fmt.Fprintf(w, "Retry budget: %s used\n", pct(doc.BudgetUsed))
+	fmt.Fprintf(w, "Throttle:     %s\n", throttleText(doc))
+	fmt.Fprintf(w, "In flight:    %s\n", inFlightText(doc))
 	fmt.Fprintf(w, "Probers:      %s\n", dash(strings.Join(doc.Probers, ", ")))
 	fmt.Fprintf(w, "Node-local:   %s\n", dash(strings.Join(doc.NodeLocalOpen, ", ")))
 
@@ -93,13 +95,31 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 		fmt.Fprintln(w, "No node reports traffic.")
 		return nil
 	}
-	t := newTable(w, "NODE", "ZONE", "REQUESTS", "FIRST", "RETRIES", "FAILURES", "SLOW", "REJECTED", "LOCAL-OPEN", "PROBER")
+	t := newTable(w, "NODE", "ZONE", "REQUESTS", "FIRST", "RETRIES", "FAILURES", "SLOW", "REJECTED", "IN-FLIGHT", "LOCAL-OPEN", "PROBER")
 	for _, n := range doc.Nodes {
 		c := n.Counts
 		t.row(n.Node, n.Zone, fmt.Sprint(c.Successes+c.Failures), fmt.Sprint(c.FirstAttempts), fmt.Sprint(c.Retries),
-			fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls), fmt.Sprint(c.Rejected), yesNo(n.NodeLocalOpen), yesNo(n.Prober))
+			fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls), fmt.Sprint(c.Rejected), fmt.Sprint(n.InFlight),
+			yesNo(n.NodeLocalOpen), yesNo(n.Prober))
 	}
 	return t.flush()
+}
+
+// throttleText describes adaptive throttling: off, or the probability with
+// which first attempts are refused while the breaker is closed.
+func throttleText(doc dependencyDoc) string {
+	if !doc.ThrottleEnabled {
+		return "off"
+	}
+	return fmt.Sprintf("refusing %s of first attempts (fleet window)", pct(doc.ThrottleProbability))
+}
+
+// inFlightText shows the fleet's calls in flight against the policy's limit.
+func inFlightText(doc dependencyDoc) string {
+	if doc.MaxInFlight == 0 {
+		return fmt.Sprintf("%d (no limit)", doc.InFlight)
+	}
+	return fmt.Sprintf("%d of %d (%s of the fleet limit)", doc.InFlight, doc.MaxInFlight, pct(float64(doc.InFlight)/float64(doc.MaxInFlight)))
 }
 
 func dash(s string) string {

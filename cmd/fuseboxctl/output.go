@@ -134,6 +134,7 @@ type nodeDoc struct {
 	Counts        countsDoc `json:"counts"`
 	NodeLocalOpen bool      `json:"nodeLocalOpen"`
 	Prober        bool      `json:"prober"`
+	InFlight      uint64    `json:"inFlight"`
 }
 
 type zoneDoc struct {
@@ -155,11 +156,19 @@ type dependencyDoc struct {
 	FailureRate    float64    `json:"failureRate"`
 	SlowRate       float64    `json:"slowRate"`
 	BudgetUsed     float64    `json:"budgetUsed"`
-	Probers        []string   `json:"probers"`
-	NodeLocalOpen  []string   `json:"nodeLocalOpen"`
-	Zones          []zoneDoc  `json:"zones,omitempty"`
-	Nodes          []nodeDoc  `json:"nodes,omitempty"`
-	TripRule       *tripDoc   `json:"tripRule,omitempty"`
+	// Throttle is the fleet's adaptive throttling: enabled, and the
+	// probability its formula gives over the fleet's window.
+	ThrottleEnabled     bool    `json:"throttleEnabled"`
+	ThrottleProbability float64 `json:"throttleProbability"`
+	// InFlight is the fleet's calls in flight; MaxInFlight the policy's
+	// concurrency limit (0: none).
+	InFlight      uint64    `json:"inFlight"`
+	MaxInFlight   uint32    `json:"maxInFlight"`
+	Probers       []string  `json:"probers"`
+	NodeLocalOpen []string  `json:"nodeLocalOpen"`
+	Zones         []zoneDoc `json:"zones,omitempty"`
+	Nodes         []nodeDoc `json:"nodes,omitempty"`
+	TripRule      *tripDoc  `json:"tripRule,omitempty"`
 }
 
 // tripDoc is the trip rule of a dependency's effective policy.
@@ -204,6 +213,8 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		Override: overrideName(d.GetOverride()), OverrideReason: d.GetOverrideReason(), Mode: modeName(d.GetMode()),
 		Fleet: countsOf(d.GetFleet()), FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(),
 		BudgetUsed: d.GetBudgetUsed(), Probers: nonNil(d.GetProbers()), NodeLocalOpen: nonNil(d.GetNodeLocalOpen()),
+		ThrottleEnabled: d.GetThrottleEnabled(), ThrottleProbability: d.GetThrottleProbability(),
+		InFlight: d.GetInFlight(), MaxInFlight: d.GetMaxInFlight(),
 	}
 	if detail {
 		doc.TripRule = tripOf(d.GetBreaker())
@@ -214,7 +225,7 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		doc.Nodes = []nodeDoc{}
 		for _, n := range d.GetNodes() {
 			doc.Nodes = append(doc.Nodes, nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
-				NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber()})
+				NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber(), InFlight: n.GetInFlight()})
 		}
 	}
 	return doc

@@ -36,7 +36,7 @@ func TestRecordRoundTripThroughTheWire(t *testing.T) {
 }
 
 func TestRowRoundTripThroughTheWire(t *testing.T) {
-	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true,
+	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true, InFlight: 17,
 		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6},
 		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)}}
 	b, err := proto.Marshal(RowToProto(r))
@@ -125,4 +125,17 @@ func TestSnapshotAndDecision(t *testing.T) {
 
 func rc(s, f, slow uint32) sharedstate.RecentCounts {
 	return sharedstate.RecentCounts{Successes: s, Failures: f, SlowCalls: slow}
+}
+
+// A throttle probability outside (0,1] (NaN, negative, above 1) from the
+// wire is dropped, and a throttled rejection keeps its reason.
+func TestThrottleOverTheWire(t *testing.T) {
+	for _, p := range []float64{math.NaN(), -0.5, 1.5, math.Inf(1)} {
+		if s := SnapshotFromProto(&fuseboxv1.DecisionSnapshot{ThrottleProbability: p}); s.ThrottleProbability != 0 {
+			t.Errorf("probability %v came through as %v", p, s.ThrottleProbability)
+		}
+	}
+	if got := ReasonFromProto(Reason(sharedstate.ReasonThrottled)); got != sharedstate.ReasonThrottled {
+		t.Errorf("ReasonThrottled round trip: %v", got)
+	}
 }

@@ -103,6 +103,8 @@ func RetryToProto(r sharedstate.RetrySettings) *fuseboxv1.RetrySettings {
 		Jitter:                    Jitter(r.Jitter),
 		BudgetRatio:               r.BudgetRatio,
 		BudgetMinRetriesPerSecond: r.MinRetriesPerSecond,
+		HedgeDelay:                durationpb.New(r.HedgeDelay),
+		MaxHedges:                 u32(r.MaxHedges),
 	}
 }
 
@@ -117,6 +119,8 @@ func RetryFromProto(m *fuseboxv1.RetrySettings) sharedstate.RetrySettings {
 		Jitter:              JitterFromProto(m.GetJitter()),
 		BudgetRatio:         m.GetBudgetRatio(),
 		MinRetriesPerSecond: m.GetBudgetMinRetriesPerSecond(),
+		HedgeDelay:          duration(m.GetHedgeDelay()),
+		MaxHedges:           int(m.GetMaxHedges()),
 	}
 }
 
@@ -130,6 +134,8 @@ func RetryFromPolicy(p sharedstate.Policy) sharedstate.RetrySettings {
 		Jitter:              p.Retry.Backoff.Jitter,
 		BudgetRatio:         p.Retry.Budget.Ratio,
 		MinRetriesPerSecond: p.Retry.Budget.MinRetriesPerSecond,
+		HedgeDelay:          p.Retry.Hedge.Delay.Std(),
+		MaxHedges:           p.Retry.Hedge.MaxHedges,
 	}
 }
 
@@ -213,14 +219,18 @@ func PolicyWithRetry(p sharedstate.Policy, m *fuseboxv1.RetrySettings) sharedsta
 	}
 	r.Budget.Ratio = m.GetBudgetRatio()
 	r.Budget.MinRetriesPerSecond = m.GetBudgetMinRetriesPerSecond()
+	// Hedging is off unless the message carries it (zero is a value here).
+	r.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(duration(m.GetHedgeDelay())), MaxHedges: int(m.GetMaxHedges())}
 	return p
 }
 
 // PolicyFromSnapshot returns the policy a pushed snapshot describes, over
 // base for what the message does not carry: the breaker settings (or, from
 // an agent that sends none, the snapshot's own mode, scope and slow-call
-// duration), the retry settings and the dependency name. The result is not
-// validated.
+// duration), the retry settings and the dependency name. The throttle and
+// concurrency sections are not carried (the snapshot carries what the agents
+// make of them: a throttle probability and a concurrency limit); they stay
+// base's. The result is not validated.
 func PolicyFromSnapshot(base sharedstate.Policy, m *fuseboxv1.DecisionSnapshot) sharedstate.Policy {
 	p := base
 	if m == nil {

@@ -42,6 +42,7 @@ func RowToProto(r sharedstate.NodeWindow) *fuseboxv1.NodeWindow {
 		Counts:        CountsToProto(r.Counts),
 		NodeLocalOpen: r.LocalOpen,
 		Generation:    r.Generation,
+		InFlight:      r.InFlight,
 	}
 	m.RecentSuccesses, m.RecentFailures, m.RecentSlowCalls = RecentToProto(r.Recent)
 	return m
@@ -118,6 +119,7 @@ func RowFromProto(m *fuseboxv1.NodeWindow) sharedstate.NodeWindow {
 		Seq:        m.GetSeq(),
 		Generation: m.GetGeneration(),
 		LocalOpen:  m.GetNodeLocalOpen(),
+		InFlight:   m.GetInFlight(),
 		Counts:     CountsFromProto(m.GetCounts()),
 		Recent:     recent,
 	}

@@ -20,21 +20,23 @@ func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 		return nil
 	}
 	m := &fuseboxv1.DecisionSnapshot{
-		Dependency:       s.Dependency,
-		Version:          s.Version,
-		State:            BreakerState(s.State),
-		Generation:       s.Generation,
-		OpenCount:        s.OpenCount,
-		ProbeRound:       s.ProbeRound,
-		ProbePermit:      s.ProbePermit,
-		LocalState:       BreakerState(s.LocalState),
-		NodeLocalOpen:    s.LocalOpen(),
-		Override:         OverrideState(s.Override),
-		OverrideReason:   s.OverrideReason,
-		Mode:             Mode(s.Mode),
-		Scope:            Scope(s.Scope),
-		SlowCallDuration: durationpb.New(s.SlowCallDuration),
-		Retry:            RetryToProto(s.Retry),
+		Dependency:          s.Dependency,
+		Version:             s.Version,
+		State:               BreakerState(s.State),
+		Generation:          s.Generation,
+		OpenCount:           s.OpenCount,
+		ProbeRound:          s.ProbeRound,
+		ProbePermit:         s.ProbePermit,
+		LocalState:          BreakerState(s.LocalState),
+		NodeLocalOpen:       s.LocalOpen(),
+		Override:            OverrideState(s.Override),
+		OverrideReason:      s.OverrideReason,
+		Mode:                Mode(s.Mode),
+		Scope:               Scope(s.Scope),
+		SlowCallDuration:    durationpb.New(s.SlowCallDuration),
+		Retry:               RetryToProto(s.Retry),
+		ThrottleProbability: s.ThrottleProbability,
+		ConcurrencyLimit:    u32(s.ConcurrencyLimit),
 	}
 	if !s.Since.IsZero() {
 		m.Since = timestamppb.New(s.Since)
@@ -72,6 +74,10 @@ func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 		Scope:            ScopeFromProto(m.GetScope()),
 		SlowCallDuration: duration(m.GetSlowCallDuration()),
 		Retry:            RetryFromProto(m.GetRetry()),
+		ConcurrencyLimit: int(m.GetConcurrencyLimit()),
+	}
+	if p := m.GetThrottleProbability(); p > 0 && p <= 1 { // NaN and out-of-range values are dropped
+		s.ThrottleProbability = p
 	}
 	if t := m.GetSince(); t != nil {
 		s.Since = t.AsTime()
@@ -134,6 +140,8 @@ func Reason(r sharedstate.Reason) fuseboxv1.RejectReason {
 		return fuseboxv1.RejectReason_REJECT_REASON_HALF_OPEN_NO_PERMIT
 	case sharedstate.ReasonBudgetExhausted:
 		return fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED
+	case sharedstate.ReasonThrottled:
+		return fuseboxv1.RejectReason_REJECT_REASON_THROTTLED
 	}
 	return fuseboxv1.RejectReason_REJECT_REASON_NONE
 }
@@ -149,6 +157,8 @@ func ReasonFromProto(r fuseboxv1.RejectReason) sharedstate.Reason {
 		return sharedstate.ReasonHalfOpenNoPermit
 	case fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED:
 		return sharedstate.ReasonBudgetExhausted
+	case fuseboxv1.RejectReason_REJECT_REASON_THROTTLED:
+		return sharedstate.ReasonThrottled
 	}
 	return sharedstate.ReasonNone
 }

@@ -331,7 +331,11 @@ func TestSnapshotRoundTripProperty(t *testing.T) {
 				Jitter:              rapid.SampledFrom([]sharedstate.Jitter{"", sharedstate.JitterFull, sharedstate.JitterEqual, sharedstate.JitterDecorrelated, sharedstate.JitterNone}).Draw(rt, "jitter"),
 				BudgetRatio:         rapid.Float64Range(0, 1).Draw(rt, "ratio"),
 				MinRetriesPerSecond: rapid.Float64Range(0, 1e6).Draw(rt, "minRetries"),
+				HedgeDelay:          time.Duration(rapid.Int64().Draw(rt, "hedgeDelay")),
+				MaxHedges:           rapid.IntRange(0, math.MaxUint32).Draw(rt, "maxHedges"),
 			},
+			ThrottleProbability: rapid.SampledFrom([]float64{0, 0.005, 0.5, 1}).Draw(rt, "throttle"),
+			ConcurrencyLimit:    rapid.IntRange(0, math.MaxUint32).Draw(rt, "concurrency"),
 		}
 		checkRoundTrip(rt, s)
 	})
@@ -353,6 +357,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 	p.Retry.Backoff.Base = 0 // valid, and carried although zero
 	p.Retry.Backoff.Jitter = sharedstate.JitterNone
 	p.Retry.Budget = sharedstate.BudgetPolicy{Ratio: 0, MinRetriesPerSecond: 0}
+	p.Retry.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(40 * time.Millisecond), MaxHedges: 2}
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}

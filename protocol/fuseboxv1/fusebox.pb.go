@@ -304,16 +304,19 @@ const (
 	RejectReason_REJECT_REASON_FORCED_OPEN         RejectReason = 2
 	RejectReason_REJECT_REASON_HALF_OPEN_NO_PERMIT RejectReason = 3
 	RejectReason_REJECT_REASON_BUDGET_EXHAUSTED    RejectReason = 4
+	// Adaptive throttling refused a first attempt (policy "throttle").
+	RejectReason_REJECT_REASON_THROTTLED RejectReason = 24
 )
 
 // Enum value maps for RejectReason.
 var (
 	RejectReason_name = map[int32]string{
-		0: "REJECT_REASON_NONE",
-		1: "REJECT_REASON_OPEN",
-		2: "REJECT_REASON_FORCED_OPEN",
-		3: "REJECT_REASON_HALF_OPEN_NO_PERMIT",
-		4: "REJECT_REASON_BUDGET_EXHAUSTED",
+		0:  "REJECT_REASON_NONE",
+		1:  "REJECT_REASON_OPEN",
+		2:  "REJECT_REASON_FORCED_OPEN",
+		3:  "REJECT_REASON_HALF_OPEN_NO_PERMIT",
+		4:  "REJECT_REASON_BUDGET_EXHAUSTED",
+		24: "REJECT_REASON_THROTTLED",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_NONE":                0,
@@ -321,6 +324,7 @@ var (
 		"REJECT_REASON_FORCED_OPEN":         2,
 		"REJECT_REASON_HALF_OPEN_NO_PERMIT": 3,
 		"REJECT_REASON_BUDGET_EXHAUSTED":    4,
+		"REJECT_REASON_THROTTLED":           24,
 	}
 )
 
@@ -677,8 +681,12 @@ type RetrySettings struct {
 	Jitter                    Jitter                 `protobuf:"varint,5,opt,name=jitter,proto3,enum=fusebox.v1.Jitter" json:"jitter,omitempty"`
 	BudgetRatio               float64                `protobuf:"fixed64,6,opt,name=budget_ratio,json=budgetRatio,proto3" json:"budget_ratio,omitempty"`
 	BudgetMinRetriesPerSecond float64                `protobuf:"fixed64,7,opt,name=budget_min_retries_per_second,json=budgetMinRetriesPerSecond,proto3" json:"budget_min_retries_per_second,omitempty"`
-	unknownFields             protoimpl.UnknownFields
-	sizeCache                 protoimpl.SizeCache
+	// retry.hedge: start another attempt of an idempotent call after
+	// hedge_delay without an answer, up to max_hedges times (0: off).
+	HedgeDelay    *durationpb.Duration `protobuf:"bytes,27,opt,name=hedge_delay,json=hedgeDelay,proto3" json:"hedge_delay,omitempty"`
+	MaxHedges     uint32               `protobuf:"varint,28,opt,name=max_hedges,json=maxHedges,proto3" json:"max_hedges,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RetrySettings) Reset() {
@@ -756,6 +764,20 @@ func (x *RetrySettings) GetBudgetRatio() float64 {
 func (x *RetrySettings) GetBudgetMinRetriesPerSecond() float64 {
 	if x != nil {
 		return x.BudgetMinRetriesPerSecond
+	}
+	return 0
+}
+
+func (x *RetrySettings) GetHedgeDelay() *durationpb.Duration {
+	if x != nil {
+		return x.HedgeDelay
+	}
+	return nil
+}
+
+func (x *RetrySettings) GetMaxHedges() uint32 {
+	if x != nil {
+		return x.MaxHedges
 	}
 	return 0
 }
@@ -960,9 +982,15 @@ type DecisionSnapshot struct {
 	Scope           Scope                  `protobuf:"varint,17,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
 	// The breaker settings of the effective policy, for the client's local
 	// fallback while the agent is away. Unset in Decision answers.
-	Breaker       *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Breaker *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// The probability with which adaptive throttling refuses a first attempt
+	// now (0 unless throttling is enabled and the breaker closed).
+	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	// This node's share of concurrency.max_in_flight (0: no limit); the agent
+	// sends each session its process's part of it.
+	ConcurrencyLimit uint32 `protobuf:"varint,39,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DecisionSnapshot) Reset() {
@@ -1121,6 +1149,20 @@ func (x *DecisionSnapshot) GetBreaker() *BreakerSettings {
 	return nil
 }
 
+func (x *DecisionSnapshot) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetConcurrencyLimit() uint32 {
+	if x != nil {
+		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
 // Decision is the agent's answer for one attempt.
 type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1253,9 +1295,12 @@ func (x *Hello) GetDependencies() []string {
 }
 
 type DependencyCounts struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dependency    string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	Counts        *Counts                `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Dependency string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Counts     *Counts                `protobuf:"bytes,2,opt,name=counts,proto3" json:"counts,omitempty"`
+	// The client's calls in flight to the dependency now (a gauge, not a
+	// delta); unset: the client does not count them.
+	InFlight      *uint64 `protobuf:"varint,22,opt,name=in_flight,json=inFlight,proto3,oneof" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1302,6 +1347,13 @@ func (x *DependencyCounts) GetCounts() *Counts {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *DependencyCounts) GetInFlight() uint64 {
+	if x != nil && x.InFlight != nil {
+		return *x.InFlight
+	}
+	return 0
 }
 
 // ProbeResult reports how a half-open probe went.
@@ -3363,6 +3415,8 @@ type NodeView struct {
 	Counts        *Counts                `protobuf:"bytes,3,opt,name=counts,proto3" json:"counts,omitempty"`
 	NodeLocalOpen bool                   `protobuf:"varint,4,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	Prober        bool                   `protobuf:"varint,5,opt,name=prober,proto3" json:"prober,omitempty"`
+	// The node's calls in flight when it sent its row.
+	InFlight      uint64 `protobuf:"varint,25,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3430,6 +3484,13 @@ func (x *NodeView) GetProber() bool {
 		return x.Prober
 	}
 	return false
+}
+
+func (x *NodeView) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
 }
 
 type ZoneView struct {
@@ -3508,7 +3569,15 @@ type DependencyView struct {
 	Reason string `protobuf:"bytes,17,opt,name=reason,proto3" json:"reason,omitempty"`
 	// The breaker settings of the dependency's effective policy (its trip
 	// rule: thresholds, confidence, fast path).
-	Breaker       *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	Breaker *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
+	// Adaptive throttling (policy "throttle"): whether it is enabled, and the
+	// probability its formula gives over the fleet's window.
+	ThrottleEnabled     bool    `protobuf:"varint,37,opt,name=throttle_enabled,json=throttleEnabled,proto3" json:"throttle_enabled,omitempty"`
+	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
+	// Calls in flight over the fleet's rows, and the policy's
+	// concurrency.max_in_flight (0: no limit).
+	InFlight      uint64 `protobuf:"varint,39,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	MaxInFlight   uint32 `protobuf:"varint,40,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3667,6 +3736,34 @@ func (x *DependencyView) GetBreaker() *BreakerSettings {
 		return x.Breaker
 	}
 	return nil
+}
+
+func (x *DependencyView) GetThrottleEnabled() bool {
+	if x != nil {
+		return x.ThrottleEnabled
+	}
+	return false
+}
+
+func (x *DependencyView) GetThrottleProbability() float64 {
+	if x != nil {
+		return x.ThrottleProbability
+	}
+	return 0
+}
+
+func (x *DependencyView) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
+}
+
+func (x *DependencyView) GetMaxInFlight() uint32 {
+	if x != nil {
+		return x.MaxInFlight
+	}
+	return 0
 }
 
 type FleetSnapshot struct {
@@ -3967,8 +4064,10 @@ type NodeWindow struct {
 	RecentSuccesses []uint64 `protobuf:"varint,8,rep,packed,name=recent_successes,json=recentSuccesses,proto3" json:"recent_successes,omitempty"`
 	RecentFailures  []uint64 `protobuf:"varint,9,rep,packed,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
 	RecentSlowCalls []uint64 `protobuf:"varint,10,rep,packed,name=recent_slow_calls,json=recentSlowCalls,proto3" json:"recent_slow_calls,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The node's calls in flight when it sent the row (a gauge).
+	InFlight      uint64 `protobuf:"varint,27,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeWindow) Reset() {
@@ -4069,6 +4168,13 @@ func (x *NodeWindow) GetRecentSlowCalls() []uint64 {
 		return x.RecentSlowCalls
 	}
 	return nil
+}
+
+func (x *NodeWindow) GetInFlight() uint64 {
+	if x != nil {
+		return x.InFlight
+	}
+	return 0
 }
 
 // BreakerRecord is the replicated breaker decision of one dependency.
@@ -4310,7 +4416,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\bfailures\x18\x04 \x01(\x04R\bfailures\x12\x1d\n" +
 	"\n" +
 	"slow_calls\x18\x05 \x01(\x04R\tslowCalls\x12\x1a\n" +
-	"\brejected\x18\x06 \x01(\x04R\brejected\"\x88\x03\n" +
+	"\brejected\x18\x06 \x01(\x04R\brejected\"\xe3\x03\n" +
 	"\rRetrySettings\x12!\n" +
 	"\fmax_attempts\x18\x01 \x01(\rR\vmaxAttempts\x12I\n" +
 	"\x13per_attempt_timeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x11perAttemptTimeout\x12<\n" +
@@ -4319,7 +4425,11 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"backoffMax\x12*\n" +
 	"\x06jitter\x18\x05 \x01(\x0e2\x12.fusebox.v1.JitterR\x06jitter\x12!\n" +
 	"\fbudget_ratio\x18\x06 \x01(\x01R\vbudgetRatio\x12@\n" +
-	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\"\xaf\x06\n" +
+	"\x1dbudget_min_retries_per_second\x18\a \x01(\x01R\x19budgetMinRetriesPerSecond\x12:\n" +
+	"\vhedge_delay\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"hedgeDelay\x12\x1d\n" +
+	"\n" +
+	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xaf\x06\n" +
 	"\x0fBreakerSettings\x124\n" +
 	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
 	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12G\n" +
@@ -4341,7 +4451,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01B\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
-	"_fast_path\"\xbb\x06\n" +
+	"_fast_path\"\x9b\a\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4368,7 +4478,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"localState\x12E\n" +
 	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12'\n" +
 	"\x05scope\x18\x11 \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x125\n" +
-	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\"\xa5\x01\n" +
+	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\x121\n" +
+	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12+\n" +
+	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\"\xa5\x01\n" +
 	"\bDecision\x12-\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x13.fusebox.v1.VerdictR\averdict\x120\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x18.fusebox.v1.RejectReasonR\x06reason\x128\n" +
@@ -4377,12 +4489,15 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1a\n" +
 	"\binstance\x18\x02 \x01(\tR\binstance\x12%\n" +
 	"\x0eclient_version\x18\x03 \x01(\tR\rclientVersion\x12\"\n" +
-	"\fdependencies\x18\x04 \x03(\tR\fdependencies\"^\n" +
+	"\fdependencies\x18\x04 \x03(\tR\fdependencies\"\x8e\x01\n" +
 	"\x10DependencyCounts\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
 	"dependency\x12*\n" +
-	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"g\n" +
+	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12 \n" +
+	"\tin_flight\x18\x16 \x01(\x04H\x00R\binFlight\x88\x01\x01B\f\n" +
+	"\n" +
+	"_in_flight\"g\n" +
 	"\vProbeResult\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4548,16 +4663,17 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0fGetFleetRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
-	"dependency\"\x9e\x01\n" +
+	"dependency\"\xbb\x01\n" +
 	"\bNodeView\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12*\n" +
 	"\x06counts\x18\x03 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12&\n" +
 	"\x0fnode_local_open\x18\x04 \x01(\bR\rnodeLocalOpen\x12\x16\n" +
-	"\x06prober\x18\x05 \x01(\bR\x06prober\"J\n" +
+	"\x06prober\x18\x05 \x01(\bR\x06prober\x12\x1b\n" +
+	"\tin_flight\x18\x19 \x01(\x04R\binFlight\"J\n" +
 	"\bZoneView\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12*\n" +
-	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\xcb\x05\n" +
+	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\xea\x06\n" +
 	"\x0eDependencyView\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4583,7 +4699,11 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"open_count\x18\x10 \x01(\rR\topenCount\x12\x16\n" +
 	"\x06reason\x18\x11 \x01(\tR\x06reason\x125\n" +
-	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\"\xa9\x01\n" +
+	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\x12)\n" +
+	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
+	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
+	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xa9\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
@@ -4612,7 +4732,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\v \x01(\tR\x05actor\x124\n" +
 	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
-	"\brevision\x18\r \x01(\x03R\brevision\"\xda\x02\n" +
+	"\brevision\x18\r \x01(\x03R\brevision\"\xf7\x02\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4629,7 +4749,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10recent_successes\x18\b \x03(\x04R\x0frecentSuccesses\x12'\n" +
 	"\x0frecent_failures\x18\t \x03(\x04R\x0erecentFailures\x12*\n" +
 	"\x11recent_slow_calls\x18\n" +
-	" \x03(\x04R\x0frecentSlowCalls\"\x8a\x02\n" +
+	" \x03(\x04R\x0frecentSlowCalls\x12\x1b\n" +
+	"\tin_flight\x18\x1b \x01(\x04R\binFlight\"\x8a\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4674,13 +4795,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x17\n" +
 	"\x13VERDICT_ALLOW_PROBE\x10\x02\x12\x12\n" +
-	"\x0eVERDICT_REJECT\x10\x03*\xa8\x01\n" +
+	"\x0eVERDICT_REJECT\x10\x03*\xc5\x01\n" +
 	"\fRejectReason\x12\x16\n" +
 	"\x12REJECT_REASON_NONE\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_OPEN\x10\x01\x12\x1d\n" +
 	"\x19REJECT_REASON_FORCED_OPEN\x10\x02\x12%\n" +
 	"!REJECT_REASON_HALF_OPEN_NO_PERMIT\x10\x03\x12\"\n" +
-	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04*O\n" +
+	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04\x12\x1b\n" +
+	"\x17REJECT_REASON_THROTTLED\x10\x18*O\n" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSCOPE_FLEET\x10\x01\x12\x0e\n" +
@@ -4813,117 +4935,118 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	62, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
 	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	62, // 4: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
-	62, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	62, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	62, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	62, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	6,  // 9: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
-	2,  // 10: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
-	0,  // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,  // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,  // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11, // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,  // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,  // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12, // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,  // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,  // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13, // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10, // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16, // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17, // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15, // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18, // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	11, // 29: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
-	12, // 30: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
-	13, // 31: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20, // 32: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21, // 33: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22, // 34: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,  // 35: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,  // 36: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,  // 37: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26, // 38: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17, // 39: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22, // 40: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29, // 41: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 42: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36, // 43: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,  // 44: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 45: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 46: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 47: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39, // 48: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 49: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 50: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 61: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 62: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 63: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 64: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 65: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 66: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 67: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 68: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 69: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 70: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 71: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 72: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 73: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 74: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 75: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 76: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 77: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 78: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 79: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 80: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 81: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 82: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 83: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 84: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 85: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 86: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 87: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 88: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 89: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 90: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 91: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 92: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 93: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 94: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 95: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 96: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 97: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 98: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 99: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 100: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 101: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 102: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 103: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 104: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 105: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 106: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 107: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 108: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 109: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	92, // [92:110] is the sub-list for method output_type
-	74, // [74:92] is the sub-list for method input_type
-	74, // [74:74] is the sub-list for extension type_name
-	74, // [74:74] is the sub-list for extension extendee
-	0,  // [0:74] is the sub-list for field type_name
+	62, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	62, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
+	62, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	62, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	62, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	62, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	6,  // 10: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
+	2,  // 11: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
+	0,  // 12: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,  // 13: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,  // 14: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	11, // 15: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	62, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	63, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,  // 18: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	63, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,  // 20: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	12, // 21: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,  // 22: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,  // 23: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	13, // 24: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10, // 25: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16, // 26: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17, // 27: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15, // 28: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18, // 29: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	11, // 30: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
+	12, // 31: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
+	13, // 32: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20, // 33: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21, // 34: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22, // 35: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,  // 36: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,  // 37: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,  // 38: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	26, // 39: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17, // 40: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22, // 41: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29, // 42: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	62, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36, // 44: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,  // 45: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	63, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	63, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	62, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 49: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	63, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 51: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	48, // 52: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 53: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 54: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 55: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 56: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 57: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10, // 58: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	53, // 59: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	52, // 60: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	63, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12, // 62: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	63, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	54, // 64: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 65: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	63, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	63, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	58, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	59, // 73: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 74: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 75: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 76: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 77: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 78: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 79: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 80: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 81: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 82: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 83: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 84: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 85: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 86: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 87: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 88: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 89: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 90: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 91: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 92: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 93: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 94: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 95: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 96: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 97: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 98: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 99: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 100: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 101: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 102: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 103: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 104: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 105: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 106: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 107: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 108: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 109: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 110: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	93, // [93:111] is the sub-list for method output_type
+	75, // [75:93] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -4932,6 +5055,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 		return
 	}
 	file_fusebox_v1_fusebox_proto_msgTypes[2].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[6].OneofWrappers = []any{}
 	file_fusebox_v1_fusebox_proto_msgTypes[9].OneofWrappers = []any{
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Deltas)(nil),

@@ -99,6 +99,7 @@ type row struct {
 	seq      uint64
 	counts   sharedstate.Counts
 	local    bool
+	inFlight uint64
 	received time.Time
 }
 
@@ -292,7 +293,7 @@ func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) string {
 		v.nrows++
 	}
 	*cur = row{zone: r.GetZone(), seq: r.GetSeq(), counts: convert.CountsFromProto(r.GetCounts()),
-		local: r.GetNodeLocalOpen(), received: now}
+		local: r.GetNodeLocalOpen(), inFlight: r.GetInFlight(), received: now}
 	return ""
 }
 

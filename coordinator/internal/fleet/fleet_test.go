@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -374,5 +375,37 @@ func TestZoneRecords(t *testing.T) {
 	}
 	if _, refused := v.ApplyBatch(&fuseboxv1.GossipBatch{Records: many}); refused != 2 || r.refused[RefusedTooManyZone] != 2 {
 		t.Fatalf("refused %d (%v), want the 2 zones past %d", refused, r.refused, MaxZonesPerDependency)
+	}
+}
+
+// The view computes the fleet's throttle probability with the policy's
+// formula and sums the rows' in-flight calls against the policy's limit.
+func TestThrottleAndInFlight(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	v := New(Config{Clock: clock})
+	pol := sharedstate.DefaultPolicy()
+	pol.Throttle = sharedstate.ThrottlePolicy{Enabled: true, K: 2, MinRequests: 10}
+	pol.Concurrency.MaxInFlight = 40
+	src := staticSource{policies: map[string]sharedstate.Policy{"db": pol}}
+	a, b := mkRow("a", "z", "db", 1, 8), mkRow("b", "z", "db", 1, 7) // 20 requests, 5 successes
+	a.InFlight, b.InFlight = 3, 4
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{a, b}})
+	d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+	if want := (20.0 - 2*5) / 21; !d.GetThrottleEnabled() || math.Abs(d.GetThrottleProbability()-want) > 1e-12 {
+		t.Errorf("throttle %v %v, want enabled with %v", d.GetThrottleEnabled(), d.GetThrottleProbability(), want)
+	}
+	if d.GetInFlight() != 7 || d.GetMaxInFlight() != 40 {
+		t.Errorf("in flight %d of %d, want 7 of 40", d.GetInFlight(), d.GetMaxInFlight())
+	}
+	for _, n := range d.GetNodes() {
+		if want := map[string]uint64{"a": 3, "b": 4}[n.GetNode()]; n.GetInFlight() != want {
+			t.Errorf("node %s: in flight %d, want %d", n.GetNode(), n.GetInFlight(), want)
+		}
+	}
+	// Throttling off: no probability.
+	pol.Throttle.Enabled = false
+	src.policies["db"] = pol
+	if d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]; d.GetThrottleEnabled() || d.GetThrottleProbability() != 0 {
+		t.Errorf("throttling off: %v %v", d.GetThrottleEnabled(), d.GetThrottleProbability())
 	}
 }

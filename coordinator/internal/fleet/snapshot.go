@@ -22,6 +22,10 @@ type Sample struct {
 	SlowRate    float64            `json:"slowRate"`
 	BudgetUsed  float64            `json:"budgetUsed"`
 	Nodes       int                `json:"nodes"`
+	// Throttle is the fleet's throttle probability (0 when throttling is
+	// off); InFlight the fleet's calls in flight.
+	Throttle float64 `json:"throttle,omitempty"`
+	InFlight uint64  `json:"inFlight,omitempty"`
 }
 
 // ring is a bounded history, oldest first.
@@ -114,7 +118,7 @@ func sampleOf(d *fuseboxv1.DependencyView, nodes int, now time.Time) Sample {
 		At: now, State: sharedstateName(d.GetState()), Override: overrideName(d.GetOverride()),
 		Generation: d.GetGeneration(), Fleet: convert.CountsFromProto(d.GetFleet()),
 		FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(), BudgetUsed: d.GetBudgetUsed(),
-		Nodes: nodes,
+		Nodes: nodes, Throttle: d.GetThrottleProbability(), InFlight: d.GetInFlight(),
 	}
 }
 
@@ -230,7 +234,10 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		d.OverrideReason = o.Reason
 	}
 
-	var fleet sharedstate.Counts
+	var (
+		fleet    sharedstate.Counts
+		inFlight uint64
+	)
 	zones := map[string]sharedstate.Counts{}
 	traffic := map[string][]string{} // zone → nodes with live rows and traffic: probe candidates
 	nodes := make([]*fuseboxv1.NodeView, 0, len(v.rows[dep]))
@@ -239,6 +246,9 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 			continue
 		}
 		fleet = fleet.Plus(r.counts)
+		if inFlight += r.inFlight; inFlight < r.inFlight {
+			inFlight = ^uint64(0) // saturate
+		}
 		zones[r.zone] = zones[r.zone].Plus(r.counts)
 		if !r.counts.IsZero() {
 			traffic[r.zone] = append(traffic[r.zone], node)
@@ -246,13 +256,22 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		if r.local {
 			d.NodeLocalOpen = append(d.NodeLocalOpen, node)
 		}
-		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: convert.CountsToProto(r.counts), NodeLocalOpen: r.local})
+		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: convert.CountsToProto(r.counts),
+			NodeLocalOpen: r.local, InFlight: r.inFlight})
 	}
 	slices.Sort(d.NodeLocalOpen)
 	d.Fleet = convert.CountsToProto(fleet)
 	d.FailureRate = fleet.FailureRate()
 	d.SlowRate = fleet.SlowCallRate()
 	d.BudgetUsed = budgetUsed(pol, fleet)
+	// Throttling and the concurrency limit over the fleet's rows (for scope
+	// zone the agents apply them per zone; this is the fleet-wide figure).
+	d.ThrottleEnabled = pol.Throttle.Enabled
+	if pol.Throttle.Enabled {
+		d.ThrottleProbability = pol.Throttle.ThrottleProbability(fleet)
+	}
+	d.InFlight = inFlight
+	d.MaxInFlight = uint32(min(max(pol.Concurrency.MaxInFlight, 0), 1<<31))
 	for zone, rec := range v.records[dep] {
 		if rec.StateAt(pol.Breaker, now) != sharedstate.HalfOpen {
 			continue

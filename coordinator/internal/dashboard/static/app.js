@@ -923,6 +923,20 @@
     fact(facts, 'Requests/s', fmtRate(d.rps) + ' (window ' + (b.window || '10s') + ': ' + (num(f.successes) + num(f.failures)) + ' requests, ' +
       num(f.failures) + ' failures, ' + num(f.retries) + ' retries, ' + num(f.rejected) + ' rejected)');
     fact(facts, 'Retry budget used', pct(d.budget) + (r.budget ? ' (ratio ' + r.budget.ratio + ', at least ' + r.budget.minRetriesPerSecond + '/s fleet-wide)' : ''));
+    // Adaptive throttling and the concurrency limit (policy sections
+    // "throttle" and "concurrency"), over the fleet's window and rows.
+    const th = v.throttleEnabled
+      ? el('span', 'throttle', 'refusing ' + pct(num(v.throttleProbability)) + ' of first attempts while closed' +
+        (p.throttle ? ' (k ' + p.throttle.k + ', from ' + p.throttle.minRequests + ' requests)' : ''))
+      : el('span', 'throttle muted', 'off');
+    th.dataset.probability = String(v.throttleEnabled ? num(v.throttleProbability) : 0);
+    fact(facts, 'Throttle', th);
+    const inFlight = num(v.inFlight), limit = num(v.maxInFlight);
+    const fl = el('span', 'in-flight', limit ? inFlight + ' of ' + limit + ' (' + pct(inFlight / limit) + ' of the fleet limit)' : inFlight + ' (no limit)');
+    fl.dataset.inFlight = String(inFlight);
+    fl.dataset.limit = String(limit);
+    if (limit && inFlight >= limit) fl.classList.add('hot');
+    fact(facts, 'In flight', fl);
     fact(facts, 'Failing nodes', d.failing.length ? d.failing.map((n) => n.node + ' (' + n.failures + ')').join(', ') : '—');
     fact(facts, 'Probers', d.probers.length ? d.probers.join(', ') : '—');
     fact(facts, 'Node-local opens', d.localOpen.length ? d.localOpen.join(', ') : '—');
