@@ -1,5 +1,7 @@
 package sharedstate
 
+import "encoding/json"
+
 // policyField is one leaf of a policy (every field but "schema" and
 // "dependency"): its JSON path and how to reach it in a Policy and in a
 // PolicyPatch. policyFields is the one list of them: MergePolicy,
@@ -21,6 +23,9 @@ type policyField struct {
 	merge    func(dst *Policy, src *PolicyPatch)      // dst's field = src's, if src sets it
 	fill     func(dst *PolicyPatch, src *Policy)      // dst sets the field to src's value
 	copy     func(dst *PolicyPatch, src *PolicyPatch) // dst sets the field to a copy of src's, if set
+	// decode sets the field from its JSON value (not null), or says what is
+	// wrong with the value, without the path (policy_decode.go adds it).
+	decode func(dst *PolicyPatch, raw json.RawMessage) *Violation
 }
 
 func optional(f policyField) policyField {
@@ -52,6 +57,14 @@ func leaf[T any](path string, pol func(*Policy) *T, pat func(p *PolicyPatch, all
 			if v := get(src); v != nil {
 				put(dst, *v)
 			}
+		},
+		decode: func(dst *PolicyPatch, raw json.RawMessage) *Violation {
+			var v T
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return decodeViolation(path, raw, any(&v), err)
+			}
+			put(dst, v)
+			return nil
 		},
 	}
 }

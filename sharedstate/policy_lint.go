@@ -99,7 +99,7 @@ func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (viola
 		}
 		return []Violation{{Message: err.Error()}}
 	}
-	patch, err := ParsePolicyPatch(data)
+	patch, _, err := decodePolicyPatch(data)
 	if err != nil {
 		return asViolations(err), nil
 	}
@@ -107,8 +107,8 @@ func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (viola
 	if patch.Dependency == DefaultPolicyName {
 		p, err = ParsePolicy(data)
 	} else {
-		p = MergePolicy(def, patch)
-		err = p.Validate()
+		// Decoding problems and the rules of the fields that decoded, together.
+		_, p, err = ParsePolicyPatchOver(def, "", data)
 	}
 	if err != nil {
 		return asViolations(err), nil

@@ -1,13 +1,5 @@
 package sharedstate
 
-import (
-	"bytes"
-	"encoding/json"
-	"fmt"
-	"io"
-	"strconv"
-)
-
 // PolicyPatch is a policy that may set only some fields: the form of
 // policies/<dependency> in etcd. A nil pointer (or an empty Dependency) means
 // "inherit from _default". MergePolicy applies it over a complete Policy.
@@ -82,23 +74,19 @@ type ConcurrencyPatch struct {
 }
 
 // ParsePolicyPatch decodes a (possibly partial) policy strictly: unknown
-// fields, trailing data, numbers where durations belong and a schema other
-// than 1 are refused. Values are not range-checked here: validate the result
-// of MergePolicy, which is the policy that takes effect.
+// fields (names are case-sensitive), wrong types, numbers where durations
+// belong and a schema other than 1 are refused, every one of them with its
+// JSON path in one *ValidationError; JSON that is not well-formed and
+// trailing data are refused with an error matching ErrInvalidPolicy. Values
+// are not range-checked here: validate the result of MergePolicy, which is
+// the policy that takes effect, or use ParsePolicyPatchOver, which does both.
 func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
-	var p PolicyPatch
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return PolicyPatch{}, fmt.Errorf("%w: %v", ErrInvalidPolicy, err)
+	p, vs, err := decodePolicyPatch(data)
+	if err != nil {
+		return PolicyPatch{}, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return PolicyPatch{}, fmt.Errorf("%w: trailing data after the policy object", ErrInvalidPolicy)
-	}
-	if p.Schema != nil && *p.Schema != PolicySchema {
-		return PolicyPatch{}, &ValidationError{Violations: []Violation{{
-			Field: "schema", Value: strconv.Itoa(*p.Schema), Message: "must be 1",
-		}}}
+	if len(vs) > 0 {
+		return PolicyPatch{}, &ValidationError{Violations: vs}
 	}
 	return p, nil
 }
@@ -108,18 +96,23 @@ func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
 // "schema", which defaults to 1, and the fields added since schema 1 was
 // first written — breaker.confidence, breaker.fastPath and the sections
 // retry.hedge, throttle and concurrency — which default to DefaultPolicy's
-// values) and validates it. Errors match
-// ErrInvalidPolicy; a *ValidationError names every missing or invalid field.
+// values) and validates it. Errors match ErrInvalidPolicy; a
+// *ValidationError names every field that does not decode, is missing or is
+// invalid.
 func ParsePolicy(data []byte) (Policy, error) {
-	patch, err := ParsePolicyPatch(data)
+	patch, decodeVs, err := decodePolicyPatch(data)
 	if err != nil {
 		return Policy{}, err
+	}
+	bad := map[string]bool{}
+	for _, v := range decodeVs {
+		bad[v.Field] = true
 	}
 	var missing []Violation
 	base, def := Policy{Schema: PolicySchema}, DefaultPolicy().Patch()
 	for _, f := range policyFields {
 		switch {
-		case f.isSet(&patch):
+		case f.isSet(&patch), bad[f.path]:
 		case f.optional:
 			f.merge(&base, &def)
 		default:
@@ -127,25 +120,11 @@ func ParsePolicy(data []byte) (Policy, error) {
 		}
 	}
 	p := MergePolicy(base, patch)
-	if patch.Dependency == "" {
+	if patch.Dependency == "" && !bad["dependency"] {
 		missing = append([]Violation{{Field: "dependency", Message: "is required"}}, missing...)
 	}
-	verr := p.validate()
-	if len(missing) > 0 {
-		// A missing field also fails its range check; report it once, as missing.
-		skip := map[string]bool{}
-		for _, m := range missing {
-			skip[m.Field] = true
-		}
-		all := missing
-		for _, v := range verr {
-			if !skip[v.Field] {
-				all = append(all, v)
-			}
-		}
-		verr = all
-	}
-	if len(verr) > 0 {
+	// A missing field also fails its rule; report it once, as missing.
+	if verr := mergeViolations(append(decodeVs, missing...), p.validate()); len(verr) > 0 {
 		return Policy{}, &ValidationError{Violations: verr}
 	}
 	return p, nil

@@ -65,13 +65,13 @@ func TestParsePolicyStrict(t *testing.T) {
 	}{
 		{"unknown top-level field", strings.Replace(designExample, `"dependency"`, `"colour": "red", "dependency"`, 1), "unknown field"},
 		{"unknown nested field", strings.Replace(designExample, `"jitter": "full"`, `"jitter": "full", "cap": "1s"`, 1), "unknown field"},
-		{"number for a duration", strings.Replace(designExample, `"window": "10s"`, `"window": 10`, 1), "cannot unmarshal"},
+		{"number for a duration", strings.Replace(designExample, `"window": "10s"`, `"window": 10`, 1), `breaker.window: must be a duration string such as "500ms" or "2m", got 10`},
 		{"bad duration string", strings.Replace(designExample, `"window": "10s"`, `"window": "ten seconds"`, 1), "invalid duration"},
 		{"trailing data", designExample + ` {}`, "trailing data"},
 		{"schema 2", strings.Replace(designExample, `{"dependency"`, `{"schema": 2, "dependency"`, 1), "schema: must be 1, got 2"},
 		{"missing field", strings.Replace(designExample, `"minimumRequests": 20, `, ``, 1), "breaker.minimumRequests: is required"},
 		{"missing dependency", strings.Replace(designExample, `"dependency": "shipping-api",`, ``, 1), "dependency: is required"},
-		{"not an object", `[1,2]`, "cannot unmarshal"},
+		{"not an object", `[1,2]`, "must be a JSON object, got [1,2]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParsePolicy([]byte(tc.json))

@@ -20,6 +20,13 @@ const (
 	badPolicy  = `{"dependency":"shipping","breaker":{"failureRateThreshold":1.5,"minimumRequests":0},"retry":{"maxAttempts":0}}`
 )
 
+// messyPolicy has a bad duration, a wrong type, an unknown field and an
+// out-of-range value: messyProblems are what a refusal must name.
+const messyPolicy = `{"dependency":"shipping","breaker":{"window":"abc","minimumRequests":"5","colour":1},"retry":{"maxAttempts":0}}`
+
+var messyProblems = []string{"4 violation(s)", `breaker.window: invalid duration "abc"`, `breaker.minimumRequests: must be an integer`,
+	"breaker.colour: unknown field", "retry.maxAttempts: must be between 1 and 100"}
+
 func TestPolicyCommands(t *testing.T) {
 	c := startCoordinator(t, false)
 	good := writeFile(t, "good.json", goodPolicy)
@@ -72,6 +79,10 @@ func TestPolicyCommands(t *testing.T) {
 	// NAME and the file's dependency field must agree.
 	ctl(t, c, nil, "policy", "set", "billing", "-f", good).want(t, 2, nil, []string{"dependency"})
 
+	// Decoding problems and rule violations, all in one refusal with their paths.
+	messy := writeFile(t, "messy.json", messyPolicy)
+	ctl(t, c, nil, "policy", "set", "-f", messy).want(t, 2, nil, messyProblems)
+
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"policy shipping deleted"}, nil)
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"nothing deleted"}, nil)
 	ctl(t, c, nil, "policy", "set").want(t, 1, nil, []string{"file"})
@@ -106,6 +117,7 @@ func TestPolicyLintOffline(t *testing.T) {
 	ctl(t, nil, env, "policy", "lint", writeFile(t, "wrong.json", wrong)).want(t, 2, nil,
 		[]string{"3 violation(s)", "retry.hedge.maxHedges: must be between 0 and 10 (got -1)", "throttle.k: must be between 1 and 100",
 			"concurrency.maxInFlight: must be between 0 and 10000000 (got -2)"})
+	ctl(t, nil, env, "policy", "lint", writeFile(t, "messy.json", messyPolicy)).want(t, 2, nil, messyProblems)
 }
 
 func TestConcurrentEditsOneWins(t *testing.T) {

@@ -136,6 +136,17 @@ func (s *Store) PutPolicy(ctx context.Context, name string, data []byte, w Write
 	}
 	patch, err := parsePolicyValue(name, data)
 	if err != nil {
+		var verr *sharedstate.ValidationError
+		if name != sharedstate.DefaultPolicyName && errors.As(err, &verr) {
+			// One refusal names every problem: the fields that decoded are
+			// also checked against the default in force.
+			if def, _, derr := s.readDefault(ctx, 0); derr == nil {
+				var more *sharedstate.ValidationError
+				if _, _, all := sharedstate.ParsePolicyPatchOver(def, name, data); errors.As(all, &more) {
+					err = sharedstate.JoinViolations(verr, more)
+				}
+			}
+		}
 		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
 	}
 	value, err := canonicalPolicy(name, patch)

@@ -337,3 +337,25 @@ func TestInvalidValuesInEtcdAreSkippedByReaders(t *testing.T) {
 		t.Fatalf("audit of the delete = %+v, %v", entries, err)
 	}
 }
+
+// TestPutPolicyNamesEveryProblem: a dependency policy with a bad duration,
+// a wrong type, an unknown field and an out-of-range value is refused with
+// all four, each with its JSON path, and nothing is written.
+func TestPutPolicyNamesEveryProblem(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	_, err := e.st.PutPolicy(ctx, "dep", []byte(`{"breaker": {"window": "abc", "minimumRequests": "5", "colour": 1, "failureRateThreshold": 2}}`), as("alice"))
+	var verr *sharedstate.ValidationError
+	if !errors.As(err, &verr) {
+		t.Fatalf("put = %v, want a *sharedstate.ValidationError", err)
+	}
+	for _, want := range []string{`breaker.window: invalid duration "abc"`, `breaker.minimumRequests: must be an integer, got "5"`,
+		`breaker.colour: unknown field`, `breaker.failureRateThreshold: must be in (0,1], got 2`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("refusal lacks %q:\n%v", want, err)
+		}
+	}
+	if len(verr.Violations) != 4 {
+		t.Errorf("%d violations, want 4: %v", len(verr.Violations), verr.Violations)
+	}
+}

@@ -1,0 +1,86 @@
+package sharedstate
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// TestDecodeCollectsEveryProblem: one document with a wrong type, a bad
+// duration, unknown fields and an out-of-range value is refused with every
+// problem and its JSON path, on each entry point.
+func TestDecodeCollectsEveryProblem(t *testing.T) {
+	doc := `{"dependency": "shipping-api",
+		"breaker": {"window": "abc", "minimumRequests": "20", "failureRateThreshold": 1.5, "colour": "red", "Mode": "shadow"},
+		"retry": {"maxAttempts": 2.5, "backoff": {"base": 100, "cap": "1s"}, "budget": []},
+		"extra": true}`
+	wantDecode := []string{
+		`breaker.Mode: unknown field (did you mean "breaker.mode"?)`,
+		`breaker.colour: unknown field`,
+		`breaker.minimumRequests: must be an integer, got "20"`,
+		`breaker.window: invalid duration "abc"`,
+		`retry.maxAttempts: must be an integer, got 2.5`,
+		`retry.backoff.base: must be a duration string such as "500ms" or "2m", got 100`,
+		`retry.backoff.cap: unknown field`,
+		`retry.budget: must be a JSON object, got []`,
+		`extra: unknown field`,
+	}
+	check := func(t *testing.T, err error, want []string) {
+		t.Helper()
+		var verr *ValidationError
+		if !errors.As(err, &verr) || !errors.Is(err, ErrInvalidPolicy) {
+			t.Fatalf("error %v (%T), want a *ValidationError matching ErrInvalidPolicy", err, err)
+		}
+		msg := err.Error()
+		for _, w := range want {
+			if !strings.Contains(msg, w) {
+				t.Errorf("refusal lacks %q:\n%s", w, msg)
+			}
+		}
+		if len(verr.Violations) != len(want) {
+			t.Errorf("%d violations, want %d:\n%s", len(verr.Violations), len(want), msg)
+		}
+	}
+	t.Run("ParsePolicyPatch", func(t *testing.T) {
+		_, err := ParsePolicyPatch([]byte(doc))
+		check(t, err, wantDecode)
+	})
+	withRule := append([]string{"breaker.failureRateThreshold: must be in (0,1], got 1.5"}, wantDecode...)
+	t.Run("ParsePolicyPatchOver", func(t *testing.T) {
+		_, _, err := ParsePolicyPatchOver(DefaultPolicy(), "shipping-api", []byte(doc))
+		check(t, err, withRule)
+	})
+	t.Run("CheckPolicyDocument", func(t *testing.T) {
+		vs, _ := CheckPolicyDocument([]byte(doc), DefaultPolicy(), 0)
+		check(t, &ValidationError{Violations: vs}, withRule)
+	})
+	t.Run("ParsePolicy reports the missing fields too", func(t *testing.T) {
+		_, err := ParsePolicy([]byte(strings.Replace(doc, "shipping-api", DefaultPolicyName, 1)))
+		var verr *ValidationError
+		if !errors.As(err, &verr) {
+			t.Fatalf("error %v, want a *ValidationError", err)
+		}
+		for _, w := range append(withRule, "breaker.slowCallDuration: is required") {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("refusal lacks %q:\n%s", w, err)
+			}
+		}
+		// A field that did not decode is reported once, not also as missing.
+		if n := strings.Count(err.Error(), "breaker.window:"); n != 1 {
+			t.Errorf("breaker.window reported %d times:\n%s", n, err)
+		}
+	})
+}
+
+func TestDecodeRefusesMalformedDocuments(t *testing.T) {
+	for _, doc := range []string{`{"breaker": `, `{} {}`, `[]`, `"x"`, `null`} {
+		if _, err := ParsePolicyPatch([]byte(doc)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("ParsePolicyPatch(%s) = %v, want ErrInvalidPolicy", doc, err)
+		}
+	}
+	// null sections and fields mean "inherit", as before.
+	p, err := ParsePolicyPatch([]byte(`{"breaker": null, "retry": {"maxAttempts": null, "budget": {"ratio": 0.2}}}`))
+	if err != nil || p.Breaker != nil || p.Retry.MaxAttempts != nil || *p.Retry.Budget.Ratio != 0.2 {
+		t.Fatalf("ParsePolicyPatch with nulls = %+v, %v", p, err)
+	}
+}
