@@ -29,7 +29,7 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
-      ALLOW='^sharedstate$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      ALLOW='^sharedstate(/secretfile)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
       WHY='sharedstate/store may import sharedstate and the etcd client' ;;
     sharedstate | sharedstate/*)
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'

@@ -62,6 +62,9 @@ type Config struct {
 	EtcdCA, EtcdCert, EtcdKey string
 	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
 	EtcdUsername, EtcdPassword string
+	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
+	// or stricter), instead of EtcdPassword.
+	EtcdPasswordFile string
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// Socket is the unix socket path of the local API (optional, default
@@ -283,7 +286,7 @@ func (c Config) etcdOptions() store.ClientOptions {
 	return store.ClientOptions{
 		Endpoints: c.Etcd,
 		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword,
+		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
 	}
 }
 

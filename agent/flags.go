@@ -59,6 +59,7 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", cfg.EtcdKey, "client key for etcd TLS")
 	fs.StringVar(&cfg.EtcdUsername, "etcd-user", cfg.EtcdUsername, "etcd user name")
 	fs.StringVar(&cfg.EtcdPassword, "etcd-password", cfg.EtcdPassword, "etcd password (prefer FUSEBOX_ETCD_PASSWORD)")
+	fs.StringVar(&cfg.EtcdPasswordFile, "etcd-password-file", cfg.EtcdPasswordFile, "file holding the etcd password (mode 0600 or stricter; keeps it out of the command line)")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of Fusebox's data in etcd")
 	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "unix socket of the local API (directory created, mode 0660)")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "also serve the local API on this loopback TCP address, e.g. 127.0.0.1:7950")

@@ -44,6 +44,9 @@ type Config struct {
 	EtcdCA, EtcdCert, EtcdKey string
 	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
 	EtcdUsername, EtcdPassword string
+	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
+	// or stricter), instead of EtcdPassword.
+	EtcdPasswordFile string
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// GRPCAddr serves the Admin API (optional, default 127.0.0.1:7960).
@@ -156,7 +159,7 @@ func (c Config) Validate() error {
 	for _, v := range c.etcdOptions().Violations() {
 		errs = append(errs, errors.New("coordinator config: "+v))
 	}
-	if len(c.Etcd) == 0 && (c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdUsername != "" || c.EtcdPassword != "") {
+	if len(c.Etcd) == 0 && (c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdUsername != "" || c.EtcdPassword != "" || c.EtcdPasswordFile != "") {
 		bad("etcd", "etcd-ca, etcd-cert and etcd-user need --etcd (the embedded etcd uses none of them)")
 	}
 	if v := store.CheckPrefix(c.EtcdPrefix); v != "" {
@@ -179,6 +182,6 @@ func (c Config) etcdOptions() store.ClientOptions {
 	return store.ClientOptions{
 		Endpoints: c.Etcd,
 		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword,
+		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
 	}
 }

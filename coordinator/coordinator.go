@@ -39,7 +39,7 @@ type Coordinator struct {
 	clock sharedstate.Clock
 
 	metrics *metrics
-	authn   auth.Authenticator
+	tokens  atomic.Pointer[auth.Tokens] // nil: no tokens file, loopback only
 	broker  *events.Broker
 	view    *fleet.View
 	cache   *cache
@@ -132,11 +132,8 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
-		c.authn = auth.Authenticator{Tokens: tokens}
+		c.tokens.Store(tokens)
 		c.log.Info("bearer tokens loaded", "file", c.cfg.TokensFile, "tokens", tokens.Len())
-		if fi, err := os.Stat(c.cfg.TokensFile); err == nil && fi.Mode().Perm()&0o077 != 0 {
-			c.log.Warn("the tokens file is readable by other users; chmod 600 it", "file", c.cfg.TokensFile, "mode", fi.Mode().Perm().String())
-		}
 		if c.cfg.TLSCert == "" && (!auth.IsLoopbackHost(c.cfg.GRPCAddr) || !auth.IsLoopbackHost(c.cfg.HTTPAddr)) {
 			c.log.Warn("serving beyond loopback without TLS: bearer tokens travel in clear text (set --tls-cert and --tls-key)")
 		}
@@ -195,6 +192,9 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 		return err
 	}
 	c.goBackground("", func() error { c.tickLoop(); return nil })
+	if c.cfg.TokensFile != "" {
+		c.watchTokens()
+	}
 	c.goBackground("", func() error { c.joinLoop(); return nil })
 
 	c.log.Info("coordinator serving", "grpc_addr", c.GRPCAddr(), "http_addr", c.HTTPAddr(),

@@ -94,7 +94,7 @@ func (c *Coordinator) authenticate(ctx context.Context, fullMethod string) (cont
 	if ok {
 		addr = p.Addr
 	}
-	id, err := c.authn.Authenticate(authz, addr)
+	id, err := c.authn().Authenticate(authz, addr)
 	if err != nil {
 		c.metrics.authFailures.WithLabelValues("grpc", "unauthenticated").Inc()
 		return ctx, err

@@ -165,7 +165,7 @@ func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
 func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.authn.LoopbackOnly() && !isLoopbackHostHeader(r.Host) {
+		if c.authn().LoopbackOnly() && !isLoopbackHostHeader(r.Host) {
 			c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
 			httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and answers loopback host names only, not %q", auth.ErrPermissionDenied, r.Host))
 			return
@@ -185,7 +185,7 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 		if tok := r.URL.Query().Get("access_token"); authz == "" && tok != "" && r.Method == http.MethodGet && r.URL.Path == "/api/v1/events" {
 			authz, fromQuery = "Bearer "+tok, true
 		}
-		id, err := c.authn.Authenticate(authz, peer)
+		id, err := c.authn().Authenticate(authz, peer)
 		if err == nil && fromQuery && id.Role > auth.RoleViewer {
 			id.Role = auth.RoleViewer
 		}

@@ -246,6 +246,6 @@ type whoamiJSON struct {
 // can say whether its user may write.
 func (c *Coordinator) handleWhoami(w http.ResponseWriter, r *http.Request) {
 	id := identityFrom(r.Context())
-	writeJSON(w, http.StatusOK, whoamiJSON{Name: id.Name, Role: id.Role.String(), Tokens: !c.authn.LoopbackOnly(),
+	writeJSON(w, http.StatusOK, whoamiJSON{Name: id.Name, Role: id.Role.String(), Tokens: !c.authn().LoopbackOnly(),
 		Coordinator: c.cfg.Name, Version: version()})
 }

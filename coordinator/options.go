@@ -22,6 +22,7 @@ type options struct {
 	gossip       []func(*gossip.Config)
 	tickInterval time.Duration
 	historyEvery time.Duration
+	tokensPoll   time.Duration
 }
 
 // WithLogger sets the logger (default: a text or JSON logger on stderr as
@@ -57,3 +58,7 @@ func WithGossip(f func(*gossip.Config)) Option {
 func WithTickInterval(tick, history time.Duration) Option {
 	return func(o *options) { o.tickInterval, o.historyEvery = tick, history }
 }
+
+// WithTokensPoll sets how often the tokens file is checked for a change
+// (default 2s).
+func WithTokensPoll(d time.Duration) Option { return func(o *options) { o.tokensPoll = d } }

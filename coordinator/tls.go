@@ -5,6 +5,8 @@ import (
 	"crypto/x509"
 	"fmt"
 	"os"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 // serverTLS loads the TLS configuration of the Admin API and HTTP (nil
@@ -12,6 +14,9 @@ import (
 func (c *Coordinator) serverTLS() (*tls.Config, error) {
 	if c.cfg.TLSCert == "" {
 		return nil, nil
+	}
+	if err := secretfile.Check(c.cfg.TLSKey); err != nil {
+		return nil, fmt.Errorf("coordinator: tls-key: %w", err)
 	}
 	cert, err := tls.LoadX509KeyPair(c.cfg.TLSCert, c.cfg.TLSKey)
 	if err != nil {

@@ -61,6 +61,7 @@ Flags:
 	fs.StringVar(&cfg.EtcdKey, "etcd-key", "", "client key for etcd TLS")
 	fs.StringVar(&cfg.EtcdUsername, "etcd-user", "", "etcd user name")
 	fs.StringVar(&cfg.EtcdPassword, "etcd-password", "", "etcd password")
+	fs.StringVar(&cfg.EtcdPasswordFile, "etcd-password-file", "", "file holding the etcd password (mode 0600 or stricter; keeps it out of the command line)")
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of Fusebox's data in etcd")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "address of the Admin gRPC API")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of /api/v1/*, /metrics and /healthz")

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 // adminClient is a connection to one coordinator's Admin API.
@@ -55,6 +57,10 @@ func (o *globalOptions) dial() (*adminClient, error) {
 		dialOpts = append(dialOpts, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	}
 	if token != "" {
+		if !tlsOn && !o.insecureToken && !loopbackTarget(o.coordinator) {
+			return nil, usageError{fmt.Errorf("refusing to send the bearer token in plaintext to %s, which is not a loopback address: "+
+				"turn TLS on (--tls-ca or --tls-server-name) or, knowing anyone on the way can read the token, pass --insecure-plaintext-token", o.coordinator)}
+		}
 		dialOpts = append(dialOpts, grpc.WithPerRPCCredentials(bearer{token: token, secure: tlsOn}))
 	}
 	target := o.coordinator
@@ -119,11 +125,34 @@ func (c *adminClient) ready() bool { return c.conn.GetState() == connectivity.Re
 
 func (c *adminClient) Close() error { return c.conn.Close() }
 
+// loopbackTarget reports whether a --coordinator address is on this host:
+// a unix socket, localhost or a loopback IP.
+func loopbackTarget(target string) bool {
+	if scheme, rest, ok := strings.Cut(target, "://"); ok {
+		if scheme == "unix" || scheme == "unix-abstract" {
+			return true
+		}
+		target = strings.TrimLeft(rest, "/")
+		if i := strings.LastIndex(target, "/"); i >= 0 {
+			target = target[i+1:] // dns://resolver/host:port
+		}
+	}
+	host, _, err := net.SplitHostPort(target)
+	if err != nil {
+		host = target
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
 // token reads --token-file, else $FUSEBOX_TOKEN; empty means none (a
 // coordinator without a tokens file serves loopback callers without one).
 func (o *globalOptions) token() (string, error) {
 	if o.tokenFile != "" {
-		b, err := os.ReadFile(o.tokenFile)
+		b, err := secretfile.Read(o.tokenFile)
 		if err != nil {
 			return "", fmt.Errorf("--token-file: %w", err)
 		}
@@ -153,6 +182,9 @@ func (o *globalOptions) tlsConfig() (*tls.Config, error) {
 		return nil, usageError{errors.New("--tls-cert and --tls-key go together")}
 	}
 	if o.tlsCert != "" {
+		if err := secretfile.Check(o.tlsKey); err != nil {
+			return nil, fmt.Errorf("--tls-key: %w", err)
+		}
 		cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
 		if err != nil {
 			return nil, fmt.Errorf("--tls-cert/--tls-key: %w", err)

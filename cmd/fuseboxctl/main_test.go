@@ -62,16 +62,26 @@ const (
 
 func startCoordinator(t *testing.T, tokens bool) *coordinator.Coordinator {
 	t.Helper()
+	tokensFile := ""
+	if tokens {
+		tokensFile = writeFile(t, "tokens", "admin "+adminToken+" ops-admin\nviewer "+viewerToken+"\n")
+	}
+	return startCoordinatorWith(t, tokensFile)
+}
+
+// startCoordinatorWith starts a coordinator with tokensFile (none when
+// empty), checked for changes every 50ms.
+func startCoordinatorWith(t *testing.T, tokensFile string) *coordinator.Coordinator {
+	t.Helper()
 	cfg := coordinator.DefaultConfig()
 	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
 	cfg.DataDir = t.TempDir()
 	cfg.EmbeddedEtcdURL = "http://127.0.0.1:0"
 	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.ShutdownTimeout = 2 * time.Second
-	if tokens {
-		cfg.TokensFile = writeFile(t, "tokens", "admin "+adminToken+" ops-admin\nviewer "+viewerToken+"\n")
-	}
+	cfg.TokensFile = tokensFile
 	c, err := coordinator.New(cfg,
+		coordinator.WithTokensPoll(50*time.Millisecond),
 		coordinator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		coordinator.WithEmbeddedEtcd(func(e *embedded.Config) {
 			*e = embedded.TestConfig(e.Dir)

@@ -25,6 +25,7 @@ type globalOptions struct {
 	tlsCert       string
 	tlsKey        string
 	tlsServerName string
+	insecureToken bool
 
 	stdin          io.Reader
 	stdout, stderr io.Writer
@@ -66,6 +67,7 @@ Exit codes: 0 ok, 1 other error (usage errors included), 2 invalid policy
 	pf.StringVar(&opts.tlsCert, "tls-cert", "", "client certificate for mTLS")
 	pf.StringVar(&opts.tlsKey, "tls-key", "", "client key for mTLS")
 	pf.StringVar(&opts.tlsServerName, "tls-server-name", "", "server name to verify (turns TLS on; default: the host of --coordinator)")
+	pf.BoolVar(&opts.insecureToken, "insecure-plaintext-token", false, "send the bearer token without TLS to a coordinator that is not on loopback (it can be read on the way)")
 	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
 		[]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
 

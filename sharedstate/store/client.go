@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -34,6 +35,10 @@ type ClientOptions struct {
 	// Username and Password authenticate to etcd (optional; Password needs
 	// Username).
 	Username, Password string
+	// PasswordFile holds the password instead of Password (which a flag
+	// shows in /proc/*/cmdline): its first line, trailing white space cut.
+	// It is a secret file: refused when group/other-accessible.
+	PasswordFile string
 	// DialTimeout bounds the first connection (optional, default 5s).
 	DialTimeout time.Duration
 	// Logger is the etcd client's own log (optional, default none).
@@ -62,6 +67,12 @@ func (o ClientOptions) Violations() []string {
 	if o.Password != "" && o.Username == "" {
 		bad("etcd-password", "needs etcd-user")
 	}
+	if o.PasswordFile != "" && o.Password != "" {
+		bad("etcd-password-file", "etcd-password and etcd-password-file exclude each other")
+	}
+	if o.PasswordFile != "" && o.Username == "" {
+		bad("etcd-password-file", "needs etcd-user")
+	}
 	return out
 }
 
@@ -87,6 +98,22 @@ func (o ClientOptions) Validate() error {
 	return errors.Join(errs...)
 }
 
+// ReadPasswordFile reads a password file: a secret file (secretfile.Read)
+// whose first line, trailing white space cut, is the password; an empty one
+// is refused.
+func ReadPasswordFile(path string) (string, error) {
+	data, err := secretfile.Read(path)
+	if err != nil {
+		return "", err
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	pw := strings.TrimRight(line, " \t\r")
+	if pw == "" {
+		return "", fmt.Errorf("%s: empty password", path)
+	}
+	return pw, nil
+}
+
 // CheckPrefix says what is wrong with an etcd key prefix given as a flag
 // (etcd-prefix): it must start and end with '/'. It returns "" when the
 // prefix is good.
@@ -105,10 +132,24 @@ const MaxReconnectDelay = 5 * time.Second
 // NewClientConfig returns the clientv3.Config for o (Validate first): TLS
 // when any of the files is set, user/password, keep-alives, and a reconnect
 // backoff from 100ms up to MaxReconnectDelay. Dial uses it; most callers
-// want Dial.
+// want Dial. The key file and the password file are secret files
+// (secretfile.Check): refused, naming the file and its mode, when group or
+// others may access them.
 func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
 	if err := o.Validate(); err != nil {
 		return clientv3.Config{}, err
+	}
+	if o.KeyFile != "" {
+		if err := secretfile.Check(o.KeyFile); err != nil {
+			return clientv3.Config{}, fmt.Errorf("store: client: etcd-key: %w", err)
+		}
+	}
+	if o.PasswordFile != "" {
+		pw, err := ReadPasswordFile(o.PasswordFile)
+		if err != nil {
+			return clientv3.Config{}, fmt.Errorf("store: client: etcd-password-file: %w", err)
+		}
+		o.Password = pw
 	}
 	dial := o.DialTimeout
 	if dial <= 0 {

@@ -2,8 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 func TestNewClientConfig(t *testing.T) {
@@ -53,5 +58,40 @@ func TestClientOptionsViolations(t *testing.T) {
 	}
 	if CheckPrefix("/fusebox/") != "" || CheckPrefix("fusebox") == "" || CheckPrefix("/fusebox") == "" {
 		t.Error("CheckPrefix")
+	}
+}
+
+// TestPasswordFileAndKeyModes: the password file's first line is the
+// password; it and the client key are refused when group/other-readable,
+// naming the file and its mode; the password flag and file exclude each
+// other.
+func TestPasswordFileAndKeyModes(t *testing.T) {
+	dir := t.TempDir()
+	pw := filepath.Join(dir, "pw")
+	if err := os.WriteFile(pw, []byte("s3cret \nignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := NewClientConfig(ClientOptions{Endpoints: []string{"127.0.0.1:2379"}, Username: "fb", PasswordFile: pw})
+	if err != nil || cc.Password != "s3cret" {
+		t.Fatalf("NewClientConfig with a 0600 password file: password %q, %v", cc.Password, err)
+	}
+	if err := os.Chmod(pw, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewClientConfig(ClientOptions{Endpoints: []string{"127.0.0.1:2379"}, Username: "fb", PasswordFile: pw})
+	if !errors.Is(err, secretfile.ErrExposed) || !strings.Contains(err.Error(), pw) || !strings.Contains(err.Error(), "mode 0640") {
+		t.Fatalf("0640 password file: %v", err)
+	}
+	key := filepath.Join(dir, "client.key")
+	if err := os.WriteFile(key, []byte("not read"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewClientConfig(ClientOptions{Endpoints: []string{"127.0.0.1:2379"}, CertFile: key + ".pem", KeyFile: key})
+	if !errors.Is(err, secretfile.ErrExposed) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("0644 client key: %v", err)
+	}
+	vs := ClientOptions{Endpoints: []string{"127.0.0.1:2379"}, Password: "x", PasswordFile: pw}.Violations()
+	if len(vs) != 3 { // both given; and each needs etcd-user
+		t.Fatalf("violations %q, want: needs etcd-user (twice) and exclude each other", vs)
 	}
 }

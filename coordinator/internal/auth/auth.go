@@ -2,14 +2,16 @@ package auth
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
 // Role is what a caller may do.
@@ -126,14 +128,15 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 	return t, nil
 }
 
-// LoadTokensFile reads and parses path (see ParseTokens).
+// LoadTokensFile reads and parses path (see ParseTokens). The file is a
+// secret file (secretfile.Read): refused, naming it and its mode, when its
+// group or others may access it.
 func LoadTokensFile(path string) (*Tokens, error) {
-	f, err := os.Open(path)
+	data, err := secretfile.Read(path)
 	if err != nil {
 		return nil, fmt.Errorf("auth: tokens file: %w", err)
 	}
-	defer f.Close()
-	t, err := ParseTokens(f)
+	t, err := ParseTokens(bytes.NewReader(data))
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
