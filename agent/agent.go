@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +53,7 @@ type options struct {
 	etcdClient    *store.Client
 	transport     memberlist.NodeAwareTransport
 	inProcessAPI  bool
+	httpTimeouts  *HTTPTimeouts
 }
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
@@ -214,12 +214,16 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			return nil, fmt.Errorf("agent: http-addr: %w", err)
 		}
 	}
-	a.grpcSrv = grpc.NewServer()
+	a.grpcSrv = grpc.NewServer(grpcServerOptions()...)
 	fuseboxv1.RegisterAgentServer(a.grpcSrv, &apiServer{a: a})
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpcSrv, a.health)
 	reflection.Register(a.grpcSrv)
-	a.httpSrv = &http.Server{Handler: a.httpHandler(), ReadHeaderTimeout: 5 * time.Second}
+	timeouts := DefaultHTTPTimeouts
+	if a.opts.httpTimeouts != nil {
+		timeouts = *a.opts.httpTimeouts
+	}
+	a.httpSrv = timeouts.server(a.httpHandler())
 
 	gc := gossip.DefaultConfig()
 	gc.Name = cfg.Name
@@ -270,35 +274,6 @@ func (a *Agent) nodeMeta() gossip.NodeMeta {
 		m.HTTPAddr = a.httpLn.Addr().String()
 	}
 	return m
-}
-
-// listenUnix creates the socket's directory, removes a stale socket file
-// (one nobody answers on) and listens with mode 0660.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("agent: socket directory: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil {
-		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("agent: socket %s exists and is not a socket", path)
-		}
-		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("agent: socket %s is in use by another process", path)
-		}
-		if err := os.Remove(path); err != nil {
-			return nil, fmt.Errorf("agent: remove stale socket: %w", err)
-		}
-	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("agent: socket: %w", err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		ln.Close()
-		return nil, fmt.Errorf("agent: socket mode: %w", err)
-	}
-	return ln, nil
 }
 
 // Start joins the gossip cluster, serves the local API and HTTP, and

@@ -213,7 +213,10 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 		return status.Error(codes.InvalidArgument, "fusebox: a session starts with a hello")
 	}
 	sess := newSession(a, hello)
-	a.hub.add(sess)
+	if !a.hub.add(sess, a.cfg.MaxSessions) {
+		a.m.sessionsRefused.Inc()
+		return status.Errorf(codes.ResourceExhausted, "fusebox: agent %s has --max-sessions=%d sessions open; session refused", a.cfg.Name, a.cfg.MaxSessions)
+	}
 	defer sess.close() // after remove: the remaining sessions are told
 	defer a.hub.remove(sess)
 	a.m.sessionsOpened.Inc()

@@ -30,7 +30,9 @@ const (
 	DefaultShutdownTimeout = 5 * time.Second
 	DefaultMemberTTL       = 10 * time.Second
 	DefaultMaxDependencies = 10000
-	DefaultKeyringReload   = 10 * time.Second
+	// DefaultMaxSessions is the default of Config.MaxSessions.
+	DefaultMaxSessions   = 1024
+	DefaultKeyringReload = 10 * time.Second
 )
 
 // Config configures one agent. Build it with DefaultConfig and check it with
@@ -114,6 +116,10 @@ type Config struct {
 	// ProposerDelay is how long each further rank group waits for a trip
 	// record before proposing it itself (optional, default 1s).
 	ProposerDelay time.Duration
+	// MaxSessions caps the client sessions (Session streams) open at once;
+	// one more is refused with ResourceExhausted (optional, default
+	// DefaultMaxSessions).
+	MaxSessions int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -165,6 +171,7 @@ func DefaultConfig() Config {
 		Proposers:        sharedstate.DefaultProposers,
 		ProposerDelay:    sharedstate.DefaultProposerDelay,
 		RejoinInterval:   2 * time.Second,
+		MaxSessions:      DefaultMaxSessions,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -257,6 +264,9 @@ func (c Config) validate(inProcessAPI bool) error {
 	}
 	if c.Proposers <= 0 {
 		bad("proposers", "must be > 0, got %d", c.Proposers)
+	}
+	if c.MaxSessions <= 0 {
+		bad("max-sessions", "must be > 0, got %d", c.MaxSessions)
 	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("agent config: "+v))

@@ -72,6 +72,7 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.Proposers, "proposers", cfg.Proposers, "how many agents, by rendezvous rank, propose a breaker trip (the others adopt it)")
 	fs.DurationVar(&cfg.RejoinInterval, "rejoin-interval", cfg.RejoinInterval, "how often agents of --join and the etcd registry that gossip does not list as alive are joined again (partition heal)")
 	fs.DurationVar(&cfg.ProposerDelay, "proposer-delay", cfg.ProposerDelay, "how long each further rank group waits for a trip record before proposing it")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "most client sessions open at once; more are refused (ResourceExhausted)")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn or error")
 	fs.DurationVar(&cfg.GossipInterval, "gossip-interval", cfg.GossipInterval, "memberlist gossip interval")

@@ -23,6 +23,7 @@ type metrics struct {
 	outcomes        *prometheus.CounterVec // source
 	refusedDeps     *prometheus.CounterVec // reason
 	sessionsOpened  prometheus.Counter
+	sessionsRefused prometheus.Counter
 	snapshotsPushed prometheus.Counter
 	etcdWatchErrors prometheus.Counter
 	etcdInvalid     prometheus.Counter
@@ -81,6 +82,8 @@ func newMetrics(a *Agent) *metrics {
 		"reason")
 	m.sessionsOpened = m.counter("sessions_opened_total",
 		"Client sessions opened.")
+	m.sessionsRefused = m.counter("sessions_refused_total",
+		"Client sessions refused because --max-sessions were open.")
 	m.snapshotsPushed = m.counter("snapshots_pushed_total",
 		"Decision snapshots pushed to client sessions.")
 	m.etcdWatchErrors = m.counter("etcd_watch_errors_total",
@@ -104,7 +107,7 @@ func newMetrics(a *Agent) *metrics {
 }
 
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened,
+	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened, m.sessionsRefused,
 		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
 }
 

@@ -243,10 +243,15 @@ func newHub() *hub {
 	return &hub{sessions: map[*session]struct{}{}, joinKick: make(chan struct{}, 1)}
 }
 
-func (h *hub) add(s *session) {
+// add adds s unless max sessions are open already (then it returns false).
+func (h *hub) add(s *session, max int) bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.sessions) >= max {
+		return false
+	}
 	h.sessions[s] = struct{}{}
-	h.mu.Unlock()
+	return true
 }
 
 func (h *hub) remove(s *session) {

@@ -57,6 +57,7 @@ func (c *Coordinator) newGRPCServer() *grpc.Server {
 		grpc.ChainUnaryInterceptor(c.unaryInterceptor),
 		grpc.ChainStreamInterceptor(c.streamInterceptor),
 	}
+	opts = append(opts, grpcLimits()...)
 	if c.tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tlsConf)))
 	}
@@ -84,9 +85,18 @@ func (c *Coordinator) authenticate(ctx context.Context, fullMethod string) (cont
 		return ctx, nil
 	}
 	var authz string
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		if v := md.Get("authorization"); len(v) > 0 {
-			authz = v[0]
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("authorization"); len(v) > 0 {
+		authz = v[0]
+	}
+	if c.authn().LoopbackOnly() {
+		names := make([]string, 0, len(md))
+		for k := range md {
+			names = append(names, k)
+		}
+		if h := proxyHeader(names); h != "" {
+			c.metrics.authFailures.WithLabelValues("grpc", "permission_denied").Inc()
+			return ctx, fmt.Errorf("%w: this coordinator has no tokens file and trusts loopback callers, so it refuses calls a proxy forwards (metadata %s): configure --tokens-file to serve through a proxy", auth.ErrPermissionDenied, h)
 		}
 	}
 	var addr net.Addr

@@ -97,11 +97,13 @@ func (c *Coordinator) newHTTPServer() *http.Server {
 		}
 		mux.Handle(rt.pattern, c.instrument(rt.name, h))
 	}
+	t := c.httpTimeouts()
 	return &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		// No WriteTimeout: /api/v1/events streams for as long as the client stays.
+		ReadHeaderTimeout: t.ReadHeader,
+		ReadTimeout:       t.Read,
+		WriteTimeout:      t.Write, // /api/v1/events lifts it for its stream
+		IdleTimeout:       t.Idle,
 	}
 }
 
@@ -165,6 +167,13 @@ func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
 func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.authn().LoopbackOnly() {
+			if h := proxyHeader(headerNames(r.Header)); h != "" {
+				c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
+				httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and trusts loopback callers, so it refuses requests a proxy forwards (header %s): configure --tokens-file to serve through a proxy", auth.ErrPermissionDenied, h))
+				return
+			}
+		}
 		if c.authn().LoopbackOnly() && !isLoopbackHostHeader(r.Host) {
 			c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
 			httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and answers loopback host names only, not %q", auth.ErrPermissionDenied, r.Host))
@@ -325,6 +334,8 @@ func (c *Coordinator) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer sub.Close()
 	h := w.Header()
+	// The stream outlives the server's write timeout: lift it for this response.
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no")

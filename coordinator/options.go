@@ -23,6 +23,7 @@ type options struct {
 	tickInterval time.Duration
 	historyEvery time.Duration
 	tokensPoll   time.Duration
+	httpTimeouts *HTTPTimeouts
 }
 
 // WithLogger sets the logger (default: a text or JSON logger on stderr as
