@@ -26,7 +26,7 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/store|sharedstate/store/embedded)$'; DENY='hashicorp/memberlist'
       WHY='embeddedtest (test helpers) may import embedded, store, sharedstate' ;;
     sharedstate/store/embedded)
-      ALLOW='^(sharedstate|sharedstate/store)$'; DENY='hashicorp/memberlist'
+      ALLOW='^(sharedstate|sharedstate/secretfile|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
       ALLOW='^sharedstate(/secretfile)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'

@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"path/filepath"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
 // Default addresses (DESIGN.md "Names").
@@ -37,6 +39,23 @@ type Config struct {
 	// agents connect to (optional, default http://127.0.0.1:2379; used only
 	// when Etcd is empty).
 	EmbeddedEtcdURL string
+	// EmbeddedEtcdCert, EmbeddedEtcdKey and EmbeddedEtcdClientCA serve the
+	// embedded etcd's clients over TLS with client certificates (all three
+	// or none; EmbeddedEtcdURL then https). The certificate must also be
+	// usable as a client certificate, signed by the client CA: the
+	// coordinator connects with it.
+	EmbeddedEtcdCert, EmbeddedEtcdKey, EmbeddedEtcdClientCA string
+	// InsecureEmbeddedEtcd allows a non-loopback EmbeddedEtcdURL without
+	// TLS: anyone who reaches it can write policies and overrides, past the
+	// tokens and the audit trail.
+	InsecureEmbeddedEtcd bool
+	// EmbeddedEtcdCompaction ("periodic" or "revision") and
+	// EmbeddedEtcdCompactionRetention (a duration, or a number of
+	// revisions) set the embedded etcd's auto-compaction (optional, default
+	// periodic, 1h); EmbeddedEtcdQuotaBytes its backend quota (optional,
+	// default 1 GiB).
+	EmbeddedEtcdCompaction, EmbeddedEtcdCompactionRetention string
+	EmbeddedEtcdQuotaBytes                                  int64
 	// Etcd lists external etcd endpoints (optional: empty starts an embedded
 	// etcd in DataDir and prints its client URL for the agents).
 	Etcd []string
@@ -107,6 +126,22 @@ func DefaultConfig() Config {
 	}
 }
 
+// embeddedConfig is the embedded etcd's configuration from c (production
+// timings; Dir in DataDir).
+func (c Config) embeddedConfig() embedded.Config {
+	ec := embedded.DefaultConfig()
+	ec.Dir = filepath.Join(c.DataDir, "etcd")
+	ec.ClientURL = c.EmbeddedEtcdURL
+	ec.TLS = embedded.TLSFiles{CertFile: c.EmbeddedEtcdCert, KeyFile: c.EmbeddedEtcdKey, ClientCAFile: c.EmbeddedEtcdClientCA}
+	if c.EmbeddedEtcdCompaction != "" || c.EmbeddedEtcdCompactionRetention != "" {
+		ec.AutoCompactionMode, ec.AutoCompactionRetention = c.EmbeddedEtcdCompaction, c.EmbeddedEtcdCompactionRetention
+	}
+	if c.EmbeddedEtcdQuotaBytes != 0 {
+		ec.QuotaBackendBytes = c.EmbeddedEtcdQuotaBytes
+	}
+	return ec
+}
+
 // Validate reports every problem of the configuration at once, each naming
 // the flag and the offending value. It changes nothing and reads no file.
 func (c Config) Validate() error {
@@ -118,8 +153,25 @@ func (c Config) Validate() error {
 		if c.DataDir == "" {
 			bad("data-dir", "must be set when --etcd is not (the embedded etcd keeps its data there)")
 		}
-		if u, err := url.Parse(c.EmbeddedEtcdURL); err != nil || u.Scheme != "http" || u.Port() == "" {
-			bad("embedded-etcd-url", "must be http://IP:PORT, got %q", c.EmbeddedEtcdURL)
+		tlsFiles := embedded.TLSFiles{CertFile: c.EmbeddedEtcdCert, KeyFile: c.EmbeddedEtcdKey, ClientCAFile: c.EmbeddedEtcdClientCA}
+		if tlsFiles.Enabled() && (c.EmbeddedEtcdCert == "" || c.EmbeddedEtcdKey == "" || c.EmbeddedEtcdClientCA == "") {
+			bad("embedded-etcd-cert", "embedded-etcd-cert, embedded-etcd-key and embedded-etcd-client-ca go together")
+		}
+		scheme := "http"
+		if tlsFiles.Enabled() {
+			scheme = "https"
+		}
+		if u, err := url.Parse(c.EmbeddedEtcdURL); err != nil || u.Scheme != scheme || u.Port() == "" {
+			bad("embedded-etcd-url", "must be %s://IP:PORT, got %q", scheme, c.EmbeddedEtcdURL)
+		} else if !auth.IsLoopbackHost(u.Host) && !tlsFiles.Enabled() && !c.InsecureEmbeddedEtcd {
+			bad("embedded-etcd-url", "%q is not a loopback address: anyone who reaches it could write policies and overrides past the tokens and the audit; "+
+				"serve it with TLS and client certificates (--embedded-etcd-cert, --embedded-etcd-key, --embedded-etcd-client-ca), "+
+				"use an external etcd cluster (--etcd), or pass --insecure-embedded-etcd", c.EmbeddedEtcdURL)
+		}
+		ec := c.embeddedConfig()
+		ec.Dir = "-" // checked in startEtcd
+		if err := ec.Validate(); err != nil {
+			bad("embedded-etcd", "%v", err)
 		}
 	}
 	checkAddr := func(field, v string, optional bool) {

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -15,9 +14,7 @@ import (
 func (c *Coordinator) startEtcd(ctx context.Context) error {
 	var cli *store.Client
 	if len(c.cfg.Etcd) == 0 {
-		ec := embedded.DefaultConfig()
-		ec.Dir = filepath.Join(c.cfg.DataDir, "etcd")
-		ec.ClientURL = c.cfg.EmbeddedEtcdURL
+		ec := c.cfg.embeddedConfig()
 		for _, f := range c.opts.embedded {
 			f(&ec)
 		}
@@ -36,7 +33,11 @@ func (c *Coordinator) startEtcd(ctx context.Context) error {
 		c.endpoint = srv.Endpoints()
 		c.log.Info("embedded etcd ready: start agents with --etcd "+strings.Join(c.endpoint, ","),
 			"etcd", strings.Join(c.endpoint, ","), "data_dir", ec.Dir)
-		if cli, err = store.DialConfig(ctx, srv.ClientConfig()); err != nil {
+		cc, err := srv.ClientConfigTLS()
+		if err != nil {
+			return fmt.Errorf("coordinator: %w", err)
+		}
+		if cli, err = store.DialConfig(ctx, cc); err != nil {
 			return fmt.Errorf("coordinator: %w", err)
 		}
 	} else {

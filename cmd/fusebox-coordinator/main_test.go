@@ -37,3 +37,39 @@ func TestParseFlags(t *testing.T) {
 		t.Fatalf("--help: %v", err)
 	}
 }
+
+// TestEmbeddedEtcdExposure: a non-loopback --embedded-etcd-url is refused
+// unless the embedded etcd has TLS with client certificates or
+// --insecure-embedded-etcd says so; compaction and quota flags are checked.
+func TestEmbeddedEtcdExposure(t *testing.T) {
+	_, err := parseFlags([]string{"--embedded-etcd-url", "http://0.0.0.0:2379", "--tokens-file", "/etc/fusebox/tokens"}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "embedded-etcd-url") || !strings.Contains(err.Error(), "--insecure-embedded-etcd") {
+		t.Fatalf("public embedded etcd without TLS: %v", err)
+	}
+	if _, err := parseFlags([]string{"--embedded-etcd-url", "http://0.0.0.0:2379", "--insecure-embedded-etcd"}, io.Discard); err != nil {
+		t.Fatalf("with --insecure-embedded-etcd: %v", err)
+	}
+	cfg, err := parseFlags([]string{"--embedded-etcd-url", "https://10.0.0.5:2379", "--embedded-etcd-cert", "c.pem",
+		"--embedded-etcd-key", "c.key", "--embedded-etcd-client-ca", "ca.pem"}, io.Discard)
+	if err != nil || cfg.EmbeddedEtcdClientCA != "ca.pem" {
+		t.Fatalf("with TLS: %+v, %v", cfg, err)
+	}
+	if _, err := parseFlags([]string{"--embedded-etcd-url", "https://10.0.0.5:2379", "--embedded-etcd-cert", "c.pem"}, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "go together") {
+		t.Fatalf("a TLS file alone: %v", err)
+	}
+	for _, args := range [][]string{
+		{"--embedded-etcd-compaction", "never"},
+		{"--embedded-etcd-compaction", "revision", "--embedded-etcd-compaction-retention", "1h"},
+		{"--embedded-etcd-quota-bytes", "-5"},
+	} {
+		if _, err := parseFlags(args, io.Discard); err == nil {
+			t.Errorf("parseFlags(%q) accepted it", args)
+		}
+	}
+	cfg, err = parseFlags([]string{"--embedded-etcd-compaction", "revision", "--embedded-etcd-compaction-retention", "10000",
+		"--embedded-etcd-quota-bytes", "2147483648"}, io.Discard)
+	if err != nil || cfg.EmbeddedEtcdCompaction != "revision" || cfg.EmbeddedEtcdQuotaBytes != 2<<30 {
+		t.Fatalf("compaction and quota flags: %+v, %v", cfg, err)
+	}
+}

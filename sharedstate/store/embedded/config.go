@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +61,35 @@ type Config struct {
 	// Stop/Restart in the same process but not a machine crash: for tests
 	// only.
 	UnsafeNoFsync bool
+
+	// TLS, when CertFile is set, serves clients over TLS and requires a
+	// client certificate signed by ClientCAFile: ClientURL must then be
+	// https. The key file is a secret file (mode 0600 or stricter). The
+	// certificate must be valid for ClientURL's host and usable for client
+	// authentication too: ClientConfig presents it, and trusts
+	// ClientCAFile for the server's certificate (one CA signs both).
+	TLS TLSFiles
+
+	// AutoCompactionMode is "periodic" (keep AutoCompactionRetention of
+	// history, a duration such as "1h") or "revision" (keep the last
+	// AutoCompactionRetention revisions, a number) (optional, default
+	// periodic, 1h).
+	AutoCompactionMode      string
+	AutoCompactionRetention string
+
+	// QuotaBackendBytes is the size the backend database may reach before
+	// etcd refuses writes with "mvcc: database space exceeded" (optional,
+	// default DefaultQuotaBackendBytes).
+	QuotaBackendBytes int64
 }
+
+// TLSFiles are the PEM files of the embedded etcd's client TLS.
+type TLSFiles struct {
+	CertFile, KeyFile, ClientCAFile string
+}
+
+// Enabled reports whether any file is set.
+func (t TLSFiles) Enabled() bool { return t.CertFile != "" || t.KeyFile != "" || t.ClientCAFile != "" }
 
 // Defaults for Config fields left at their zero value.
 const (
@@ -71,6 +100,15 @@ const (
 	DefaultElectionMs   = 1000
 	DefaultLogLevel     = "error"
 	DefaultStartTimeout = 30 * time.Second
+	// DefaultAutoCompactionMode and DefaultAutoCompactionRetention keep an
+	// hour of history: watchers that fall further behind re-list.
+	DefaultAutoCompactionMode      = "periodic"
+	DefaultAutoCompactionRetention = "1h"
+	// DefaultQuotaBackendBytes is 1 GiB: far above what policies, overrides,
+	// members and a trimmed audit trail need.
+	DefaultQuotaBackendBytes = 1 << 30
+	// MaxQuotaBackendBytes is etcd's own recommended maximum, 8 GiB.
+	MaxQuotaBackendBytes = 8 << 30
 )
 
 // DefaultConfig returns the production presets with Dir unset: fill in Dir
@@ -84,6 +122,10 @@ func DefaultConfig() Config {
 		ElectionMs:   DefaultElectionMs,
 		LogLevel:     DefaultLogLevel,
 		StartTimeout: DefaultStartTimeout,
+
+		AutoCompactionMode:      DefaultAutoCompactionMode,
+		AutoCompactionRetention: DefaultAutoCompactionRetention,
+		QuotaBackendBytes:       DefaultQuotaBackendBytes,
 	}
 }
 
@@ -124,6 +166,15 @@ func (c Config) withDefaults() Config {
 	if c.StartTimeout == 0 {
 		c.StartTimeout = d.StartTimeout
 	}
+	if c.AutoCompactionMode == "" {
+		c.AutoCompactionMode = d.AutoCompactionMode
+		if c.AutoCompactionRetention == "" {
+			c.AutoCompactionRetention = d.AutoCompactionRetention
+		}
+	}
+	if c.QuotaBackendBytes == 0 {
+		c.QuotaBackendBytes = d.QuotaBackendBytes
+	}
 	return c
 }
 
@@ -135,10 +186,18 @@ func (c Config) Validate() error {
 	if strings.TrimSpace(c.Dir) == "" {
 		errs = append(errs, errors.New("required field Dir is empty"))
 	}
-	if err := checkURL("ClientURL", c.ClientURL, true); err != nil {
+	if err := checkURL("ClientURL", c.ClientURL, true, c.TLS.Enabled()); err != nil {
 		errs = append(errs, err)
 	}
-	if err := checkURL("PeerURL", c.PeerURL, false); err != nil {
+	if c.TLS.Enabled() && (c.TLS.CertFile == "" || c.TLS.KeyFile == "" || c.TLS.ClientCAFile == "") {
+		errs = append(errs, fmt.Errorf("TLS: CertFile, KeyFile and ClientCAFile go together, got cert %q key %q client CA %q",
+			c.TLS.CertFile, c.TLS.KeyFile, c.TLS.ClientCAFile))
+	}
+	errs = append(errs, c.compactionErrors()...)
+	if c.QuotaBackendBytes < 0 || c.QuotaBackendBytes > MaxQuotaBackendBytes {
+		errs = append(errs, fmt.Errorf("QuotaBackendBytes (%d) must be between 1 and %d", c.QuotaBackendBytes, int64(MaxQuotaBackendBytes)))
+	}
+	if err := checkURL("PeerURL", c.PeerURL, false, false); err != nil {
 		errs = append(errs, err)
 	}
 	if c.ElectionMs < 5*c.TickMs {
@@ -163,13 +222,20 @@ func (c Config) Validate() error {
 
 // checkURL checks a listen URL: http with an IP (or localhost) and a port, or
 // (for clients) a unix socket path.
-func checkURL(field, raw string, unixOK bool) error {
+func checkURL(field, raw string, unixOK, tls bool) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return fmt.Errorf("%s %q: %w", field, raw, err)
 	}
 	switch u.Scheme {
 	case "http":
+		if tls {
+			return fmt.Errorf("%s %q: scheme must be https with TLS", field, raw)
+		}
+	case "https":
+		if !tls {
+			return fmt.Errorf("%s %q: https needs TLS files", field, raw)
+		}
 	case "unix":
 		if !unixOK {
 			return fmt.Errorf("%s %q: scheme must be http", field, raw)
@@ -189,6 +255,26 @@ func checkURL(field, raw string, unixOK bool) error {
 	}
 	if u.Path != "" && u.Path != "/" {
 		return fmt.Errorf("%s %q: unexpected path", field, raw)
+	}
+	return nil
+}
+
+// compactionErrors checks AutoCompactionMode and AutoCompactionRetention
+// (after withDefaults).
+func (c Config) compactionErrors() []error {
+	switch c.AutoCompactionMode {
+	case "periodic":
+		d, err := time.ParseDuration(c.AutoCompactionRetention)
+		if err != nil || d <= 0 {
+			return []error{fmt.Errorf("AutoCompactionRetention %q: periodic compaction wants a positive duration such as \"1h\"", c.AutoCompactionRetention)}
+		}
+	case "revision":
+		n, err := strconv.ParseInt(c.AutoCompactionRetention, 10, 64)
+		if err != nil || n <= 0 {
+			return []error{fmt.Errorf("AutoCompactionRetention %q: revision compaction wants a positive number of revisions", c.AutoCompactionRetention)}
+		}
+	default:
+		return []error{fmt.Errorf("AutoCompactionMode %q: want periodic or revision", c.AutoCompactionMode)}
 	}
 	return nil
 }

@@ -10,7 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 	"go.etcd.io/etcd/client/pkg/v3/logutil"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -59,6 +61,11 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("embedded: logger: %w", err)
 		}
 	}
+	if cfg.TLS.KeyFile != "" {
+		if err := secretfile.Check(cfg.TLS.KeyFile); err != nil {
+			return nil, fmt.Errorf("embedded: TLS key: %w", err)
+		}
+	}
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: data dir: %w", err)
 	}
@@ -88,6 +95,15 @@ func (s *Server) startLocked(ctx context.Context) (err error) {
 	ec.LogLevel = s.cfg.LogLevel
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(s.lg)
 	ec.UnsafeNoFsync = s.cfg.UnsafeNoFsync
+	ec.AutoCompactionMode = s.cfg.AutoCompactionMode
+	ec.AutoCompactionRetention = s.cfg.AutoCompactionRetention
+	ec.QuotaBackendBytes = s.cfg.QuotaBackendBytes
+	if s.cfg.TLS.Enabled() {
+		ec.ClientTLSInfo = transport.TLSInfo{
+			CertFile: s.cfg.TLS.CertFile, KeyFile: s.cfg.TLS.KeyFile,
+			TrustedCAFile: s.cfg.TLS.ClientCAFile, ClientCertAuth: true,
+		}
+	}
 	// Called (from etcd's goroutines, once it is ready) with each gRPC
 	// server, so that Stop can end client streams at once.
 	ec.ServiceRegister = func(gs *grpc.Server) {
@@ -127,7 +143,7 @@ func (s *Server) startLocked(ctx context.Context) (err error) {
 	}
 
 	// Port 0 resolved: pin the real address so Restart comes back on it.
-	if s.clientURL.Scheme == "http" && s.clientURL.Port() == "0" && len(e.Clients) > 0 {
+	if (s.clientURL.Scheme == "http" || s.clientURL.Scheme == "https") && s.clientURL.Port() == "0" && len(e.Clients) > 0 {
 		s.clientURL.Host = e.Clients[0].Addr().String()
 	}
 	if s.endpoints == nil {
@@ -155,8 +171,20 @@ func (s *Server) DataDir() string { return s.cfg.Dir }
 // growing to 1 s, where gRPC's default starts at 1 s and grows to 2 min):
 // after Restart, clients are back within about a second. Adjust it and pass
 // it to clientv3.New.
+//
+// With TLS the client presents the server's certificate as its client
+// certificate and verifies the server against the client CA; building that
+// TLS configuration can fail (unreadable files), and then the returned
+// config has no TLS and the connection will fail with a clear TLS error
+// (ClientConfigTLS returns the error).
 func (s *Server) ClientConfig() clientv3.Config {
-	return clientv3.Config{
+	cc, _ := s.ClientConfigTLS()
+	return cc
+}
+
+// ClientConfigTLS is ClientConfig returning the TLS setup's error.
+func (s *Server) ClientConfigTLS() (clientv3.Config, error) {
+	cc := clientv3.Config{
 		Endpoints:   s.Endpoints(),
 		DialTimeout: 5 * time.Second,
 		Logger:      s.lg,
@@ -165,6 +193,15 @@ func (s *Server) ClientConfig() clientv3.Config {
 			MinConnectTimeout: 5 * time.Second,
 		})},
 	}
+	if s.cfg.TLS.Enabled() {
+		ti := transport.TLSInfo{CertFile: s.cfg.TLS.CertFile, KeyFile: s.cfg.TLS.KeyFile, TrustedCAFile: s.cfg.TLS.ClientCAFile}
+		tc, err := ti.ClientConfig()
+		if err != nil {
+			return cc, fmt.Errorf("embedded: client TLS: %w", err)
+		}
+		cc.TLS = tc
+	}
+	return cc, nil
 }
 
 // NewClient returns a new client connected to this server (see
