@@ -24,6 +24,12 @@ const (
 	DefaultEtcdPrefix      = "/fusebox/"
 )
 
+// Audit retention defaults.
+const (
+	DefaultAuditRetention  = 90 * 24 * time.Hour
+	DefaultAuditMaxEntries = 1_000_000
+)
+
 // Config configures one coordinator. Build it with DefaultConfig and check it
 // with Validate, which has no side effects. Every address may use port 0
 // (the kernel picks one; the Coordinator's accessors report it).
@@ -56,6 +62,12 @@ type Config struct {
 	// default 1 GiB).
 	EmbeddedEtcdCompaction, EmbeddedEtcdCompactionRetention string
 	EmbeddedEtcdQuotaBytes                                  int64
+	// AuditRetention deletes audit entries older than this, and
+	// AuditMaxEntries the oldest beyond this many (0: no limit of that
+	// kind). One coordinator at a time trims (an etcd election); each trim
+	// leaves an audit.trim summary entry. Defaults: 90 days, 1,000,000.
+	AuditRetention  time.Duration
+	AuditMaxEntries int
 	// Etcd lists external etcd endpoints (optional: empty starts an embedded
 	// etcd in DataDir and prints its client URL for the agents).
 	Etcd []string
@@ -116,6 +128,8 @@ func DefaultConfig() Config {
 		DataDir:         DefaultDataDir,
 		EmbeddedEtcdURL: DefaultEmbeddedEtcdURL,
 		EtcdPrefix:      DefaultEtcdPrefix,
+		AuditRetention:  DefaultAuditRetention,
+		AuditMaxEntries: DefaultAuditMaxEntries,
 		GRPCAddr:        DefaultGRPCAddr,
 		HTTPAddr:        DefaultHTTPAddr,
 		GossipAddr:      DefaultGossipAddr,
@@ -213,6 +227,12 @@ func (c Config) Validate() error {
 	}
 	if len(c.Etcd) == 0 && (c.EtcdCA != "" || c.EtcdCert != "" || c.EtcdUsername != "" || c.EtcdPassword != "" || c.EtcdPasswordFile != "") {
 		bad("etcd", "etcd-ca, etcd-cert and etcd-user need --etcd (the embedded etcd uses none of them)")
+	}
+	if c.AuditRetention < 0 {
+		bad("audit-retention", "must not be negative (0: no age limit), got %v", c.AuditRetention)
+	}
+	if c.AuditMaxEntries != 0 && c.AuditMaxEntries < store.MinAuditMaxEntries {
+		bad("audit-max-entries", "must be 0 (no limit) or at least %d, got %d", store.MinAuditMaxEntries, c.AuditMaxEntries)
 	}
 	if v := store.CheckPrefix(c.EtcdPrefix); v != "" {
 		bad("etcd-prefix", "%s", v)

@@ -195,6 +195,7 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	if c.cfg.TokensFile != "" {
 		c.watchTokens()
 	}
+	c.startAuditRetention()
 	c.goBackground("", func() error { c.joinLoop(); return nil })
 
 	c.log.Info("coordinator serving", "grpc_addr", c.GRPCAddr(), "http_addr", c.HTTPAddr(),

@@ -24,6 +24,7 @@ type options struct {
 	historyEvery time.Duration
 	tokensPoll   time.Duration
 	httpTimeouts *HTTPTimeouts
+	auditTrim    time.Duration
 }
 
 // WithLogger sets the logger (default: a text or JSON logger on stderr as
@@ -63,3 +64,7 @@ func WithTickInterval(tick, history time.Duration) Option {
 // WithTokensPoll sets how often the tokens file is checked for a change
 // (default 2s).
 func WithTokensPoll(d time.Duration) Option { return func(o *options) { o.tokensPoll = d } }
+
+// WithAuditTrimInterval sets how often the elected coordinator trims the
+// audit trail (default 10m).
+func WithAuditTrimInterval(d time.Duration) Option { return func(o *options) { o.auditTrim = d } }

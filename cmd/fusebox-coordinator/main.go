@@ -54,6 +54,8 @@ Flags:
 	}
 	fs.StringVar(&cfg.Name, "name", cfg.Name, `the observer's gossip node name (default "coordinator-<hostname>")`)
 	fs.StringVar(&cfg.DataDir, "data-dir", cfg.DataDir, "data directory of the embedded etcd (used when --etcd is empty)")
+	fs.DurationVar(&cfg.AuditRetention, "audit-retention", cfg.AuditRetention, "delete audit entries older than this (0: no age limit); one coordinator trims, leaving a summary entry")
+	fs.IntVar(&cfg.AuditMaxEntries, "audit-max-entries", cfg.AuditMaxEntries, "keep at most this many audit entries, the newest (0: no limit)")
 	fs.StringVar(&cfg.EmbeddedEtcdURL, "embedded-etcd-url", cfg.EmbeddedEtcdURL, "client URL the embedded etcd listens on (agents use it as --etcd)")
 	fs.StringVar(&cfg.EmbeddedEtcdCert, "embedded-etcd-cert", "", "serve the embedded etcd over TLS with this certificate (also its client certificate towards it)")
 	fs.StringVar(&cfg.EmbeddedEtcdKey, "embedded-etcd-key", "", "key of --embedded-etcd-cert (mode 0600 or stricter)")

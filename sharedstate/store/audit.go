@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -65,9 +66,10 @@ const DefaultAuditLimit = 100
 const auditPage = 256
 
 // ListAudit returns audit entries, newest first. With a Dependency filter it
-// reads pages of the log until it has Limit matches or reaches the oldest
-// entry. An entry that does not decode is skipped and reported in the
-// returned error (as *InvalidValueError, joined) alongside the valid entries.
+// reads that dependency's index (audit-index/<dependency>/), one entry per
+// match, never the rest of the trail. An entry that does not decode is
+// skipped and reported in the returned error (as *InvalidValueError,
+// joined) alongside the valid entries.
 func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, error) {
 	if q.Limit < 0 {
 		return nil, fmt.Errorf("store: list audit: negative limit %d", q.Limit)
@@ -78,10 +80,24 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 
-	auditPrefix := s.prefix + auditDir
-	end := prefixEnd(auditPrefix)
+	prefix := s.prefix + auditDir
+	oldest := int64(0) // index entries below the oldest audit entry were trimmed
+	if q.Dependency != "" {
+		prefix = s.auditIndexPrefix(q.Dependency)
+		resp, err := s.cli.Get(ctx, s.prefix+auditDir, append(clientv3.WithFirstKey(), clientv3.WithKeysOnly())...)
+		if err != nil {
+			return nil, fmt.Errorf("store: list audit: %w", err)
+		}
+		if len(resp.Kvs) == 0 {
+			return nil, nil
+		}
+		if oldest, err = parseAuditSeq(string(resp.Kvs[0].Key), s.prefix+auditDir); err != nil {
+			return nil, fmt.Errorf("store: list audit: %w", err)
+		}
+	}
+	end := prefixEnd(prefix)
 	if q.BeforeSeq > 0 {
-		end = s.AuditKey(q.BeforeSeq)
+		end = prefix + fmt.Sprintf("%020d", q.BeforeSeq)
 	}
 	var (
 		out     []AuditEntry
@@ -92,18 +108,23 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 		opts := []clientv3.OpOption{
 			clientv3.WithRange(end),
 			clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend),
-			clientv3.WithLimit(auditPage),
+			clientv3.WithLimit(int64(min(auditPage, q.Limit-len(out)+1))),
 		}
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
-		resp, err := s.cli.Get(ctx, auditPrefix, opts...)
+		resp, err := s.cli.Get(ctx, prefix, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("store: list audit: %w", err)
 		}
 		rev = resp.Header.Revision
+		done := false
 		for _, kv := range resp.Kvs {
-			seq, err := parseAuditSeq(string(kv.Key), auditPrefix)
+			seq, err := parseAuditSeq(string(kv.Key), prefix)
+			if err == nil && seq < oldest {
+				done = true // trimmed: the index is cleaned after the trail
+				break
+			}
 			var rec auditRecord
 			if err == nil {
 				err = json.Unmarshal(kv.Value, &rec)
@@ -124,7 +145,7 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 				break
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
+		if done || !resp.More || len(resp.Kvs) == 0 {
 			break
 		}
 		end = string(resp.Kvs[len(resp.Kvs)-1].Key) // exclusive: continue below it
@@ -133,6 +154,17 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 		return out, joinInvalid(invalid)
 	}
 	return out, nil
+}
+
+// auditIndexPrefix is the index directory of dependency's audit entries.
+// The name is path-escaped so that "a" and "a/b" have disjoint ranges.
+func (s *Store) auditIndexPrefix(dependency string) string {
+	return s.prefix + auditIndexDir + url.PathEscape(dependency) + "/"
+}
+
+// auditIndexKey is the index key of dependency's entry seq.
+func (s *Store) auditIndexKey(dependency string, seq int64) string {
+	return s.auditIndexPrefix(dependency) + fmt.Sprintf("%020d", seq)
 }
 
 // TrimAudit deletes all but the newest keep audit entries and returns how

@@ -23,7 +23,13 @@ const (
 	policiesDir  = "policies/"
 	overridesDir = "overrides/"
 	auditDir     = "audit/"
-	membersDir   = "members/"
+	// auditIndexDir holds a copy of each audit entry under its dependency:
+	// audit-index/<path-escaped dependency>/<seq>, written in the same
+	// transaction, so that a dependency's entries are read without scanning
+	// the whole trail.
+	auditIndexDir = "audit-index/"
+	electionsDir  = "elections/"
+	membersDir    = "members/"
 )
 
 // Config configures a Store.

@@ -157,7 +157,8 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 		default:
 			op = clientv3.OpPut(c.key, string(value))
 		}
-		resp, err := s.cli.Txn(ctx).If(cmps...).Then(op, clientv3.OpPut(auditKey, string(entry))).Commit()
+		resp, err := s.cli.Txn(ctx).If(cmps...).Then(op, clientv3.OpPut(auditKey, string(entry)),
+			clientv3.OpPut(s.auditIndexKey(c.dependency, seq), string(entry))).Commit()
 		if err != nil {
 			return 0, nil, fmt.Errorf("store: %s %q: write: %w", c.action, c.dependency, err)
 		}

@@ -81,6 +81,10 @@ type Config struct {
 	// etcd refuses writes with "mvcc: database space exceeded" (optional,
 	// default DefaultQuotaBackendBytes).
 	QuotaBackendBytes int64
+
+	// MaxTxnOps is the most operations one transaction may hold (optional,
+	// default etcd's 128). Tests that seed large data sets raise it.
+	MaxTxnOps uint
 }
 
 // TLSFiles are the PEM files of the embedded etcd's client TLS.

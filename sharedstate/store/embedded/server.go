@@ -98,6 +98,9 @@ func (s *Server) startLocked(ctx context.Context) (err error) {
 	ec.AutoCompactionMode = s.cfg.AutoCompactionMode
 	ec.AutoCompactionRetention = s.cfg.AutoCompactionRetention
 	ec.QuotaBackendBytes = s.cfg.QuotaBackendBytes
+	if s.cfg.MaxTxnOps > 0 {
+		ec.MaxTxnOps = s.cfg.MaxTxnOps
+	}
 	if s.cfg.TLS.Enabled() {
 		ec.ClientTLSInfo = transport.TLSInfo{
 			CertFile: s.cfg.TLS.CertFile, KeyFile: s.cfg.TLS.KeyFile,
