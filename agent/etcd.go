@@ -406,8 +406,7 @@ func (a *Agent) joinLoop() {
 		// is a push-pull: after one, the records are here.
 		if a.gossip.NumAgents() > 1 && a.joined.Load() {
 			backoff.reset()
-			if missing := a.missingTargets(); len(missing) > 0 {
-				n, err := a.gossip.Join(missing)
+			if missing, n, err := a.gossip.Rejoin(a.joinTargets()); len(missing) > 0 {
 				if n > 0 {
 					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "targets", missing)
 				} else {
@@ -452,22 +451,6 @@ func (a *Agent) joinLoop() {
 		case <-t.C:
 		}
 	}
-}
-
-// missingTargets are the join targets (--join, etcd registry) that no
-// alive member has as its address.
-func (a *Agent) missingTargets() []string {
-	alive := map[string]bool{}
-	for _, m := range a.gossip.Members() {
-		alive[m.Addr] = true
-	}
-	var out []string
-	for _, t := range a.joinTargets() {
-		if !alive[t] {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // backoff is an exponential backoff without jitter (one agent, one loop).

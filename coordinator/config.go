@@ -94,6 +94,11 @@ type Config struct {
 	// Join lists agents' gossip addresses to join, host:port (optional,
 	// default: the gossip addresses of the agents registered in etcd).
 	Join []string
+	// RejoinInterval is how often the observer, once it sees agents, joins
+	// again every address of Join and every agent registered in etcd that
+	// gossip does not list as alive, so it heals after a partition
+	// (optional, default 2s, at least 10ms).
+	RejoinInterval time.Duration
 	// KeyringFile holds the gossip encryption keys, the agents' format
 	// (optional, default no encryption; must match the agents').
 	KeyringFile string
@@ -133,6 +138,7 @@ func DefaultConfig() Config {
 		GRPCAddr:        DefaultGRPCAddr,
 		HTTPAddr:        DefaultHTTPAddr,
 		GossipAddr:      DefaultGossipAddr,
+		RejoinInterval:  2 * time.Second,
 		MaxDependencies: 10000,
 		LogFormat:       "text",
 		LogLevel:        "info",
@@ -206,6 +212,9 @@ func (c Config) Validate() error {
 	}
 	for _, j := range c.Join {
 		checkAddr("join", j, false)
+	}
+	if c.RejoinInterval < 10*time.Millisecond {
+		bad("rejoin-interval", "must be at least 10ms, got %v", c.RejoinInterval)
 	}
 	if c.TokensFile == "" {
 		// No tokens: nobody is authenticated, so nobody off this host may

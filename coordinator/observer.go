@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -70,10 +71,15 @@ func (c *Coordinator) gossipNode() *gossip.Gossip {
 
 // joinLoop joins --join, or the agents registered in etcd, and keeps
 // trying while the observer sees no agent (agents started later, or all
-// restarted). It asks the fleet view, whose members come from memberlist's
-// event callbacks, and not Gossip.Members: memberlist's Members returns
-// pointers into nodes that its packet handler rewrites without a lock the
-// caller can take (hashicorp/memberlist#306), a data race under -race.
+// restarted). Once it sees agents it reconciles membership every
+// RejoinInterval like an agent does (gossip.Rejoin): every address of --join
+// and every agent registered in etcd that memberlist does not list as alive
+// is joined again, so the observer heals after a partition although
+// memberlist forgets dead members. It asks the fleet view, whose members
+// come from memberlist's event callbacks, for the agent count, and
+// gossip.Gossip's own member table for addresses, never memberlist's
+// Members (pointers into state memberlist rewrites without a lock the
+// caller can take, hashicorp/memberlist#306).
 func (c *Coordinator) joinLoop() {
 	backoff := 500 * time.Millisecond
 	timer := time.NewTimer(0)
@@ -96,9 +102,20 @@ func (c *Coordinator) joinLoop() {
 			}
 			backoff = min(2*backoff, 30*time.Second)
 		} else {
-			backoff = 10 * time.Second
+			backoff = 500 * time.Millisecond
+			if missing, n, err := g.Rejoin(c.rejoinTargets()); len(missing) > 0 {
+				if n > 0 {
+					c.log.Info("fleet observer rejoined registered agents memberlist did not list as alive", "joined", n, "targets", missing)
+				} else {
+					c.log.Debug("fleet observer rejoin found none of the missing agents", "targets", missing, "err", err)
+				}
+			}
 		}
-		timer.Reset(backoff)
+		next := backoff
+		if c.view.AliveAgents() > 0 {
+			next = c.cfg.RejoinInterval
+		}
+		timer.Reset(next)
 	}
 }
 
@@ -108,6 +125,26 @@ func (c *Coordinator) joinAddrs() []string {
 	if len(c.cfg.Join) > 0 {
 		return c.cfg.Join
 	}
+	return c.registeredAgents()
+}
+
+// rejoinTargets is --join and the gossip addresses of the agents
+// registered in etcd, without repeats.
+func (c *Coordinator) rejoinTargets() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, a := range append(slices.Clone(c.cfg.Join), c.registeredAgents()...) {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// registeredAgents are the gossip addresses of the agents registered in
+// etcd (none when etcd cannot be read).
+func (c *Coordinator) registeredAgents() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	members, _, err := c.store.ListMembers(ctx)
@@ -117,7 +154,7 @@ func (c *Coordinator) joinAddrs() []string {
 	var addrs []string
 	self := c.GossipAddr()
 	for _, m := range members {
-		if m.GossipAddr != "" && m.GossipAddr != self && m.Node != c.cfg.Name {
+		if m.GossipAddr != "" && m.GossipAddr != self && m.Node != c.cfg.Name && m.Role != string(gossip.RoleObserver) {
 			addrs = append(addrs, m.GossipAddr)
 		}
 	}

@@ -77,6 +77,7 @@ Flags:
 	fs.StringVar(&cfg.GossipAddr, "gossip-addr", cfg.GossipAddr, "memberlist bind address of the fleet observer, host:port")
 	fs.StringVar(&cfg.GossipAdvertiseAddr, "gossip-advertise-addr", "", "address agents reach the observer at (default: from --gossip-addr)")
 	join := fs.String("join", "", "comma-separated gossip addresses of agents to join (default: the agents registered in etcd)")
+	fs.DurationVar(&cfg.RejoinInterval, "rejoin-interval", cfg.RejoinInterval, "how often agents of --join and the etcd registry that gossip does not list as alive are joined again (partition heal)")
 	fs.StringVar(&cfg.KeyringFile, "keyring-file", "", "gossip keyring, the agents' format (must match theirs)")
 	fs.BoolVar(&cfg.InsecureGossip, "insecure-gossip", false, "allow plaintext gossip on a non-loopback --gossip-addr (without it, such an observer needs --keyring-file)")
 	fs.StringVar(&cfg.TokensFile, "tokens-file", "", `file of "ROLE TOKEN [NAME]" lines (ROLE viewer or admin); without it only loopback is served`)

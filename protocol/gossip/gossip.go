@@ -473,3 +473,35 @@ func (g *Gossip) Close(leaveTimeout time.Duration) error {
 	})
 	return err
 }
+
+// Missing returns the targets (gossip addresses, host:port) that no alive
+// member has as its address, in order: the ones a membership reconcile
+// should join again. memberlist forgets dead members, so two halves of a
+// healed partition that each have company never merge unless someone joins
+// across; agents and the coordinator's observer call Rejoin periodically.
+func (g *Gossip) Missing(targets []string) []string {
+	g.membersMu.Lock()
+	defer g.membersMu.Unlock()
+	var out []string
+	for _, t := range targets {
+		if t == g.addr {
+			continue
+		}
+		if _, alive := g.memberAddrs[t]; !alive {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Rejoin joins the targets that Missing reports (none: nothing is done).
+// It returns those targets, how many of them answered, and Join's error. A
+// join is a push-pull state exchange, so records and rows converge with it.
+func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err error) {
+	missing = g.Missing(targets)
+	if len(missing) == 0 {
+		return nil, 0, nil
+	}
+	joined, err = g.Join(missing)
+	return missing, joined, err
+}
