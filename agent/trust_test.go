@@ -285,7 +285,7 @@ func TestAtMostThreeProposersAt20Agents(t *testing.T) {
 	const dep = "inventory"
 	directBefore := uint64(0)
 	for _, a := range f.agents {
-		directBefore += a.gossip.Stats().DirectOut
+		directBefore += a.gossip.Stats().DirectRecordsOut
 	}
 	for _, a := range f.agents {
 		if _, err := dial(t, a.Agent).Report(ctxT(t, 60*time.Second), failures(dep, 5)); err != nil {
@@ -303,15 +303,18 @@ func TestAtMostThreeProposersAt20Agents(t *testing.T) {
 	proposers, direct := 0, uint64(0)
 	for _, a := range f.agents {
 		proposers += int(value(t, a.m.transitions.WithLabelValues(dep, "open", "self")))
-		direct += a.gossip.Stats().DirectOut
+		direct += a.gossip.Stats().DirectRecordsOut
 	}
 	direct -= directBefore
-	t.Logf("%d agents: %d proposed the trip, %d direct packets", n, proposers, direct)
+	// Urgent rows (a node's freshest counts turning to failures) also go
+	// out directly, from every failing node; the bound is on the packets
+	// that carry the transition's record.
+	t.Logf("%d agents: %d proposed the trip, %d direct packets with records", n, proposers, direct)
 	if proposers < 1 || proposers > sharedstate.DefaultProposers {
 		t.Fatalf("%d agents proposed the trip, want 1..%d", proposers, sharedstate.DefaultProposers)
 	}
 	if direct > uint64(sharedstate.DefaultProposers*(n-1)) {
-		t.Fatalf("%d direct packets for one transition, want at most %d", direct, sharedstate.DefaultProposers*(n-1))
+		t.Fatalf("%d direct packets with records for one transition, want at most %d", direct, sharedstate.DefaultProposers*(n-1))
 	}
 }
 

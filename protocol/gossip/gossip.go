@@ -105,12 +105,16 @@ type Stats struct {
 	// "message"): a breaker transition costs one per other member and
 	// proposer.
 	DirectOut uint64
+	// DirectRecordsOut counts the direct packets that carried breaker
+	// records (the rest carried urgent rows only): the cost of
+	// transitions, bounded by proposers × other members per transition.
+	DirectRecordsOut uint64
 }
 
 type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
 	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
-	directOut                          atomic.Uint64
+	directOut, directRecordsOut        atomic.Uint64
 }
 
 // Kinds are the keys of Stats' byte and message maps (and the values of the
@@ -429,6 +433,9 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 		g.stats.bytesOut[0].Add(uint64(len(frame)))
 		g.stats.msgsOut[0].Add(1)
 		g.stats.directOut.Add(1)
+		if len(b.GetRecords()) > 0 {
+			g.stats.directRecordsOut.Add(1)
+		}
 	}
 }
 
@@ -452,6 +459,7 @@ func (g *Gossip) Stats() Stats {
 		s.Dropped[r] = g.stats.dropped[i].Load()
 	}
 	s.DirectOut = g.stats.directOut.Load()
+	s.DirectRecordsOut = g.stats.directRecordsOut.Load()
 	return s
 }
 
