@@ -70,8 +70,8 @@ func TestShapeSectionsRefusedWithFieldPath(t *testing.T) {
 		{"too many hedges", `"maxHedges": 1`, `"maxHedges": 11`, "retry.hedge.maxHedges: must be between 0 and 10"},
 		{"negative hedge delay", `"delay": "50ms"`, `"delay": "-5ms"`, "retry.hedge.delay: must be between 0s and 1h0m0s"},
 		{"hedges without delay", `"delay": "50ms"`, `"delay": "0s"`, "retry.hedge.delay: must be positive when retry.hedge.maxHedges is set"},
-		{"enabled not a bool", `"enabled": true`, `"enabled": "yes"`, "throttle.enabled of type bool"},
-		{"unknown throttle field", `"k": 1.5`, `"k": 1.5, "p": 0.1`, "unknown field"},
+		{"enabled not a bool", `"enabled": true`, `"enabled": "yes"`, "throttle.enabled: must be true or false"},
+		{"unknown throttle field", `"k": 1.5`, `"k": 1.5, "p": 0.1`, "throttle.p: unknown field"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			doc := strings.Replace(designExampleShape, tc.from, tc.to, 1)
