@@ -1,0 +1,53 @@
+package sharedstate
+
+import "time"
+
+// idle reports whether the dependency has had nothing worth keeping for
+// 2×window: no policy or override, no rows, no counts, no breaker state
+// beyond the initial one.
+func (d *depState) idle(e *Engine, now time.Time) bool {
+	ns := now.UnixNano()
+	busy := d.patch != nil || d.override != nil || len(d.rows) > 0 || d.local.state != Closed ||
+		d.probe.inFlight || (d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen)) ||
+		!d.ownTotals(ns).IsZero()
+	for _, r := range d.records {
+		busy = busy || r.Generation != 0 || r.State != Closed
+	}
+	if busy {
+		d.idleSince = 0
+		return false
+	}
+	if d.idleSince == 0 {
+		d.idleSince = ns
+	}
+	return ns-d.idleSince >= 2*int64(d.pol.Breaker.Window)
+}
+
+// prune drops rows received 2×window ago or earlier.
+func (d *depState) prune(now int64) {
+	stale := 2 * int64(d.pol.Breaker.Window)
+	for i := 0; i < len(d.rows); {
+		if now-d.rows[i].received >= stale {
+			d.removeRow(d.rows[i].Node)
+			continue
+		}
+		i++
+	}
+}
+
+func (d *depState) removeRow(node string) {
+	i, ok := d.rowIdx[node]
+	if !ok {
+		return
+	}
+	last := len(d.rows) - 1
+	if i != last {
+		d.rows[i] = d.rows[last]
+		d.rowIdx[d.rows[i].Node] = i
+	}
+	d.rows[last] = rowEntry{}
+	d.rows = d.rows[:last]
+	delete(d.rowIdx, node)
+	d.rowCount.release(node)
+	d.rowsVersion++
+}
