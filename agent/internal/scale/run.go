@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 )
 
@@ -26,6 +27,18 @@ type RunConfig struct {
 	Measure time.Duration
 	// Verbose prints each step to the log writer.
 	Verbose bool
+	// Tune changes every agent's configuration before it starts (optional):
+	// the tuning experiments of the README's "Scale" section run the
+	// scenarios with other gossip timings through it.
+	Tune func(*agent.Config)
+	// Scenarios lists the scenarios to run, by letter (optional, default
+	// "abcdef": all). Columns of skipped scenarios are printed as "–".
+	Scenarios string
+}
+
+// runs reports whether scenario letter is selected.
+func (c RunConfig) runs(letter byte) bool {
+	return c.Scenarios == "" || strings.IndexByte(c.Scenarios, letter) >= 0
 }
 
 // LossyLink is scenario (d)'s network: 20–50 ms one way, 5% packet loss.
@@ -44,6 +57,8 @@ type Row struct {
 	// (cores busy); Wall is how long the row took.
 	CPU  float64
 	Wall time.Duration
+	// ran is RunConfig.Scenarios: the columns of the others are "–".
+	ran string
 }
 
 // Run runs every scenario at every size, printing the table to out (a row
@@ -87,37 +102,56 @@ func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Write
 	}
 	start, cpu0 := time.Now(), cpuTime()
 	p := Policy()
-	fc := FleetConfig{N: n, Dir: fmt.Sprintf("%s/%d-clean", dir, n), Policy: &p, Net: simnet.Config{Seed: 1}, Trace: trace}
-	trace("starting %d agents", n)
-	f, err := NewFleet(ctx, fc)
-	if err != nil {
-		return row, err
-	}
-	defer f.Close()
-	trace("full membership after %v", time.Since(start))
+	fc := FleetConfig{N: n, Dir: fmt.Sprintf("%s/%d-clean", dir, n), Policy: &p, Net: simnet.Config{Seed: 1}, Trace: trace, Tune: cfg.Tune}
+	row.ran = cfg.Scenarios
+	if cfg.runs('a') || cfg.runs('b') || cfg.runs('c') || cfg.runs('e') || cfg.runs('f') {
+		trace("starting %d agents", n)
+		f, err := NewFleet(ctx, fc)
+		if err != nil {
+			return row, err
+		}
+		defer f.Close()
+		trace("full membership after %v", time.Since(start))
 
-	if row.Trip, err = Trip(ctx, f, "dep-a", 5, 2*time.Second); err != nil {
-		return row, fmt.Errorf("(a): %w", err)
+		// (f) holds the breaker (a) opened.
+		if cfg.runs('a') || cfg.runs('f') {
+			if row.Trip, err = Trip(ctx, f, "dep-a", 5, 2*time.Second); err != nil {
+				return row, fmt.Errorf("(a): %w", err)
+			}
+			trace("(a) %+v", short(row.Trip))
+		}
+		if cfg.runs('f') {
+			if row.Churn, err = Churn(ctx, f, "dep-a", 0.1, 5); err != nil {
+				return row, fmt.Errorf("(f): %w", err)
+			}
+			trace("(f) %+v", row.Churn)
+		}
+		if cfg.runs('e') {
+			if row.Partition, err = Partition(ctx, f, "dep-e", 4, cfg.Split, 5*time.Second); err != nil {
+				return row, fmt.Errorf("(e): %w", err)
+			}
+			trace("(e) %+v", row.Partition)
+		}
+		// (b) and (c) last: their backlog of rows would slow the trips down.
+		if cfg.runs('b') {
+			if row.Steady, err = Steady(ctx, f, "b", 100, 10, 0, 5*time.Second, cfg.Measure); err != nil {
+				return row, fmt.Errorf("(b): %w", err)
+			}
+			trace("(b) %+v", row.Steady)
+		}
+		if cfg.runs('c') {
+			if row.Thousand, err = Steady(ctx, f, "c", 1000, 10, 1000, 5*time.Second, cfg.Measure/2); err != nil {
+				return row, fmt.Errorf("(c): %w", err)
+			}
+			trace("(c) %+v", row.Thousand)
+		}
+		f.Close()
 	}
-	trace("(a) %+v", short(row.Trip))
-	if row.Churn, err = Churn(ctx, f, "dep-a", 0.1, 5); err != nil {
-		return row, fmt.Errorf("(f): %w", err)
+	if !cfg.runs('d') {
+		row.Wall = time.Since(start)
+		row.CPU = (cpuTime() - cpu0).Seconds() / row.Wall.Seconds()
+		return row, nil
 	}
-	trace("(f) %+v", row.Churn)
-	if row.Partition, err = Partition(ctx, f, "dep-e", 4, cfg.Split, 5*time.Second); err != nil {
-		return row, fmt.Errorf("(e): %w", err)
-	}
-	trace("(e) %+v", row.Partition)
-	// (b) and (c) last: their backlog of rows would slow the trips down.
-	if row.Steady, err = Steady(ctx, f, "b", 100, 10, 0, 5*time.Second, cfg.Measure); err != nil {
-		return row, fmt.Errorf("(b): %w", err)
-	}
-	trace("(b) %+v", row.Steady)
-	if row.Thousand, err = Steady(ctx, f, "c", 1000, 10, 1000, 5*time.Second, cfg.Measure/2); err != nil {
-		return row, fmt.Errorf("(c): %w", err)
-	}
-	trace("(c) %+v", row.Thousand)
-	f.Close()
 
 	fc.Dir, fc.Net = fmt.Sprintf("%s/%d-lossy", dir, n), simnet.Config{Seed: 2, Link: LossyLink}
 	lf, err := NewFleet(ctx, fc)
@@ -169,6 +203,15 @@ func (r Row) Markdown() string {
 		heal,
 		fmt.Sprintf("%d / %d", r.Churn.Restarted, r.Churn.HealthyAfterReady),
 		fmt.Sprintf("%.2f, %s", r.CPU, r.Wall.Round(time.Second)),
+	}
+	if r.ran != "" {
+		// Columns by scenario letter; N and the last column are always set.
+		letters := "-aaadbbbbcceef-"
+		for i, l := range letters {
+			if l != '-' && !strings.ContainsRune(r.ran, l) {
+				cols[i] = "–"
+			}
+		}
 	}
 	return "| " + strings.Join(cols, " | ") + " |"
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/internal/scale"
 )
 
@@ -26,7 +27,33 @@ func main() {
 	flag.DurationVar(&cfg.Split, "split", 30*time.Second, "how long scenario (e) keeps the fleet split")
 	flag.DurationVar(&cfg.Measure, "measure", 10*time.Second, "how long scenarios (b) and (c) measure the steady state")
 	flag.BoolVar(&cfg.Verbose, "v", false, "print each step to stderr")
+	flag.StringVar(&cfg.Scenarios, "scenarios", "abcdef", "which scenarios to run, by letter (the others' columns print as –)")
+	// Tuning experiments: the agent's gossip timings (0 keeps the default).
+	var gossipInterval, probeInterval, pushPullInterval time.Duration
+	var retransmitMult int
+	flag.DurationVar(&gossipInterval, "gossip-interval", 0, "the agents' --gossip-interval (0: the default)")
+	flag.DurationVar(&probeInterval, "probe-interval", 0, "the agents' --probe-interval (0: the default)")
+	flag.DurationVar(&pushPullInterval, "push-pull-interval", 0, "the agents' --push-pull-interval (0: the default)")
+	flag.IntVar(&retransmitMult, "retransmit-mult", 0, "the agents' --retransmit-mult (0: the default)")
 	flag.Parse()
+	if strings.Trim(cfg.Scenarios, "abcdef") != "" || cfg.Scenarios == "" {
+		fmt.Fprintf(os.Stderr, "scale: -scenarios: %q: want letters of abcdef\n", cfg.Scenarios)
+		os.Exit(2)
+	}
+	cfg.Tune = func(c *agent.Config) {
+		if gossipInterval > 0 {
+			c.GossipInterval = gossipInterval
+		}
+		if probeInterval > 0 {
+			c.ProbeInterval = probeInterval
+		}
+		if pushPullInterval > 0 {
+			c.PushPullInterval = pushPullInterval
+		}
+		if retransmitMult > 0 {
+			c.RetransmitMult = retransmitMult
+		}
+	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n < 2 {
