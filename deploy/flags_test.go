@@ -316,6 +316,27 @@ func fuseboxBinary(c *corev1.Container) string {
 	return ""
 }
 
+// fuseboxContainer is a (non-init) container of a pod template that runs a
+// Fusebox binary.
+type fuseboxContainer struct {
+	c      *corev1.Container
+	binary string // what fuseboxBinary returns
+	where  string // "Kind namespace/name container NAME", for messages
+}
+
+// fuseboxContainers returns the containers of p that run a Fusebox binary,
+// in order: what the manifest checks of flags, plaintext and secrets walk.
+func (p podTemplate) fuseboxContainers() []fuseboxContainer {
+	var out []fuseboxContainer
+	for i := range p.spec.Containers {
+		c := &p.spec.Containers[i]
+		if binary := fuseboxBinary(c); binary != "" {
+			out = append(out, fuseboxContainer{c: c, binary: binary, where: fmt.Sprintf("%s container %s", p.owner, c.Name)})
+		}
+	}
+	return out
+}
+
 // TestManifestFlagsAndPorts checks every container that runs a Fusebox
 // binary: each flag exists and parses in the real binary (the agent's
 // through agent.LoadConfig, which validates too), every FUSEBOX_* variable
@@ -328,14 +349,8 @@ func fuseboxBinary(c *corev1.Container) string {
 func TestManifestFlagsAndPorts(t *testing.T) {
 	each(t, func(t *testing.T, r *rendering) {
 		for _, p := range r.templates {
-			for i := range p.spec.Containers {
-				c := &p.spec.Containers[i]
-				binary := fuseboxBinary(c)
-				if binary == "" {
-					continue
-				}
-				where := fmt.Sprintf("%s container %s", p.owner, c.Name)
-				checkFuseboxContainer(t, where, binary, p, c)
+			for _, fc := range p.fuseboxContainers() {
+				checkFuseboxContainer(t, fc.where, fc.binary, p, fc.c)
 			}
 		}
 	})

@@ -50,14 +50,9 @@ var plaintextRules = []plaintextRule{
 func TestPlaintextFlagsExactlyWhereNeeded(t *testing.T) {
 	each(t, func(t *testing.T, r *rendering) {
 		for _, p := range r.templates {
-			for i := range p.spec.Containers {
-				c := &p.spec.Containers[i]
-				binary := fuseboxBinary(c)
-				if binary == "" {
-					continue
-				}
-				where := fmt.Sprintf("%s container %s", p.owner, c.Name)
-				vals, _ := flagValues(t, where, binary, c)
+			for _, fc := range p.fuseboxContainers() {
+				where, binary := fc.where, fc.binary
+				vals, _ := flagValues(t, where, binary, fc.c)
 				if vals == nil {
 					continue
 				}

@@ -62,13 +62,8 @@ func TestSecretFilesPrivate(t *testing.T) {
 				volumes[v.Name] = v
 			}
 			cps := copiers(p.spec)
-			for i := range p.spec.Containers {
-				c := &p.spec.Containers[i]
-				binary := fuseboxBinary(c)
-				if binary == "" {
-					continue
-				}
-				where := fmt.Sprintf("%s container %s", p.owner, c.Name)
+			for _, fc := range p.fuseboxContainers() {
+				c, binary, where := fc.c, fc.binary, fc.where
 				for _, m := range c.VolumeMounts {
 					if volumes[m.Name].Secret != nil || volumes[m.Name].Projected != nil {
 						t.Errorf("%s mounts the Secret volume %s at %s: the kubelet makes its files group-readable (fsGroup), which %s refuses; copy it with mode 0400 in an init container",
