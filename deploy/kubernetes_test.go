@@ -20,8 +20,14 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// kustomizations are the directories under deploy/kubernetes that render.
-var kustomizations = []string{"overlays/dev", "overlays/production", "examples/app", "examples/demo", "examples/demo/on-node-agent"}
+// kustomizations are the directories under deploy/kubernetes that render
+// into something to apply.
+var kustomizations = []string{"overlays/dev", "overlays/production", "examples/app", "examples/demo", "examples/demo/on-node-agent", "examples/node-prepared"}
+
+// securedRenderings are the renderings whose pods TestPodsAreLockedDown
+// and TestHostPathsHaveAnOwner check: the kustomizations and the base the
+// overlays share.
+var securedRenderings = append([]string{"base"}, kustomizations...)
 
 // kinds maps apiVersion/kind to the k8s.io/api type a rendered object must
 // decode into. A kind missing here fails the test: add its type.
@@ -123,7 +129,12 @@ func render(t *testing.T, dir string) *rendering {
 
 // each runs f for every kustomization, as a subtest.
 func each(t *testing.T, f func(t *testing.T, r *rendering)) {
-	for _, dir := range kustomizations {
+	eachOf(t, kustomizations, f)
+}
+
+// eachOf runs f for every directory of dirs, rendered, as a subtest.
+func eachOf(t *testing.T, dirs []string, f func(t *testing.T, r *rendering)) {
+	for _, dir := range dirs {
 		t.Run(dir, func(t *testing.T) { f(t, render(t, dir)) })
 	}
 }
@@ -155,8 +166,9 @@ func TestStrictDecodingRefusesUnknownFields(t *testing.T) {
 	}
 }
 
-// isRoot reports whether the container runs as user 0 (explicitly, or by
-// not setting a user anywhere while runAsNonRoot is not required).
+// runAsUser returns the user a container runs as (the container's
+// runAsUser, else the pod's; -1 when neither sets one) and whether
+// runAsNonRoot is true for it (the container's, else the pod's).
 func runAsUser(pod *corev1.PodSpec, c *corev1.Container) (uid int64, nonRoot bool) {
 	uid = -1
 	if s := pod.SecurityContext; s != nil {
@@ -178,84 +190,78 @@ func runAsUser(pod *corev1.PodSpec, c *corev1.Container) (uid int64, nonRoot boo
 	return uid, nonRoot
 }
 
-// rootInitCaps are the only capabilities an init container running as root
-// may add: the agent's host-dirs container chowns the hostPath directories
-// the kubelet created as root (agent-daemonset.yaml).
-var rootInitCaps = []corev1.Capability{"CHOWN"}
-
-// TestPodsAreLockedDown checks every container of every workload: non-root
-// (one exception: an init container with CAP_CHOWN alone), read-only root
-// filesystem, no privilege escalation, every capability dropped, probes,
-// requests and a memory limit, no host network or PID namespace.
+// TestPodsAreLockedDown checks every container of every workload, the
+// base's included: non-root (one exception, rootInit: the agent's
+// host-dirs init container, with CAP_CHOWN alone; none at all with the
+// node-prepared component), read-only root filesystem, no privilege
+// escalation, every capability dropped, probes, requests and a memory
+// limit, no host network or PID namespace. TestLockdownRefusesRootContainers
+// shows that these checks fail on a root container.
 func TestPodsAreLockedDown(t *testing.T) {
-	each(t, func(t *testing.T, r *rendering) {
+	eachOf(t, securedRenderings, func(t *testing.T, r *rendering) {
 		for _, p := range r.templates {
-			spec := p.spec
-			if spec.HostNetwork || spec.HostPID || spec.HostIPC {
-				t.Errorf("%s: uses the host's network, PID or IPC namespace", p.owner)
-			}
-			if spec.SecurityContext == nil || spec.SecurityContext.SeccompProfile == nil ||
-				spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-				t.Errorf("%s: no RuntimeDefault seccomp profile", p.owner)
-			}
-			check := func(c *corev1.Container, init bool) {
-				where := fmt.Sprintf("%s container %s", p.owner, c.Name)
-				sc := c.SecurityContext
-				if sc == nil {
-					t.Errorf("%s: no securityContext", where)
-					return
-				}
-				if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-					t.Errorf("%s: root filesystem not read-only", where)
-				}
-				if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-					t.Errorf("%s: allowPrivilegeEscalation not false", where)
-				}
-				if sc.Privileged != nil && *sc.Privileged {
-					t.Errorf("%s: privileged", where)
-				}
-				if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
-					t.Errorf("%s: capabilities not dropped (drop: [ALL])", where)
-				}
-				var added []corev1.Capability
-				if sc.Capabilities != nil {
-					added = sc.Capabilities.Add
-				}
-				uid, nonRoot := runAsUser(spec, c)
-				switch {
-				case init && uid == 0:
-					for _, a := range added {
-						if !slices.Contains(rootInitCaps, a) {
-							t.Errorf("%s: runs as root and adds %s (only %v allowed)", where, a, rootInitCaps)
-						}
-					}
-				case !nonRoot || uid <= 0:
-					t.Errorf("%s: not non-root (runAsNonRoot %v, runAsUser %d)", where, nonRoot, uid)
-				case len(added) > 0:
-					t.Errorf("%s: adds capabilities %v", where, added)
-				}
-				if !init && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
-					t.Errorf("%s: needs a readiness and a liveness probe", where)
-				}
-				res := c.Resources
-				if res.Requests.Cpu().IsZero() || res.Requests.Memory().IsZero() {
-					t.Errorf("%s: no CPU and memory requests", where)
-				}
-				if res.Limits.Memory().IsZero() {
-					t.Errorf("%s: no memory limit", where)
-				}
-				if !res.Limits.Memory().IsZero() && res.Limits.Memory().Cmp(*res.Requests.Memory()) < 0 {
-					t.Errorf("%s: memory limit below the request", where)
-				}
-			}
-			for i := range spec.InitContainers {
-				check(&spec.InitContainers[i], true)
-			}
-			for i := range spec.Containers {
-				check(&spec.Containers[i], false)
+			for _, problem := range lockdownProblems(p, !slices.Contains(nodePreparedRenderings, r.dir)) {
+				t.Error(problem)
 			}
 		}
 	})
+}
+
+// lockdownProblems returns what is wrong with the pod of p, a sentence
+// each. allowRootInit says whether p may have rootInit (no: the pod is
+// rendered with the node-prepared component).
+func lockdownProblems(p podTemplate, allowRootInit bool) []string {
+	var problems []string
+	report := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
+	spec := p.spec
+	if spec.HostNetwork || spec.HostPID || spec.HostIPC {
+		report("%s: uses the host's network, PID or IPC namespace", p.owner)
+	}
+	if spec.SecurityContext == nil || spec.SecurityContext.SeccompProfile == nil ||
+		spec.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		report("%s: no RuntimeDefault seccomp profile", p.owner)
+	}
+	check := func(c *corev1.Container, init bool) {
+		where := fmt.Sprintf("%s container %s", p.owner, c.Name)
+		sc := c.SecurityContext
+		if sc == nil {
+			report("%s: no securityContext", where)
+			return
+		}
+		if sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
+			report("%s: root filesystem not read-only", where)
+		}
+		if sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+			report("%s: allowPrivilegeEscalation not false", where)
+		}
+		if sc.Privileged != nil && *sc.Privileged {
+			report("%s: privileged", where)
+		}
+		if sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			report("%s: capabilities not dropped (drop: [ALL])", where)
+		}
+		problems = append(problems, userProblems(p, c, init, allowRootInit)...)
+		if !init && (c.ReadinessProbe == nil || c.LivenessProbe == nil) {
+			report("%s: needs a readiness and a liveness probe", where)
+		}
+		res := c.Resources
+		if res.Requests.Cpu().IsZero() || res.Requests.Memory().IsZero() {
+			report("%s: no CPU and memory requests", where)
+		}
+		if res.Limits.Memory().IsZero() {
+			report("%s: no memory limit", where)
+		}
+		if !res.Limits.Memory().IsZero() && res.Limits.Memory().Cmp(*res.Requests.Memory()) < 0 {
+			report("%s: memory limit below the request", where)
+		}
+	}
+	for i := range spec.InitContainers {
+		check(&spec.InitContainers[i], true)
+	}
+	for i := range spec.Containers {
+		check(&spec.Containers[i], false)
+	}
+	return problems
 }
 
 // selects reports whether a label selector (matchLabels only: what these
