@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -35,7 +36,19 @@ func main() {
 	flag.DurationVar(&probeInterval, "probe-interval", 0, "the agents' --probe-interval (0: the default)")
 	flag.DurationVar(&pushPullInterval, "push-pull-interval", 0, "the agents' --push-pull-interval (0: the default)")
 	flag.IntVar(&retransmitMult, "retransmit-mult", 0, "the agents' --retransmit-mult (0: the default)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "scale: -cpuprofile: %v\n", err)
+			os.Exit(2)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if strings.Trim(cfg.Scenarios, "abcdef") != "" || cfg.Scenarios == "" {
 		fmt.Fprintf(os.Stderr, "scale: -scenarios: %q: want letters of abcdef\n", cfg.Scenarios)
 		os.Exit(2)
@@ -71,6 +84,8 @@ func main() {
 	defer stop()
 	if err := scale.Run(ctx, cfg, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+		stop()
+		pprof.StopCPUProfile()
+		os.Exit(1) //nolint:gocritic // the profile is stopped above
 	}
 }
