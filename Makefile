@@ -28,6 +28,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
 SCALE_SIZES  ?= 10,50,200,500
+N            ?= 40
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
@@ -70,6 +71,15 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 .PHONY: scale
 scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print the README's Scale table
 	$(GO) run ./agent/internal/scale/cmd/scale -sizes $(SCALE_SIZES)
+
+# N real fusebox-agent processes on loopback: scenario (a) against real
+# sockets (an embedded etcd, unix sockets in a temp dir; every agent is
+# stopped on exit and on Ctrl-C).
+.PHONY: scale-procs
+scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) and print the Scale table's first columns
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/fusebox-agent ./cmd/fusebox-agent
+	$(GO) run ./agent/internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
 
 bench: test-deps ## run the benchmarks of the README's Performance section
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...

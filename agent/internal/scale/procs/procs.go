@@ -1,0 +1,481 @@
+// Package procs runs scenario (a) of the README's "Scale" section — a trip
+// behind k clients, and how long until every agent holds it open — with N
+// real fusebox-agent processes on loopback, to check the simulated network
+// of package scale against real sockets (`make scale-procs N=40`).
+//
+// Run starts an embedded etcd, writes scale.Policy() as the fleet default
+// through sharedstate/store, starts N fusebox-agent processes (gossip on
+// 127.0.0.1 port 0, local API on unix sockets in a temp dir, --etcd
+// pointing at the embedded etcd and --join at the first agent), waits
+// until every agent counts N agents and runs under the written policy
+// (each agent's /metrics), and then: one observer Session per agent over
+// its unix socket (the snapshot pushes clientlib decides from), k clients
+// on agents spread over the fleet that Report healthy calls and then only
+// failures, the time each agent's pushed snapshot first shows the breaker
+// open, a Check on every agent afterwards (it must reject), and the
+// proposers from every agent's fusebox_agent_breaker_transitions_total
+// {origin="self"}. Every process is stopped before Run returns.
+package procs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
+)
+
+// Config configures Run.
+type Config struct {
+	// N is the number of agent processes (required, at least 2).
+	N int
+	// Agent is the fusebox-agent binary (required; BuildAgent builds one).
+	Agent string
+	// Dir is where Run makes its temporary directory: etcd's data, the
+	// agents' data directories, sockets and logs (optional, default
+	// os.TempDir(); unix socket paths must stay under ~100 bytes).
+	Dir string
+	// Clients is k, the agents whose clients report (optional, default 5).
+	Clients int
+	// Dependency is the dependency that fails (optional, default "dep-a").
+	Dependency string
+	// Warm is how long the clients report healthy calls before the
+	// failures (optional, default 2.5 s, as scenario (a) in package scale).
+	Warm time.Duration
+	// StartTimeout bounds the start: every agent running and counting N
+	// agents (optional, default 5 min).
+	StartTimeout time.Duration
+	// TripTimeout bounds the trip: from the first failure until every
+	// agent holds the breaker open (optional, default 60 s).
+	TripTimeout time.Duration
+	// AgentArgs are extra flags for every agent (optional).
+	AgentArgs []string
+	// Log receives a line per step (optional, default none).
+	Log io.Writer
+	// Keep keeps the temporary directory (logs) after a failure; it is
+	// always removed after a success (optional, default false).
+	Keep bool
+}
+
+// Validate names every problem of the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if c.N < 2 {
+		errs = append(errs, fmt.Errorf("scale-procs: N must be at least 2, got %d", c.N))
+	}
+	if c.Agent == "" {
+		errs = append(errs, errors.New("scale-procs: Agent (the fusebox-agent binary) is required"))
+	} else if st, err := os.Stat(c.Agent); err != nil {
+		errs = append(errs, fmt.Errorf("scale-procs: Agent: %w", err))
+	} else if st.IsDir() || st.Mode()&0o111 == 0 {
+		errs = append(errs, fmt.Errorf("scale-procs: Agent: %s is not an executable file", c.Agent))
+	}
+	if c.Clients < 0 {
+		errs = append(errs, fmt.Errorf("scale-procs: Clients must be >= 0, got %d", c.Clients))
+	}
+	if c.Dependency != "" {
+		if err := sharedstate.ValidateDependencyName(c.Dependency); err != nil {
+			errs = append(errs, fmt.Errorf("scale-procs: Dependency: %w", err))
+		}
+	}
+	for name, d := range map[string]time.Duration{"Warm": c.Warm, "StartTimeout": c.StartTimeout, "TripTimeout": c.TripTimeout} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("scale-procs: %s must be >= 0, got %v", name, d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Clients == 0 {
+		c.Clients = 5
+	}
+	if c.Dependency == "" {
+		c.Dependency = "dep-a"
+	}
+	if c.Warm == 0 {
+		c.Warm = 2500 * time.Millisecond
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 5 * time.Minute
+	}
+	if c.TripTimeout == 0 {
+		c.TripTimeout = 60 * time.Second
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	return c
+}
+
+// Result is what Run measured.
+type Result struct {
+	N int
+	// Open counts the agents whose pushed snapshot showed the breaker open
+	// before TripTimeout; Rejecting those whose Check then rejected a
+	// first attempt. Both are N when the trip reached every agent.
+	Open, Rejecting int
+	// Spread holds, per agent that opened, how long after the first agent
+	// it did; P50, P99 and Max summarise it (Max: first to last).
+	Spread        []time.Duration
+	P50, P99, Max time.Duration
+	// Proposers counts the agents that proposed the open record themselves
+	// (fusebox_agent_breaker_transitions_total{to="open",origin="self"}).
+	Proposers int
+	// Detect is how long after the clients began reporting failures the
+	// first agent held the breaker open.
+	Detect time.Duration
+	// Membership is how long after the first agent started every agent
+	// counted N agents and ran under the written policy.
+	Membership time.Duration
+	// CPU is the agents' CPU time (user + system, all N processes) per
+	// wall-clock second since the first started: cores busy.
+	CPU float64
+	// Wall is how long Run took.
+	Wall time.Duration
+}
+
+// Header is the table's header (markdown): the first columns of package
+// scale's table, then what only real processes show.
+const Header = "| N | (a) trip p50 / p99 / max | (a) proposers | first open after the first failure | full membership after | agents' CPU cores busy, wall |\n" +
+	"| --- | --- | --- | --- | --- | --- |"
+
+// Markdown formats the result as a row under Header.
+func (r Result) Markdown() string {
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond)) }
+	return fmt.Sprintf("| %d | %s / %s / %s | %d | %s | %.1f s | %.2f, %s |", r.N, ms(r.P50), ms(r.P99), ms(r.Max),
+		r.Proposers, ms(r.Detect), r.Membership.Seconds(), r.CPU, r.Wall.Round(time.Second))
+}
+
+// Check returns nil when every agent held the breaker open and rejected,
+// and otherwise an error saying how many did not.
+func (r Result) Check() error {
+	var errs []error
+	if r.Open < r.N {
+		errs = append(errs, fmt.Errorf("%d of %d agents never held the breaker open", r.N-r.Open, r.N))
+	}
+	if r.Rejecting < r.N {
+		errs = append(errs, fmt.Errorf("%d of %d agents did not reject a first attempt", r.N-r.Rejecting, r.N))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("scale-procs: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Run runs the scenario (see the package documentation). It returns what
+// it measured and, when a step failed (an agent did not start, membership
+// was not reached, the trip did not reach every agent), an error naming
+// the step; the result then holds what was measured until then. Every
+// agent process is stopped (SIGTERM, then SIGKILL to its process group)
+// before Run returns, whatever happened.
+func Run(ctx context.Context, cfg Config) (res Result, err error) {
+	if err := cfg.Validate(); err != nil {
+		return Result{}, err
+	}
+	cfg = cfg.withDefaults()
+	res.N = cfg.N
+	start := time.Now()
+	defer func() { res.Wall = time.Since(start) }()
+	logf := func(format string, args ...any) {
+		fmt.Fprintf(cfg.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+	}
+
+	dir, err := os.MkdirTemp(cfg.Dir, "fbprocs")
+	if err != nil {
+		return res, fmt.Errorf("scale-procs: %w", err)
+	}
+	defer func() {
+		if err != nil && cfg.Keep {
+			logf("kept %s (agent logs in agent-*.log)", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
+
+	etcd, err := embedded.Start(ctx, embedded.TestConfig(filepath.Join(dir, "etcd")))
+	if err != nil {
+		return res, fmt.Errorf("scale-procs: embedded etcd: %w", err)
+	}
+	defer etcd.Close()
+	if err := writePolicy(ctx, etcd); err != nil {
+		return res, err
+	}
+	logf("etcd at %s holds the scale policy", strings.Join(etcd.Endpoints(), ","))
+
+	f := &fleet{cfg: cfg, dir: dir, etcd: etcd.Endpoints(), logf: logf}
+	defer f.close()
+	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
+	defer cancel()
+	if err := f.start(startCtx); err != nil {
+		return res, err
+	}
+	logf("%d agents started", cfg.N)
+	if err := f.waitMembership(startCtx); err != nil {
+		return res, err
+	}
+	res.Membership = time.Since(f.started)
+	logf("every agent counts %d agents and runs the etcd policy, %.1f s after the first started", cfg.N, res.Membership.Seconds())
+
+	if err := trip(ctx, f, &res); err != nil {
+		return res, err
+	}
+	res.CPU = f.cpu().Seconds() / time.Since(f.started).Seconds()
+	return res, res.Check()
+}
+
+// writePolicy writes scale.Policy() as the fleet default, as an operator
+// would (fuseboxctl policy set _default), before any agent starts.
+func writePolicy(ctx context.Context, etcd *embedded.Server) error {
+	cli, err := etcd.NewClient()
+	if err != nil {
+		return fmt.Errorf("scale-procs: etcd client: %w", err)
+	}
+	defer cli.Close()
+	st, err := store.New(store.Config{Client: cli})
+	if err != nil {
+		return fmt.Errorf("scale-procs: %w", err)
+	}
+	p := scale.Policy()
+	if _, err := st.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, p.Patch(), store.WriteOptions{Actor: "scale-procs"}); err != nil {
+		return fmt.Errorf("scale-procs: write the policy: %w", err)
+	}
+	return nil
+}
+
+// spread picks k agents spread over the fleet (0, N/k, 2N/k, …), as
+// package scale's scenarios do.
+func spread(n, k int) []int {
+	k = min(k, n)
+	out := make([]int, k)
+	for j := range k {
+		out[j] = j * n / k
+	}
+	return out
+}
+
+// trip runs the scenario on a started fleet and fills res.
+func trip(ctx context.Context, f *fleet, res *Result) error {
+	cfg := f.cfg
+	dep := cfg.Dependency
+	obs, err := f.observe(ctx, dep)
+	if err != nil {
+		return err
+	}
+	defer obs.stop()
+
+	clients := spread(cfg.N, cfg.Clients)
+	f.logf("clients on agents %v report healthy calls for %v", clients, cfg.Warm)
+	stop := f.traffic(ctx, clients, dep, 10, 0)
+	ok := sleep(ctx, cfg.Warm)
+	stop()
+	if !ok {
+		return ctx.Err()
+	}
+	if n := obs.opened(); n > 0 {
+		return fmt.Errorf("scale-procs: %d agents held %s open on healthy traffic", n, dep)
+	}
+
+	f.logf("the clients report only failures")
+	failStart := time.Now()
+	stop = f.traffic(ctx, clients, dep, 0, 10)
+	defer stop()
+	tripCtx, cancel := context.WithTimeout(ctx, cfg.TripTimeout)
+	defer cancel()
+	first, waitErr := obs.wait(tripCtx)
+	stop()
+
+	var earliest time.Time
+	for _, at := range first {
+		if !at.IsZero() && (earliest.IsZero() || at.Before(earliest)) {
+			earliest = at
+		}
+	}
+	for _, at := range first {
+		if !at.IsZero() {
+			res.Open++
+			res.Spread = append(res.Spread, at.Sub(earliest))
+		}
+	}
+	if !earliest.IsZero() {
+		res.Detect = earliest.Sub(failStart)
+	}
+	res.P50, res.P99, res.Max = scale.Percentile(res.Spread, 0.5), scale.Percentile(res.Spread, 0.99), scale.Percentile(res.Spread, 1)
+	f.logf("%d of %d agents held %s open; first to last: %v", res.Open, cfg.N, dep, res.Max)
+
+	// Every agent must reject now (Check, as a strict client asks), and
+	// the proposers are counted from every agent's metrics.
+	res.Rejecting = f.rejecting(ctx, dep)
+	res.Proposers, err = f.proposers(ctx, dep)
+	if err != nil {
+		return err
+	}
+	f.logf("%d agents reject; %d proposed the open record", res.Rejecting, res.Proposers)
+	if waitErr != nil {
+		return fmt.Errorf("scale-procs: the trip did not reach every agent within %v: %w", cfg.TripTimeout, waitErr)
+	}
+	return nil
+}
+
+// traffic has a client of each agent in clients Report successes and
+// failures for dep every 100 ms (scale.ReportEvery), over the agent's
+// unix socket, until the returned function is called.
+func (f *fleet) traffic(ctx context.Context, clients []int, dep string, successes, failures uint32) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	req := &fuseboxv1.ReportRequest{}
+	if successes > 0 {
+		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
+			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_SUCCESS, Count: successes})
+	}
+	if failures > 0 {
+		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
+			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
+	}
+	for _, i := range clients {
+		p := f.procs[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			t := time.NewTicker(scale.ReportEvery)
+			defer t.Stop()
+			for {
+				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+				resp, err := p.api.Report(rctx, req)
+				rcancel()
+				if err == nil && len(resp.GetErrors()) > 0 {
+					err = errors.New(resp.GetErrors()[0].GetMessage())
+				}
+				if err != nil && ctx.Err() == nil {
+					f.logf("%s: report: %v", p.name, err) // a client would go on
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+		})
+	}
+}
+
+// rejecting asks every agent to Check a first attempt to dep and counts
+// the rejections.
+func (f *fleet) rejecting(ctx context.Context, dep string) int {
+	var mu sync.Mutex
+	n := 0
+	f.each(func(p *proc) {
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		d, err := p.api.Check(cctx, &fuseboxv1.CheckRequest{Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST,
+			Service: "scale-procs", Instance: "check"})
+		if err != nil {
+			f.logf("%s: check: %v", p.name, err)
+			return
+		}
+		if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT {
+			mu.Lock()
+			n++
+			mu.Unlock()
+		} else {
+			f.logf("%s: check: %v (%v)", p.name, d.GetVerdict(), d.GetReason())
+		}
+	})
+	return n
+}
+
+// proposers counts the agents whose metrics say they proposed an open
+// record of dep themselves.
+func (f *fleet) proposers(ctx context.Context, dep string) (int, error) {
+	var mu sync.Mutex
+	n := 0
+	var errs []error
+	f.each(func(p *proc) {
+		m, err := f.scrape(ctx, p)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		if m.value("fusebox_agent_breaker_transitions_total", "dependency", dep, "to", "open", "origin", "self") > 0 {
+			n++
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return n, fmt.Errorf("scale-procs: counting the proposers: %w", err)
+	}
+	return n, nil
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// BuildAgent builds ./cmd/fusebox-agent of the module at root (the
+// directory holding go.mod) into dir and returns the binary's path. race
+// adds -race (tests under -race, whose packages are compiled that way).
+func BuildAgent(ctx context.Context, root, dir string, race bool) (string, error) {
+	out := filepath.Join(dir, "fusebox-agent")
+	args := []string{"build", "-o", out}
+	if race {
+		args = append(args, "-race")
+	}
+	args = append(args, "./cmd/fusebox-agent")
+	cmd := exec.CommandContext(ctx, goTool(), args...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("scale-procs: go %s: %w\n%s", strings.Join(args, " "), err, b)
+	}
+	return out, nil
+}
+
+// goTool is the go command found on PATH ("go" when there is none: the
+// build then fails saying so).
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return "go"
+}
+
+// ModuleRoot returns the directory of the go.mod governing dir (the
+// current directory when dir is empty), from `go env GOMOD`.
+func ModuleRoot(ctx context.Context, dir string) (string, error) {
+	cmd := exec.CommandContext(ctx, goTool(), "env", "GOMOD")
+	cmd.Dir = dir
+	b, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("scale-procs: go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(b))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("scale-procs: not inside the Fusebox module (go env GOMOD is empty): run from the repository")
+	}
+	return filepath.Dir(gomod), nil
+}
