@@ -2,6 +2,8 @@ package sharedstate
 
 import (
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 )
@@ -17,6 +19,11 @@ type depMap struct {
 	mu     sync.Mutex
 	all    map[string]*depState
 	misses int
+	// sorted is all's states ordered by name, nil when a store or delete
+	// changed all since it was built: ticks and gossip walk the
+	// dependencies in name order several times a tick, and sorting them
+	// each time was a tenth of a 200-agent simulation's CPU.
+	sorted []*depState
 }
 
 func newDepMap() *depMap {
@@ -48,22 +55,28 @@ func (m *depMap) promote() {
 func (m *depMap) store(name string, d *depState) {
 	m.mu.Lock()
 	m.all[name] = d
+	m.sorted = nil
 	m.mu.Unlock()
 }
 
 func (m *depMap) delete(name string) {
 	m.mu.Lock()
 	delete(m.all, name)
+	m.sorted = nil
 	m.mu.Unlock()
 }
 
-// values returns the states, in no particular order.
-func (m *depMap) values() []*depState {
+// sortedValues returns the states ordered by name, in a slice of the
+// caller's own.
+func (m *depMap) sortedValues() []*depState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]*depState, 0, len(m.all))
-	for _, d := range m.all {
-		out = append(out, d)
+	if m.sorted == nil {
+		m.sorted = make([]*depState, 0, len(m.all))
+		for _, d := range m.all {
+			m.sorted = append(m.sorted, d)
+		}
+		slices.SortFunc(m.sorted, func(a, b *depState) int { return strings.Compare(a.name, b.name) })
 	}
-	return out
+	return slices.Clone(m.sorted)
 }

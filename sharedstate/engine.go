@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -346,9 +345,7 @@ func (e *Engine) eachDep(fn func(d *depState)) {
 
 // sortedDeps returns the tracked dependencies ordered by name.
 func (e *Engine) sortedDeps() []*depState {
-	ds := e.deps.values()
-	slices.SortFunc(ds, func(a, b *depState) int { return strings.Compare(a.name, b.name) })
-	return ds
+	return e.deps.sortedValues()
 }
 
 // Stats returns the engine's counters.

@@ -334,12 +334,16 @@ func (g *Gossip) Members() []Member {
 // NumAgents returns how many alive members, this node included, have role
 // agent.
 func (g *Gossip) NumAgents() int {
+	// Counted in place: agents ask every tick, and copying and sorting the
+	// members was 6% of a 200-agent simulation's CPU (scale (b)).
 	c := 0
-	for _, m := range g.Members() {
+	g.membersMu.Lock()
+	for _, m := range g.members {
 		if m.Meta.IsAgent() {
 			c++
 		}
 	}
+	g.membersMu.Unlock()
 	return c
 }
 
