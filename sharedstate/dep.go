@@ -188,31 +188,35 @@ func (d *depState) scan(e *Engine, now int64, minGen uint64) scanResult {
 	own.sameZone = true
 	s.own, s.ownInFlight = own.Counts, own.InFlight
 	stale := 2 * int64(b.Window)
-	add := func(r *rowEntry, eff bool) {
-		s.fleet = s.fleet.Plus(r.Counts)
-		s.fleetNodes += b2i(r.active)
-		if r.sameZone {
-			s.zone = s.zone.Plus(r.Counts)
-			s.zoneNodes += b2i(r.active)
-		}
-		if eff {
-			s.eff = s.eff.Plus(r.Counts)
-			s.effActive += b2i(r.active)
-			s.effNodes += b2i(r.requests)
-			s.effFailing += b2i(r.failing)
-			s.effFastFailing += b2i(r.fastFailing != 0)
-			s.effInFlight = satAdd(s.effInFlight, r.InFlight)
-		}
-	}
-	add(&own, true)
+	// Sums in place (no closure, no struct copies): this loop runs over
+	// every row of a dependency several times a tick.
+	s.addRow(&own, true)
 	for i := range d.rows {
 		r := &d.rows[i]
 		if now-r.received >= stale {
 			continue
 		}
-		add(r, d.inScope(r, minGen))
+		s.addRow(r, d.inScope(r, minGen))
 	}
 	return s
+}
+
+// addRow adds a live row to the sums; eff: the row is in scope.
+func (s *scanResult) addRow(r *rowEntry, eff bool) {
+	s.fleet.add(&r.Counts)
+	s.fleetNodes += b2i(r.active)
+	if r.sameZone {
+		s.zone.add(&r.Counts)
+		s.zoneNodes += b2i(r.active)
+	}
+	if eff {
+		s.eff.add(&r.Counts)
+		s.effActive += b2i(r.active)
+		s.effNodes += b2i(r.requests)
+		s.effFailing += b2i(r.failing)
+		s.effFastFailing += b2i(r.fastFailing != 0)
+		s.effInFlight = satAdd(s.effInFlight, r.InFlight)
+	}
 }
 
 // inScope reports whether a row counts towards the trip rule and the

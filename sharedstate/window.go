@@ -47,6 +47,16 @@ func (c Counts) Plus(o Counts) Counts {
 	}
 }
 
+// add adds o to c in place, like Plus.
+func (c *Counts) add(o *Counts) {
+	c.FirstAttempts = satAdd(c.FirstAttempts, o.FirstAttempts)
+	c.Retries = satAdd(c.Retries, o.Retries)
+	c.Successes = satAdd(c.Successes, o.Successes)
+	c.Failures = satAdd(c.Failures, o.Failures)
+	c.SlowCalls = satAdd(c.SlowCalls, o.SlowCalls)
+	c.Rejected = satAdd(c.Rejected, o.Rejected)
+}
+
 // ratio is a/b in [0,1] (0 when b is 0).
 func ratio(a, b uint64) float64 {
 	if b == 0 {
