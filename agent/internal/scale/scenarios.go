@@ -2,6 +2,7 @@ package scale
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -506,15 +507,16 @@ type ChurnResult struct {
 	// HealthyAfterReady counts restarted agents that, once ready (joined),
 	// still allowed dep while the fleet held it open: must be 0.
 	HealthyAfterReady int
-	// MaxBlind is the longest time from a restarted agent's start (after the
-	// old one closed) until it rejected: the window in which its clients
-	// were let through.
+	// MaxBlind is the time from the restarts (the new agents started, all
+	// at once) until every restarted agent rejected: the longest window in
+	// which a restarted agent's clients could have been let through.
 	MaxBlind time.Duration
 }
 
 // Churn runs scenario (f) on a fleet that holds dep open (run Trip
-// first): the last frac of the agents (never the seeds) restart, one after
-// the other, while clients keep reporting failures; each must reject once
+// first): the last frac of the agents (never the seeds) restart at once,
+// as a rolling update with maxUnavailable = frac does (the DaemonSet's is
+// 10%), while clients keep reporting failures; each must reject as soon as
 // it is ready.
 func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (ChurnResult, error) {
 	var r ChurnResult
@@ -522,32 +524,50 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 	count := max(1, int(float64(n)*frac))
 	stop := f.traffic(ctx, spread(n, k), []string{dep}, 0, 10)
 	defer stop()
+	var idx []int
 	for j := range count {
-		i := n - 1 - j
-		if i < f.cfg.Seeds {
-			break
+		if i := n - 1 - j; i >= f.cfg.Seeds {
+			idx = append(idx, i)
 		}
-		t0 := time.Now()
-		if err := f.Restart(ctx, i); err != nil {
-			return r, err
+	}
+	t0 := time.Now()
+	errs := make([]error, len(idx))
+	var wg sync.WaitGroup
+	for x, i := range idx {
+		wg.Go(func() { errs[x] = f.Restart(ctx, i) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return r, err
+	}
+	r.Restarted = len(idx)
+	started := time.Now()
+	// Each restarted agent is checked the moment it is first seen ready.
+	ready := make(map[int]bool, len(idx))
+	t := time.NewTicker(time.Millisecond)
+	defer t.Stop()
+	for len(ready) < len(idx) {
+		for _, i := range idx {
+			if a := f.Agent(i); !ready[i] && a != nil && a.Ready() {
+				ready[i] = true
+				if !f.Rejects(i, dep) {
+					r.HealthyAfterReady++
+				}
+			}
 		}
-		start := time.Now()
-		r.Restarted++
-		if err := f.waitAll(ctx, func(x int, a *agent.Agent) bool { return x != i || a.Ready() },
-			func(x int, a *agent.Agent) string { return Name(x) + " is not ready after its restart" }); err != nil {
-			return r, err
+		select {
+		case <-ctx.Done():
+			return r, fmt.Errorf("scale: %d of %d restarted agents are not ready: %w", len(idx)-len(ready), len(idx), ctx.Err())
+		case <-t.C:
 		}
-		ready := time.Now()
-		if !f.Rejects(i, dep) {
-			r.HealthyAfterReady++
-		}
-		if _, err := f.watchRejects(ctx, dep, []int{i}); err != nil {
-			return r, err
-		}
-		r.MaxBlind = max(r.MaxBlind, time.Since(start))
-		if f.cfg.Trace != nil {
-			f.cfg.Trace("churn: %s restarted in %v, ready after %v, rejecting after %v", Name(i), start.Sub(t0), ready.Sub(start), time.Since(start))
-		}
+	}
+	allReady := time.Since(started)
+	if _, err := f.watchRejects(ctx, dep, idx); err != nil {
+		return r, err
+	}
+	r.MaxBlind = time.Since(started)
+	if f.cfg.Trace != nil {
+		f.cfg.Trace("churn: %d agents restarted at once in %v, all ready after %v, all rejecting after %v", len(idx), started.Sub(t0), allReady, r.MaxBlind)
 	}
 	return r, nil
 }
