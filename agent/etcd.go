@@ -391,8 +391,9 @@ func (a *Agent) kickJoin() {
 // joinLoop joins the cluster at start (always through a Join, which
 // exchanges state) and again whenever this agent sees no other agent
 // (everyone restarted), with backoff. While it has company it reconciles
-// membership every RejoinInterval: every address of --join and of the etcd
-// member registry that memberlist does not list as alive is joined again.
+// membership every RejoinInterval: up to gossip.RejoinFanout of the
+// addresses of --join and of the etcd member registry that memberlist does
+// not list as alive are joined again.
 // memberlist forgets dead members, so without this two halves of a healed
 // partition that each have company would never merge; a join is a
 // push-pull state exchange, so records and rows converge with it.

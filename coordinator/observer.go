@@ -72,9 +72,10 @@ func (c *Coordinator) gossipNode() *gossip.Gossip {
 // joinLoop joins --join, or the agents registered in etcd, and keeps
 // trying while the observer sees no agent (agents started later, or all
 // restarted). Once it sees agents it reconciles membership every
-// RejoinInterval like an agent does (gossip.Rejoin): every address of --join
-// and every agent registered in etcd that memberlist does not list as alive
-// is joined again, so the observer heals after a partition although
+// RejoinInterval like an agent does (gossip.Rejoin): up to
+// gossip.RejoinFanout of the addresses of --join and of the agents
+// registered in etcd that memberlist does not list as alive are joined
+// again, so the observer heals after a partition although
 // memberlist forgets dead members. It asks the fleet view, whose members
 // come from memberlist's event callbacks, for the agent count, and
 // gossip.Gossip's own member table for addresses, never memberlist's

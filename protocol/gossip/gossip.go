@@ -1,8 +1,10 @@
 package gossip
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"strconv"
@@ -506,14 +508,36 @@ func (g *Gossip) Missing(targets []string) []string {
 	return out
 }
 
-// Rejoin joins the targets that Missing reports (none: nothing is done).
-// It returns those targets, how many of them answered, and Join's error. A
-// join is a push-pull state exchange, so records and rows converge with it.
+// RejoinFanout is how many of the missing targets one Rejoin joins: one
+// join across a healed partition merges both halves' member lists (a join
+// is a push-pull of the whole membership), so a few suffice, and a bound
+// keeps an agent from dialling every agent of the etcd registry (hundreds)
+// each round while the other half is unreachable.
+const RejoinFanout = 3
+
+// Rejoin joins up to RejoinFanout targets, chosen at random among those
+// Missing reports, all at once (none missing: nothing is done): a round
+// takes at most one dial timeout however many are unreachable. It returns
+// every missing target, how many of the chosen ones answered, and their
+// errors. A join is a push-pull state exchange, so records and rows
+// converge with it.
 func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err error) {
 	missing = g.Missing(targets)
 	if len(missing) == 0 {
 		return nil, 0, nil
 	}
-	joined, err = g.Join(missing)
-	return missing, joined, err
+	chosen := slices.Clone(missing)
+	rand.Shuffle(len(chosen), func(i, j int) { chosen[i], chosen[j] = chosen[j], chosen[i] })
+	chosen = chosen[:min(len(chosen), RejoinFanout)]
+	ns := make([]int, len(chosen))
+	errs := make([]error, len(chosen))
+	var wg sync.WaitGroup
+	for i, t := range chosen {
+		wg.Go(func() { ns[i], errs[i] = g.Join([]string{t}) })
+	}
+	wg.Wait()
+	for _, n := range ns {
+		joined += n
+	}
+	return missing, joined, errors.Join(errs...)
 }
