@@ -125,7 +125,7 @@ type Config struct {
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
 	LogLevel string
 
-	// GossipInterval is memberlist's gossip interval (optional, default 200ms).
+	// GossipInterval is memberlist's gossip interval (optional, default 300ms).
 	GossipInterval time.Duration
 	// PushPullInterval is memberlist's full-state exchange interval, which
 	// repairs missed broadcasts (optional, default 15s).

@@ -15,16 +15,23 @@ import (
 
 // Default timings of a member. Daemons expose them as flags; tests shorten
 // them. The README's "Scale" section has the measurements behind the
-// reasons below; none of these was changed by them (on the 2-core VM the
-// simulation got too little CPU to tell the settings apart).
+// reasons below (agent/internal/scale, `make scale`; the scale command's
+// -gossip-interval, -probe-interval, -push-pull-interval and
+// -retransmit-mult flags rerun them with other values).
 const (
 	// DefaultGossipInterval: memberlist sends at most 3 packets of ~1.4 KB
-	// per interval, so 200 ms caps broadcasts near 21 KB/s per agent — the
-	// steady-state budget of issue 11. Rows saturate it from about 100
-	// active dependencies at N = 50 (scale (b)); a shorter interval buys
-	// row spread with bandwidth. Trips do not wait for it: the proposer
-	// sends the record directly (scale (a): within a few ms at N ≤ 50).
-	DefaultGossipInterval = 200 * time.Millisecond
+	// per interval, and rows fill them from about 100 busy dependencies, so
+	// the interval sets the steady bytes per agent. Measured at N = 50 with
+	// 100 busy dependencies (scale (b), 2026-12-01): 200 ms -> 23.5 KB/s and
+	// 17 packets/s per agent, 250 ms -> 19.3 KB/s, 300 ms -> 16.9 KB/s and
+	// 12 packets/s; issue 11's budget is 20 KB/s, and 200 ms measured
+	// 25.8 KB/s at N = 200. A trip does not wait for gossip (the proposer
+	// sends the record, and a node its failure burst, straight to every
+	// member): with 5% loss and 20-50 ms links the trip's p99 was 43-48 ms
+	// at 200 and at 300 ms. What a longer interval costs is row spread,
+	// 1.5x slower than at 200 ms, well inside the 10 s window rows are
+	// pooled over.
+	DefaultGossipInterval = 300 * time.Millisecond
 	// DefaultPushPullInterval: push-pull repairs what broadcasts lost, and
 	// is the only path for rows when gossip saturates; memberlist stretches
 	// it above 32 members. A state is small (42 KB for an agent calling

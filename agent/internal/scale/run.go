@@ -184,6 +184,9 @@ func (r Row) Markdown() string {
 		return fmt.Sprintf("%s / %s / %s", ms(t.P50), ms(t.P99), ms(t.Max))
 	}
 	heal := fmt.Sprintf("not by itself; %.1f s after every agent joined one of the other half", r.Partition.Converge.Seconds())
+	if r.Partition.NotConverged != "" {
+		heal = fmt.Sprintf("not within %v after every agent joined one of the other half", JoinedConvergeWait)
+	}
 	if r.Partition.SelfHealed {
 		heal = fmt.Sprintf("%.1f s by itself", r.Partition.Converge.Seconds())
 	}

@@ -176,4 +176,7 @@ func TestPartition(t *testing.T) {
 	if r.HealthySideRejecting != 0 || r.HealthySideEverOpen != 0 {
 		t.Errorf("the healthy half opened: %d reject at the end, %d were open at some point", r.HealthySideRejecting, r.HealthySideEverOpen)
 	}
+	if r.NotConverged != "" {
+		t.Errorf("no convergence after the heal: %s", r.NotConverged)
+	}
 }
