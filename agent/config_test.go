@@ -74,7 +74,7 @@ zone: yaml-zone
 data-dir: /yaml/data
 join: [10.0.0.1:7946, 10.0.0.2:7946]
 etcd: http://yaml:2379
-gossip-interval: 300ms
+gossip-interval: 350ms
 max-dependencies: 500
 log-format: json
 `
@@ -101,7 +101,7 @@ log-format: json
 		{"data-dir (yaml)", cfg.DataDir, "/yaml/data"},
 		{"join (flag over yaml)", strings.Join(cfg.Join, ","), "127.0.0.1:1,127.0.0.1:2"},
 		{"etcd (yaml, comma string)", strings.Join(cfg.Etcd, ","), "http://yaml:2379"},
-		{"gossip-interval (yaml)", cfg.GossipInterval, 300 * time.Millisecond},
+		{"gossip-interval (yaml)", cfg.GossipInterval, 350 * time.Millisecond},
 		{"max-dependencies (env over yaml)", cfg.MaxDependencies, 700},
 		{"http-addr (env)", cfg.HTTPAddr, "127.0.0.1:9999"},
 		{"log-format (yaml)", cfg.LogFormat, "json"},
