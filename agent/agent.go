@@ -54,6 +54,7 @@ type options struct {
 	transport     memberlist.NodeAwareTransport
 	inProcessAPI  bool
 	httpTimeouts  *HTTPTimeouts
+	peers         func() []string
 }
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
@@ -84,6 +85,12 @@ func WithEtcdClient(c *store.Client) Option { return func(o *options) { o.etcdCl
 func WithGossipTransport(t memberlist.NodeAwareTransport) Option {
 	return func(o *options) { o.transport = t }
 }
+
+// WithPeerRegistry lists the fleet's agents (their gossip addresses) for
+// joining and membership reconciliation, as the etcd member registry does
+// (both are used when both are there). Simulations without etcd use it so
+// that their agents reconcile as a production fleet's do.
+func WithPeerRegistry(peers func() []string) Option { return func(o *options) { o.peers = peers } }
 
 // WithInProcessAPI serves the local API only in process, through LocalAPI:
 // no unix socket, no TCP, so Config.Socket and Config.GRPCAddr may both be

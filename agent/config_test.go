@@ -4,13 +4,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -171,4 +174,26 @@ func TestInProcessAPI(t *testing.T) {
 		st := a.PushPullState()
 		return len(st.GetRows()) == 1 && st.GetRows()[0].GetDependency() == "inproc-dep" && st.GetRows()[0].GetCounts().GetFailures() == 3
 	})
+}
+
+func TestJoinSample(t *testing.T) {
+	few := []string{"a:1", "b:1", "c:1"}
+	if got := joinSample(few, 5); !slices.Equal(got, few) {
+		t.Fatalf("3 targets, room for 5: got %v", got)
+	}
+	var many []string
+	for i := range 20 {
+		many = append(many, fmt.Sprintf("10.0.0.%d:7946", i))
+	}
+	got := joinSample(many, 2+gossip.RejoinFanout)
+	if len(got) != 5 || got[0] != many[0] || got[1] != many[1] {
+		t.Fatalf("20 targets, 2 of them --join: got %v, want both --join addresses and 3 more", got)
+	}
+	seen := map[string]bool{}
+	for _, g := range got {
+		if seen[g] || !slices.Contains(many, g) {
+			t.Fatalf("sample %v repeats or invents a target", got)
+		}
+		seen[g] = true
+	}
 }

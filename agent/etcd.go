@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -349,6 +351,14 @@ func (a *Agent) joinTargets() []string {
 			out = append(out, j)
 		}
 	}
+	if a.opts.peers != nil {
+		for _, p := range a.opts.peers() {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
 	if a.store != nil {
 		ctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
 		members, _, err := a.store.ListMembers(ctx)
@@ -417,6 +427,12 @@ func (a *Agent) joinLoop() {
 		} else if targets := a.joinTargets(); len(targets) > 0 || a.gossip.NumAgents() > 1 {
 			n, err := 0, error(nil)
 			if len(targets) > 0 {
+				// One answer is a join (a push-pull of the whole
+				// membership): the --join addresses and a few registered
+				// agents at random, not all of a 500-agent registry one
+				// after the other; a round that reaches none retries with
+				// another sample.
+				targets = joinSample(targets, len(a.cfg.Join)+gossip.RejoinFanout)
 				n, err = a.gossip.Join(targets)
 			}
 			if n == 0 && a.gossip.NumAgents() > 1 {
@@ -452,6 +468,19 @@ func (a *Agent) joinLoop() {
 		case <-t.C:
 		}
 	}
+}
+
+// joinSample returns targets when there are at most n, else its first
+// n-RejoinFanout (the --join addresses, which joinTargets lists first)
+// followed by RejoinFanout others at random.
+func joinSample(targets []string, n int) []string {
+	if len(targets) <= n {
+		return targets
+	}
+	keep := max(0, n-gossip.RejoinFanout)
+	rest := slices.Clone(targets[keep:])
+	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append(slices.Clone(targets[:keep]), rest[:n-keep]...)
 }
 
 // backoff is an exponential backoff without jitter (one agent, one loop).

@@ -142,7 +142,14 @@ func (g *Gossip) afterApply(fresh *fuseboxv1.GossipBatch, refused int) {
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	g := (*Gossip)(d)
-	out := g.queue.GetBroadcasts(overhead, limit)
+	out := g.recQueue.GetBroadcasts(overhead, limit)
+	used := 0
+	for _, b := range out {
+		used += overhead + len(b)
+	}
+	if limit-used > overhead {
+		out = append(out, g.queue.GetBroadcasts(overhead, limit-used)...)
+	}
 	for _, b := range out {
 		g.stats.bytesOut[0].Add(uint64(len(b)))
 	}

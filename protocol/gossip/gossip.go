@@ -153,8 +153,14 @@ type Gossip struct {
 	cfg   Config
 	lg    *slog.Logger
 	ml    *memberlist.Memberlist
-	queue *memberlist.TransmitLimitedQueue
-	stats counters
+	queue *memberlist.TransmitLimitedQueue // rows
+	// records are queued apart and sent first: memberlist orders a queue
+	// by transmits, then larger messages first, and rows are re-queued
+	// fresh every tick, so a record behind a hundred busy rows waited
+	// rounds (a trip's repair after a lost direct send took 2.3 s at
+	// N = 200 with 5% loss, scale (d)).
+	recQueue *memberlist.TransmitLimitedQueue
+	stats    counters
 
 	metaMu sync.Mutex
 	meta   []byte
@@ -269,12 +275,14 @@ func New(cfg Config) (*Gossip, error) {
 	}
 
 	var created atomic.Pointer[memberlist.Memberlist]
-	g.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: func() int {
+	numNodes := func() int {
 		if ml := created.Load(); ml != nil {
 			return ml.NumMembers()
 		}
 		return 1
-	}}
+	}
+	g.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
+	g.recQueue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
 		if mc.Transport != nil {
@@ -390,20 +398,20 @@ func (g *Gossip) Broadcast(b *fuseboxv1.GossipBatch) {
 		return
 	}
 	for _, r := range b.GetRows() {
-		g.queueItem("w\x00"+r.GetDependency()+"\x00"+r.GetNode(), &fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{r}})
+		g.queueItem(g.queue, "w\x00"+r.GetDependency()+"\x00"+r.GetNode(), &fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{r}})
 	}
 	for _, r := range b.GetRecords() {
-		g.queueItem("b\x00"+r.GetDependency(), &fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{r}})
+		g.queueItem(g.recQueue, "b\x00"+r.GetDependency(), &fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{r}})
 	}
 }
 
-func (g *Gossip) queueItem(name string, b *fuseboxv1.GossipBatch) {
+func (g *Gossip) queueItem(q *memberlist.TransmitLimitedQueue, name string, b *fuseboxv1.GossipBatch) {
 	frame, err := g.cfg.Codec.EncodeBatch(b)
 	if err != nil || len(frame) > MaxBroadcastFrame {
 		g.lg.Debug("gossip item too large to broadcast, left to push-pull", "item", name, "err", err)
 		return
 	}
-	g.queue.QueueBroadcast(&namedBroadcast{name: name, msg: frame})
+	q.QueueBroadcast(&namedBroadcast{name: name, msg: frame})
 }
 
 // SendDirect sends records straight to every other alive member (UDP,
@@ -446,7 +454,7 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 }
 
 // QueuedBroadcasts returns how many broadcasts wait in the queue.
-func (g *Gossip) QueuedBroadcasts() int { return g.queue.NumQueued() }
+func (g *Gossip) QueuedBroadcasts() int { return g.queue.NumQueued() + g.recQueue.NumQueued() }
 
 // Stats returns cumulative counters.
 func (g *Gossip) Stats() Stats {

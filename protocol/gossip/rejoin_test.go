@@ -2,10 +2,12 @@ package gossip
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -51,5 +53,30 @@ func TestRejoinIsBounded(t *testing.T) {
 	})
 	if missing, _, _ := a.Rejoin([]string{b.Addr()}); len(missing) != 0 {
 		t.Fatalf("b is a member now, yet missing: %v", missing)
+	}
+}
+
+// Records go out before rows however many fresh rows wait: a breaker
+// transition must not queue behind a hundred busy dependencies' rows.
+func TestRecordsGoOutBeforeRows(t *testing.T) {
+	g := newMember(t, testConfig("a", RoleAgent, newRecorder()))
+	rows := &fuseboxv1.GossipBatch{}
+	for i := range 200 {
+		rows.Rows = append(rows.Rows, &fuseboxv1.NodeWindow{Node: "a", Dependency: fmt.Sprintf("dep-%03d", i), Seq: 1,
+			Counts: &fuseboxv1.Counts{FirstAttempts: 1000, Successes: 900, Failures: 100}})
+	}
+	g.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{{Dependency: "dep-x", Generation: 2, Origin: "a"}}})
+	g.Broadcast(rows) // newer, and larger: memberlist's order alone would send them first
+	out := (*delegate)(g).GetBroadcasts(2, 1400)
+	if len(out) < 2 {
+		t.Fatalf("%d broadcasts in a 1400-byte packet, want the record and some rows", len(out))
+	}
+	f, err := g.cfg.Codec.Decode(out[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := f.Batch
+	if len(first.GetRecords()) != 1 || first.GetRecords()[0].GetDependency() != "dep-x" {
+		t.Fatalf("the first broadcast is %v, want the record of dep-x", first)
 	}
 }

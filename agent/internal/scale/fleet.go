@@ -161,6 +161,21 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	return f, nil
 }
 
+// registry lists the running agents' addresses, as the etcd member
+// registry lists the agents that started: agents join and reconcile
+// membership through it as a production fleet does.
+func (f *Fleet) registry() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for i, a := range f.agents {
+		if a != nil {
+			out = append(out, f.addrs[i])
+		}
+	}
+	return out
+}
+
 // Name returns agent i's node name.
 func Name(i int) string { return fmt.Sprintf("agent-%03d", i) }
 
@@ -184,7 +199,7 @@ func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.
 	if f.cfg.Tune != nil {
 		f.cfg.Tune(&cfg)
 	}
-	a, err := agent.New(cfg, agent.WithGossipTransport(tr), agent.WithInProcessAPI(),
+	a, err := agent.New(cfg, agent.WithGossipTransport(tr), agent.WithInProcessAPI(), agent.WithPeerRegistry(f.registry),
 		agent.WithDefaultPolicy(*f.cfg.Policy), agent.WithLogger(f.cfg.Logger))
 	if err != nil {
 		tr.Shutdown()
