@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -183,7 +183,7 @@ func (c Config) Validate() error {
 		}
 		if u, err := url.Parse(c.EmbeddedEtcdURL); err != nil || u.Scheme != scheme || u.Port() == "" {
 			bad("embedded-etcd-url", "must be %s://IP:PORT, got %q", scheme, c.EmbeddedEtcdURL)
-		} else if !auth.IsLoopbackHost(u.Host) && !tlsFiles.Enabled() && !c.InsecureEmbeddedEtcd {
+		} else if !cliflag.IsLoopback(u.Host) && !tlsFiles.Enabled() && !c.InsecureEmbeddedEtcd {
 			bad("embedded-etcd-url", "%q is not a loopback address: anyone who reaches it could write policies and overrides past the tokens and the audit; "+
 				"serve it with TLS and client certificates (--embedded-etcd-cert, --embedded-etcd-key, --embedded-etcd-client-ca), "+
 				"use an external etcd cluster (--etcd), or pass --insecure-embedded-etcd", c.EmbeddedEtcdURL)
@@ -206,7 +206,7 @@ func (c Config) Validate() error {
 	checkAddr("http-addr", c.HTTPAddr, false)
 	checkAddr("gossip-addr", c.GossipAddr, false)
 	checkAddr("gossip-advertise-addr", c.GossipAdvertiseAddr, true)
-	if _, _, err := net.SplitHostPort(c.GossipAddr); err == nil && c.KeyringFile == "" && !c.InsecureGossip && !auth.IsLoopbackHost(c.GossipAddr) {
+	if _, _, err := net.SplitHostPort(c.GossipAddr); err == nil && c.KeyringFile == "" && !c.InsecureGossip && !cliflag.IsLoopback(c.GossipAddr) {
 		errs = append(errs, fmt.Errorf("coordinator config: gossip-addr %s is not loopback and gossip has no keyring: "+
 			"give --keyring-file FILE to encrypt and authenticate gossip, or --insecure-gossip to run it in plaintext", c.GossipAddr))
 	}
@@ -220,7 +220,7 @@ func (c Config) Validate() error {
 		// No tokens: nobody is authenticated, so nobody off this host may
 		// reach the APIs.
 		for _, f := range [][2]string{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
-			if _, _, err := net.SplitHostPort(f[1]); err == nil && !auth.IsLoopbackHost(f[1]) {
+			if _, _, err := net.SplitHostPort(f[1]); err == nil && !cliflag.IsLoopback(f[1]) {
 				bad(f[0], "%q is not a loopback address: without --tokens-file the coordinator serves loopback only", f[1])
 			}
 		}
