@@ -61,13 +61,9 @@ type Config struct {
 	// Etcd lists etcd client endpoints (optional: without it the agent runs
 	// on its cached policies and Join alone).
 	Etcd []string
-	// EtcdCA, EtcdCert, EtcdKey configure TLS to etcd (optional).
-	EtcdCA, EtcdCert, EtcdKey string
-	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
-	EtcdUsername, EtcdPassword string
-	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
-	// or stricter), instead of EtcdPassword.
-	EtcdPasswordFile string
+	// EtcdAuth is TLS and user/password to etcd (optional): EtcdCA,
+	// EtcdCert, EtcdKey, EtcdUsername, EtcdPassword, EtcdPasswordFile.
+	store.EtcdAuth
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// Socket is the unix socket path of the local API (optional, default
@@ -289,10 +285,4 @@ func (c Config) validate(inProcessAPI bool) error {
 }
 
 // etcdOptions are the etcd client settings of c.
-func (c Config) etcdOptions() store.ClientOptions {
-	return store.ClientOptions{
-		Endpoints: c.Etcd,
-		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
-	}
-}
+func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }

@@ -71,13 +71,10 @@ type Config struct {
 	// Etcd lists external etcd endpoints (optional: empty starts an embedded
 	// etcd in DataDir and prints its client URL for the agents).
 	Etcd []string
-	// EtcdCA, EtcdCert, EtcdKey configure TLS to an external etcd (optional).
-	EtcdCA, EtcdCert, EtcdKey string
-	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
-	EtcdUsername, EtcdPassword string
-	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
-	// or stricter), instead of EtcdPassword.
-	EtcdPasswordFile string
+	// EtcdAuth is TLS and user/password to an external etcd (optional):
+	// EtcdCA, EtcdCert, EtcdKey, EtcdUsername, EtcdPassword,
+	// EtcdPasswordFile.
+	store.EtcdAuth
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// GRPCAddr serves the Admin API (optional, default 127.0.0.1:7960).
@@ -259,10 +256,4 @@ func (c Config) Validate() error {
 }
 
 // etcdOptions are the settings of the client of an external etcd.
-func (c Config) etcdOptions() store.ClientOptions {
-	return store.ClientOptions{
-		Endpoints: c.Etcd,
-		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
-	}
-}
+func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }
