@@ -50,10 +50,10 @@ rule() {
       ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='agent/internal/scale/procs (scale-procs: real agent processes on loopback) may import agent/internal/scale, store and embedded (its etcd), protocol' ;;
     agent/internal/scale | agent/internal/scale/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
       WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'

@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Policy is the fleet default of the scenarios: DefaultPolicy (20
@@ -119,12 +120,12 @@ type TripResult struct {
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
 	clients := spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
-	if !sleep(ctx, warm/4) {
+	if !ctxtime.Sleep(ctx, warm/4) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, warm) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
@@ -239,17 +240,6 @@ func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first 
 	return first, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // SteadyResult is what scenarios (b) and (c) measured.
 type SteadyResult struct {
 	// Deps is how many dependencies had traffic; PerAgent how many of them
@@ -297,11 +287,11 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			s()
 		}
 	}()
-	if !sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, warm) {
 		return r, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !sleep(ctx, measure) {
+	if !ctxtime.Sleep(ctx, measure) {
 		return r, ctx.Err()
 	}
 	s1, t1 := f.Net.Stats(), time.Now()
@@ -376,7 +366,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
 	defer stopHealthy()
 	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
-	if !sleep(ctx, time.Second) {
+	if !ctxtime.Sleep(ctx, time.Second) {
 		stopSick()
 		return r, ctx.Err()
 	}

@@ -3,6 +3,8 @@ package demo
 import (
 	"context"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // startTraffic prints the banner and starts the workers and the
@@ -86,7 +88,7 @@ func (d *Demo) reportPhases(ctx context.Context) {
 	d.printf("%7.2fs  phase %-10s  %s %s\n", 0.0, Healthy, ShippingAPI, Healthy.describe())
 	for k := 1; ; k++ {
 		at, _ := d.sched.bounds(k)
-		if !sleep(ctx, time.Until(at)) {
+		if !ctxtime.Sleep(ctx, time.Until(at)) {
 			return
 		}
 		d.markPhase(k, at)
