@@ -121,18 +121,8 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	// The seeds one after the other (each joins the ones before), then the
 	// others StartParallel at a time.
 	seeds := min(cfg.Seeds, cfg.N)
-	startOne := func(i int) error {
-		a, err := f.start(ctx, i, trs[i])
-		if err != nil {
-			return err
-		}
-		f.mu.Lock()
-		f.agents[i] = a
-		f.mu.Unlock()
-		return nil
-	}
 	for i := range seeds {
-		if err := startOne(i); err != nil {
+		if err := f.startAt(ctx, i, trs[i]); err != nil {
 			for _, tr := range trs[i+1:] {
 				tr.Shutdown()
 			}
@@ -148,7 +138,7 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = startOne(i)
+			errs[i] = f.startAt(ctx, i, trs[i])
 		}()
 	}
 	wg.Wait()
@@ -253,6 +243,11 @@ func (f *Fleet) Restart(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	return f.startAt(ctx, i, tr)
+}
+
+// startAt starts agent i on tr and puts it in the fleet.
+func (f *Fleet) startAt(ctx context.Context, i int, tr *simnet.Transport) error {
 	a, err := f.start(ctx, i, tr)
 	if err != nil {
 		return err
