@@ -61,17 +61,10 @@ func TestMaxSessions(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	sstest.EventuallyNoError(t, 10*time.Second, "a session after one ended", func() error {
 		_, err := open()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no session after one ended: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestSocketNeverWiderThan0660: under umask 0 the socket path never shows a
