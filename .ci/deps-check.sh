@@ -47,7 +47,7 @@ rule() {
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
     agent/internal/scale/procs | agent/internal/scale/cmd/scaleprocs)
-      ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
+      ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/ctxtime|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='agent/internal/scale/procs (scale-procs: real agent processes on loopback) may import agent/internal/scale, store and embedded (its etcd), protocol' ;;
     agent/internal/scale | agent/internal/scale/*)
       ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'

@@ -304,6 +304,19 @@ func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, fai
 	if a == nil {
 		return fmt.Errorf("scale: %s is not running", Name(i))
 	}
+	resp, err := a.LocalAPI().Report(ctx, FirstAttempts(deps, successes, failures))
+	if err != nil {
+		return err
+	}
+	if len(resp.GetErrors()) > 0 {
+		return fmt.Errorf("scale: %s refused: %s", Name(i), resp.GetErrors()[0].GetMessage())
+	}
+	return nil
+}
+
+// FirstAttempts is the Report request of a client that made successes
+// and failures first attempts to each of deps (no rows for zero counts).
+func FirstAttempts(deps []string, successes, failures uint32) *fuseboxv1.ReportRequest {
 	req := &fuseboxv1.ReportRequest{}
 	for _, dep := range deps {
 		if successes > 0 {
@@ -315,14 +328,7 @@ func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, fai
 				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
 		}
 	}
-	resp, err := a.LocalAPI().Report(ctx, req)
-	if err != nil {
-		return err
-	}
-	if len(resp.GetErrors()) > 0 {
-		return fmt.Errorf("scale: %s refused: %s", Name(i), resp.GetErrors()[0].GetMessage())
-	}
-	return nil
+	return req
 }
 
 // Rejects reports whether a client of agent i would be refused a first

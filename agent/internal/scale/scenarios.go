@@ -61,8 +61,9 @@ func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, succe
 	}
 }
 
-// spread picks k agents spread over the fleet (0, N/k, 2N/k, ...).
-func spread(n, k int) []int {
+// Spread picks k of n agents spread over the fleet (0, n/k, 2n/k, ...):
+// the clients of the scenarios, here and in package procs.
+func Spread(n, k int) []int {
 	k = min(k, n)
 	out := make([]int, k)
 	for j := range k {
@@ -118,7 +119,7 @@ type TripResult struct {
 // failures until every agent rejects dep, or ctx ends. Time is measured by
 // polling every agent's snapshot every millisecond.
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
-	clients := spread(f.Size(), k)
+	clients := Spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
 	if !ctxtime.Sleep(ctx, warm/4) {
 		stop()
@@ -358,9 +359,9 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	var r PartitionResult
 	n := f.Size()
 	half := n / 2
-	sick := spread(half, k)
+	sick := Spread(half, k)
 	var healthy []int
-	for _, i := range spread(n-half, k) {
+	for _, i := range Spread(n-half, k) {
 		healthy = append(healthy, half+i)
 	}
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
@@ -512,7 +513,7 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 	var r ChurnResult
 	n := f.Size()
 	count := max(1, int(float64(n)*frac))
-	stop := f.traffic(ctx, spread(n, k), []string{dep}, 0, 10)
+	stop := f.traffic(ctx, Spread(n, k), []string{dep}, 0, 10)
 	defer stop()
 	var idx []int
 	for j := range count {
