@@ -47,13 +47,13 @@ rule() {
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
     agent/internal/scale/procs | agent/internal/scale/cmd/scaleprocs)
-      ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
+      ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/ctxtime|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='agent/internal/scale/procs (scale-procs: real agent processes on loopback) may import agent/internal/scale, store and embedded (its etcd), protocol' ;;
     agent/internal/scale | agent/internal/scale/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
       WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -62,7 +62,7 @@ rule() {
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -60,13 +61,9 @@ type Config struct {
 	// Etcd lists etcd client endpoints (optional: without it the agent runs
 	// on its cached policies and Join alone).
 	Etcd []string
-	// EtcdCA, EtcdCert, EtcdKey configure TLS to etcd (optional).
-	EtcdCA, EtcdCert, EtcdKey string
-	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
-	EtcdUsername, EtcdPassword string
-	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
-	// or stricter), instead of EtcdPassword.
-	EtcdPasswordFile string
+	// EtcdAuth is TLS and user/password to etcd (optional): EtcdCA,
+	// EtcdCert, EtcdKey, EtcdUsername, EtcdPassword, EtcdPasswordFile.
+	store.EtcdAuth
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// Socket is the unix socket path of the local API (optional, default
@@ -224,7 +221,7 @@ func (c Config) validate(inProcessAPI bool) error {
 		}
 	}
 	checkAddr("gossip-addr", c.GossipAddr, false)
-	if c.GossipAddr != "" && c.KeyringFile == "" && !c.InsecureGossip && !IsLoopback(c.GossipAddr) {
+	if c.GossipAddr != "" && c.KeyringFile == "" && !c.InsecureGossip && !cliflag.IsLoopback(c.GossipAddr) {
 		errs = append(errs, fmt.Errorf("agent config: gossip-addr %s is not loopback and gossip has no keyring: "+
 			"give --keyring-file FILE to encrypt and authenticate gossip, or --insecure-gossip to run it in plaintext", c.GossipAddr))
 	}
@@ -234,12 +231,8 @@ func (c Config) validate(inProcessAPI bool) error {
 	for _, j := range c.Join {
 		checkAddr("join", j, false)
 	}
-	if c.GRPCAddr != "" {
-		if host, _, err := net.SplitHostPort(c.GRPCAddr); err == nil {
-			if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-				bad("grpc-addr", "must be a loopback address (the local API has no auth), got %q", c.GRPCAddr)
-			}
-		}
+	if _, _, err := net.SplitHostPort(c.GRPCAddr); err == nil && !cliflag.IsLoopback(c.GRPCAddr) {
+		bad("grpc-addr", "must be a loopback address (the local API has no auth), got %q", c.GRPCAddr)
 	}
 	if c.Socket == "" && c.GRPCAddr == "" && !inProcessAPI {
 		bad("socket", "must be set when grpc-addr is not (clients need a way in)")
@@ -292,25 +285,4 @@ func (c Config) validate(inProcessAPI bool) error {
 }
 
 // etcdOptions are the etcd client settings of c.
-func (c Config) etcdOptions() store.ClientOptions {
-	return store.ClientOptions{
-		Endpoints: c.Etcd,
-		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
-	}
-}
-
-// IsLoopback reports whether a host:port names a loopback address
-// ("localhost" or an IP in 127.0.0.0/8 or ::1). An empty host (all
-// interfaces), 0.0.0.0 and every other name are not loopback.
-func IsLoopback(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }

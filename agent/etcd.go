@@ -12,6 +12,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -295,7 +296,7 @@ func (a *Agent) registerLoop() {
 			if a.ctx.Err() == nil {
 				a.lg.Debug("etcd registration failed, retrying", "err", err)
 			}
-			if !sleepCtx(a.ctx, backoff.next()) {
+			if !ctxtime.Sleep(a.ctx, backoff.next()) {
 				return
 			}
 			continue
@@ -498,15 +499,3 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
-
-// sleepCtx waits d or until ctx is done; false if ctx is done.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

@@ -3,9 +3,9 @@ package agent
 import (
 	"bytes"
 	"errors"
-	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
@@ -19,21 +19,14 @@ import (
 // group/other-accessible (secretfile.Check).
 func (a *Agent) keyringLoop() {
 	var lastBad []byte
-	t := time.NewTicker(a.cfg.KeyringReloadInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-t.C:
-		}
+	ctxtime.Every(a.ctx, a.cfg.KeyringReloadInterval, func() {
 		data, err := secretfile.Read(a.cfg.KeyringFile)
 		if err != nil {
 			if errors.Is(err, secretfile.ErrExposed) && !bytes.Equal([]byte(err.Error()), lastBad) {
 				a.lg.Error("keyring file refused, keeping the keys in use", "err", err)
 				lastBad = []byte(err.Error())
 			}
-			continue
+			return
 		}
 		next, err := gossip.ParseKeyring(data)
 		if err != nil {
@@ -41,16 +34,16 @@ func (a *Agent) keyringLoop() {
 				a.lg.Error("keyring file changed but is invalid, keeping the keys in use", "file", a.cfg.KeyringFile, "err", err)
 				lastBad = data
 			}
-			continue
+			return
 		}
 		changed, err := gossip.ApplyKeyring(a.keyring, next)
 		if err != nil {
 			a.lg.Error("keyring reload failed", "file", a.cfg.KeyringFile, "err", err)
-			continue
+			return
 		}
 		if !changed {
-			continue
+			return
 		}
 		a.lg.Info("gossip keyring reloaded", "file", a.cfg.KeyringFile, "keys", len(next.GetKeys()))
-	}
+	})
 }

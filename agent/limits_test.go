@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"bufio"
 	"errors"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // TestMaxSessions: with --max-sessions 2 a third Session is refused with
@@ -62,17 +61,10 @@ func TestMaxSessions(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	sstest.EventuallyNoError(t, 10*time.Second, "a session after one ended", func() error {
 		_, err := open()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no session after one ended: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // TestSocketNeverWiderThan0660: under umask 0 the socket path never shows a
@@ -124,25 +116,7 @@ func TestSocketNeverWiderThan0660(t *testing.T) {
 func TestHTTPIdleConnectionClosed(t *testing.T) {
 	cfg := testConfig(t, "idle")
 	a := startAgent(t, cfg, WithHTTPTimeouts(HTTPTimeouts{ReadHeader: time.Second, Read: time.Second, Write: time.Second, Idle: 200 * time.Millisecond}))
-	conn, err := net.Dial("tcp", a.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("idle connection: read = %v, want EOF (closed by the server)", err)
-	}
+	sstest.IdleConnectionClosed(t, a.HTTPAddr())
 }
 
 // TestKeepalivePingFloodRefused: a client that pings faster than the

@@ -3,7 +3,6 @@ package agent
 import (
 	"math/rand/v2"
 	"sync"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -13,6 +12,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // gossipHandler feeds decoded gossip into the engine (gossip.Handler).
@@ -166,18 +166,7 @@ func (e *memberEvents) MemberUpdated(m gossip.Member) {
 }
 
 // tickLoop ticks the engine every TickInterval and gossips what changed.
-func (a *Agent) tickLoop() {
-	t := time.NewTicker(a.cfg.TickInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-t.C:
-			a.tick()
-		}
-	}
-}
+func (a *Agent) tickLoop() { ctxtime.Every(a.ctx, a.cfg.TickInterval, a.tick) }
 
 // tick runs one engine tick: proposals go out as broadcasts and straight to
 // every member; changed and heartbeat rows go out as broadcasts, urgent rows

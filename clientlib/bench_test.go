@@ -28,28 +28,65 @@ func benchBreaker() *gobreaker.CircuitBreaker[struct{}] {
 
 func noop() (struct{}, error) { return struct{}{}, nil }
 
+// allowDone is the closed path the breaker benchmarks time: b.Loop rounds
+// of dep.Allow(First) and done(Success).
+func allowDone(b *testing.B, dep *Dependency) {
+	for b.Loop() {
+		done, err := dep.Allow(First)
+		if err != nil {
+			b.Fatal(err)
+		}
+		done(Success)
+	}
+}
+
+// allowDoneParallel is allowDone under b.RunParallel.
+func allowDoneParallel(b *testing.B, dep *Dependency) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			done, err := dep.Allow(First)
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			done(Success)
+		}
+	})
+}
+
+// execute is allowDone's gobreaker twin: b.Loop rounds of cb.Execute(noop).
+func execute(b *testing.B, cb *gobreaker.CircuitBreaker[struct{}]) {
+	for b.Loop() {
+		if _, err := cb.Execute(noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// executeParallel is execute under b.RunParallel.
+func executeParallel(b *testing.B, cb *gobreaker.CircuitBreaker[struct{}]) {
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := cb.Execute(noop); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
 // BenchmarkBreaker: the breaker part alone, closed path — dep.Allow + done
 // versus gobreaker's Execute with a no-op function.
 func BenchmarkBreaker(b *testing.B) {
 	b.Run("fusebox-allow-done", func(b *testing.B) {
 		dep := benchClient(b)
 		b.ReportAllocs()
-		for b.Loop() {
-			done, err := dep.Allow(First)
-			if err != nil {
-				b.Fatal(err)
-			}
-			done(Success)
-		}
+		allowDone(b, dep)
 	})
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
-		for b.Loop() {
-			if _, err := cb.Execute(noop); err != nil {
-				b.Fatal(err)
-			}
-		}
+		execute(b, cb)
 	})
 }
 
@@ -58,28 +95,12 @@ func BenchmarkBreakerParallel(b *testing.B) {
 	b.Run("fusebox-allow-done", func(b *testing.B) {
 		dep := benchClient(b)
 		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				done, err := dep.Allow(First)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				done(Success)
-			}
-		})
+		allowDoneParallel(b, dep)
 	})
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := cb.Execute(noop); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		executeParallel(b, cb)
 	})
 }
 

@@ -227,76 +227,49 @@ func benchShaped(b *testing.B, throttle bool, limit int64) *Dependency {
 	return dep
 }
 
+// shapedCases are BenchmarkShaped's Fusebox rows: throttling and a
+// concurrency limit, each on and off.
+var shapedCases = []struct {
+	name     string
+	throttle bool
+	limit    int64
+}{{"fusebox-allow-done", false, 0}, {"fusebox-allow-done-throttle", true, 0},
+	{"fusebox-allow-done-limit", false, 1 << 30}, {"fusebox-allow-done-throttle-limit", true, 1 << 30}}
+
 // BenchmarkShaped: the hot path (Allow + done) with throttling enabled and
 // with a concurrency limit, next to the plain one and gobreaker's Execute
 // in the same run.
 func BenchmarkShaped(b *testing.B) {
-	for _, tc := range []struct {
-		name     string
-		throttle bool
-		limit    int64
-	}{{"fusebox-allow-done", false, 0}, {"fusebox-allow-done-throttle", true, 0},
-		{"fusebox-allow-done-limit", false, 1 << 30}, {"fusebox-allow-done-throttle-limit", true, 1 << 30}} {
+	for _, tc := range shapedCases {
 		b.Run(tc.name, func(b *testing.B) {
 			dep := benchShaped(b, tc.throttle, tc.limit)
 			b.ReportAllocs()
 			defer reportCPU(b)()
-			for b.Loop() {
-				done, err := dep.Allow(First)
-				if err != nil {
-					b.Fatal(err)
-				}
-				done(Success)
-			}
+			allowDone(b, dep)
 		})
 	}
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
 		defer reportCPU(b)()
-		for b.Loop() {
-			if _, err := cb.Execute(noop); err != nil {
-				b.Fatal(err)
-			}
-		}
+		execute(b, cb)
 	})
 }
 
 // BenchmarkShapedParallel is BenchmarkShaped under b.RunParallel.
 func BenchmarkShapedParallel(b *testing.B) {
-	for _, tc := range []struct {
-		name     string
-		throttle bool
-		limit    int64
-	}{{"fusebox-allow-done", false, 0}, {"fusebox-allow-done-throttle", true, 0},
-		{"fusebox-allow-done-limit", false, 1 << 30}, {"fusebox-allow-done-throttle-limit", true, 1 << 30}} {
+	for _, tc := range shapedCases {
 		b.Run(tc.name, func(b *testing.B) {
 			dep := benchShaped(b, tc.throttle, tc.limit)
 			b.ReportAllocs()
 			defer reportCPU(b)()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					done, err := dep.Allow(First)
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					done(Success)
-				}
-			})
+			allowDoneParallel(b, dep)
 		})
 	}
 	b.Run("gobreaker-execute", func(b *testing.B) {
 		cb := benchBreaker()
 		b.ReportAllocs()
 		defer reportCPU(b)()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				if _, err := cb.Execute(noop); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
+		executeParallel(b, cb)
 	})
 }

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -71,13 +71,10 @@ type Config struct {
 	// Etcd lists external etcd endpoints (optional: empty starts an embedded
 	// etcd in DataDir and prints its client URL for the agents).
 	Etcd []string
-	// EtcdCA, EtcdCert, EtcdKey configure TLS to an external etcd (optional).
-	EtcdCA, EtcdCert, EtcdKey string
-	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
-	EtcdUsername, EtcdPassword string
-	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
-	// or stricter), instead of EtcdPassword.
-	EtcdPasswordFile string
+	// EtcdAuth is TLS and user/password to an external etcd (optional):
+	// EtcdCA, EtcdCert, EtcdKey, EtcdUsername, EtcdPassword,
+	// EtcdPasswordFile.
+	store.EtcdAuth
 	// EtcdPrefix is the key prefix of Fusebox's etcd data (optional, default /fusebox/).
 	EtcdPrefix string
 	// GRPCAddr serves the Admin API (optional, default 127.0.0.1:7960).
@@ -183,7 +180,7 @@ func (c Config) Validate() error {
 		}
 		if u, err := url.Parse(c.EmbeddedEtcdURL); err != nil || u.Scheme != scheme || u.Port() == "" {
 			bad("embedded-etcd-url", "must be %s://IP:PORT, got %q", scheme, c.EmbeddedEtcdURL)
-		} else if !auth.IsLoopbackHost(u.Host) && !tlsFiles.Enabled() && !c.InsecureEmbeddedEtcd {
+		} else if !cliflag.IsLoopback(u.Host) && !tlsFiles.Enabled() && !c.InsecureEmbeddedEtcd {
 			bad("embedded-etcd-url", "%q is not a loopback address: anyone who reaches it could write policies and overrides past the tokens and the audit; "+
 				"serve it with TLS and client certificates (--embedded-etcd-cert, --embedded-etcd-key, --embedded-etcd-client-ca), "+
 				"use an external etcd cluster (--etcd), or pass --insecure-embedded-etcd", c.EmbeddedEtcdURL)
@@ -206,7 +203,7 @@ func (c Config) Validate() error {
 	checkAddr("http-addr", c.HTTPAddr, false)
 	checkAddr("gossip-addr", c.GossipAddr, false)
 	checkAddr("gossip-advertise-addr", c.GossipAdvertiseAddr, true)
-	if _, _, err := net.SplitHostPort(c.GossipAddr); err == nil && c.KeyringFile == "" && !c.InsecureGossip && !auth.IsLoopbackHost(c.GossipAddr) {
+	if _, _, err := net.SplitHostPort(c.GossipAddr); err == nil && c.KeyringFile == "" && !c.InsecureGossip && !cliflag.IsLoopback(c.GossipAddr) {
 		errs = append(errs, fmt.Errorf("coordinator config: gossip-addr %s is not loopback and gossip has no keyring: "+
 			"give --keyring-file FILE to encrypt and authenticate gossip, or --insecure-gossip to run it in plaintext", c.GossipAddr))
 	}
@@ -220,7 +217,7 @@ func (c Config) Validate() error {
 		// No tokens: nobody is authenticated, so nobody off this host may
 		// reach the APIs.
 		for _, f := range [][2]string{{"grpc-addr", c.GRPCAddr}, {"http-addr", c.HTTPAddr}} {
-			if _, _, err := net.SplitHostPort(f[1]); err == nil && !auth.IsLoopbackHost(f[1]) {
+			if _, _, err := net.SplitHostPort(f[1]); err == nil && !cliflag.IsLoopback(f[1]) {
 				bad(f[0], "%q is not a loopback address: without --tokens-file the coordinator serves loopback only", f[1])
 			}
 		}
@@ -259,10 +256,4 @@ func (c Config) Validate() error {
 }
 
 // etcdOptions are the settings of the client of an external etcd.
-func (c Config) etcdOptions() store.ClientOptions {
-	return store.ClientOptions{
-		Endpoints: c.Etcd,
-		CAFile:    c.EtcdCA, CertFile: c.EtcdCert, KeyFile: c.EtcdKey,
-		Username: c.EtcdUsername, Password: c.EtcdPassword, PasswordFile: c.EtcdPasswordFile,
-	}
-}
+func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }

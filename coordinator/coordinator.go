@@ -23,6 +23,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -134,7 +135,7 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 		}
 		c.tokens.Store(tokens)
 		c.log.Info("bearer tokens loaded", "file", c.cfg.TokensFile, "tokens", tokens.Len())
-		if c.cfg.TLSCert == "" && (!auth.IsLoopbackHost(c.cfg.GRPCAddr) || !auth.IsLoopbackHost(c.cfg.HTTPAddr)) {
+		if c.cfg.TLSCert == "" && (!cliflag.IsLoopback(c.cfg.GRPCAddr) || !cliflag.IsLoopback(c.cfg.HTTPAddr)) {
 			c.log.Warn("serving beyond loopback without TLS: bearer tokens travel in clear text (set --tls-cert and --tls-key)")
 		}
 	} else {

@@ -1,13 +1,9 @@
 package coordinator
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,151 +18,6 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
-
-// artifactsDir is where the test leaves its screenshots:
-// $FUSEBOX_TEST_ARTIFACTS when set (kept), else a temporary directory.
-func artifactsDir(t *testing.T) string {
-	if d := os.Getenv("FUSEBOX_TEST_ARTIFACTS"); d != "" {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return d
-	}
-	return t.TempDir()
-}
-
-// page drives one browser tab against the coordinator.
-type page struct {
-	t     *testing.T
-	ctx   context.Context // the tab; actions run with a deadline derived from it
-	dir   string
-	mu    sync.Mutex
-	probs []string // exceptions and CSP violations the page reported
-}
-
-func newPage(t *testing.T, chromium string) *page {
-	t.Helper()
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "chromium")),
-		chromedp.WindowSize(1440, 900),
-	)
-	ctx, cancel := chromedp.NewContext(allocCtx)
-	p := &page{t: t, ctx: ctx, dir: artifactsDir(t)}
-	// The first call starts the browser, with no deadline (a deadline on it
-	// would be the browser's lifetime); Console subscribes from then on.
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		cancel()
-		cancelAlloc()
-		t.Fatalf("starting %s: %v", chromium, err)
-	}
-	msgs := chromedp.Console(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() || strings.Contains(m.Text, "Content Security Policy") || strings.Contains(m.Text, "Refused to") {
-				p.mu.Lock()
-				p.probs = append(p.probs, m.String())
-				p.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		cancelAlloc()
-		<-done
-	})
-	return p
-}
-
-// run runs actions with a deadline.
-func (p *page) run(what string, actions ...chromedp.Action[chromedp.Void]) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		p.shot("failed")
-		p.t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// wait polls a JavaScript expression until it is truthy, for at most 30 s.
-func (p *page) wait(what, expr string) {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
-	defer cancel()
-	if _, err := chromedp.Run(ctx, chromedp.Poll[bool]("!!("+expr+")",
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(30*time.Second))); err != nil {
-		p.shot("failed")
-		dctx, dcancel := context.WithTimeout(p.ctx, 5*time.Second)
-		defer dcancel()
-		text, _ := chromedp.Run(dctx, chromedp.Evaluate[string](`document.querySelector('main').innerText.slice(0, 3000)`))
-		p.t.Fatalf("waiting for %s (%s): %v\nthe page shows:\n%s", what, expr, err, text)
-	}
-}
-
-func (p *page) eval(expr string) string {
-	p.t.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
-	defer cancel()
-	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](expr, chromedp.EvalAwaitPromise))
-	if err != nil {
-		p.t.Fatalf("evaluating %s: %v", expr, err)
-	}
-	return v
-}
-
-// shot saves a PNG of the viewport (full: of the whole page) as name.png.
-func (p *page) shot(name string, full ...bool) string {
-	ctx, cancel := context.WithTimeout(p.ctx, 20*time.Second)
-	defer cancel()
-	capture := chromedp.CaptureScreenshot()
-	if len(full) > 0 && full[0] {
-		capture = chromedp.FullScreenshot(100)
-	}
-	png, err := chromedp.Run(ctx, capture)
-	if err != nil {
-		p.t.Logf("screenshot %s: %v", name, err)
-		return ""
-	}
-	path := filepath.Join(p.dir, name+".png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		p.t.Logf("screenshot %s: %v", name, err)
-		return ""
-	}
-	p.t.Logf("screenshot: %s", path)
-	return path
-}
-
-func (p *page) problems() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.probs...)
-}
-
-// typeInto replaces an input's value by typing, as a user does (the page
-// sees the key and input events).
-func typeInto(sel, text string) chromedp.Action[chromedp.Void] {
-	// chromedp.Clear resets the value attribute, not what the user typed,
-	// and SetValue refuses "": empty the value property with a script.
-	empty := chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		_, err := chromedp.Evaluate[bool](fmt.Sprintf(`(document.querySelector(%q).value = "", true)`, sel))(ctx, t)
-		return err
-	})
-	return chromedp.Steps(empty, chromedp.SendKeys(chromedp.CSS(sel), text))
-}
 
 // agentClient dials an agent's local gRPC API (its unix socket).
 func agentClient(t *testing.T, a *agent.Agent) fuseboxv1.AgentClient {
@@ -269,16 +120,16 @@ func TestDashboardInABrowser(t *testing.T) {
 		return c.view.AliveAgents() == 3
 	})
 
-	p := newPage(t, chromium)
+	p := dashboardtest.NewBrowser(t, chromium, dashboardtest.BrowserOptions{Width: 1440, Height: 900, Timeout: 30 * time.Second})
 	base := "http://" + c.HTTPAddr()
-	p.run("open the dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
-	p.wait("the page to say it needs a token", `document.querySelector('#conn').dataset.state === 'unauthorized' && !document.querySelector('#banner').hidden`)
+	p.Run("open the dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+	p.Wait("the page to say it needs a token", `document.querySelector('#conn').dataset.state === 'unauthorized' && !document.querySelector('#banner').hidden`)
 
 	// A viewer token: the page goes live and lists what etcd knows.
-	p.run("type a viewer token", typeInto("#token", viewerToken))
-	p.wait(`#conn to say "live"`, `document.querySelector('#conn').textContent === 'live'`)
-	p.wait("the rows of the dependencies with a policy", `document.querySelectorAll('tr[data-dep]').length >= 3 && document.querySelector('tr[data-dep="payments"] .badge')`)
-	if got := p.eval(rowState("payments")); got != "closed" {
+	p.Run("type a viewer token", dashboardtest.TypeInto("#token", viewerToken))
+	p.Wait(`#conn to say "live"`, `document.querySelector('#conn').textContent === 'live'`)
+	p.Wait("the rows of the dependencies with a policy", `document.querySelectorAll('tr[data-dep]').length >= 3 && document.querySelector('tr[data-dep="payments"] .badge')`)
+	if got := p.Eval(rowState("payments")); got != "closed" {
 		t.Errorf("payments before any traffic: badge %q, want closed", got)
 	}
 
@@ -307,27 +158,27 @@ func TestDashboardInABrowser(t *testing.T) {
 	traffic()
 	// shipping-api: 306 successes + 4 failures in a 10 s window; 16 retries
 	// of a budget of max(10/s × 10 s, 10% × 294 first attempts) = 100.
-	p.wait("shipping-api's requests/s and retry budget", `document.querySelector('tr[data-dep="shipping-api"] td.rps')?.textContent === '31.0' &&
+	p.Wait("shipping-api's requests/s and retry budget", `document.querySelector('tr[data-dep="shipping-api"] td.rps')?.textContent === '31.0' &&
 		document.querySelector('tr[data-dep="shipping-api"] td.budget').textContent === '16%'`)
-	p.wait("payments' failing nodes and zones", `document.querySelector('tr[data-dep="payments"] td.nodes').textContent === 'agent-0, agent-1' &&
+	p.Wait("payments' failing nodes and zones", `document.querySelector('tr[data-dep="payments"] td.nodes').textContent === 'agent-0, agent-1' &&
 		document.querySelector('tr[data-dep="payments"] td.zones').textContent === 'zone-a 88% · zone-b 100%'`)
-	p.wait("payments to turn open", rowState("payments")+` === 'open'`)
-	p.wait("inventory to show shadow, and what it would do", rowState("inventory")+` === 'shadow' && document.querySelector('tr[data-dep="inventory"] .would')`)
-	p.wait("dns-cache to show a node-local open", rowState("dns-cache")+` === 'closed' && document.querySelector('tr[data-dep="dns-cache"] .local-open')`)
+	p.Wait("payments to turn open", rowState("payments")+` === 'open'`)
+	p.Wait("inventory to show shadow, and what it would do", rowState("inventory")+` === 'shadow' && document.querySelector('tr[data-dep="inventory"] .would')`)
+	p.Wait("dns-cache to show a node-local open", rowState("dns-cache")+` === 'closed' && document.querySelector('tr[data-dep="dns-cache"] .local-open')`)
 
 	// A viewer may not override.
-	p.run("fill the override form", typeInto("#force-dep", "ledger"), typeInto("#force-ttl", "10m"), typeInto("#force-reason", "failover drill"))
-	p.run("force-open as a viewer", chromedp.Click(chromedp.CSS("#force-open-btn")))
-	p.wait("the refusal, and the page asking for an admin token", `document.querySelector('#action-status').dataset.result === 'error' &&
+	p.Run("fill the override form", dashboardtest.TypeInto("#force-dep", "ledger"), dashboardtest.TypeInto("#force-ttl", "10m"), dashboardtest.TypeInto("#force-reason", "failover drill"))
+	p.Run("force-open as a viewer", chromedp.Click(chromedp.CSS("#force-open-btn")))
+	p.Wait("the refusal, and the page asking for an admin token", `document.querySelector('#action-status').dataset.result === 'error' &&
 		document.activeElement === document.querySelector('#token')`)
-	if got := p.eval(`document.querySelector('#action-status').textContent`); !strings.Contains(got, "permission denied") {
+	if got := p.Eval(`document.querySelector('#action-status').textContent`); !strings.Contains(got, "permission denied") {
 		t.Errorf("#action-status after a viewer's force-open = %q, want permission denied", got)
 	}
 	// An admin may.
-	p.run("type an admin token", typeInto("#token", adminToken))
-	p.run("force-open as an admin", chromedp.Click(chromedp.CSS("#force-open-btn")))
-	p.wait("ledger's forced-open badge", rowState("ledger")+` === 'forced-open' && document.querySelector('tr[data-dep="ledger"] .badge').textContent === 'forced-open'`)
-	if got := p.eval(`document.querySelector('#action-status').textContent`); !strings.HasPrefix(got, "ok: ledger is forced-open until ") {
+	p.Run("type an admin token", dashboardtest.TypeInto("#token", adminToken))
+	p.Run("force-open as an admin", chromedp.Click(chromedp.CSS("#force-open-btn")))
+	p.Wait("ledger's forced-open badge", rowState("ledger")+` === 'forced-open' && document.querySelector('tr[data-dep="ledger"] .badge').textContent === 'forced-open'`)
+	if got := p.Eval(`document.querySelector('#action-status').textContent`); !strings.HasPrefix(got, "ok: ledger is forced-open until ") {
 		t.Errorf("#action-status after the admin's force-open = %q", got)
 	}
 	o, err := c.Store().GetOverride(ctx, "ledger")
@@ -338,26 +189,26 @@ func TestDashboardInABrowser(t *testing.T) {
 		a[0].Action != store.ActionOverrideSet || a[0].Actor != "ops-admin" {
 		t.Errorf("ledger's audit = %+v, %v", a, err)
 	}
-	p.wait("#conn live with the admin token", `document.querySelector('#conn').textContent === 'live'`)
-	p.wait("a sparkline with a state change mark", `document.querySelector('tr[data-dep="payments"] .marks line.mark.open')`)
+	p.Wait("#conn live with the admin token", `document.querySelector('#conn').textContent === 'live'`)
+	p.Wait("a sparkline with a state change mark", `document.querySelector('tr[data-dep="payments"] .marks line.mark.open')`)
 	traffic() // again, so that the screenshot has numbers
-	p.wait("the new counts", `document.querySelector('tr[data-dep="shipping-api"] td.rps').textContent !== '0'`)
-	fleetShot := p.shot("dashboard-fleet")
+	p.Wait("the new counts", `document.querySelector('tr[data-dep="shipping-api"] td.rps').textContent !== '0'`)
+	fleetShot := p.Screenshot("dashboard-fleet")
 
 	// The dependency page: per-node rows, zones, the audit trail.
-	p.run("open payments' page", chromedp.Navigate(base+"/#/dep/payments"))
-	p.wait("payments' nodes", `document.querySelectorAll('#dep-nodes tr[data-node]').length === 3 &&
+	p.Run("open payments' page", chromedp.Navigate(base+"/#/dep/payments"))
+	p.Wait("payments' nodes", `document.querySelectorAll('#dep-nodes tr[data-node]').length === 3 &&
 		document.querySelector('#dep-nodes tr[data-node="agent-0"]') && document.querySelectorAll('#dep-zones tr[data-zone]').length === 2`)
-	p.wait("payments' audit trail", `[...document.querySelectorAll('#dep-audit tr[data-revision]')].some(r => r.textContent.includes('gitops') && r.textContent.includes('breaker.openDuration'))`)
-	p.wait("payments' badge and override form", `document.querySelector('#dep-state .badge').dataset.state === 'open' && document.querySelector('#force-dep').value === 'payments'`)
+	p.Wait("payments' audit trail", `[...document.querySelectorAll('#dep-audit tr[data-revision]')].some(r => r.textContent.includes('gitops') && r.textContent.includes('breaker.openDuration'))`)
+	p.Wait("payments' badge and override form", `document.querySelector('#dep-state .badge').dataset.state === 'open' && document.querySelector('#force-dep').value === 'payments'`)
 	// Its throttle (most of its calls fail: the fleet's formula refuses
 	// most first attempts) and its calls in flight against the fleet limit.
-	p.wait("payments' throttle and in-flight facts", `(() => {
+	p.Wait("payments' throttle and in-flight facts", `(() => {
 		const th = document.querySelector('#dep-facts .throttle'), fl = document.querySelector('#dep-facts .in-flight');
 		return th && fl && th.textContent.startsWith('refusing ') && Number(th.dataset.probability) > 0.5 &&
 			fl.dataset.limit === '50' && fl.textContent.startsWith('0 of 50');
 	})()`)
-	depShot := p.shot("dashboard-dependency", true)
+	depShot := p.FullScreenshot("dashboard-dependency")
 
 	// 1,000 dependencies: rows for all, and the filter narrows them.
 	var many []*fuseboxv1.OutcomeReport
@@ -365,24 +216,24 @@ func TestDashboardInABrowser(t *testing.T) {
 		many = append(many, outcome(fmt.Sprintf("svc-%04d", i), first, success, uint32(1+i%7)))
 	}
 	report(t, agents[2], many...)
-	p.run("back to the fleet", chromedp.Navigate(base+"/#/"))
+	p.Run("back to the fleet", chromedp.Navigate(base+"/#/"))
 	start := time.Now()
-	p.wait("1,000 svc rows", `document.querySelectorAll('tr[data-dep^="svc-"]').length === 1000`)
+	p.Wait("1,000 svc rows", `document.querySelectorAll('tr[data-dep^="svc-"]').length === 1000`)
 	t.Logf("1,000 new rows shown %v after the report", time.Since(start).Round(time.Millisecond))
-	manyShot := p.shot("dashboard-1000")
+	manyShot := p.Screenshot("dashboard-1000")
 	start = time.Now()
-	p.run("filter", typeInto("#filter", "svc-09"))
-	p.wait("the filter to leave svc-0900…svc-0999", `(() => {
+	p.Run("filter", dashboardtest.TypeInto("#filter", "svc-09"))
+	p.Wait("the filter to leave svc-0900…svc-0999", `(() => {
 		const rows = [...document.querySelectorAll('tr[data-dep]')];
 		return rows.length === 100 && rows.every(r => r.dataset.dep.startsWith('svc-09'));
 	})()`)
 	t.Logf("filter applied %v after typing (chromedp's key events included)", time.Since(start).Round(time.Millisecond))
-	if got := p.eval(`document.querySelector('#shown').textContent`); !strings.HasPrefix(got, "100 of ") {
+	if got := p.Eval(`document.querySelector('#shown').textContent`); !strings.HasPrefix(got, "100 of ") {
 		t.Errorf("#shown = %q", got)
 	}
 	// How long the page itself takes to show all 1,000 rows again and to
 	// narrow them to 100, up to the next frame: logged, never asserted.
-	t.Logf("in the page: %s", p.eval(`new Promise(done => {
+	t.Logf("in the page: %s", p.Eval(`new Promise(done => {
 		const f = document.querySelector('#filter'), t0 = performance.now();
 		f.value = ''; f.dispatchEvent(new Event('input'));
 		requestAnimationFrame(() => setTimeout(() => {
@@ -391,16 +242,16 @@ func TestDashboardInABrowser(t *testing.T) {
 			requestAnimationFrame(() => setTimeout(() => done('1,000 rows back ' + Math.round(t1 - t0) + ' ms, filtered to 100 ' + Math.round(performance.now() - t1) + ' ms'), 0));
 		}, 0));
 	})`))
-	p.run("clear the filter", typeInto("#filter", "payments"))
-	p.wait("the filter to leave payments", `document.querySelectorAll('tr[data-dep]').length === 1 && document.querySelector('tr[data-dep="payments"]')`)
+	p.Run("clear the filter", dashboardtest.TypeInto("#filter", "payments"))
+	p.Wait("the filter to leave payments", `document.querySelectorAll('tr[data-dep]').length === 1 && document.querySelector('tr[data-dep="payments"]')`)
 
-	for _, prob := range p.problems() {
+	for _, prob := range p.Problems() {
 		t.Errorf("the page reported: %s", prob)
 	}
 	// The override form suggests every name (agents may have evicted the
 	// idle ones of the first part by now).
-	if n, _ := strconv.Atoi(p.eval(`String(document.querySelectorAll('#dep-names option').length)`)); n < 1000 ||
-		p.eval(`String(!!document.querySelector('#dep-names option[value="ledger"]'))`) != "true" {
+	if n, _ := strconv.Atoi(p.Eval(`String(document.querySelectorAll('#dep-names option').length)`)); n < 1000 ||
+		p.Eval(`String(!!document.querySelector('#dep-names option[value="ledger"]'))`) != "true" {
 		t.Errorf("the dependency datalist has %d names, want the 1,000 svc ones and ledger", n)
 	}
 	t.Logf("screenshots: %s %s %s", fleetShot, depShot, manyShot)

@@ -1,10 +1,7 @@
 package coordinator
 
 import (
-	"bufio"
-	"errors"
 	"io"
-	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -14,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // TestNoTokensRefusesForwardedRequests: without a tokens file every loopback
@@ -83,23 +81,5 @@ func TestForwardedAllowedWithTokens(t *testing.T) {
 // the server.
 func TestHTTPIdleConnectionClosed(t *testing.T) {
 	c := startCoordinator(t, testConfig(t), WithHTTPTimeouts(HTTPTimeouts{ReadHeader: time.Second, Read: time.Second, Write: time.Second, Idle: 200 * time.Millisecond}))
-	conn, err := net.Dial("tcp", c.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
-	br := bufio.NewReader(conn)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
-		t.Fatalf("idle connection: read = %v, want EOF (closed by the server)", err)
-	}
+	sstest.IdleConnectionClosed(t, c.HTTPAddr())
 }

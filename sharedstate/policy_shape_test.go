@@ -6,16 +6,10 @@ import (
 	"time"
 )
 
-// The DESIGN.md example with the sections added after schema 1's first
-// release: throttle, concurrency, retry.hedge.
-const designExampleShape = `{"dependency": "shipping-api",
- "breaker": {"failureRateThreshold": 0.5, "slowCallRateThreshold": 1.0, "slowCallDuration": "2s",
-             "minimumRequests": 20, "minFailingNodes": 2, "window": "10s", "openDuration": "5s", "maxOpenDuration": "2m",
-             "halfOpenProbes": 3, "probeSuccessThreshold": 3, "probeTimeout": "5s",
-             "scope": "fleet", "mode": "enforce"},
- "retry":   {"maxAttempts": 3, "perAttemptTimeout": "500ms",
-             "backoff": {"base": "100ms", "max": "5s", "jitter": "full"},
-             "budget": {"ratio": 0.1, "minRetriesPerSecond": 10},
+// designExampleShape is the DESIGN.md example (designExample, schema 1 as
+// first released) with the sections added since: retry.hedge, throttle,
+// concurrency.
+var designExampleShape = strings.TrimSuffix(designExample, "}}") + `,
              "hedge": {"delay": "50ms", "maxHedges": 1}},
  "throttle":    {"enabled": true, "k": 1.5, "minRequests": 40},
  "concurrency": {"maxInFlight": 200}}`

@@ -1,9 +1,12 @@
-// Package cliflag holds the flag-value parsing both daemons share (the
-// agent's flags and fusebox-coordinator's), so both read a flag's value
-// alike. It imports the standard library only.
+// Package cliflag holds the flag-value parsing and checks both daemons
+// share (the agent's flags and fusebox-coordinator's), so both read and
+// judge a flag's value alike. It imports the standard library only.
 package cliflag
 
-import "strings"
+import (
+	"net"
+	"strings"
+)
 
 // SplitList splits a comma-separated flag value ("a, b,,c") into its
 // non-empty, trimmed items (["a" "b" "c"]); nil when there are none.
@@ -15,4 +18,20 @@ func SplitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// IsLoopback reports whether a listen address, host:port, names a loopback
+// host: "localhost" or an IP in 127.0.0.0/8 or ::1. An empty host (all
+// interfaces), 0.0.0.0, every other name and a malformed address are not
+// loopback.
+func IsLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -9,6 +9,7 @@
 package sstest
 
 import (
+	"errors"
 	"testing"
 	"time"
 )
@@ -24,13 +25,41 @@ const PollInterval = 5 * time.Millisecond
 // goroutine only (it may call t.Fatalf).
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	poll(t, timeout, what, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+}
+
+// EventuallyNoError is Eventually for a check that says what is still
+// wrong: it polls check until it returns nil, and on timeout fails the
+// test with what and check's last error.
+func EventuallyNoError(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	poll(t, timeout, what, check)
+}
+
+// errNotYet is Eventually's cond not holding: no error worth printing.
+var errNotYet = errors.New("not yet")
+
+func poll(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
 	tick := time.NewTicker(PollInterval)
 	defer tick.Stop()
-	for !cond() {
+	for {
+		err := check()
+		if err == nil {
+			break
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+			if err == errNotYet {
+				t.Fatalf("timed out after %v waiting for: %s", timeout, what)
+			}
+			t.Fatalf("timed out after %v waiting for: %s: %v", timeout, what, err)
 		}
 		<-tick.C
 	}

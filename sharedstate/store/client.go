@@ -45,6 +45,31 @@ type ClientOptions struct {
 	Logger *zap.Logger
 }
 
+// EtcdAuth is how a daemon authenticates to an external etcd, as its flags
+// give it (--etcd-ca, --etcd-cert, --etcd-key, --etcd-user,
+// --etcd-password, --etcd-password-file). The agent's and the
+// coordinator's Config embed it, next to their own Etcd endpoints;
+// ClientOptionsFor joins the two.
+type EtcdAuth struct {
+	// EtcdCA, EtcdCert, EtcdKey configure TLS to etcd (optional).
+	EtcdCA, EtcdCert, EtcdKey string
+	// EtcdUsername and EtcdPassword authenticate to etcd (optional).
+	EtcdUsername, EtcdPassword string
+	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
+	// or stricter), instead of EtcdPassword.
+	EtcdPasswordFile string
+}
+
+// ClientOptionsFor returns the ClientOptions of a daemon's etcd settings:
+// endpoints and auth (no DialTimeout or Logger).
+func ClientOptionsFor(endpoints []string, auth EtcdAuth) ClientOptions {
+	return ClientOptions{
+		Endpoints: endpoints,
+		CAFile:    auth.EtcdCA, CertFile: auth.EtcdCert, KeyFile: auth.EtcdKey,
+		Username: auth.EtcdUsername, Password: auth.EtcdPassword, PasswordFile: auth.EtcdPasswordFile,
+	}
+}
+
 // Violations lists every problem of o, each as "<flag>: <what is wrong>",
 // named by the daemons' flags (etcd, etcd-cert, etcd-password). An empty
 // Endpoints list is not one (a daemon may run without etcd); Validate

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -93,5 +94,16 @@ func TestPasswordFileAndKeyModes(t *testing.T) {
 	vs := ClientOptions{Endpoints: []string{"127.0.0.1:2379"}, Password: "x", PasswordFile: pw}.Violations()
 	if len(vs) != 3 { // both given; and each needs etcd-user
 		t.Fatalf("violations %q, want: needs etcd-user (twice) and exclude each other", vs)
+	}
+}
+
+func TestClientOptionsFor(t *testing.T) {
+	auth := EtcdAuth{EtcdCA: "ca.pem", EtcdCert: "c.pem", EtcdKey: "k.pem",
+		EtcdUsername: "u", EtcdPassword: "p", EtcdPasswordFile: "pw"}
+	got := ClientOptionsFor([]string{"a:1", "b:2"}, auth)
+	want := ClientOptions{Endpoints: []string{"a:1", "b:2"}, CAFile: "ca.pem", CertFile: "c.pem", KeyFile: "k.pem",
+		Username: "u", Password: "p", PasswordFile: "pw"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("ClientOptionsFor = %+v, want %+v", got, want)
 	}
 }

@@ -121,18 +121,8 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	// The seeds one after the other (each joins the ones before), then the
 	// others StartParallel at a time.
 	seeds := min(cfg.Seeds, cfg.N)
-	startOne := func(i int) error {
-		a, err := f.start(ctx, i, trs[i])
-		if err != nil {
-			return err
-		}
-		f.mu.Lock()
-		f.agents[i] = a
-		f.mu.Unlock()
-		return nil
-	}
 	for i := range seeds {
-		if err := startOne(i); err != nil {
+		if err := f.startAt(ctx, i, trs[i]); err != nil {
 			for _, tr := range trs[i+1:] {
 				tr.Shutdown()
 			}
@@ -148,7 +138,7 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			errs[i] = startOne(i)
+			errs[i] = f.startAt(ctx, i, trs[i])
 		}()
 	}
 	wg.Wait()
@@ -268,6 +258,11 @@ func (f *Fleet) Restart(ctx context.Context, i int) error {
 	if err != nil {
 		return err
 	}
+	return f.startAt(ctx, i, tr)
+}
+
+// startAt starts agent i on tr and puts it in the fleet.
+func (f *Fleet) startAt(ctx context.Context, i int, tr *simnet.Transport) error {
 	a, err := f.start(ctx, i, tr)
 	if err != nil {
 		return err
@@ -324,6 +319,19 @@ func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, fai
 	if a == nil {
 		return fmt.Errorf("scale: %s is not running", Name(i))
 	}
+	resp, err := a.LocalAPI().Report(ctx, FirstAttempts(deps, successes, failures))
+	if err != nil {
+		return err
+	}
+	if len(resp.GetErrors()) > 0 {
+		return fmt.Errorf("scale: %s refused: %s", Name(i), resp.GetErrors()[0].GetMessage())
+	}
+	return nil
+}
+
+// FirstAttempts is the Report request of a client that made successes
+// and failures first attempts to each of deps (no rows for zero counts).
+func FirstAttempts(deps []string, successes, failures uint32) *fuseboxv1.ReportRequest {
 	req := &fuseboxv1.ReportRequest{}
 	for _, dep := range deps {
 		if successes > 0 {
@@ -335,14 +343,7 @@ func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, fai
 				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
 		}
 	}
-	resp, err := a.LocalAPI().Report(ctx, req)
-	if err != nil {
-		return err
-	}
-	if len(resp.GetErrors()) > 0 {
-		return fmt.Errorf("scale: %s refused: %s", Name(i), resp.GetErrors()[0].GetMessage())
-	}
-	return nil
+	return req
 }
 
 // Rejects reports whether a client of agent i would be refused a first

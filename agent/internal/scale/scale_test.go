@@ -9,6 +9,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,14 +30,7 @@ func fleet(t *testing.T, n int, link simnet.Link) *Fleet {
 		// probe interval) after Shutdown: wait for them here, since
 		// goleak's retries in TestMain are shorter than that on a busy
 		// machine.
-		deadline := time.Now().Add(30 * time.Second)
-		for err := goleak.Find(); err != nil; err = goleak.Find() {
-			if time.Now().After(deadline) {
-				t.Errorf("goroutines left 30 s after the fleet closed: %v", err)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		sstest.EventuallyNoError(t, 30*time.Second, "no goroutine left after the fleet closed", func() error { return goleak.Find() })
 	})
 	return f
 }

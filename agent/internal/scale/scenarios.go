@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Policy is the fleet default of the scenarios: DefaultPolicy (20
@@ -60,8 +61,9 @@ func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, succe
 	}
 }
 
-// spread picks k agents spread over the fleet (0, N/k, 2N/k, ...).
-func spread(n, k int) []int {
+// Spread picks k of n agents spread over the fleet (0, n/k, 2n/k, ...):
+// the clients of the scenarios, here and in package procs.
+func Spread(n, k int) []int {
 	k = min(k, n)
 	out := make([]int, k)
 	for j := range k {
@@ -117,14 +119,14 @@ type TripResult struct {
 // failures until every agent rejects dep, or ctx ends. Time is measured by
 // polling every agent's snapshot every millisecond.
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
-	clients := spread(f.Size(), k)
+	clients := Spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
-	if !sleep(ctx, warm/4) {
+	if !ctxtime.Sleep(ctx, warm/4) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, warm) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
@@ -239,17 +241,6 @@ func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first 
 	return first, nil
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // SteadyResult is what scenarios (b) and (c) measured.
 type SteadyResult struct {
 	// Deps is how many dependencies had traffic; PerAgent how many of them
@@ -297,11 +288,11 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			s()
 		}
 	}()
-	if !sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, warm) {
 		return r, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !sleep(ctx, measure) {
+	if !ctxtime.Sleep(ctx, measure) {
 		return r, ctx.Err()
 	}
 	s1, t1 := f.Net.Stats(), time.Now()
@@ -371,15 +362,15 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	var r PartitionResult
 	n := f.Size()
 	half := n / 2
-	sick := spread(half, k)
+	sick := Spread(half, k)
 	var healthy []int
-	for _, i := range spread(n-half, k) {
+	for _, i := range Spread(n-half, k) {
 		healthy = append(healthy, half+i)
 	}
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
 	defer stopHealthy()
 	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
-	if !sleep(ctx, time.Second) {
+	if !ctxtime.Sleep(ctx, time.Second) {
 		stopSick()
 		return r, ctx.Err()
 	}
@@ -537,7 +528,7 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 	var r ChurnResult
 	n := f.Size()
 	count := max(1, int(float64(n)*frac))
-	stop := f.traffic(ctx, spread(n, k), []string{dep}, 0, 10)
+	stop := f.traffic(ctx, Spread(n, k), []string{dep}, 0, 10)
 	defer stop()
 	var idx []int
 	for j := range count {

@@ -223,17 +223,3 @@ func IsLoopbackAddr(addr net.Addr) bool {
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
 }
-
-// IsLoopbackHost reports whether a listen address's host ("127.0.0.1",
-// "::1", "localhost") is loopback. An empty host or 0.0.0.0 is not.
-func IsLoopbackHost(hostport string) bool {
-	host, _, err := net.SplitHostPort(hostport)
-	if err != nil {
-		return false
-	}
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}

@@ -128,29 +128,40 @@ type endpoint struct {
 
 var _ net.Conn = (*endpoint)(nil)
 
+// endNow says whether a Read or Write of n bytes returns at once, and with
+// what: the first of errs that is not nil (in the order given), else
+// os.ErrDeadlineExceeded when deadline has passed at now, else nil when
+// there is nothing to move (n == 0). Its caller holds the half's lock.
+func endNow(now, deadline time.Time, n int, errs ...error) (bool, error) {
+	for _, err := range errs {
+		if err != nil {
+			return true, err
+		}
+	}
+	if !deadline.IsZero() && !now.Before(deadline) {
+		return true, os.ErrDeadlineExceeded
+	}
+	return n == 0, nil
+}
+
+// errIf returns err when cond holds, else nil.
+func errIf(cond bool, err error) error {
+	if cond {
+		return err
+	}
+	return nil
+}
+
 // Read returns the bytes that have arrived, waiting for them (or for the
 // read deadline, EOF, a reset) when none have.
 func (e *endpoint) Read(p []byte) (int, error) {
 	h := e.in
 	h.mu.Lock()
 	for {
-		switch {
-		case h.rclosed:
-			h.mu.Unlock()
-			return 0, net.ErrClosed
-		case h.err != nil:
-			err := h.err
+		now := time.Now()
+		if end, err := endNow(now, h.rdeadline, len(p), errIf(h.rclosed, net.ErrClosed), h.err); end {
 			h.mu.Unlock()
 			return 0, err
-		}
-		now := time.Now()
-		if !h.rdeadline.IsZero() && !now.Before(h.rdeadline) {
-			h.mu.Unlock()
-			return 0, os.ErrDeadlineExceeded
-		}
-		if len(p) == 0 {
-			h.mu.Unlock()
-			return 0, nil
 		}
 		n := 0
 		for n < len(p) && len(h.chunks) > 0 && !h.chunks[0].at.After(now) {
@@ -201,26 +212,10 @@ func (e *endpoint) Read(p []byte) (int, error) {
 func (e *endpoint) Write(p []byte) (int, error) {
 	h := e.out
 	h.mu.Lock()
-	switch {
-	case h.wclosed:
-		h.mu.Unlock()
-		return 0, net.ErrClosed
-	case h.err != nil:
-		err := h.err
+	now := time.Now()
+	if end, err := endNow(now, h.wdeadline, len(p), errIf(h.wclosed, net.ErrClosed), h.err, errIf(h.rclosed, errBroken)); end {
 		h.mu.Unlock()
 		return 0, err
-	case h.rclosed:
-		h.mu.Unlock()
-		return 0, errBroken
-	}
-	now := time.Now()
-	if !h.wdeadline.IsZero() && !now.Before(h.wdeadline) {
-		h.mu.Unlock()
-		return 0, os.ErrDeadlineExceeded
-	}
-	if len(p) == 0 {
-		h.mu.Unlock()
-		return 0, nil
 	}
 	_, delay := e.owner.net.fate(e.link, false)
 	at := now.Add(delay)

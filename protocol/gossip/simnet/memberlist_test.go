@@ -9,6 +9,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // cluster starts size real memberlists on n, all joined through the first.
@@ -30,14 +32,7 @@ func cluster(t *testing.T, n *Network, size int) []*memberlist.Memberlist {
 		// memberlist's probe goroutines end by their own timers after
 		// Shutdown, which on a loaded machine takes longer than
 		// goleak's retries in TestMain wait for.
-		deadline := time.Now().Add(30 * time.Second)
-		for err := goleak.Find(); err != nil; err = goleak.Find() {
-			if time.Now().After(deadline) {
-				t.Errorf("goroutines left 30 s after the memberlists shut down: %v", err)
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		sstest.EventuallyNoError(t, 30*time.Second, "no goroutine left after the memberlists shut down", func() error { return goleak.Find() })
 	})
 	for i := range size {
 		tr, err := n.NewTransport("")
@@ -73,27 +68,16 @@ func cluster(t *testing.T, n *Network, size int) []*memberlist.Memberlist {
 // (3 minutes at most).
 func waitMembers(t *testing.T, what string, ms []*memberlist.Memberlist, want int) {
 	t.Helper()
-	start := time.Now()
 	// Generous: under -race on a busy 2-core machine a heal took over a
 	// minute to spread (memberlist refutes the deaths by gossip).
-	deadline := start.Add(3 * time.Minute)
-	for {
-		bad := -1
-		for i, m := range ms {
-			if m.NumMembers() != want {
-				bad = i
-				break
+	sstest.EventuallyNoError(t, 3*time.Minute, fmt.Sprintf("%s: %d members everywhere", what, want), func() error {
+		for _, m := range ms {
+			if n := m.NumMembers(); n != want {
+				return fmt.Errorf("%s sees %d members", m.LocalNode().Name, n)
 			}
 		}
-		if bad < 0 {
-			t.Logf("%s: %d members everywhere after %v", what, want, time.Since(start).Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s sees %d members, want %d", what, ms[bad].LocalNode().Name, ms[bad].NumMembers(), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestMemberlistFullMembership runs 20 real memberlists on a lossy, slow

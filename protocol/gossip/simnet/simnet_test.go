@@ -16,6 +16,8 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"go.uber.org/goleak"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -50,18 +52,6 @@ func recv(t *testing.T, tr *Transport) *memberlist.Packet {
 	case <-timer.C:
 		t.Fatalf("%s: no packet within 5 s", tr.Addr())
 		return nil
-	}
-}
-
-// eventually waits up to 10 s for cond.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -327,7 +317,7 @@ func TestPartitionDropsPacketsInFlight(t *testing.T) {
 	if err := n.Partition(map[string][]string{"alone": {b.Addr()}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the in-flight packet to be cut", func() bool { return a.Stats().PacketsCut == 1 })
+	sstest.Eventually(t, 10*time.Second, "the in-flight packet to be cut", func() bool { return a.Stats().PacketsCut == 1 })
 	if b.Stats().PacketsReceived != 0 || b.QueueLen() != 0 {
 		t.Fatal("a packet sent before the partition arrived across it")
 	}
@@ -514,7 +504,7 @@ func TestShutdown(t *testing.T) {
 		defer wg.Done()
 		_, dialErr = b.DialTimeout(c.Addr(), time.Hour)
 	}()
-	eventually(t, "the dial to wait", func() bool { return n.waiting.Load() == 1 })
+	sstest.Eventually(t, 10*time.Second, "the dial to wait", func() bool { return n.waiting.Load() == 1 })
 	n.Close()
 	wg.Wait()
 	if !errors.Is(dialErr, ErrClosed) {

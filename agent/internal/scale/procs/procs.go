@@ -32,6 +32,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent/internal/scale"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
@@ -254,17 +255,6 @@ func writePolicy(ctx context.Context, etcd *embedded.Server) error {
 	return nil
 }
 
-// spread picks k agents spread over the fleet (0, N/k, 2N/k, …), as
-// package scale's scenarios do.
-func spread(n, k int) []int {
-	k = min(k, n)
-	out := make([]int, k)
-	for j := range k {
-		out[j] = j * n / k
-	}
-	return out
-}
-
 // trip runs the scenario on a started fleet and fills res.
 func trip(ctx context.Context, f *fleet, res *Result) error {
 	cfg := f.cfg
@@ -275,10 +265,10 @@ func trip(ctx context.Context, f *fleet, res *Result) error {
 	}
 	defer obs.stop()
 
-	clients := spread(cfg.N, cfg.Clients)
+	clients := scale.Spread(cfg.N, cfg.Clients)
 	f.logf("clients on agents %v report healthy calls for %v", clients, cfg.Warm)
 	stop := f.traffic(ctx, clients, dep, 10, 0)
-	ok := sleep(ctx, cfg.Warm)
+	ok := ctxtime.Sleep(ctx, cfg.Warm)
 	stop()
 	if !ok {
 		return ctx.Err()
@@ -334,15 +324,7 @@ func trip(ctx context.Context, f *fleet, res *Result) error {
 func (f *fleet) traffic(ctx context.Context, clients []int, dep string, successes, failures uint32) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
-	req := &fuseboxv1.ReportRequest{}
-	if successes > 0 {
-		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
-			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_SUCCESS, Count: successes})
-	}
-	if failures > 0 {
-		req.Outcomes = append(req.Outcomes, &fuseboxv1.OutcomeReport{Dependency: dep,
-			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: failures})
-	}
+	req := scale.FirstAttempts([]string{dep}, successes, failures)
 	for _, i := range clients {
 		p := f.procs[i]
 		wg.Add(1)
@@ -424,17 +406,6 @@ func (f *fleet) proposers(ctx context.Context, dep string) (int, error) {
 		return n, fmt.Errorf("scale-procs: counting the proposers: %w", err)
 	}
 	return n, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // BuildAgent builds ./cmd/fusebox-agent of the module at root (the

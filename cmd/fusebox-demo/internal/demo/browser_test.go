@@ -8,9 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,141 +22,6 @@ import (
 
 // browserTimeout bounds each wait on the page.
 const browserTimeout = 45 * time.Second
-
-// outputDir is where the test leaves its screenshots: $FUSEBOX_TEST_ARTIFACTS
-// when set (kept after the test), else the test's temporary directory.
-func outputDir(t *testing.T) string {
-	if dir := os.Getenv("FUSEBOX_TEST_ARTIFACTS"); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		return dir
-	}
-	return t.TempDir()
-}
-
-// browser is one headless Chromium tab.
-type browser struct {
-	t   *testing.T
-	ctx context.Context
-	dir string
-
-	mu     sync.Mutex
-	errors []string // exceptions the page threw
-}
-
-// newBrowser starts headless Chromium with a fresh profile; it is stopped
-// at cleanup.
-func newBrowser(t *testing.T) *browser {
-	t.Helper()
-	chromiumPath := dashboardtest.Chromium(t) // skips with FUSEBOX_SKIP_BROWSER=1, fails when there is none
-	allocCtx, stopAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(filepath.Join(t.TempDir(), "profile")),
-		chromedp.WindowSize(1400, 860),
-	)
-	ctx, stopTab := chromedp.NewContext(allocCtx)
-	b := &browser{t: t, ctx: ctx, dir: outputDir(t)}
-	stop := func() {
-		stopTab()
-		stopAlloc()
-	}
-	// The first action launches the browser; it must not carry a deadline
-	// (the browser would live only as long as it).
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		stop()
-		t.Fatalf("starting %s: %v", chromiumPath, err)
-	}
-	msgs := chromedp.Console(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for m, err := range msgs {
-			if err != nil {
-				return
-			}
-			if m.IsException() {
-				b.mu.Lock()
-				b.errors = append(b.errors, m.String())
-				b.mu.Unlock()
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		stop()
-		wg.Wait()
-	})
-	return b
-}
-
-// do runs actions on the tab, failing the test (with a screenshot) after
-// browserTimeout.
-func (b *browser) do(what string, actions ...chromedp.Action[chromedp.Void]) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
-	defer cancel()
-	if err := chromedp.Do(ctx, actions...); err != nil {
-		b.screenshot("failure")
-		b.t.Fatalf("%s: %v", what, err)
-	}
-}
-
-// until waits for a JavaScript condition to hold on the page.
-func (b *browser) until(what, js string) {
-	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, browserTimeout)
-	defer cancel()
-	_, err := chromedp.Run(ctx, chromedp.Poll[bool]("Boolean("+js+")",
-		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(browserTimeout)))
-	if err != nil {
-		b.screenshot("failure")
-		b.t.Fatalf("waiting for %s: %v\npage: %s", what, err, b.text("document.body.innerText.slice(0, 2000)"))
-	}
-}
-
-// text evaluates a JavaScript expression to a string ("" on error).
-func (b *browser) text(js string) string {
-	ctx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Evaluate[string]("String("+js+")"))
-	if err != nil {
-		return fmt.Sprintf("(%v)", err)
-	}
-	return s
-}
-
-// screenshot saves the viewport as NAME.png in the output directory.
-func (b *browser) screenshot(name string) string {
-	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
-	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
-	if err != nil {
-		b.t.Logf("screenshot %s: %v", name, err)
-		return ""
-	}
-	path := filepath.Join(b.dir, name+".png")
-	if err := os.WriteFile(path, png, 0o644); err != nil {
-		b.t.Logf("screenshot %s: %v", name, err)
-		return ""
-	}
-	b.t.Logf("screenshot %s", path)
-	return path
-}
-
-func (b *browser) exceptions() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]string(nil), b.errors...)
-}
 
 // recordBadges makes the page remember every state each dependency's
 // badge shows (window.badgeHistory: name → states, in order), so that a
@@ -182,12 +45,6 @@ const recordBadges = `(() => {
 // badge is the JavaScript expression of a dependency's badge state.
 func badge(dep string) string {
 	return fmt.Sprintf(`document.querySelector('tr[data-dep=%q] .badge')?.dataset.state`, dep)
-}
-
-// typeText replaces an input's value the way a user does: key by key, so
-// the page sees its input events.
-func typeText(sel, text string) chromedp.Action[chromedp.Void] {
-	return chromedp.Steps(chromedp.Clear(chromedp.CSS(sel)), chromedp.SendKeys(chromedp.CSS(sel), text))
 }
 
 // ctlStatus is the part of `fuseboxctl status -o json` the test reads.
@@ -234,37 +91,38 @@ func fuseboxctlStatus(t *testing.T, d *demo.Demo) ctlStatus {
 // shows the forced-open badge, every agent applies it, and `fuseboxctl
 // status` agrees.
 func TestDashboardInBrowser(t *testing.T) {
-	b := newBrowser(t)
+	b := dashboardtest.NewBrowser(t, dashboardtest.Chromium(t), // skips with FUSEBOX_SKIP_BROWSER=1, fails when there is none
+		dashboardtest.BrowserOptions{Width: 1400, Height: 860, Timeout: browserTimeout})
 	cfg := testConfig(t, 4*time.Second)
 	d := startDemo(t, cfg)
 
-	b.do("open the dashboard", chromedp.Navigate(d.DashboardURL()), chromedp.WaitVisible(chromedp.CSS("#token")))
-	if got := b.text(recordBadges); got != "true" {
+	b.Run("open the dashboard", chromedp.Navigate(d.DashboardURL()), chromedp.WaitVisible(chromedp.CSS("#token")))
+	if got := b.Eval("String(" + recordBadges + ")"); got != "true" {
 		t.Fatalf("installing the badge recorder: %s", got)
 	}
-	b.do("type the admin token", typeText("#token", d.AdminToken()))
-	b.until("the event stream to be live", `document.querySelector('#conn')?.dataset.state === 'live'`)
-	b.until("both dependencies on the page", badge(demo.ShippingAPI)+` && `+badge(demo.CatalogAPI))
+	b.Run("type the admin token", dashboardtest.TypeInto("#token", d.AdminToken()))
+	b.Wait("the event stream to be live", `document.querySelector('#conn')?.dataset.state === 'live'`)
+	b.Wait("both dependencies on the page", badge(demo.ShippingAPI)+` && `+badge(demo.CatalogAPI))
 
 	// The first failing phase starts 4s after the traffic: the breaker
 	// opens within a second of it, and the page follows the events.
-	b.until(demo.ShippingAPI+" to show open", `(window.badgeHistory[`+quoteJS(demo.ShippingAPI)+`] || []).includes('open')`)
-	b.screenshot("dashboard-shipping-open")
-	t.Logf("%s badge states seen: %s", demo.ShippingAPI, b.text(`JSON.stringify(window.badgeHistory[`+quoteJS(demo.ShippingAPI)+`])`))
+	b.Wait(demo.ShippingAPI+" to show open", `(window.badgeHistory[`+quoteJS(demo.ShippingAPI)+`] || []).includes('open')`)
+	b.Screenshot("dashboard-shipping-open")
+	t.Logf("%s badge states seen: %s", demo.ShippingAPI, b.Eval(`JSON.stringify(window.badgeHistory[`+quoteJS(demo.ShippingAPI)+`])`))
 
-	b.do("force catalog-api open",
-		typeText("#force-dep", demo.CatalogAPI),
-		typeText("#force-ttl", "10m"),
-		typeText("#force-reason", "browser test"),
+	b.Run("force catalog-api open",
+		dashboardtest.TypeInto("#force-dep", demo.CatalogAPI),
+		dashboardtest.TypeInto("#force-ttl", "10m"),
+		dashboardtest.TypeInto("#force-reason", "browser test"),
 		chromedp.Click(chromedp.CSS("#force-open-btn")),
 	)
-	b.until("the action's result", `['ok', 'error'].includes(document.querySelector('#action-status')?.dataset.result)`)
-	if res := b.text(`document.querySelector('#action-status').dataset.result`); res != "ok" {
-		b.screenshot("failure")
-		t.Fatalf("force-open through the dashboard: %s: %s", res, b.text(`document.querySelector('#action-status').textContent`))
+	b.Wait("the action's result", `['ok', 'error'].includes(document.querySelector('#action-status')?.dataset.result)`)
+	if res := b.Eval(`document.querySelector('#action-status').dataset.result`); res != "ok" {
+		b.Screenshot("failure")
+		t.Fatalf("force-open through the dashboard: %s: %s", res, b.Eval(`document.querySelector('#action-status').textContent`))
 	}
-	b.until(demo.CatalogAPI+" to show forced-open", badge(demo.CatalogAPI)+` === 'forced-open'`)
-	shot := b.screenshot("dashboard-forced-open")
+	b.Wait(demo.CatalogAPI+" to show forced-open", badge(demo.CatalogAPI)+` === 'forced-open'`)
+	shot := b.Screenshot("dashboard-forced-open")
 	if shot == "" {
 		t.Error("no screenshot of the forced-open dashboard")
 	}
@@ -307,8 +165,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	for _, p := range problems {
 		t.Errorf("fuseboxctl status disagrees with the dashboard: %s", p)
 	}
-	if ex := b.exceptions(); len(ex) > 0 {
-		t.Errorf("the page threw:\n%s", strings.Join(ex, "\n"))
+	if probs := b.Problems(); len(probs) > 0 {
+		t.Errorf("the page reported:\n%s", strings.Join(probs, "\n"))
 	}
 }
 

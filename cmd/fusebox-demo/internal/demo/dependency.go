@@ -1,7 +1,6 @@
 package demo
 
 import (
-	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // HeaderProbe marks a request that is a half-open probe ("1"): the demo's
@@ -106,7 +107,7 @@ func (d *dependency) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Recovering:
 		delay = recoveringLatency
 	}
-	if delay > 0 && !sleep(r.Context(), delay) {
+	if delay > 0 && !ctxtime.Sleep(r.Context(), delay) {
 		return // the caller gave up
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -142,16 +143,4 @@ func (d *dependency) probeStatsIn(k int) ProbeStats {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.byPhase[k]
-}
-
-// sleep waits d or until ctx is done; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

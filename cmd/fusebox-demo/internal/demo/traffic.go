@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/clientlib"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Counts are what the demo's services did with one dependency, counted on
@@ -148,7 +149,7 @@ func (s *service) fallbacks() map[string]uint64 {
 func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep *clientlib.Dependency, url string, interval time.Duration, c *counters) {
 	defer wg.Done()
 	// Spread the workers over the interval.
-	if !sleep(ctx, rand.N(interval)) {
+	if !ctxtime.Sleep(ctx, rand.N(interval)) {
 		return
 	}
 	t := time.NewTicker(interval)

@@ -1,0 +1,123 @@
+package demo
+
+import (
+	"context"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
+)
+
+// startTraffic prints the banner and starts the workers and the
+// background loops (watcher, sampler, phase reporter).
+func (d *Demo) startTraffic() {
+	d.printBanner()
+	names := make([]string, len(d.deps))
+	for i, dep := range d.deps {
+		names[i] = dep.name
+	}
+	d.series = newSeries(names, d.ctrs)
+	d.marks = []mark{{phase: 0, at: d.sched.start, counts: make([]Counts, len(d.deps))}}
+
+	bgCtx, bgCancel := context.WithCancel(context.Background())
+	d.bgCancel = bgCancel
+	if len(d.agents) > 0 {
+		w := newWatcher(d.agents, d.sched, d.recordTransition)
+		d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
+	}
+	d.started.Store(true)
+	d.goBackground(func() { d.every(bgCtx, sampleInterval, d.series.record) })
+	d.goBackground(func() { d.reportPhases(bgCtx) })
+
+	trafficCtx, trafficCancel := context.WithCancel(context.Background())
+	d.trafficCancel = trafficCancel
+	for _, s := range d.services {
+		for i, dep := range d.deps {
+			rate := d.cfg.Rate
+			if dep.name == CatalogAPI {
+				rate = d.cfg.CatalogRate
+			}
+			workers, interval := pace(rate)
+			handle := s.client.Dependency(dep.name)
+			for range workers {
+				d.trafficWG.Add(1)
+				go s.worker(trafficCtx, &d.trafficWG, handle, dep.URL(), interval, d.ctrs[i])
+			}
+		}
+	}
+	if d.cfg.Duration > 0 {
+		d.timerWG.Add(1)
+		go func() {
+			defer d.timerWG.Done()
+			t := time.NewTimer(time.Until(d.sched.start.Add(d.cfg.Duration)))
+			defer t.Stop()
+			select {
+			case <-t.C:
+				d.finish()
+			case <-d.stop:
+			}
+		}()
+	}
+}
+
+func (d *Demo) goBackground(fn func()) {
+	d.bgWG.Add(1)
+	go func() {
+		defer d.bgWG.Done()
+		fn()
+	}()
+}
+
+// every calls fn(now) every interval until ctx is done.
+func (d *Demo) every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	fn(time.Now())
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			fn(now)
+		}
+	}
+}
+
+// reportPhases logs each phase as it starts and the traffic of the one
+// that ended, and marks the counters at the boundary.
+func (d *Demo) reportPhases(ctx context.Context) {
+	d.printf("%7.2fs  phase %-10s  %s %s\n", 0.0, Healthy, ShippingAPI, Healthy.describe())
+	for k := 1; ; k++ {
+		at, _ := d.sched.bounds(k)
+		if !ctxtime.Sleep(ctx, time.Until(at)) {
+			return
+		}
+		d.markPhase(k, at)
+		p := Phase(k % int(numPhases))
+		d.printf("%7.2fs  phase %-10s  %s %s\n", at.Sub(d.sched.start).Seconds(), p, ShippingAPI, p.describe())
+	}
+}
+
+// markPhase records the counters at the start of phase k and logs the
+// traffic of phase k-1.
+func (d *Demo) markPhase(k int, at time.Time) {
+	m := mark{phase: k, at: at, counts: make([]Counts, len(d.ctrs))}
+	for i, c := range d.ctrs {
+		m.counts[i] = c.load()
+	}
+	d.mu.Lock()
+	prev := d.marks[len(d.marks)-1]
+	d.marks = append(d.marks, m)
+	d.mu.Unlock()
+	for i, dep := range d.deps {
+		c := m.counts[i].Minus(prev.counts[i])
+		d.printf("%7.2fs  traffic %-8s %s\n", at.Sub(d.sched.start).Seconds(), Phase((k-1)%int(numPhases)).String()+":",
+			formatCounts(dep.name, c))
+	}
+}
+
+func (d *Demo) recordTransition(t Transition) {
+	d.mu.Lock()
+	d.transitions = append(d.transitions, t)
+	d.mu.Unlock()
+	d.printf("%s\n", t)
+}
