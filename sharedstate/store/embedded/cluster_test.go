@@ -43,4 +43,21 @@ func TestClusterLosesItsLeader(t *testing.T) {
 		t.Fatalf("Get(k) after the leader's loss = %v, %v", resp, err)
 	}
 	cl.Kill(old) // harmless
+
+	// The killed member comes back with its data, on its URLs, and serves
+	// what was written while it was away.
+	if err := cl.Restart(old); err != nil {
+		t.Fatal(err)
+	}
+	if !cl.Running(old) {
+		t.Fatalf("member %d does not run after Restart", old)
+	}
+	cl.WaitLeader(t, 10*time.Second)
+	only := embeddedtest.ClientOf(t, cl.Endpoint(old))
+	sstest.Eventually(t, 15*time.Second, "the restarted member to serve the write made while it was away", func() bool {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		resp, err := only.Get(rctx, "k")
+		return err == nil && len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == "after"
+	})
 }

@@ -30,6 +30,7 @@ import (
 //	cli := cl.Client(t)                   // all members' endpoints
 //	i := cl.WaitLeader(t, 10*time.Second) // the leader's index
 //	cl.Kill(i)                            // as a crash: no leadership transfer
+//	err := cl.Restart(i)                  // back on its data and URLs
 type Cluster struct {
 	members []*member
 	before  goleak.Option // the goroutines that ran before the cluster
@@ -37,13 +38,74 @@ type Cluster struct {
 
 // member is one etcd of a Cluster.
 type member struct {
-	name      string
-	clientURL string // with the port the kernel picked
+	name, dir string
+	peerURL   string // http://127.0.0.1:port
+	initial   string // the initial cluster, name=peerURL,...
+	token     string
 
-	mu     sync.Mutex
-	etcd   *embed.Etcd // nil once killed
+	mu   sync.Mutex  // serializes Kill and Restart; guards etcd
+	etcd *embed.Etcd // nil once killed
+
+	// clientURL has the port the kernel picked at the first start, before
+	// StartCluster returned; never written again (read without mu).
+	clientURL string
+
 	grpcMu sync.Mutex
-	grpcs  []*grpc.Server
+	grpcs  []*grpc.Server // the running etcd's client-facing gRPC servers
+}
+
+// start starts m's etcd on its data directory (its client URL on port 0
+// the first time, on the same port afterwards) and returns at once: a
+// member is ready only once a quorum runs (ready waits for it).
+func (m *member) start() error {
+	cfg := embed.NewConfig()
+	cfg.Name = m.name
+	cfg.Dir = m.dir
+	cu := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
+	if m.clientURL != "" {
+		cu.Host = strings.TrimPrefix(m.clientURL, "http://")
+	}
+	pu, err := url.Parse(m.peerURL)
+	if err != nil {
+		return err
+	}
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = m.initial
+	cfg.InitialClusterToken = m.token
+	cfg.TickMs, cfg.ElectionMs = 10, 100
+	cfg.UnsafeNoFsync = true
+	cfg.LogLevel = "fatal"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.ServiceRegister = func(gs *grpc.Server) {
+		m.grpcMu.Lock()
+		defer m.grpcMu.Unlock()
+		m.grpcs = append(m.grpcs, gs)
+	}
+	e, err := embed.StartEtcd(cfg) // cleans up after itself on error
+	if err != nil {
+		return fmt.Errorf("member %s: %w", m.name, err)
+	}
+	m.etcd = e
+	if m.clientURL == "" {
+		m.clientURL = "http://" + e.Clients[0].Addr().String()
+	}
+	return nil
+}
+
+// ready waits until m's etcd serves, or timer fires.
+func (m *member) ready(timer *time.Timer) error {
+	select {
+	case <-m.etcd.Server.ReadyNotify():
+		return nil
+	case err, ok := <-m.etcd.Err():
+		if !ok || err == nil {
+			err = errors.New("stopped")
+		}
+		return fmt.Errorf("member %s failed before it was ready: %w", m.name, err)
+	case <-timer.C:
+		return fmt.Errorf("member %s not ready after 30s", m.name)
+	}
 }
 
 // StartCluster starts an n-member cluster in t.TempDir() and closes it in
@@ -89,45 +151,19 @@ func startCluster(dir string, n int) (c *Cluster, err error) {
 		}
 	}()
 	for i := range n {
-		m := &member{name: fmt.Sprintf("m%d", i)}
-		cfg := embed.NewConfig()
-		cfg.Name = m.name
-		cfg.Dir = filepath.Join(dir, m.name)
-		cu := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
-		pu := url.URL{Scheme: "http", Host: peers[i]}
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
-		cfg.InitialCluster = strings.Join(initial, ",")
-		cfg.InitialClusterToken = "embeddedtest-" + filepath.Base(dir)
-		cfg.TickMs, cfg.ElectionMs = 10, 100
-		cfg.UnsafeNoFsync = true
-		cfg.LogLevel = "fatal"
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		cfg.ServiceRegister = func(gs *grpc.Server) {
-			m.grpcMu.Lock()
-			defer m.grpcMu.Unlock()
-			m.grpcs = append(m.grpcs, gs)
+		m := &member{name: fmt.Sprintf("m%d", i), peerURL: "http://" + peers[i],
+			initial: strings.Join(initial, ","), token: "embeddedtest-" + filepath.Base(dir)}
+		m.dir = filepath.Join(dir, m.name)
+		if err := m.start(); err != nil {
+			return nil, err
 		}
-		e, err := embed.StartEtcd(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("member %s: %w", m.name, err)
-		}
-		m.etcd = e
-		m.clientURL = "http://" + e.Clients[0].Addr().String()
 		c.members = append(c.members, m)
 	}
 	timer := time.NewTimer(30 * time.Second)
 	defer timer.Stop()
 	for _, m := range c.members {
-		select {
-		case <-m.etcd.Server.ReadyNotify():
-		case err, ok := <-m.etcd.Err():
-			if !ok || err == nil {
-				err = errors.New("stopped")
-			}
-			return nil, fmt.Errorf("member %s failed before it was ready: %w", m.name, err)
-		case <-timer.C:
-			return nil, fmt.Errorf("member %s not ready after 30s", m.name)
+		if err := m.ready(timer); err != nil {
+			return nil, err
 		}
 	}
 	return c, nil
@@ -172,9 +208,16 @@ func (c *Cluster) EndpointsFirst(i int) []string {
 // Client returns a client of every member, closed in t.Cleanup.
 func (c *Cluster) Client(t testing.TB) *store.Client {
 	t.Helper()
-	cli, err := store.Dial(context.Background(), store.ClientOptions{Endpoints: c.Endpoints()})
+	return ClientOf(t, c.Endpoints()...)
+}
+
+// ClientOf returns a client of the given etcd endpoints (store.Dial's
+// settings), closed in t.Cleanup.
+func ClientOf(t testing.TB, endpoints ...string) *store.Client {
+	t.Helper()
+	cli, err := store.Dial(context.Background(), store.ClientOptions{Endpoints: endpoints})
 	if err != nil {
-		t.Fatalf("embeddedtest: cluster client: %v", err)
+		t.Fatalf("embeddedtest: client of %v: %v", endpoints, err)
 	}
 	t.Cleanup(func() { _ = cli.Close() })
 	return cli
@@ -229,8 +272,8 @@ func (c *Cluster) WaitLeader(t testing.TB, d time.Duration) int {
 // (in-flight requests fail, watches and keep-alives break), and its raft
 // stops at once, without handing leadership over as a graceful stop does,
 // so that the others elect a new leader after an election timeout. Its
-// data directory is kept; it does not come back. Killing a killed member
-// does nothing.
+// data directory is kept for Restart. Killing a killed member does
+// nothing.
 func (c *Cluster) Kill(i int) {
 	m := c.members[i]
 	m.mu.Lock()
@@ -251,6 +294,25 @@ func (c *Cluster) Kill(i int) {
 	// Close releases listeners and goroutines; with raft stopped it
 	// attempts no leadership transfer (no peer is connected any more).
 	e.Close()
+}
+
+// Restart starts killed member i again on its data directory, peer and
+// client URLs, and waits until it serves (which needs a quorum of members
+// running) or 30 s pass. It fails if another process took one of its
+// ports meanwhile. Restarting a running member does nothing.
+func (c *Cluster) Restart(i int) error {
+	m := c.members[i]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.etcd != nil {
+		return nil
+	}
+	if err := m.start(); err != nil {
+		return err
+	}
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	return m.ready(timer)
 }
 
 // Running reports whether member i runs.
