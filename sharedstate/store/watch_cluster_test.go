@@ -14,11 +14,14 @@ import (
 // history is a Handler that records Syncs and Applies in the order they
 // came, so that a test can replay them.
 type history struct {
-	mu      sync.Mutex
-	calls   []historyCall
-	errs    int
-	changed chan struct{}
+	mu       sync.Mutex
+	calls    []historyCall
+	errs     int
+	watching []int64 // the revisions of the Watching calls
+	changed  chan struct{}
 }
+
+var _ store.WatchingHandler = (*history)(nil)
 
 type historyCall struct {
 	sync   *store.State // a Sync, or
@@ -48,6 +51,8 @@ func (h *history) Apply(_ int64, events []store.Event) {
 func (h *history) Invalid(*store.InvalidValueError) {}
 
 func (h *history) Error(error) { h.record(func() { h.errs++ }) }
+
+func (h *history) Watching(rev int64) { h.record(func() { h.watching = append(h.watching, rev) }) }
 
 // replay returns what the handler was told, name → mod revision, and the
 // revision it reached; it reports a change delivered twice or out of order.
@@ -260,7 +265,8 @@ func TestWatchMissesNothingWhenTheLeaderDies(t *testing.T) {
 // (etcd's WithRequireLeader) are told so within a few election timeouts —
 // rather than waiting forever on a member that will not see another write
 // — and retry; once a member comes back and a leader is elected, they
-// resume where they stopped and deliver every write, once and in order.
+// resume where they stopped (WatchingHandler.Watching says so) and deliver
+// every write, once and in order.
 func TestWatchResumesAfterQuorumLoss(t *testing.T) {
 	cl := embeddedtest.StartCluster(t, 3)
 	leader := cl.WaitLeader(t, 10*time.Second)
@@ -273,8 +279,9 @@ func TestWatchResumesAfterQuorumLoss(t *testing.T) {
 	w := &policyWriter{st: st, written: map[string]int64{}}
 	ctx := testCtx(t)
 	w.writeUntil(t, ctx, 5, 10*time.Second, "before the kill")
+	before := w.last
 	for n, h := range watchers {
-		h.waitRevision(t, fmt.Sprintf("watcher %d", n), w.last)
+		h.waitRevision(t, fmt.Sprintf("watcher %d", n), before)
 	}
 	cl.Kill(leader)
 	cl.Kill(other)
@@ -290,4 +297,20 @@ func TestWatchResumesAfterQuorumLoss(t *testing.T) {
 	w.writeUntil(t, ctx, 5, 20*time.Second, "after a quorum came back")
 	t.Logf("lost members %d and %d, brought %d back; %d writes attempted, %d succeeded", leader, other, other, w.n, len(w.written))
 	checkFollowed(t, ctx, w, watchers)
+	// Each watcher said its watch ran after its first Sync and again after
+	// the errors, from where it had stopped, without a re-list.
+	for n, h := range watchers {
+		h.mu.Lock()
+		syncs := 0
+		for _, c := range h.calls {
+			if c.sync != nil {
+				syncs++
+			}
+		}
+		if syncs != 1 || len(h.watching) < 2 || h.watching[0] != h.calls[0].sync.Revision || h.watching[len(h.watching)-1] < before {
+			t.Errorf("watcher %d: %d syncs (at revision %d), Watching at revisions %v; want 1 sync, Watching at its revision, then again at %d or later",
+				n, syncs, h.calls[0].sync.Revision, h.watching, before)
+		}
+		h.mu.Unlock()
+	}
 }
