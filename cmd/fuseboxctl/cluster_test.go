@@ -275,6 +275,18 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 		}
 		return ""
 	}
+	// The agents' registrations (on leases) outlive the leader too, or are
+	// made again.
+	sstest.Eventually(t, 20*time.Second, "the three agents to be registered in etcd", func() bool {
+		members, _, err := st.ListMembers(ctx)
+		agentsSeen := 0
+		for _, m := range members {
+			if m.Member.Role == string(gossip.RoleAgent) {
+				agentsSeen++
+			}
+		}
+		return err == nil && agentsSeen == 3
+	})
 	deadline := time.Now().Add(20 * time.Second)
 	for miss := lacking(); miss != ""; miss = lacking() {
 		if time.Now().After(deadline) {
