@@ -144,12 +144,13 @@ func startCluster(dir string, n int) (c *Cluster, err error) {
 	for i, p := range peers {
 		initial = append(initial, fmt.Sprintf("m%d=http://%s", i, p))
 	}
-	c = &Cluster{}
+	cl := &Cluster{}
 	defer func() {
 		if err != nil {
-			c.Close()
+			cl.Close() // not c: a failing return sets c to nil first
 		}
 	}()
+	c = cl
 	for i := range n {
 		m := &member{name: fmt.Sprintf("m%d", i), peerURL: "http://" + peers[i],
 			initial: strings.Join(initial, ","), token: "embeddedtest-" + filepath.Base(dir)}
