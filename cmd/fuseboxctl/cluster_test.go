@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -287,13 +288,12 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 		}
 		return err == nil && agentsSeen == 3
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for miss := lacking(); miss != ""; miss = lacking() {
-		if time.Now().After(deadline) {
-			t.Fatalf("every agent and the coordinator should follow etcd within 20 s: %s", miss)
+	sstest.EventuallyNoError(t, 20*time.Second, "every agent and the coordinator to follow etcd", func() error {
+		if miss := lacking(); miss != "" {
+			return errors.New(miss)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // runPolicySet runs `fuseboxctl policy set NAME -f -` against the
