@@ -202,9 +202,11 @@ func (a *Agent) saveCache() {
 	}
 }
 
-// watchHandler adapts store.Handler to the agent. Its methods run on the
-// watcher's goroutine, one at a time.
+// watchHandler adapts store.WatchingHandler to the agent. Its methods run
+// on the watcher's goroutine, one at a time.
 type watchHandler Agent
+
+var _ store.WatchingHandler = (*watchHandler)(nil)
 
 func (h *watchHandler) Sync(st store.State) {
 	a := (*Agent)(h)
@@ -257,6 +259,12 @@ func (h *watchHandler) Invalid(err *store.InvalidValueError) {
 	a.m.etcdInvalid.Inc()
 	a.lg.Error("invalid value in etcd ignored, last good value kept", "key", err.Key,
 		"mod_revision", err.ModRevision, "err", err.Err)
+}
+
+// Watching: the watch runs again after an Error (or first runs after a
+// Sync), so the agent follows etcd again.
+func (h *watchHandler) Watching(int64) {
+	(*Agent)(h).m.etcdSynced.Set(1)
 }
 
 func (h *watchHandler) Error(err error) {

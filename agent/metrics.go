@@ -91,7 +91,7 @@ func newMetrics(a *Agent) *metrics {
 	m.etcdInvalid = m.counter("etcd_invalid_values_total",
 		"Invalid policy or override values found in etcd and ignored (the last good value is kept).")
 	m.etcdSynced = m.gauge("etcd_synced",
-		"1 once policies were listed from etcd, 0 after a reported list or watch error until the next list (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+		"1 once policies were listed from etcd, 0 after a reported list or watch error until etcd accepts a watch again (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
 	m.policyRejected = m.counter("policies_rejected_total",
 		"Policies or overrides the engine refused once merged (the last good one is kept).")
 	m.cacheErrors = m.counter("cache_write_errors_total",

@@ -50,7 +50,8 @@ var (
 //	events.ErrClosed, ErrClosed                 → Unavailable
 //	context.DeadlineExceeded / Canceled,
 //	errStreamBroken                             → DeadlineExceeded / Canceled
-//	anything else from etcd that is unavailable → Unavailable
+//	etcd unavailable (store.IsUnavailable: no
+//	leader, leader changed, no connection)      → Unavailable
 //	anything else                               → Internal
 func toStatus(err error) error {
 	if err == nil {
@@ -91,6 +92,10 @@ func toStatus(err error) error {
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, errStreamBroken):
 		return status.Error(codes.Canceled, err.Error())
+	case store.IsUnavailable(err):
+		// etcd's own errors ("etcdserver: leader changed") are not gRPC
+		// statuses once its client returns them: store recognizes them.
+		return status.Error(codes.Unavailable, "etcd unavailable: "+err.Error())
 	}
 	// etcd's client errors are gRPC statuses of etcd's own API: never pass
 	// their codes through (etcd's InvalidArgument is not the caller's).

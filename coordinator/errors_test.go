@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,6 +42,11 @@ func TestToStatus(t *testing.T) {
 		{"canceled", context.Canceled, codes.Canceled},
 		{"etcd down", fmt.Errorf("store: %w", status.Error(codes.Unavailable, "no leader")), codes.Unavailable},
 		{"etcd's own invalid argument", fmt.Errorf("store: %w", status.Error(codes.InvalidArgument, "lease not found")), codes.Internal},
+		// What etcd's client returns for etcd's own errors: rpctypes.EtcdError, no gRPC status.
+		{"etcd leader changed", fmt.Errorf("store: policy.put: read: %w", rpctypes.ErrLeaderChanged), codes.Unavailable},
+		{"etcd without a leader", fmt.Errorf("store: %w", rpctypes.ErrNoLeader), codes.Unavailable},
+		{"etcd timed out after a leader failure", fmt.Errorf("store: %w", rpctypes.ErrTimeoutDueToLeaderFail), codes.Unavailable},
+		{"etcd compacted", fmt.Errorf("store: %w", rpctypes.ErrCompacted), codes.Internal},
 		{"watch fell behind", fmt.Errorf("fusebox: watch fell behind: %w", events.ErrFellBehind), codes.ResourceExhausted},
 		{"watch after an id not kept", fmt.Errorf("x: %w", &events.ReplayError{After: 1, Oldest: 5, Last: 9}), codes.OutOfRange},
 		{"watch while closing", fmt.Errorf("x: %w", events.ErrClosed), codes.Unavailable},

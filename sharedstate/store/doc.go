@@ -44,10 +44,19 @@
 // prefixes, so one stream gives one revision order over both. When the
 // revision it needs has been compacted it lists again; other failures are
 // retried forever with an injectable backoff, and etcd's client resumes a
-// broken watch by itself once etcd is back. Invalid values are reported
-// (Handler.Invalid, with the key) and skipped, keeping the last good value.
-// Every call of the Handler comes from one goroutine; nothing is queued by
-// this package.
+// broken watch by itself once etcd is back. A member without a leader
+// (its cluster lost its quorum) ends the watch (WithRequireLeader): the
+// error is reported (Handler.Error) and the watch retried from where it
+// stopped; a WatchingHandler hears when etcd accepts it again. Invalid
+// values are reported (Handler.Invalid, with the key) and skipped, keeping
+// the last good value. Every call of the Handler comes from one goroutine;
+// nothing is queued by this package.
+//
+// # Reads and writes around a leader change
+//
+// Reads of several keys at one revision (the first step of every write)
+// are retried while etcd is unavailable (IsUnavailable); a write whose
+// outcome is unknown is never retried: its error is returned.
 //
 // # Timeouts
 //

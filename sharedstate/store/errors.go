@@ -3,6 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 var (
@@ -54,3 +58,25 @@ func (e *InvalidValueError) Error() string {
 
 // Unwrap returns the cause.
 func (e *InvalidValueError) Unwrap() error { return e.Err }
+
+// IsUnavailable reports whether err says that etcd could not serve a
+// request for now — it has no leader, its leader changed, it timed out
+// waiting for one, or no connection is up — so that the request may
+// succeed when tried again. Servers map it to their own "unavailable".
+//
+// etcd's client returns etcd's own errors ("etcdserver: leader changed")
+// as rpctypes.EtcdError, which is not a gRPC status: status.FromError alone
+// misses them.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	if st, ok := status.FromError(err); ok {
+		return st.Code() == codes.Unavailable
+	}
+	return false
+}

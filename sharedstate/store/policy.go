@@ -287,10 +287,10 @@ func (s *Store) GetPolicy(ctx context.Context, name string) (PolicyEntry, error)
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	resp, err := s.cli.Txn(ctx).Then(
+	resp, err := s.readTxn(ctx,
 		clientv3.OpGet(s.PolicyKey(name)),
 		clientv3.OpGet(s.PolicyKey(sharedstate.DefaultPolicyName)),
-	).Commit()
+	)
 	if err != nil {
 		return PolicyEntry{}, fmt.Errorf("store: get policy %q: %w", name, err)
 	}
@@ -321,7 +321,7 @@ func (s *Store) EffectivePolicy(ctx context.Context, dependency string) (shareds
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
 	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
-	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.PolicyKey(dependency)), clientv3.OpGet(defKey)).Commit()
+	resp, err := s.readTxn(ctx, clientv3.OpGet(s.PolicyKey(dependency)), clientv3.OpGet(defKey))
 	if err != nil {
 		return sharedstate.Policy{}, 0, fmt.Errorf("store: effective policy %q: %w", dependency, err)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,5 +40,32 @@ func rangeKeys(ctx context.Context, kv clientv3.KV, from, end string, rev int64,
 			return rev, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// readTxn commits a transaction of reads (ops are Gets) at one revision,
+// trying again while etcd is unavailable (IsUnavailable: a leader change,
+// no leader, a reconnect) until ctx ends; it then returns the last error.
+// etcd's client retries a failed Range by itself but no Txn, even one that
+// only reads, and a linearizable read fails with "etcdserver: leader
+// changed" whenever the leader changes: without this every write (which
+// starts with such a read) failed around a leader change.
+//
+// Retry label: idempotent by nature (it only reads).
+func (s *Store) readTxn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	wait := 25 * time.Millisecond
+	for {
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err == nil || !IsUnavailable(err) || ctx.Err() != nil {
+			return resp, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, err
+		case <-t.C:
+		}
+		wait = min(2*wait, 500*time.Millisecond)
 	}
 }

@@ -73,10 +73,10 @@ func (s *Store) TrimAuditRetention(ctx context.Context, r AuditRetention, actor 
 	auditPrefix := s.prefix + auditDir
 	for attempt := 1; ; attempt++ {
 		cctx, cancel := s.ctx(ctx)
-		read, err := s.cli.Txn(cctx).Then(
+		read, err := s.readTxn(cctx,
 			clientv3.OpGet(auditPrefix, append(clientv3.WithFirstKey(), clientv3.WithKeysOnly())...),
 			clientv3.OpGet(auditPrefix, append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...),
-		).Commit()
+		)
 		cancel()
 		if err != nil {
 			return res, fmt.Errorf("store: trim audit: %w", err)

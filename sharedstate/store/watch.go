@@ -118,6 +118,17 @@ type Handler interface {
 	Error(err error)
 }
 
+// WatchingHandler is a Handler that also wants to know when its watch
+// runs: Watching is called, on the watcher's goroutine like the Handler's
+// methods, each time etcd confirms a watch the Watcher opened — after the
+// first Sync, and again after every Error that the Watcher recovered from
+// by watching again (with no re-list in between) — with the revision the
+// handler's state is at. Changes after rev will be delivered.
+type WatchingHandler interface {
+	Handler
+	Watching(rev int64)
+}
+
 // HandlerFuncs is a Handler made of optional functions: a nil one ignores
 // its calls.
 type HandlerFuncs struct {
@@ -426,10 +437,20 @@ func (w *Watcher) watch(delivered *bool) error {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 	defer cancel()
 	from, end := w.watchRange()
-	ch := w.s.cli.Watch(ctx, from, clientv3.WithRange(end), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify())
+	ch := w.s.cli.Watch(ctx, from, clientv3.WithRange(end), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
+		clientv3.WithCreatedNotify())
 	for resp := range ch {
 		if err := resp.Err(); err != nil {
 			return fmt.Errorf("store: watch from revision %d: %w", w.rev+1, err)
+		}
+		if resp.Created {
+			// etcd accepted the watch (a resumed stream inside etcd's
+			// client sends none). Not a delivery: the backoff keeps
+			// growing while watches are created and then fail.
+			if wh, ok := w.h.(WatchingHandler); ok {
+				wh.Watching(w.rev)
+			}
+			continue
 		}
 		*delivered = true
 		if resp.IsProgressNotify() {

@@ -81,10 +81,12 @@ type change struct {
 // for (Expect unset, or only the audit race lost) is retried with a fresh
 // read, up to maxWriteAttempts times.
 //
-// Retry label: the reads are idempotent by nature; the transaction is
-// idempotent by key (its compares make a replay fail, never apply twice) but
-// it is not retried after a transport error, whose outcome is unknown: that
-// error is returned.
+// Retry label: the reads are idempotent by nature (readTxn retries them
+// while etcd is unavailable, as around a leader change); the transaction
+// is idempotent by key (its compares make a replay fail, never apply twice)
+// but it is not retried after a transport or etcd error, whose outcome is
+// unknown: that error is returned (IsUnavailable tells the caller that
+// trying again may help).
 //
 // It returns the revision of the change and the previous key-value (nil if
 // there was none).
@@ -96,10 +98,10 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 	defer cancel()
 	auditPrefix := s.prefix + auditDir
 	for attempt := 1; ; attempt++ {
-		read, err := s.cli.Txn(ctx).Then(
+		read, err := s.readTxn(ctx,
 			clientv3.OpGet(c.key),
 			clientv3.OpGet(auditPrefix, append(clientv3.WithLastKey(), clientv3.WithKeysOnly())...),
-		).Commit()
+		)
 		if err != nil {
 			return 0, nil, fmt.Errorf("store: %s %q: read: %w", c.action, c.dependency, err)
 		}

@@ -1,0 +1,337 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/coordinator"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
+)
+
+// startExternalCoordinator starts a coordinator on the external etcd
+// endpoints etcd, without tokens, and closes it in t.Cleanup.
+func startExternalCoordinator(t *testing.T, etcd []string) *coordinator.Coordinator {
+	t.Helper()
+	cfg := coordinator.DefaultConfig()
+	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
+	cfg.DataDir = ""
+	cfg.Etcd = etcd
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ShutdownTimeout = 2 * time.Second
+	c, err := coordinator.New(cfg,
+		coordinator.WithLogger(discardLogger()),
+		coordinator.WithGossip(func(g *gossip.Config) {
+			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+		}),
+		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// startClusterAgents starts n real agents on the etcd endpoints etcd and
+// closes them in t.Cleanup.
+func startClusterAgents(t *testing.T, n int, etcd []string) []*agent.Agent {
+	t.Helper()
+	var out []*agent.Agent
+	for i := range n {
+		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), etcd)
+		a, err := agent.New(cfg, agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = a.Close() })
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err = a.Start(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// policyWrite is one `fuseboxctl policy set` run by the writer loop.
+type policyWrite struct {
+	name     string
+	at       time.Time // when it ended
+	ok       bool
+	revision int64
+	out      string
+}
+
+// TestWritesAndWatchesSurviveEtcdLeaderLoss: a coordinator and three
+// agents on a 3-member etcd cluster, each given all three endpoints (the
+// leader's first, so a component that used only the first would be lost
+// with it). `fuseboxctl policy set` writes one new policy after another
+// while the leader is killed. fuseboxctl writes succeed again within a
+// generous deadline, and those that fail say etcd was unavailable;
+// afterwards every successful write is in etcd with
+// exactly one audit entry, and every policy etcd holds — those written
+// right after the kill included — is enforced by every agent and shown by
+// the coordinator: an agent whose watch died with the leader, or skipped a
+// revision while resuming, would lack one.
+func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
+	cl := embeddedtest.StartCluster(t, 3)
+	leader := cl.WaitLeader(t, 10*time.Second)
+	endpoints := cl.EndpointsFirst(leader)
+	c := startExternalCoordinator(t, endpoints)
+	agents := startClusterAgents(t, 3, endpoints)
+	for _, a := range agents {
+		sstest.Eventually(t, 15*time.Second, a.Name()+" to sync policies from etcd", func() bool {
+			return metricValue(t, a, "fusebox_agent_etcd_synced") == 1
+		})
+	}
+
+	// The writer: one fuseboxctl run after another, each a new policy.
+	var (
+		mu     sync.Mutex
+		writes []policyWrite
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("ha-%03d", i)
+			w := runPolicySet(c.GRPCAddr(), name, `{"breaker": {"mode": "shadow"}}`)
+			mu.Lock()
+			writes = append(writes, w)
+			mu.Unlock()
+		}
+	}()
+	stopWriter := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		timer := time.NewTimer(time.Minute)
+		defer timer.Stop()
+		select {
+		case <-done:
+		case <-timer.C:
+			t.Fatal("the writer did not stop within a minute")
+		}
+	}
+	t.Cleanup(stopWriter)
+	// succeeded counts the successful writes that ended after after, and
+	// says when the first of them ended.
+	succeeded := func(after time.Time) (n int, first time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, w := range writes {
+			if w.ok && w.at.After(after) {
+				if n == 0 {
+					first = w.at
+				}
+				n++
+			}
+		}
+		return n, first
+	}
+
+	sstest.Eventually(t, 30*time.Second, "3 fuseboxctl writes before the kill", func() bool {
+		n, _ := succeeded(time.Time{})
+		return n >= 3
+	})
+	if now := cl.WaitLeader(t, 10*time.Second); now != leader {
+		t.Logf("leadership moved from member %d to %d before the kill", leader, now)
+		leader = now
+	}
+	killing := time.Now()
+	cl.Kill(leader)
+	killed := time.Now() // writes that ended after this ran without the old leader
+	// Generous: an election takes ~100 ms here, a write ~1 s at worst on a
+	// loaded machine.
+	sstest.Eventually(t, 20*time.Second, "a fuseboxctl write to succeed after the leader was killed", func() bool {
+		n, _ := succeeded(killed)
+		return n >= 1
+	})
+	_, first := succeeded(killed)
+	t.Logf("killed member %d in %v; the first fuseboxctl write after it succeeded %v later",
+		leader, killed.Sub(killing), first.Sub(killed))
+	sstest.Eventually(t, 30*time.Second, "5 fuseboxctl writes after the kill", func() bool {
+		n, _ := succeeded(killed)
+		return n >= 5
+	})
+	stopWriter()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := store.New(store.Config{Client: cl.Client(t), Prefix: coordinator.DefaultEtcdPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := st.ListPolicies(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inEtcd := map[string]int64{}
+	for _, e := range entries {
+		inEtcd[e.Name] = e.ModRevision
+	}
+	failed := 0
+	for _, w := range writes {
+		if !w.ok {
+			// Its outcome is unknown to the caller, and it must say so: etcd
+			// unavailable, try again — never an internal error.
+			failed++
+			t.Logf("write of %s failed (etcd has it: %v): %s", w.name, inEtcd[w.name] != 0, w.out)
+			if !strings.Contains(w.out, "Unavailable") && !strings.Contains(w.out, "DeadlineExceeded") {
+				t.Errorf("write of %s failed without saying that etcd was unavailable: %s", w.name, w.out)
+			}
+			continue
+		}
+		if inEtcd[w.name] != w.revision {
+			t.Errorf("%s written at revision %d, etcd has revision %d", w.name, w.revision, inEtcd[w.name])
+		}
+	}
+	t.Logf("%d fuseboxctl writes, %d failed, %d policies in etcd", len(writes), failed, len(inEtcd))
+
+	// Exactly one audit entry per policy in etcd, newest first.
+	r := ctl(t, c, nil, "audit", "--limit", "1000", "-o", "json")
+	r.want(t, 0, nil, nil)
+	var audit struct {
+		Entries []auditDoc `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &audit); err != nil {
+		t.Fatalf("audit -o json: %v: %s", err, r.stdout)
+	}
+	perDep := map[string]int{}
+	for i, e := range audit.Entries {
+		perDep[e.Dependency]++
+		if e.Action != "policy.put" {
+			t.Errorf("audit entry %+v: want only policy.put", e)
+		}
+		if i > 0 && e.Revision >= audit.Entries[i-1].Revision {
+			t.Errorf("audit entries out of order: revision %d after %d", e.Revision, audit.Entries[i-1].Revision)
+		}
+	}
+	for name := range inEtcd {
+		if perDep[name] != 1 {
+			t.Errorf("%s has %d audit entries, want 1", name, perDep[name])
+		}
+	}
+	if len(perDep) != len(inEtcd) {
+		t.Errorf("audit entries for %d dependencies, etcd holds %d policies", len(perDep), len(inEtcd))
+	}
+
+	// Every agent and the coordinator follow etcd: every policy, in
+	// particular those written after the kill.
+	admin := adminConn(t, c)
+	lacking := func() string { // who lacks which policy, "" when nobody
+		for _, a := range agents {
+			for name := range inEtcd {
+				if a.Engine().Policy(name).Breaker.Mode != sharedstate.ModeShadow {
+					return a.Name() + " lacks " + name
+				}
+			}
+		}
+		snap, err := admin.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
+		if err != nil {
+			return "the coordinator's fleet view: " + err.Error()
+		}
+		shadow := map[string]bool{}
+		for _, d := range snap.GetDependencies() {
+			shadow[d.GetDependency()] = d.GetMode() == fuseboxv1.Mode_MODE_SHADOW
+		}
+		for name := range inEtcd {
+			if !shadow[name] {
+				return "the coordinator lacks " + name
+			}
+		}
+		return ""
+	}
+	// The agents' registrations (on leases) outlive the leader too, or are
+	// made again.
+	sstest.Eventually(t, 20*time.Second, "the three agents to be registered in etcd", func() bool {
+		members, _, err := st.ListMembers(ctx)
+		agentsSeen := 0
+		for _, m := range members {
+			if m.Member.Role == string(gossip.RoleAgent) {
+				agentsSeen++
+			}
+		}
+		return err == nil && agentsSeen == 3
+	})
+	sstest.EventuallyNoError(t, 20*time.Second, "every agent and the coordinator to follow etcd", func() error {
+		if miss := lacking(); miss != "" {
+			return errors.New(miss)
+		}
+		return nil
+	})
+}
+
+// runPolicySet runs `fuseboxctl policy set NAME -f -` against the
+// coordinator at addr with the policy doc on stdin. It may run on any
+// goroutine (it never fails the test).
+func runPolicySet(addr, name, doc string) policyWrite {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", name, "-f", "-", "-o", "json")
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "USER=tester", "FUSEBOX_COORDINATOR=" + addr}
+	cmd.Stdin = strings.NewReader(doc)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	w := policyWrite{name: name, at: time.Now(), out: out.String()}
+	if err != nil {
+		return w
+	}
+	var e policyDoc
+	if json.Unmarshal(out.Bytes(), &e) != nil || e.ModRevision == 0 {
+		return w
+	}
+	w.ok, w.revision = true, e.ModRevision
+	return w
+}
+
+// metricValue returns the value of the gauge name (no labels) in a's
+// registry, -1 when there is none.
+func metricValue(t *testing.T, a *agent.Agent, name string) float64 {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+			return mf.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	return -1
+}
