@@ -35,25 +35,7 @@ func startExternalCoordinator(t *testing.T, etcd []string) *coordinator.Coordina
 	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
 	cfg.DataDir = ""
 	cfg.Etcd = etcd
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownTimeout = 2 * time.Second
-	c, err := coordinator.New(cfg,
-		coordinator.WithLogger(discardLogger()),
-		coordinator.WithGossip(func(g *gossip.Config) {
-			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
-		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return startTestCoordinator(t, cfg)
 }
 
 // startClusterAgents starts n real agents on the etcd endpoints etcd and

@@ -77,20 +77,27 @@ func startCoordinatorWith(t *testing.T, tokensFile string) *coordinator.Coordina
 	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
 	cfg.DataDir = t.TempDir()
 	cfg.EmbeddedEtcdURL = "http://127.0.0.1:0"
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownTimeout = 2 * time.Second
 	cfg.TokensFile = tokensFile
-	c, err := coordinator.New(cfg,
+	return startTestCoordinator(t, cfg,
 		coordinator.WithTokensPoll(50*time.Millisecond),
-		coordinator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
 		coordinator.WithEmbeddedEtcd(func(e *embedded.Config) {
 			*e = embedded.TestConfig(e.Dir)
-		}),
+		}))
+}
+
+// startTestCoordinator starts a coordinator from cfg on free loopback ports
+// with short gossip and tick timings (and opts), and closes it in t.Cleanup.
+func startTestCoordinator(t *testing.T, cfg coordinator.Config, opts ...coordinator.Option) *coordinator.Coordinator {
+	t.Helper()
+	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.ShutdownTimeout = 2 * time.Second
+	c, err := coordinator.New(cfg, append([]coordinator.Option{
+		coordinator.WithLogger(discardLogger()),
 		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
 		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
-	)
+	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
