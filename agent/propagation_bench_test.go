@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
@@ -39,16 +40,10 @@ func BenchmarkOverridePropagation(b *testing.B) {
 			return true
 		}
 	}
-	// wait polls cond every 100 µs, bounded like any wait in a test.
+	// wait polls cond every 100 µs (to time the propagation), bounded like
+	// any wait in a test.
 	wait := func(what string, cond func() bool) time.Duration {
-		start := time.Now()
-		for !cond() {
-			if time.Since(start) > 10*time.Second {
-				b.Fatalf("%s: not within 10 s", what)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-		return time.Since(start)
+		return sstest.Measure(b, 10*time.Second, 100*time.Microsecond, what, cond)
 	}
 	var set, cleared []time.Duration
 	b.ReportAllocs()

@@ -44,11 +44,30 @@ func EventuallyNoError(t testing.TB, timeout time.Duration, what string, check f
 // errNotYet is Eventually's cond not holding: no error worth printing.
 var errNotYet = errors.New("not yet")
 
+// Measure polls cond every interval (fine enough to time what it waits
+// for) until it holds and returns how long that took; it fails the test
+// like Eventually after timeout. Benchmarks use it to time propagation; it
+// logs nothing, since it runs once per iteration.
+func Measure(t testing.TB, timeout, interval time.Duration, what string, cond func() bool) time.Duration {
+	t.Helper()
+	return pollEvery(t, timeout, interval, what, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	})
+}
+
 func poll(t testing.TB, timeout time.Duration, what string, check func() error) {
+	t.Helper()
+	t.Logf("%s: after %v", what, pollEvery(t, timeout, PollInterval, what, check))
+}
+
+func pollEvery(t testing.TB, timeout, interval time.Duration, what string, check func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
 	deadline := start.Add(timeout)
-	tick := time.NewTicker(PollInterval)
+	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
 		err := check()
@@ -63,5 +82,5 @@ func poll(t testing.TB, timeout time.Duration, what string, check func() error) 
 		}
 		<-tick.C
 	}
-	t.Logf("%s: after %v", what, time.Since(start))
+	return time.Since(start)
 }

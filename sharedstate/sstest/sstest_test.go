@@ -65,3 +65,22 @@ func TestEventuallyNoError(t *testing.T) {
 		t.Fatalf("EventuallyNoError's failure = %q, want it to name what and the last error", got)
 	}
 }
+
+func TestMeasure(t *testing.T) {
+	n := 0
+	var took time.Duration
+	if fatal := run(func(tb testing.TB) {
+		took = Measure(tb, 10*time.Second, 100*time.Microsecond, "third call", func() bool { n++; return n >= 3 })
+	}); fatal != "" {
+		t.Fatalf("a condition that holds on the third call failed: %s", fatal)
+	}
+	if n != 3 || took <= 0 {
+		t.Fatalf("%d calls, took %v: want 3 calls and a positive duration", n, took)
+	}
+	fatal := run(func(tb testing.TB) {
+		Measure(tb, 5*time.Millisecond, 100*time.Microsecond, "never", func() bool { return false })
+	})
+	if !strings.Contains(fatal, "never") {
+		t.Fatalf("a condition that never holds: failure %q, want one naming it", fatal)
+	}
+}
