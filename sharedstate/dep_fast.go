@@ -5,6 +5,11 @@ package sharedstate
 // fastFailingBits has bit k set when the suffix r[k] meets a threshold on
 // its own (no minimum): the node counts towards minFailingNodes there.
 func fastFailingBits(b *BreakerPolicy, r *Recent) uint8 {
+	// Suffixes grow (Recent.valid): without a failure or slow call in the
+	// widest one, none meets a threshold (the common, healthy row).
+	if w := r[len(r)-1]; w.Failures|w.SlowCalls == 0 {
+		return 0
+	}
 	var bits uint8
 	for k := range r {
 		if recentFailing(b, r[k]) {

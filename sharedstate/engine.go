@@ -161,6 +161,7 @@ type Engine struct {
 	mono       MonotonicClock
 	wall0      time.Time     // the clock's wall time when the engine started
 	mono0      time.Duration // its monotonic reading then
+	wall0ns    int64         // wall0 in Unix ns
 	coarse     atomic.Int64  // latest clock reading, Unix ns
 	maxDeps    int
 	onChange   func(string)
@@ -205,6 +206,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if mc, ok := e.clock.(MonotonicClock); ok {
 		e.mono = mc
 		e.wall0, e.mono0 = mc.Now(), mc.Monotonic()
+		e.wall0ns = e.wall0.UnixNano()
 	}
 	if e.maxDeps == 0 {
 		e.maxDeps = DefaultMaxDependencies
@@ -261,6 +263,21 @@ func (e *Engine) now() time.Time {
 	return t
 }
 
+// nowNanos is now().UnixNano() without building a time.Time (the same
+// reading, and it refreshes the cached one likewise): per-row paths use it.
+func (e *Engine) nowNanos() int64 {
+	var ns int64
+	if e.mono != nil {
+		ns = e.wall0ns + int64(e.mono.Monotonic()-e.mono0)
+	} else {
+		ns = e.clock.Now().UnixNano()
+	}
+	if e.coarse.Load() < ns {
+		e.coarse.Store(ns)
+	}
+	return ns
+}
+
 func (e *Engine) recordNanos() int64 {
 	if e.manual != nil {
 		return e.wall0.UnixNano() + int64(e.manual.Monotonic()-e.mono0)
@@ -292,7 +309,13 @@ func (e *Engine) remoteState(dep string) (*depState, error) {
 	if d := e.deps.load(dep); d != nil {
 		return d, nil
 	}
-	return e.create(dep, max(1, e.maxDeps*remoteDependencyShareNum/remoteDependencyShareDen))
+	return e.create(dep, e.remoteLimit())
+}
+
+// remoteLimit is how many dependencies rows and records from other nodes
+// may bring the engine to.
+func (e *Engine) remoteLimit() int {
+	return max(1, e.maxDeps*remoteDependencyShareNum/remoteDependencyShareDen)
 }
 
 func (e *Engine) create(dep string, limit int) (*depState, error) {

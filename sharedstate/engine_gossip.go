@@ -9,7 +9,7 @@ import (
 
 // ApplyRow is MergeRow without the reason of a refusal.
 func (e *Engine) ApplyRow(r NodeWindow) bool {
-	ok, _ := e.MergeRow(r)
+	ok, _ := e.mergeRow(&r)
 	return ok
 }
 
@@ -20,7 +20,23 @@ func (e *Engine) ApplyRow(r NodeWindow) bool {
 // MaxRowsPerNode and rows that would take a new dependency past 9/10 of
 // MaxDependencies are refused with an error (see RefusalReason).
 func (e *Engine) MergeRow(r NodeWindow) (bool, error) {
-	if err := r.Validate(); err != nil {
+	return e.mergeRow(&r)
+}
+
+// mergeRow is MergeRow on a row the caller owns (rows are a few hundred
+// bytes: merging one copies it once, into the table). It is what every
+// gossip round runs per row, so it checks in the cheapest order that keeps
+// MergeRow's contract: the dependency's name is validated only when the
+// engine does not hold it (a held name was validated when it was created).
+func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
+	d := e.deps.load(r.Dependency)
+	if d == nil {
+		if err := ValidateDependencyName(r.Dependency); err != nil {
+			e.invalidRows.Add(1)
+			return false, err
+		}
+	}
+	if err := r.validateShape(); err != nil {
 		e.invalidRows.Add(1)
 		return false, err
 	}
@@ -30,30 +46,35 @@ func (e *Engine) MergeRow(r NodeWindow) (bool, error) {
 	if _, dead := (*e.dead.Load())[r.Node]; dead {
 		return false, nil
 	}
-	d, err := e.remoteState(r.Dependency)
-	if err != nil {
-		return false, err
+	if d == nil {
+		var err error
+		if d, err = e.create(r.Dependency, e.remoteLimit()); err != nil {
+			return false, err
+		}
 	}
-	now := e.now()
+	now := e.nowNanos()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	r.Dependency = d.name // share one copy of the name
+	var row *rowEntry
 	if i, ok := d.rowIdx[r.Node]; ok {
-		if d.rows[i].Seq >= r.Seq {
+		row = &d.rows[i]
+		if row.Seq >= r.Seq {
 			return false, nil
 		}
-		r.Node = d.rows[i].Node
-		d.rows[i] = rowEntry{NodeWindow: r, received: now.UnixNano()}
-		d.classify(e, &d.rows[i])
+		r.Node = row.Node // share one copy of the name
 	} else {
 		if !e.rowCount.take(r.Node, e.maxRowsPerNode) {
 			return false, fmt.Errorf("%w: %s has %d rows", ErrTooManyRows, r.Node, e.maxRowsPerNode)
 		}
 		r.Node = strings.Clone(r.Node)
 		d.rowIdx[r.Node] = len(d.rows)
-		d.rows = append(d.rows, rowEntry{NodeWindow: r, received: now.UnixNano()})
-		d.classify(e, &d.rows[len(d.rows)-1])
+		d.rows = append(d.rows, rowEntry{})
+		row = &d.rows[len(d.rows)-1]
 	}
+	r.Dependency = d.name // likewise
+	row.NodeWindow = *r
+	row.received = now
+	d.classify(e, row)
 	d.rowsVersion++
 	return true, nil
 }

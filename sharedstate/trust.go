@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sync"
 	"time"
 )
@@ -116,11 +117,8 @@ func (c Counts) CheckDelta() error {
 
 // satAdd returns a+b, or MaxCount when the sum exceeds it (or wraps).
 func satAdd(a, b uint64) uint64 {
-	s := a + b
-	if s < a || s > MaxCount {
-		return MaxCount
-	}
-	return s
+	s, carry := bits.Add64(a, b, 0)
+	return min(s|-carry, MaxCount) // a wrapped sum becomes all ones, then MaxCount
 }
 
 // rowCounter counts rows per other node across dependencies (a leaf lock).

@@ -238,6 +238,24 @@ func TestCountsSaturate(t *testing.T) {
 	}
 }
 
+// TestSatAddExact: satAdd is branch-free (scans run it for every count of
+// every row); it must still be the exact sum, capped at MaxCount, for every
+// pair of operands, those whose sum wraps a uint64 included.
+func TestSatAddExact(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := rapid.OneOf(rapid.Uint64Range(0, 1000), rapid.Uint64Range(MaxCount-1000, MaxCount+1000),
+			rapid.Uint64Range(math.MaxUint64-1000, math.MaxUint64), rapid.Uint64())
+		a, b := v.Draw(t, "a"), v.Draw(t, "b")
+		want := a + b
+		if want < a || want > MaxCount { // wrapped, or past the cap
+			want = MaxCount
+		}
+		if got := satAdd(a, b); got != want {
+			t.Fatalf("satAdd(%d, %d) = %d, want %d", a, b, got, want)
+		}
+	})
+}
+
 func TestRowsBounded(t *testing.T) {
 	clock := NewManualClock(t0)
 	e := newTestEngine(t, "self", "", clock, func(c *EngineConfig) { c.MaxDependencies = 100; c.MaxRowsPerNode = 10 })

@@ -234,8 +234,16 @@ type NodeWindow struct {
 
 // Validate checks a row received from elsewhere.
 func (r NodeWindow) Validate() error {
+	if err := r.validateShape(); err != nil {
+		return err
+	}
+	return ValidateDependencyName(r.Dependency)
+}
+
+// validateShape is Validate without the dependency's name.
+func (r *NodeWindow) validateShape() error {
 	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen || !r.Recent.valid() {
 		return ErrInvalidRow
 	}
-	return ValidateDependencyName(r.Dependency)
+	return nil
 }
