@@ -89,7 +89,7 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 			}
 			t.slot = false
 			if dec.limit > 0 {
-				if !st.slots.tryAcquire(dec.limit) {
+				if !st.tryAcquire(sp, dec.limit) {
 					sp.rejected.Add(1)
 					st.c.tokens.Put(t)
 					return noopDone, st.rejLimit
@@ -123,12 +123,12 @@ func (d *Dependency) allowSlow(kind AttemptKind) (func(Outcome), error) {
 	if kind == Retry {
 		// The slot first, so that a refusal spends no budget.
 		var held bool
-		if held, err = st.acquireSlot(ctx, cfg.slotWait); err != nil {
+		if held, err = st.acquireSlot(ctx, sp, cfg.slotWait); err != nil {
 			sp.rejected.Add(1)
 		} else if g, err = st.admitRetry(ctx, sp); err == nil {
 			g.slot = held
 		} else if held {
-			st.slots.release()
+			st.slots.release(sp)
 		}
 	} else {
 		g, err = st.admitFirst(ctx, sp, dec, cfg.strict, cfg.slotWait)
@@ -187,7 +187,7 @@ func (t *token) finish(o Outcome) {
 		st.finishProbe(t.g, false)
 	}
 	if t.slot {
-		st.slots.release()
+		st.slots.release(sp)
 	}
 	t.st, t.sp, t.slot = nil, nil, false
 	st.c.tokens.Put(t)

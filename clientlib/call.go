@@ -393,7 +393,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			// one after the other), held until it returns.
 			g, err = st.admitFirst(ctx, sp, dec, cfg.strict, cfg.slotWait)
 			if g.slot {
-				defer st.slots.release()
+				defer st.slots.release(sp)
 			}
 		} else {
 			g, err = st.admitRetry(ctx, sp)
@@ -537,7 +537,7 @@ func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, s
 			sp.rejected.Add(1)
 			return grant{}, st.rejThrottled
 		}
-		held, err := st.acquireSlot(ctx, slotWait)
+		held, err := st.acquireSlot(ctx, sp, slotWait)
 		if err != nil {
 			sp.rejected.Add(1)
 			return grant{}, err

@@ -343,9 +343,9 @@ func (c *Client) flush() {
 			}
 			// In-flight calls, while there is a limit (and once more
 			// after it, to bring the agent's count back to 0).
-			if n := st.slots.inFlight.Load(); st.dec.Load().limit > 0 || n != st.sentInFlight {
+			if n := st.slots.inFlight(); st.dec.Load().limit > 0 || n != st.sentInFlight {
 				if n != st.sentInFlight || !st.inFlightSent {
-					c.sess.setInFlight(st, uint64(max(n, 0)))
+					c.sess.setInFlight(st, uint64(n))
 					st.sentInFlight, st.inFlightSent = n, true
 				}
 			}

@@ -159,15 +159,17 @@ func (d *decision) status(name string) Status {
 }
 
 // stripe holds the hot-path counters of one dependency for a subset of the
-// goroutines: calls spread over the stripes, so no cache line is written by
-// every core. Exactly one cache line.
+// goroutines, and a share of its concurrency slots: calls spread over the
+// stripes, so no cache line is written by every core. Exactly one cache
+// line (TestStripeSize).
 type stripe struct {
 	first    atomic.Uint64 // first attempts admitted in process (snapshot or Check)
 	success  atomic.Uint64
 	failure  atomic.Uint64
 	slow     atomic.Uint64
 	rejected atomic.Uint64 // refused in process
-	_        [24]byte
+	free     atomic.Int64  // concurrency slots free in this stripe (see slots)
+	_        [16]byte
 }
 
 func (s *stripe) record(failure, slow bool) {
@@ -211,7 +213,7 @@ type depState struct {
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
 	rejThrottled, rejLimit                     *RejectedError
 
-	_     [64]byte // keep the in-flight count off the read-mostly fields
+	_     [64]byte // keep the semaphore off the read-mostly fields
 	slots slots
 
 	mu        sync.Mutex // guards the fields below; never taken by a first attempt
@@ -244,6 +246,7 @@ func newDepState(c *Client, name string, err error) *depState {
 	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
 	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
 	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
+	st.slots.stripes = st.stripes
 	st.slots.freed = make(chan struct{}, 1)
 	return st
 }

@@ -112,7 +112,12 @@
 //     attempt Allow admits, and every Do call (for all its sequential
 //     attempts), holds a slot of this process's share; without one it fails
 //     at once with ErrConcurrencyLimit, or waits up to WaitForSlot(d).
-//     Dependency.InFlight and Dependency.ConcurrencyLimit show both sides;
+//     The share is exact, and its slots are striped like the counters: a
+//     call is refused only when its stripe, the shared pool and every other
+//     stripe had no free slot. A smaller share revokes no held slot: new
+//     calls wait until fewer than it are held. Without a limit calls hold
+//     no slot. Dependency.InFlight and Dependency.ConcurrencyLimit show
+//     both sides;
 //   - hedging (policy "retry.hedge", off by default) is for tail latency of
 //     a healthy dependency with a few slow answers: an Idempotent or
 //     IdempotentWithKey call made with Do or Call whose attempt has not

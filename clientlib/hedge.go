@@ -82,7 +82,7 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 		case d := <-results:
 			inFlight--
 			if d.slot {
-				st.slots.release()
+				st.slots.release(sp)
 			}
 			if settled {
 				continue // cancelled by the winner: counts as nothing
@@ -124,14 +124,14 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 			}
 			slot := false
 			if limit := st.dec.Load().limit; limit > 0 {
-				if !st.slots.tryAcquire(limit) {
+				if !st.tryAcquire(sp, limit) {
 					continue // no slot, no hedge
 				}
 				slot = true
 			}
 			if _, err := st.admitRetry(ctx, sp); err != nil {
 				if slot {
-					st.slots.release()
+					st.slots.release(sp)
 				}
 				continue // no token, no hedge
 			}

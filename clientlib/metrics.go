@@ -106,7 +106,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		counter(m.rejected, t.rejected+t.rejectedAgent+t.rejectedLocal, st.name)
 		counter(m.shadowThrottled, st.rare.shadowThrottled.Load(), st.name)
 		dec := st.dec.Load()
-		gauge(m.inFlight, float64(max(st.slots.inFlight.Load(), 0)), st.name)
+		gauge(m.inFlight, float64(st.slots.inFlight()), st.name)
 		gauge(m.concurrencyLimit, float64(dec.limit), st.name)
 		s := dec.status(st.name)
 		cur := Closed.LabelValue()
