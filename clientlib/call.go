@@ -183,7 +183,8 @@ func NestedRetries(allow bool) CallOption {
 // WaitForSlot lets a call wait up to d (and never past its context) for a
 // slot when its process already has its share of the policy's
 // concurrency.maxInFlight calls in flight, instead of failing at once with
-// ErrConcurrencyLimit. d ≥ 0 (optional, default 0: no wait).
+// ErrConcurrencyLimit: it gets one as soon as a call releases one or a new
+// share makes room. d ≥ 0 (optional, default 0: no wait).
 func WaitForSlot(d time.Duration) CallOption { return CallOption{kind: optSlotWait, d: d} }
 
 type callConfig struct {

@@ -314,6 +314,9 @@ func (st *depState) publishLocked() {
 		d.shadowCut = throttleCut(snap.ThrottleProbability)
 	}
 	st.dec.Store(d)
+	if old != nil && d.limit != old.limit {
+		st.slots.wake() // a waiting call re-reads the limit: a new share may make room
+	}
 	if old != nil {
 		from, to := old.status(st.name), d.status(st.name)
 		if from.State != to.State || from.LocalState != to.LocalState || from.Override != to.Override ||

@@ -401,3 +401,37 @@ func TestConcurrencyLimitChanges(t *testing.T) {
 		return ok && n == 0
 	})
 }
+
+// A call waiting for a slot gets one when a new limit makes room, without
+// any release.
+func TestWaitForSlotWokenByGrowth(t *testing.T) {
+	f := newFakeAgent(t)
+	c := agentClient(t, f, Config{})
+	dep := c.Dependency("pool-api")
+	s := snapshot("pool-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
+	s.ConcurrencyLimit = 1
+	s.Version = 1
+	f.push(s)
+	sstest.Eventually(t, 10*time.Second, "limit 1", func() bool { return dep.ConcurrencyLimit() == 1 })
+	done, err := dep.Allow(First)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done(Success)
+	res := make(chan error, 1)
+	go func() {
+		res <- dep.Do(context.Background(), Idempotent, noopAttempt, WaitForSlot(time.Minute))
+	}()
+	sstest.Eventually(t, 10*time.Second, "the waiting call", func() bool { return dep.st.slots.waiters.Load() == 1 })
+	s.ConcurrencyLimit = 2
+	s.Version = 2
+	f.push(s)
+	select {
+	case err := <-res:
+		if err != nil {
+			t.Fatalf("the waiting call after limit 2: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiting call got no slot within 10 s of limit 2")
+	}
+}
