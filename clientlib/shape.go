@@ -104,8 +104,9 @@ func takeOne(free *atomic.Int64) bool {
 // the current limit leave one (limit is the caller's decision's: when it
 // differs from what the tokens were issued for, they are re-issued for the
 // newest decision's limit first). Never more than the limit are held once a
-// call is admitted (see slots). It may refuse while another call is moving
-// tokens between the pool and a stripe, an instant before they are free.
+// call is admitted (see slots). Like any semaphore it may refuse while a
+// slot is being freed: a release onto a stripe its scan has passed, or a
+// batch another call is moving from the pool to its stripe.
 func (st *depState) tryAcquire(sp *stripe, limit int64) bool {
 	s := &st.slots
 	if limit != s.issued.Load() {
