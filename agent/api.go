@@ -349,19 +349,21 @@ func (s *session) subscribe(deps []string) {
 }
 
 // follow adds dep to the subscriptions (bounded by maxDependencies) and
-// marks it pending.
-func (s *session) follow(dep string) {
+// marks it pending. It reports whether dep is followed now (false: past
+// the bound) and whether this call added it.
+func (s *session) follow(dep string) (followed, added bool) {
 	s.mu.Lock()
 	_, ok := s.subs[dep]
 	if ok || len(s.subs) >= s.a.cfg.MaxDependencies {
 		s.mu.Unlock()
-		return
+		return ok, false
 	}
 	s.subs[dep] = struct{}{}
 	s.pending[dep] = struct{}{}
 	s.mu.Unlock()
 	s.a.hub.follow(dep)
 	s.a.hub.changed(dep) // every follower's process share changed
+	return true, true
 }
 
 func (s *session) refuse(dep string, err error) {
@@ -382,6 +384,11 @@ func (s *session) refuse(dep string, err error) {
 // recvLoop ingests what the client sends until the stream ends.
 func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 	a := s.a
+	counted := a.m.outcomes.WithLabelValues("session")
+	// followed holds the dependencies this loop saw followed, so that a
+	// delta of one costs no lock (subscriptions are never removed; this is
+	// a subset of subs, bounded like it).
+	followed := map[string]struct{}{}
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -405,12 +412,12 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 			if dc.InFlight != nil {
 				s.reportInFlight(dep, dc.GetInFlight())
 			}
-			s.mu.Lock()
-			_, ok := s.subs[dep]
-			s.mu.Unlock()
-			if !ok {
-				s.follow(dep)
-				newDeps = true
+			if _, ok := followed[dep]; !ok {
+				ok, added := s.follow(dep)
+				if ok {
+					followed[dep] = struct{}{}
+				}
+				newDeps = newDeps || added || !ok
 			}
 		}
 		for _, p := range d.GetProbeResults() {
@@ -421,7 +428,7 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 		} else if newDeps {
 			s.signal()
 		}
-		a.m.outcomes.WithLabelValues("session").Add(float64(outcomes))
+		counted.Add(float64(outcomes))
 	}
 }
 
