@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -300,6 +301,27 @@ func agentClient(t testing.TB, f *fakeAgent, cfg Config) *Client {
 	c := newClient(t, cfg)
 	sstest.Eventually(t, 10*time.Second, "the session with the fake agent", c.AgentConnected)
 	return c
+}
+
+// pushLimit pushes s (a snapshot of dep) with concurrency limit limit as
+// its next version and waits until the client applies it.
+func (f *fakeAgent) pushLimit(t testing.TB, dep *Dependency, s *fuseboxv1.DecisionSnapshot, limit uint32) {
+	t.Helper()
+	s.ConcurrencyLimit = limit
+	s.Version++
+	f.push(s)
+	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("limit %d applied", limit), func() bool { return dep.ConcurrencyLimit() == int64(limit) })
+}
+
+// waitInFlight waits until the agent heard in_flight n for dep.
+func (f *fakeAgent) waitInFlight(t testing.TB, dep string, n uint64) {
+	t.Helper()
+	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("in_flight %d at the agent", n), func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		got, ok := f.inFlight[dep]
+		return ok && got == n
+	})
 }
 
 func snapshot(dep string, state fuseboxv1.BreakerState) *fuseboxv1.DecisionSnapshot {

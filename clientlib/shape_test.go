@@ -110,10 +110,7 @@ func TestConcurrencyLimitFromSnapshot(t *testing.T) {
 	c := agentClient(t, f, Config{Registerer: reg})
 	dep := c.Dependency("pool-api")
 	s := snapshot("pool-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-	s.ConcurrencyLimit = 2
-	s.Version = 1
-	f.push(s)
-	sstest.Eventually(t, 10*time.Second, "the limited snapshot", func() bool { return dep.ConcurrencyLimit() == 2 })
+	f.pushLimit(t, dep, s, 2)
 
 	d1, err1 := dep.Allow(First)
 	d2, err2 := dep.Allow(First)
@@ -147,11 +144,7 @@ fusebox_client_in_flight{dependency="pool-api"} 2`
 		t.Errorf("WaitForSlot(-1s): %v, want ErrInvalidOption", err)
 	}
 	// The agent hears the in-flight count.
-	sstest.Eventually(t, 10*time.Second, "in_flight 2 at the agent", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		return f.inFlight["pool-api"] == 2
-	})
+	f.waitInFlight(t, "pool-api", 2)
 
 	// WaitForSlot waits for a release.
 	res := make(chan error, 1)
@@ -181,10 +174,7 @@ fusebox_client_in_flight{dependency="pool-api"} 2`
 	}
 
 	// Without a limit nothing is held.
-	s.ConcurrencyLimit = 0
-	s.Version = 2
-	f.push(s)
-	sstest.Eventually(t, 10*time.Second, "the unlimited snapshot", func() bool { return dep.ConcurrencyLimit() == 0 })
+	f.pushLimit(t, dep, s, 0)
 	for range 5 {
 		if _, err := dep.Allow(First); err != nil {
 			t.Fatalf("unlimited: %v", err)

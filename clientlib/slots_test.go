@@ -183,10 +183,7 @@ func TestConcurrencyLimitExactUnderContention(t *testing.T) {
 	c := agentClient(t, f, Config{})
 	dep := c.Dependency("narrow-api")
 	s := snapshot("narrow-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-	s.ConcurrencyLimit = 3
-	s.Version = 1
-	f.push(s)
-	sstest.Eventually(t, 10*time.Second, "the limited snapshot", func() bool { return dep.ConcurrencyLimit() == 3 })
+	f.pushLimit(t, dep, s, 3)
 
 	var (
 		held              maxCounter
@@ -240,12 +237,7 @@ func TestConcurrencyLimitExactUnderContention(t *testing.T) {
 	if n := dep.InFlight(); n != 0 {
 		t.Errorf("InFlight %d after every call returned, want 0", n)
 	}
-	sstest.Eventually(t, 10*time.Second, "in_flight 0 at the agent", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		n, ok := f.inFlight["narrow-api"]
-		return ok && n == 0
-	})
+	f.waitInFlight(t, "narrow-api", 0)
 }
 
 // After a shrink below what is held, goroutines racing for a slot get none
@@ -310,10 +302,7 @@ func TestConcurrencyLimitChanges(t *testing.T) {
 	s := snapshot("pool-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
 	setTo := func(limit uint32) {
 		t.Helper()
-		s.ConcurrencyLimit = limit
-		s.Version++
-		f.push(s)
-		sstest.Eventually(t, 10*time.Second, "the new limit", func() bool { return dep.ConcurrencyLimit() == int64(limit) })
+		f.pushLimit(t, dep, s, limit)
 	}
 	var held []func(Outcome)
 	take := func(n int, what string) {
@@ -394,12 +383,7 @@ func TestConcurrencyLimitChanges(t *testing.T) {
 	take(3, "limit 3 again")
 	giveBack(3)
 	inFlight(0, "every call returned again")
-	sstest.Eventually(t, 10*time.Second, "in_flight 0 at the agent", func() bool {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		n, ok := f.inFlight["pool-api"]
-		return ok && n == 0
-	})
+	f.waitInFlight(t, "pool-api", 0)
 }
 
 // A call waiting for a slot gets one when a new limit makes room, without
@@ -409,10 +393,7 @@ func TestWaitForSlotWokenByGrowth(t *testing.T) {
 	c := agentClient(t, f, Config{})
 	dep := c.Dependency("pool-api")
 	s := snapshot("pool-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-	s.ConcurrencyLimit = 1
-	s.Version = 1
-	f.push(s)
-	sstest.Eventually(t, 10*time.Second, "limit 1", func() bool { return dep.ConcurrencyLimit() == 1 })
+	f.pushLimit(t, dep, s, 1)
 	done, err := dep.Allow(First)
 	if err != nil {
 		t.Fatal(err)
@@ -423,9 +404,7 @@ func TestWaitForSlotWokenByGrowth(t *testing.T) {
 		res <- dep.Do(context.Background(), Idempotent, noopAttempt, WaitForSlot(time.Minute))
 	}()
 	sstest.Eventually(t, 10*time.Second, "the waiting call", func() bool { return dep.st.slots.waiters.Load() == 1 })
-	s.ConcurrencyLimit = 2
-	s.Version = 2
-	f.push(s)
+	f.pushLimit(t, dep, s, 2)
 	select {
 	case err := <-res:
 		if err != nil {
