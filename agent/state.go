@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 
@@ -32,14 +33,16 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 	var fresh fuseboxv1.GossipBatch
 	refused := 0
 	for _, m := range rows {
+		// MergeRow validates the row: a malformed one is counted with
+		// the refused items, as a malformed record is below.
 		r := convert.RowFromProto(m)
-		if r.Validate() != nil {
-			refused++
-			continue
-		}
 		ok, err := a.eng.MergeRow(r)
 		if err != nil {
-			a.dropped(err, "node", r.Node, "dependency", r.Dependency)
+			if errors.Is(err, sharedstate.ErrInvalidRow) || errors.Is(err, sharedstate.ErrInvalidDependencyName) {
+				refused++
+			} else {
+				a.dropped(err, "node", r.Node, "dependency", r.Dependency)
+			}
 			continue
 		}
 		if ok && relayRows {
