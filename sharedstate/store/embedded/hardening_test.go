@@ -131,12 +131,15 @@ func TestAutoCompactionAndQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	ctx := ctxForTest(t)
+	// Each phase has its own generous deadline: under load, the 64 fsynced
+	// half-MiB writes below alone can take longer than a shared one left.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	first, err := cli.Put(ctx, "k", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sstest.Eventually(t, 15*time.Second, "the first revision compacted away", func() bool {
+	sstest.Eventually(t, 45*time.Second, "the first revision compacted away", func() bool {
 		if _, err := cli.Put(ctx, "k", "x"); err != nil {
 			t.Fatal(err)
 		}
@@ -144,6 +147,8 @@ func TestAutoCompactionAndQuota(t *testing.T) {
 		return errors.Is(err, rpctypes.ErrCompacted)
 	})
 
+	ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	big := strings.Repeat("x", 512<<10)
 	var perr error
 	for i := 0; i < 64 && perr == nil; i++ {
