@@ -300,10 +300,7 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 	for {
 		token, rec, err := d.store.Reserve(ctx, key, fp, d.cfg.reservationTTL)
 		if err != nil {
-			if ctx.Err() != nil {
-				return inProgress, "", nil, ctx.Err()
-			}
-			return d.storeFailed(err)
+			return d.storeFailed(ctx, err)
 		}
 		for rec != nil {
 			if rec.Fingerprint != fp {
@@ -328,12 +325,14 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 				expired = true
 			}
 			timer.Stop()
+			if ctx.Err() != nil {
+				// The caller's deadline passed while the first request
+				// still held the key: nothing more to learn in time.
+				return inProgress, "", rec, ctx.Err()
+			}
 			wait = min(2*wait, 100*time.Millisecond)
 			if rec, err = d.store.Get(ctx, key); err != nil {
-				if ctx.Err() != nil {
-					return inProgress, "", nil, ctx.Err()
-				}
-				return d.storeFailed(err)
+				return d.storeFailed(ctx, err)
 			}
 		}
 		if token != "" {
@@ -343,9 +342,13 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 	}
 }
 
-func (d *Deduper) storeFailed(err error) (verdict, string, *Record, error) {
+// storeFailed answers a store failure: unavailable (503), or with FailOpen
+// an unrecorded run. A store error is never read as "in progress", even
+// when it comes after the caller's deadline (a store that did not answer
+// in time failed); a caller whose context is done is not run unrecorded.
+func (d *Deduper) storeFailed(ctx context.Context, err error) (verdict, string, *Record, error) {
 	d.m.storeErrors.Inc()
-	if d.cfg.storeErrors == FailOpen && !errors.Is(err, ErrStoreFull) {
+	if d.cfg.storeErrors == FailOpen && !errors.Is(err, ErrStoreFull) && ctx.Err() == nil {
 		return runUnkeyed, "", nil, err
 	}
 	return unavailable, "", nil, err
