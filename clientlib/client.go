@@ -27,8 +27,6 @@ const Version = "clientlib/0.1"
 // shutdown. All methods are safe for concurrent use.
 type Client struct {
 	cfg      Config
-	clock    Clock
-	sysClock bool      // clock is SystemClock: read the monotonic clock alone
 	epoch    time.Time // mono() origin
 	service  string
 	random   func() uint64
@@ -69,12 +67,11 @@ func New(cfg Config) (c *Client, err error) {
 		return nil, err
 	}
 	c = &Client{
-		cfg: cfg, clock: cfg.Clock, service: cfg.Service, random: cfg.Random,
+		cfg: cfg, service: cfg.Service, random: cfg.Random,
 		nstripes: stripeCount(), flushStop: make(chan struct{}), flushDone: make(chan struct{}),
 		done: make(chan struct{}),
 	}
-	_, c.sysClock = c.clock.(SystemClock)
-	c.epoch = c.clock.Now()
+	c.epoch = time.Now()
 	empty := map[string]*depState{}
 	c.deps.Store(&empty)
 	c.tokens.New = c.newToken
@@ -83,7 +80,7 @@ func New(cfg Config) (c *Client, err error) {
 	}
 	c.engine, err = sharedstate.NewEngine(sharedstate.EngineConfig{
 		Node:            cfg.Instance,
-		Clock:           cfg.Clock,
+		Clock:           sharedstate.SystemClock{},
 		MaxDependencies: cfg.MaxDependencies,
 		OnChange:        c.onEngineChange,
 	})
@@ -139,13 +136,8 @@ func New(cfg Config) (c *Client, err error) {
 }
 
 // mono returns the time since the client's epoch: one monotonic clock read
-// with the system clock (time.Now reads two clocks), for measuring attempts.
-func (c *Client) mono() time.Duration {
-	if c.sysClock {
-		return time.Since(c.epoch)
-	}
-	return c.clock.Now().Sub(c.epoch)
-}
+// (time.Now reads two clocks), for measuring attempts.
+func (c *Client) mono() time.Duration { return time.Since(c.epoch) }
 
 func stripeCount() int {
 	n := 4

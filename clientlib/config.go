@@ -73,8 +73,6 @@ type Config struct {
 	// OnAgentChange is called when the connection to the agent is
 	// established or lost (optional). Same calling rules as OnStateChange.
 	OnAgentChange func(AgentEvent)
-	// Clock is the time source of calls (optional, default SystemClock{}).
-	Clock Clock
 	// Random returns 64 uniformly random bits for backoff jitter; it must
 	// be safe for concurrent use (optional, default math/rand/v2.Uint64).
 	Random func() uint64
@@ -131,9 +129,6 @@ func (c *Config) fillDefaults() {
 		}
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	if c.Clock == nil {
-		c.Clock = SystemClock{}
-	}
 	if c.Random == nil {
 		c.Random = rand.Uint64
 	}
@@ -178,9 +173,6 @@ func (c Config) Validate() error {
 		if err := sharedstate.ValidateDependencyName(d); err != nil {
 			bad("Dependencies", "%v", err)
 		}
-	}
-	if c.Clock == nil {
-		bad("Clock", "must not be nil")
 	}
 	if c.Random == nil {
 		bad("Random", "must not be nil")

@@ -212,8 +212,7 @@
 //   - Dependencies: names announced at connection; default none.
 //   - Registerer: default none (no metrics registered). OnStateChange,
 //     OnAgentChange: default none; called in order from one goroutine.
-//   - Clock: default SystemClock{} (tests: NewManualClock). Random: default
-//     math/rand/v2.Uint64.
+//   - Random: default math/rand/v2.Uint64.
 //   - FlushInterval: default 50ms (at most 50ms). AgentWait: default 50ms.
 //     ReconnectMin/ReconnectMax: default 100ms/5s. MaxDependencies: default
 //     1000. DialOptions: default none.
@@ -243,9 +242,11 @@
 //
 // Config.AgentAddress points a client at any agent (a real one in a
 // t.TempDir() socket); Client.AgentConnected, Dependency.Status and the two
-// callbacks tell a test what the client sees; ManualClock drives attempt
-// deadlines, backoff and slow-call measurement (start it at time.Now() when
-// calls leave the process: gRPC reads deadlines against the real clock).
+// callbacks tell a test what the client sees. clientlib reads the time
+// package's clock (attempt deadlines, backoff sleeps, slow-call measurement,
+// the local breaker): a test that moves time runs a NoAgent client in a
+// testing/synctest bubble, where time passes only when every goroutine of
+// the bubble waits (a connection to a real agent would keep it still).
 //
 // clientlib imports grpc, protobuf, client_golang and package sharedstate
 // only — never etcd or memberlist (`make verify` checks it).

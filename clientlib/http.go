@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // maxErrorBody is how much of a failed attempt's body is kept (for the
@@ -200,7 +201,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			rcancel(nil)
 			last = resp
 			return &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
-				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), t.c.clock.Now())}
+				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 		}
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: rcancel}
 		last = resp

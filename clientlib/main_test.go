@@ -44,12 +44,9 @@ func newClient(t testing.TB, cfg Config) *Client {
 	return c
 }
 
-// localClient is a client without an agent, on a manual clock, whose
-// backoffs are all zero. The clock starts at the real time because gRPC
-// reads context deadlines against the real clock.
-func localClient(t testing.TB) (*Client, *ManualClock) {
-	clk := NewManualClock(time.Now())
-	return newClient(t, Config{NoAgent: true, Clock: clk, Random: zeroRandom}), clk
+// localClient is a client without an agent whose backoffs are all zero.
+func localClient(t testing.TB) *Client {
+	return newClient(t, Config{NoAgent: true, Random: zeroRandom})
 }
 
 var errUnavailable = status.Error(codes.Unavailable, "try again")

@@ -78,7 +78,6 @@ type config struct {
 	httpScope                          func(*http.Request) string
 	grpcScope                          func(context.Context) string
 	storeErrors                        StoreErrorPolicy
-	clock                              clientlib.Clock
 	registerer                         prometheus.Registerer
 	errs                               []string
 }
@@ -172,17 +171,6 @@ func OnStoreError(p StoreErrorPolicy) Option {
 	}
 }
 
-// WithClock sets the clock of the duplicates' polling (optional, default
-// clientlib.SystemClock).
-func WithClock(clk clientlib.Clock) Option {
-	return func(c *config) {
-		if clk == nil {
-			c.errs = append(c.errs, "WithClock: must not be nil")
-		}
-		c.clock = clk
-	}
-}
-
 // WithRegisterer registers the Deduper's metrics (optional, default none).
 func WithRegisterer(r prometheus.Registerer) Option {
 	return func(c *config) { c.registerer = r }
@@ -220,7 +208,7 @@ func New(store Store, opts ...Option) (*Deduper, error) {
 		headers:     []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Etag", "Last-Modified"},
 		httpScope:   func(r *http.Request) string { return r.Header.Get(clientlib.HeaderRetryOwner) },
 		grpcScope:   grpcOwner,
-		storeErrors: FailClosed, clock: clientlib.SystemClock{}}
+		storeErrors: FailClosed}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -287,7 +275,7 @@ const (
 // begin reserves key, or waits for the request holding it.
 func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *Record, error) {
 	var (
-		giveUp  clientlib.Timer // MaxWait, started at the first wait
+		giveUp  *time.Timer // MaxWait, started at the first wait
 		wait    = 5 * time.Millisecond
 		expired bool
 	)
@@ -314,12 +302,12 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 			}
 			if giveUp == nil {
 				d.m.waiting.Inc()
-				giveUp = d.cfg.clock.NewTimer(d.cfg.maxWait)
+				giveUp = time.NewTimer(d.cfg.maxWait)
 			}
-			timer := d.cfg.clock.NewTimer(wait)
+			timer := time.NewTimer(wait)
 			select {
-			case <-timer.C():
-			case <-giveUp.C():
+			case <-timer.C:
+			case <-giveUp.C:
 				expired = true
 			case <-ctx.Done():
 				expired = true

@@ -31,8 +31,14 @@ func (s *failingStore) failure(ctx context.Context) error {
 		return nil
 	}
 	if s.hang.Load() {
-		<-ctx.Done()
-		return fmt.Errorf("injected: read: i/o timeout: %w", ctx.Err())
+		t := time.NewTimer(10 * time.Second) // the requests carry a 500 ms deadline
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("injected: read: i/o timeout: %w", ctx.Err())
+		case <-t.C:
+			return errors.New("injected: the request's context did not end within 10 s")
+		}
 	}
 	return errInjected
 }
