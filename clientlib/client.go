@@ -323,14 +323,14 @@ func (c *Client) flush() {
 			_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
 		}
 		if connected {
-			agent := &fuseboxv1.Counts{
+			agent := sharedstate.Counts{
 				FirstAttempts: t.first - la.first,
 				Successes:     t.success - la.success,
 				Failures:      t.failure - la.failure,
 				SlowCalls:     t.slow - la.slow,
 				Rejected:      t.rejected - la.rejected,
 			}
-			if agent.FirstAttempts|agent.Successes|agent.Failures|agent.SlowCalls|agent.Rejected != 0 {
+			if !agent.IsZero() {
 				c.sess.addDeltas(st, agent)
 			}
 			// In-flight calls, while there is a limit (and once more
@@ -368,17 +368,9 @@ func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
 		} else {
 			p = c.engine.Policy(st.name)
 		}
-		st.fallbackSnap = snapshotFromPolicy(st.name, p)
+		st.fallbackSnap = convert.PolicySnapshot(st.name, p)
 	}
 	return st.fallbackSnap
-}
-
-func snapshotFromPolicy(name string, p sharedstate.Policy) *sharedstate.Snapshot {
-	return &sharedstate.Snapshot{
-		Dependency: name, State: Closed, LocalState: Closed,
-		Mode: p.Breaker.Mode, Scope: p.Breaker.Scope, SlowCallDuration: p.Breaker.SlowCallDuration.Std(),
-		Retry: convert.RetryFromPolicy(p),
-	}
 }
 
 // ensureLocalPolicy gives the local engine st's last seen policy before it

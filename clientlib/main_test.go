@@ -16,7 +16,9 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -59,23 +61,22 @@ type fakeAgent struct {
 	path string
 	srv  *grpc.Server
 
-	mu          sync.Mutex
-	hellos      []*fuseboxv1.Hello
-	counts      map[string]*fuseboxv1.Counts
-	inFlight    map[string]uint64 // the last in_flight reported per dependency
-	probes      []*fuseboxv1.ProbeResult
-	subscribed  []string
-	sessions    map[chan *fuseboxv1.SessionResponse]bool
-	snaps       map[string]*fuseboxv1.DecisionSnapshot // pushed at hello too
-	retryCalls  int
-	probeCalls  int
-	checkCalls  int
-	onRetry     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
-	onProbe     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
-	onCheck     func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
-	welcomeWith *fuseboxv1.RetrySettings
-	// welcomeBreaker is the Welcome's default_breaker.
-	welcomeBreaker *fuseboxv1.BreakerSettings
+	mu         sync.Mutex
+	hellos     []*fuseboxv1.Hello
+	counts     map[string]sharedstate.Counts
+	inFlight   map[string]uint64 // the last in_flight reported per dependency
+	probes     []*fuseboxv1.ProbeResult
+	subscribed []string
+	sessions   map[chan *fuseboxv1.SessionResponse]bool
+	snaps      map[string]*fuseboxv1.DecisionSnapshot // pushed at hello too
+	retryCalls int
+	probeCalls int
+	checkCalls int
+	onRetry    func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onProbe    func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onCheck    func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
+	// welcome is the Welcome's default_snapshot.
+	welcome *fuseboxv1.DecisionSnapshot
 }
 
 func newFakeAgent(t testing.TB) *fakeAgent {
@@ -88,7 +89,7 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	f := &fakeAgent{t: t, path: filepath.Join(dir, "agent.sock"),
-		counts: map[string]*fuseboxv1.Counts{}, inFlight: map[string]uint64{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
+		counts: map[string]sharedstate.Counts{}, inFlight: map[string]uint64{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
 		snaps: map[string]*fuseboxv1.DecisionSnapshot{}}
 	f.start()
 	t.Cleanup(f.stop)
@@ -133,7 +134,7 @@ func (f *fakeAgent) Session(stream grpc.BidiStreamingServer[fuseboxv1.SessionReq
 	out := make(chan *fuseboxv1.SessionResponse, 64)
 	f.mu.Lock()
 	f.hellos = append(f.hellos, hello)
-	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultRetry: f.welcomeWith, DefaultBreaker: f.welcomeBreaker}
+	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultSnapshot: f.welcome}
 	var initial []*fuseboxv1.DecisionSnapshot
 	for _, d := range hello.GetDependencies() {
 		if s := f.snaps[d]; s != nil {
@@ -190,21 +191,10 @@ func (f *fakeAgent) record(d *fuseboxv1.CountDeltas) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, dc := range d.GetDeltas() {
-		c := f.counts[dc.GetDependency()]
-		if c == nil {
-			c = &fuseboxv1.Counts{}
-			f.counts[dc.GetDependency()] = c
-		}
+		f.counts[dc.GetDependency()] = f.counts[dc.GetDependency()].Plus(convert.CountsFromProto(dc.GetCounts()))
 		if dc.InFlight != nil {
 			f.inFlight[dc.GetDependency()] = dc.GetInFlight()
 		}
-		n := dc.GetCounts()
-		c.FirstAttempts += n.GetFirstAttempts()
-		c.Retries += n.GetRetries()
-		c.Successes += n.GetSuccesses()
-		c.Failures += n.GetFailures()
-		c.SlowCalls += n.GetSlowCalls()
-		c.Rejected += n.GetRejected()
 	}
 	f.probes = append(f.probes, d.GetProbeResults()...)
 	f.subscribed = append(f.subscribed, d.GetSubscribe()...)
@@ -223,17 +213,12 @@ func (f *fakeAgent) push(snaps ...*fuseboxv1.DecisionSnapshot) {
 }
 
 // agentCounts is what the fake agent summed for one dependency.
-type agentCounts struct {
-	FirstAttempts, Retries, Successes, Failures, SlowCalls, Rejected uint64
-}
+type agentCounts = sharedstate.Counts
 
 func (f *fakeAgent) countsOf(dep string) agentCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.counts[dep]; c != nil {
-		return agentCounts{c.FirstAttempts, c.Retries, c.Successes, c.Failures, c.SlowCalls, c.Rejected}
-	}
-	return agentCounts{}
+	return f.counts[dep]
 }
 
 func (f *fakeAgent) helloCount() int {
@@ -321,9 +306,12 @@ func (f *fakeAgent) waitInFlight(t testing.TB, dep string, n uint64) {
 	})
 }
 
+// snapshot is a snapshot of dep as an agent pushes it, with the default
+// policy's retry settings and slow-call duration, without breaker settings.
 func snapshot(dep string, state fuseboxv1.BreakerState) *fuseboxv1.DecisionSnapshot {
 	return &fuseboxv1.DecisionSnapshot{
-		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE,
+		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE, Scope: fuseboxv1.Scope_SCOPE_FLEET,
+		LocalState: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
 		Retry: &fuseboxv1.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: durationpb.New(500 * time.Millisecond),
 			BackoffBase: durationpb.New(100 * time.Millisecond), BackoffMax: durationpb.New(5 * time.Second),
 			Jitter: fuseboxv1.Jitter_JITTER_FULL, BudgetRatio: 0.1, BudgetMinRetriesPerSecond: 10},

@@ -44,7 +44,7 @@ type session struct {
 	loopDone  chan struct{}
 
 	mu           sync.Mutex
-	pending      map[*depState]*fuseboxv1.Counts
+	pending      map[*depState]sharedstate.Counts
 	inFlight     map[*depState]uint64 // gauges to send with the next deltas
 	probes       []*fuseboxv1.ProbeResult
 	subs         []string
@@ -56,7 +56,7 @@ type session struct {
 }
 
 func newSession(c *Client) *session {
-	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]*fuseboxv1.Counts{}, inFlight: map[*depState]uint64{},
+	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]sharedstate.Counts{}, inFlight: map[*depState]uint64{},
 		finishing: make(chan struct{}), loopDone: make(chan struct{})}
 }
 
@@ -73,18 +73,9 @@ func (s *session) subscribe(st *depState) {
 	s.kick()
 }
 
-func (s *session) addDeltas(st *depState, d *fuseboxv1.Counts) {
+func (s *session) addDeltas(st *depState, d sharedstate.Counts) {
 	s.mu.Lock()
-	if p := s.pending[st]; p != nil {
-		p.FirstAttempts += d.FirstAttempts
-		p.Retries += d.Retries
-		p.Successes += d.Successes
-		p.Failures += d.Failures
-		p.SlowCalls += d.SlowCalls
-		p.Rejected += d.Rejected
-	} else {
-		s.pending[st] = d
-	}
+	s.pending[st] = s.pending[st].Plus(d)
 	s.mu.Unlock()
 }
 
@@ -131,7 +122,7 @@ func (s *session) take() *fuseboxv1.CountDeltas {
 	}
 	m := &fuseboxv1.CountDeltas{ProbeResults: s.probes, Subscribe: s.subs}
 	for st, c := range s.pending {
-		dc := &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: c}
+		dc := &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: convert.CountsToProto(c)}
 		if n, ok := s.inFlight[st]; ok {
 			dc.InFlight = &n
 			delete(s.inFlight, st)
@@ -139,9 +130,9 @@ func (s *session) take() *fuseboxv1.CountDeltas {
 		m.Deltas = append(m.Deltas, dc)
 	}
 	for st, n := range s.inFlight {
-		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: &fuseboxv1.Counts{}, InFlight: &n})
+		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: convert.CountsToProto(sharedstate.Counts{}), InFlight: &n})
 	}
-	s.pending = make(map[*depState]*fuseboxv1.Counts, len(s.pending))
+	s.pending = make(map[*depState]sharedstate.Counts, len(s.pending))
 	clear(s.inFlight)
 	s.probes, s.subs = nil, nil
 	s.sendingSince = time.Now()
@@ -243,7 +234,7 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	s.mu.Lock()
 	s.stop = cancel
 	s.node = w.GetNode()
-	s.pending = map[*depState]*fuseboxv1.Counts{}
+	s.pending = map[*depState]sharedstate.Counts{}
 	s.probes = nil
 	s.sendingSince = time.Time{}
 	s.mu.Unlock()
@@ -327,22 +318,35 @@ func (s *session) disconnect() {
 	})
 }
 
-// applyWelcome makes the fleet default policy's retry and breaker settings
-// the local default.
+// applyWelcome makes the fleet default (the Welcome's default snapshot)
+// the local breaker's default policy.
 func (c *Client) applyWelcome(w *fuseboxv1.Welcome) {
-	if w.GetDefaultRetry() == nil && w.GetDefaultBreaker() == nil {
+	ps := w.GetDefaultSnapshot()
+	if ps == nil {
 		return
 	}
-	p := c.engine.Policy(sharedstate.DefaultPolicyName)
-	p.Dependency = sharedstate.DefaultPolicyName
-	p = convert.PolicyWithBreaker(p, w.GetDefaultBreaker())
-	p = convert.PolicyWithRetry(p, w.GetDefaultRetry())
+	p := fallbackPolicy(c.engine.Policy(sharedstate.DefaultPolicyName), convert.SnapshotFromProto(ps), ps.GetBreaker())
 	_ = c.engine.SetDefaultPolicy(p) // an invalid default is ignored: the previous one stays
 }
 
-// applyAgentSnapshot installs a snapshot from the agent, and gives its
-// policy (breaker thresholds and retry settings) to the local fallback
-// breaker, which decides with it whenever the agent is away.
+// fallbackPolicy is the policy the local breaker decides by while the
+// agent is away, made of what a snapshot carries: its breaker settings (the
+// trip rule and timings), its own mode, scope and slow-call duration, and
+// its retry settings; base gives the rest (throttle and concurrency: a
+// snapshot carries what the agents make of them, which the local fallback
+// keeps apart). The result is not validated.
+func fallbackPolicy(base sharedstate.Policy, s *sharedstate.Snapshot, b *fuseboxv1.BreakerSettings) sharedstate.Policy {
+	p := convert.PolicyWithBreaker(base, b)
+	p.Breaker.Mode, p.Breaker.Scope, p.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
+	p.Retry = convert.RetryPolicyFrom(s.Retry)
+	return p
+}
+
+// applyAgentSnapshot installs a snapshot from the agent: the hot path
+// decides from it as it is. A pushed snapshot also carries the breaker
+// settings of the effective policy: with its own mode, scope, slow-call
+// duration and retry settings they make the local fallback breaker's
+// policy (fallbackPolicy), which decides whenever the agent is away.
 //
 // pushed says where ps comes from. The Session stream is ordered, so a
 // pushed snapshot is the agent's latest and is installed, except one older
@@ -363,32 +367,24 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		st.mu.Unlock()
 		return
 	}
-	var base sharedstate.Policy
-	if st.localPol != nil {
-		base = *st.localPol
-	} else {
-		base = c.engine.Policy(st.name)
-	}
-	pol := convert.PolicyFromSnapshot(base, ps)
-	pol.Dependency = st.name
-	polChanged := (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
-	if polChanged {
-		st.localPol = &pol
-		st.fallbackSnap = nil
-	}
 	snap := convert.SnapshotFromProto(ps)
-	// What an older agent leaves out comes from the policy.
-	if ps.GetRetry() == nil {
-		snap.Retry = convert.RetryFromPolicy(pol)
-	}
-	if ps.GetSlowCallDuration() == nil {
-		snap.SlowCallDuration = pol.Breaker.SlowCallDuration.Std()
-	}
-	if snap.Mode == "" {
-		snap.Mode = pol.Breaker.Mode
-	}
-	if snap.Scope == "" {
-		snap.Scope = pol.Breaker.Scope
+	var (
+		pol        sharedstate.Policy
+		polChanged bool
+	)
+	if b := ps.GetBreaker(); b != nil { // pushed snapshots carry them, answers not
+		base := st.localPol
+		if base == nil {
+			p := c.engine.Policy(st.name)
+			base = &p
+		}
+		pol = fallbackPolicy(*base, snap, b)
+		pol.Dependency = st.name
+		polChanged = (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
+		if polChanged {
+			st.localPol = &pol
+			st.fallbackSnap = nil
+		}
 	}
 	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
@@ -405,7 +401,7 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 // epoch (see applyAgentSnapshot), if that session is still up.
 func (c *Client) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
 	ps := d.GetSnapshot()
-	if ps == nil || ps.GetDependency() != st.name || ps.GetVersion() == 0 {
+	if ps == nil || ps.GetDependency() != st.name {
 		return
 	}
 	if !c.sess.isConnected() || c.sess.epoch.Load() != epoch {
