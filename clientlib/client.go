@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
 	"sync"
@@ -145,6 +146,14 @@ func stripeCount() int {
 		n *= 2
 	}
 	return n
+}
+
+// logger is Config.Logger, else the default logger of the moment.
+func (c *Client) logger() *slog.Logger {
+	if c.cfg.Logger != nil {
+		return c.cfg.Logger
+	}
+	return slog.Default()
 }
 
 // Close stops the client, in this order: the flusher stops after a last
@@ -306,7 +315,12 @@ func (c *Client) flushLoop() {
 // AcquireProbe count the retries, probes and refusals they decide.
 func (c *Client) flush() {
 	connected := c.sess.isConnected()
+	now := time.Now().UnixNano()
 	c.each(func(st *depState) {
+		if u := st.keptUntil.Load(); u != 0 && now >= u { // a kept throttle probability expired
+			st.keptUntil.Store(0)
+			st.publish()
+		}
 		t := st.sum()
 		la, ll := st.sentAgent, st.sentLocal
 		st.sentAgent, st.sentLocal = t, t

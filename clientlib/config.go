@@ -3,6 +3,7 @@ package clientlib
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -73,6 +74,12 @@ type Config struct {
 	// OnAgentChange is called when the connection to the agent is
 	// established or lost (optional). Same calling rules as OnStateChange.
 	OnAgentChange func(AgentEvent)
+	// Logger receives one line per change of mode, never one per call: a
+	// warning when the client falls back to local decisions (the agent is
+	// unreachable, or refused a dependency name), an info line when the
+	// agent is reachable again (optional, default slog.Default() as it is
+	// when the line is written).
+	Logger *slog.Logger
 	// Random returns 64 uniformly random bits for backoff jitter; it must
 	// be safe for concurrent use (optional, default math/rand/v2.Uint64).
 	Random func() uint64

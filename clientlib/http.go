@@ -28,8 +28,11 @@ type HTTPOption struct {
 }
 
 // HTTPDependency names the dependency every request of the RoundTripper
-// belongs to (optional, default: the request's host:port, characters
-// outside [A-Za-z0-9._:/-] replaced by '_').
+// belongs to (optional, default: the request URL's host with its port when
+// the URL names one, as URL.Host gives them: "api.example.com",
+// "10.0.0.5:8080"; two ports of one host are two dependencies, since two
+// servers on one host fail apart; characters outside [A-Za-z0-9._:/-]
+// become '_', "[::1]:8080" is "__::1_:8080").
 func HTTPDependency(name string) HTTPOption { return HTTPOption{name: name} }
 
 // HTTPDependencyFunc names the dependency of each request (optional).

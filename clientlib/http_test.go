@@ -311,3 +311,34 @@ func forceOpen(t *testing.T, c *Client, dep string) {
 	}
 	sstest.Eventually(t, 10*time.Second, "the forced-open override", func() bool { return d.Status().Override == ForcedOpen })
 }
+
+// Without HTTPDependency, a request's dependency is its URL's host with
+// the port the URL names: two servers on two ports of one host are two
+// dependencies (one can fail while the other serves); a URL without a port
+// is named by its host alone.
+func TestHTTPDefaultDependencyName(t *testing.T) {
+	c := localClient(t)
+	a, b := serve(t, &scripted{statuses: []int{200}}), serve(t, &scripted{statuses: []int{200}})
+	hc := newHTTPClient(t, c)
+	for _, srv := range []*httptest.Server{a, b} {
+		resp, err := hc.Get(srv.URL + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	local := &http.Client{Transport: c.RoundTripper(handlerTransport{&scripted{statuses: []int{200}}})}
+	resp, err := local.Get("http://catalog.internal/items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, name := range []string{strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"), "catalog.internal"} {
+		if st := c.lookup(name); st == nil || st.sum().success != 1 {
+			t.Errorf("dependency %q: %v, want one success counted under that name", name, st)
+		}
+	}
+	if n := len(*c.deps.Load()); n != 3 {
+		t.Errorf("%d dependencies, want 3", n)
+	}
+}

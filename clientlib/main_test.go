@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
@@ -58,8 +59,9 @@ var errUnavailable = status.Error(codes.Unavailable, "try again")
 type fakeAgent struct {
 	fuseboxv1.UnimplementedAgentServer
 	t    testing.TB
-	path string
+	path string // its unix socket ("" in memory)
 	srv  *grpc.Server
+	mem  *bufconn.Listener // in memory: the current listener
 
 	mu         sync.Mutex
 	hellos     []*fuseboxv1.Hello
@@ -80,6 +82,42 @@ type fakeAgent struct {
 }
 
 func newFakeAgent(t testing.TB) *fakeAgent {
+	f := &fakeAgent{t: t, path: socketPath(t)}
+	f.init()
+	return f
+}
+
+// newMemoryAgent is a fake agent on an in-memory connection, for tests
+// in a synctest bubble (a socket's reader would keep its time still):
+// call it in the bubble, and connect clients with memoryClient.
+func newMemoryAgent(t testing.TB) *fakeAgent {
+	f := &fakeAgent{t: t}
+	f.init()
+	return f
+}
+
+func (f *fakeAgent) init() {
+	f.counts, f.inFlight = map[string]sharedstate.Counts{}, map[string]uint64{}
+	f.sessions, f.snaps = map[chan *fuseboxv1.SessionResponse]bool{}, map[string]*fuseboxv1.DecisionSnapshot{}
+	f.start()
+	f.t.Cleanup(f.stop)
+}
+
+// dial connects to the in-memory agent, as it is now.
+func (f *fakeAgent) dial(ctx context.Context, _ string) (net.Conn, error) {
+	f.mu.Lock()
+	lis := f.mem
+	f.mu.Unlock()
+	return lis.DialContext(ctx)
+}
+
+// memoryClient connects a client to the in-memory agent f, like agentClient.
+func memoryClient(t testing.TB, f *fakeAgent, cfg Config) *Client {
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(f.dial))
+	return agentClient(t, f, cfg)
+}
+
+func socketPath(t testing.TB) string {
 	dir := t.TempDir()
 	if len(dir) > 90 { // unix socket paths are limited to 108 bytes
 		var err error
@@ -88,25 +126,36 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	f := &fakeAgent{t: t, path: filepath.Join(dir, "agent.sock"),
-		counts: map[string]sharedstate.Counts{}, inFlight: map[string]uint64{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
-		snaps: map[string]*fuseboxv1.DecisionSnapshot{}}
-	f.start()
-	t.Cleanup(f.stop)
-	return f
+	return filepath.Join(dir, "agent.sock")
 }
 
-func (f *fakeAgent) address() string { return "unix://" + f.path }
+// address is what clients dial: the socket, or (in memory) a loopback
+// address their dialer ignores.
+func (f *fakeAgent) address() string {
+	if f.path == "" {
+		return "127.0.0.1:1"
+	}
+	return "unix://" + f.path
+}
 
+// start (re)starts the agent on its socket, or on a new in-memory listener.
 func (f *fakeAgent) start() {
-	lis, err := net.Listen("unix", f.path)
-	if err != nil {
-		f.t.Fatalf("listen: %v", err)
+	var lis net.Listener
+	if f.path == "" {
+		lis = bufconn.Listen(1 << 20)
+	} else {
+		var err error
+		if lis, err = net.Listen("unix", f.path); err != nil {
+			f.t.Fatalf("listen: %v", err)
+		}
 	}
 	srv := grpc.NewServer()
 	fuseboxv1.RegisterAgentServer(srv, f)
 	f.mu.Lock()
 	f.srv = srv
+	if b, ok := lis.(*bufconn.Listener); ok {
+		f.mem = b
+	}
 	f.mu.Unlock()
 	go srv.Serve(lis)
 }

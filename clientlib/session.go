@@ -183,6 +183,9 @@ func (s *session) loop(ctx context.Context) {
 		if s.reported != -1 { // say once that the agent is not there
 			s.reported = -1
 			s.c.emit(AgentEvent{Connected: false, Err: err})
+			s.c.logger().Warn("clientlib: agent unreachable; deciding locally until it is back "+
+				"(local breaker and budget, last pushed policies, overrides and shaping)",
+				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
 		wait := backoff.Policy{Base: delay, Max: delay, Jitter: backoff.Equal}.Wait(0, 0, backoff.Uniform(s.c.random()))
 		t := time.NewTimer(wait)
@@ -240,6 +243,12 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	s.mu.Unlock()
 	s.connected.Store(true)
 	c.metrics.sessions.Add(1)
+	if s.reported == -1 {
+		c.logger().Info("clientlib: agent reachable again; deciding from its snapshots",
+			"agent", c.cfg.AgentAddress, "service", c.service, "node", w.GetNode())
+	} else {
+		c.logger().Debug("clientlib: connected to the agent", "agent", c.cfg.AgentAddress, "service", c.service, "node", w.GetNode())
+	}
 	s.reported = 1
 	c.emit(AgentEvent{Connected: true, Node: w.GetNode()})
 
@@ -311,6 +320,7 @@ func (s *session) disconnect() {
 	s.connected.Store(false)
 	c.each(func(st *depState) {
 		st.mu.Lock()
+		st.keepShaping()
 		st.agentSnap = nil
 		st.publishLocked()
 		st.mu.Unlock()
@@ -386,14 +396,57 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 			st.fallbackSnap = nil
 		}
 	}
+	// An operator's override goes to the local breaker too, with its
+	// expiry, so that it holds while the agent is away.
+	ov := overrideOf(snap)
+	ovChanged := !sameOverride(st.localOverride, ov)
+	st.localOverride = ov
 	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
 	st.refusedMsg = ""
 	st.refused.Store(false)
+	st.forgetShaping()
 	st.publishLocked()
 	st.mu.Unlock()
-	if polChanged {
-		_ = c.engine.SetPolicy(st.name, pol)
+	if polChanged || ovChanged {
+		c.syncLocal(st)
+	}
+}
+
+// overrideOf is the override a snapshot reports (nil for none).
+func overrideOf(s *sharedstate.Snapshot) *sharedstate.Override {
+	if s.Override == OverrideNone {
+		return nil
+	}
+	return &sharedstate.Override{State: s.Override, Reason: s.OverrideReason, Expires: s.OverrideExpires}
+}
+
+func sameOverride(a, b *sharedstate.Override) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.State == b.State && a.Reason == b.Reason && a.Expires.Equal(b.Expires)
+}
+
+// syncLocal gives the local breaker st's latest policy and override. Any
+// goroutine may call it after changing them; syncMu makes the last one to
+// run apply the latest of both, in that order (an override would make the
+// engine track the dependency under the default policy).
+func (c *Client) syncLocal(st *depState) {
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	st.mu.Lock()
+	pol, ov := st.localPol, st.localOverride
+	st.mu.Unlock()
+	if pol != nil && pol != st.syncedPol {
+		st.syncedPol = pol
+		_ = c.engine.SetPolicy(st.name, *pol) // validated when stored
+	}
+	if !st.syncedOvOnce || !sameOverride(ov, st.syncedOv) {
+		st.syncedOv, st.syncedOvOnce = ov, true
+		// A reason too long for the engine (the agent enforces the same
+		// bound) leaves the previous override.
+		_ = c.engine.SetOverride(st.name, ov)
 	}
 }
 
@@ -417,7 +470,12 @@ func (c *Client) applyDependencyError(e *fuseboxv1.DependencyError) {
 		return
 	}
 	st.mu.Lock()
+	if st.refusedMsg == "" { // once per refusal, not per message
+		c.logger().Warn("clientlib: the agent refused a dependency; deciding it locally",
+			"dependency", st.name, "service", c.service, "reason", e.GetMessage())
+	}
 	st.refusedMsg = e.GetMessage()
+	st.keepShaping()
 	st.agentSnap = nil
 	st.publishLocked()
 	st.mu.Unlock()

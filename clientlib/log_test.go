@@ -1,0 +1,95 @@
+package clientlib
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+)
+
+// logBuffer is a logger's output, safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) lines() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.FieldsFunc(b.buf.String(), func(r rune) bool { return r == '\n' })
+}
+
+// refuse sends a DependencyError for dep on every session.
+func (f *fakeAgent) refuse(dep, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for out := range f.sessions {
+		out <- &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Error{
+			Error: &fuseboxv1.DependencyError{Dependency: dep, Message: msg}}}
+	}
+}
+
+// The client logs each change of mode once, through Config.Logger: a
+// warning when it falls back to local decisions (whatever the calls and
+// the reconnection attempts meanwhile), an info line when the agent is
+// back, a warning when the agent refuses a dependency. Nothing per call.
+func TestModeChangesLoggedOnce(t *testing.T) {
+	out := &logBuffer{}
+	lg := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	f := newFakeAgent(t)
+	c := agentClient(t, f, Config{Logger: lg})
+	dep := c.Dependency("inventory")
+	calls := func() {
+		for range 50 {
+			if _, err := call(dep); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	calls()
+	if l := out.lines(); len(l) != 0 {
+		t.Fatalf("logged while connected: %q", l)
+	}
+
+	f.stop()
+	sstest.Eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
+	failures := c.metrics.sessionFailures.Load()
+	calls()
+	sstest.Eventually(t, 10*time.Second, "three more failed reconnections", func() bool {
+		return c.metrics.sessionFailures.Load() >= failures+3
+	})
+	l := out.lines()
+	if len(l) != 1 || !strings.Contains(l[0], "level=WARN") || !strings.Contains(l[0], "agent unreachable; deciding locally") ||
+		!strings.Contains(l[0], "agent="+f.address()) {
+		t.Fatalf("lines after the agent went away: %q, want one warning naming the agent", l)
+	}
+
+	f.start()
+	sstest.Eventually(t, 10*time.Second, "the reconnection", c.AgentConnected)
+	calls()
+	sstest.Eventually(t, 10*time.Second, "the reconnection logged", func() bool { return len(out.lines()) == 2 })
+	if l := out.lines(); !strings.Contains(l[1], "level=INFO") || !strings.Contains(l[1], "agent reachable again") ||
+		!strings.Contains(l[1], "node=fake-node") {
+		t.Errorf("reconnection line %q", l[1])
+	}
+
+	f.refuse("inventory", "fusebox: too many dependencies")
+	f.refuse("inventory", "fusebox: too many dependencies")
+	sstest.Eventually(t, 10*time.Second, "the refusal logged", func() bool { return len(out.lines()) >= 3 })
+	calls()
+	if l := out.lines(); len(l) != 3 || !strings.Contains(l[2], "level=WARN") || !strings.Contains(l[2], "dependency=inventory") ||
+		!strings.Contains(l[2], "too many dependencies") {
+		t.Errorf("lines after two refusals of one name: %q, want one more warning naming it", l)
+	}
+}
