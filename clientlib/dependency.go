@@ -356,9 +356,11 @@ func (st *depState) keepShaping() {
 	st.kept = keptShaping{limit: s.ConcurrencyLimit, throttle: s.ThrottleProbability}
 	st.keptUntil.Store(0)
 	if s.ThrottleProbability > 0 {
-		window := sharedstate.DefaultPolicy().Breaker.Window.Std()
+		var window time.Duration
 		if st.localPol != nil {
 			window = st.localPol.Breaker.Window.Std()
+		} else {
+			window = st.c.engine.Policy(st.name).Breaker.Window.Std() // the fleet default's
 		}
 		st.kept.throttleUntil = time.Now().Add(window)
 		st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
