@@ -222,6 +222,7 @@ class _Grant:
 
 _NO_GRANT = _Grant()
 _UNSET = object()
+_ALLOW = P.ALLOW
 
 
 class Dependency:
@@ -288,21 +289,20 @@ class Dependency:
 
     # --- the call loop ---
 
-    def _run(self, fn, idempotency=NON_RETRYABLE, *, timeout=None, deadline=None, max_attempts=None,
-             attempt_timeout=_UNSET, idempotency_key=None, classifier=None, strict=False,
-             nested_retries=False, wait_for_slot=0.0, fallback=None):
+    def _run(self, fn, idempotency=NON_RETRYABLE, **options):
+        fallback = options.pop("fallback", None) if options else None
+        if fallback is None:
+            return self._loop(fn, idempotency, **options)
         try:
-            return self._loop(fn, idempotency, timeout, deadline, max_attempts, attempt_timeout,
-                              idempotency_key, classifier, strict, nested_retries, wait_for_slot)
+            return self._loop(fn, idempotency, **options)
         except E.InvalidOptionError:
             raise
         except Exception as exc:
-            if fallback is None:
-                raise
             return fallback(exc)
 
-    def _loop(self, fn, idempotency, timeout, deadline_, max_attempts, attempt_timeout, key,
-              classifier, strict, nested_retries, wait_for_slot):
+    def _loop(self, fn, idempotency, timeout=None, deadline=None, max_attempts=None, attempt_timeout=_UNSET,
+              idempotency_key=None, classifier=None, strict=False, nested_retries=False, wait_for_slot=0.0):
+        deadline_, key = deadline, idempotency_key
         c = self._c
         clock = c._clock
         dec = self._dec
@@ -354,8 +354,13 @@ class Dependency:
                 if dl is not None and clock() >= dl and last is not None:
                     raise E.DeadlineExceeded(last_error=last) from last
                 if n == 1:
-                    g = self._admit_first(dec, strict, wait_for_slot, dl)
-                    slot = g.slot
+                    if dec.verdict is _ALLOW and not (strict or dec.throttle or dec.shadow_throttle or dec.limit):
+                        with self._mu:  # the hot path: a closed breaker, nothing to draw or hold
+                            self._first += 1
+                        g = _NO_GRANT
+                    else:
+                        g = self._admit_first(dec, strict, wait_for_slot, dl)
+                        slot = g.slot
                 else:
                     g = self._admit_retry(last)
                 start = clock()

@@ -260,7 +260,7 @@ class Session:
                 req = pb.AcquireRequest(dependency=dep.name, service=c.service, instance=c.instance)
                 f = self.stub.AcquireRetry if call == "acquire_retry" else self.stub.AcquireProbe
                 d = f(req, timeout=c.agent_wait)
-        except grpc.RpcError:
+        except (grpc.RpcError, ValueError):  # ValueError: the channel is closed
             self.fallbacks[call] += 1
             return None
         if d.HasField("snapshot"):

@@ -85,6 +85,18 @@ def _die_with_parent():
         pass
 
 
+def _terminate(proc):
+    """SIGTERM, then SIGKILL when it takes more than 15 s."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
 def _json_lines(path):
     try:
         with open(path, "rb") as f:
@@ -144,13 +156,8 @@ class Agent:
             self.proc.wait(10)
 
     def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+        if self.proc is not None:
+            _terminate(self.proc)
 
     def pause(self):
         self.proc.send_signal(signal.SIGSTOP)
@@ -275,13 +282,7 @@ class Fleet:
             with contextlib.suppress(Exception):
                 a.resume()
             a.stop()
-        if self.coordinator.poll() is None:
-            self.coordinator.terminate()
-            try:
-                self.coordinator.wait(15)
-            except subprocess.TimeoutExpired:
-                self.coordinator.kill()
-                self.coordinator.wait(10)
+        _terminate(self.coordinator)
         if os.environ.get("FUSEBOX_TEST_KEEP"):
             print("fusebox test fleet kept in", self.dir, file=sys.stderr)
         else:
