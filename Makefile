@@ -56,17 +56,14 @@ test: test-deps ## run every test with -race (fuzz seed corpora included)
 
 # Like `protoc`, installs what is missing with apt-get: Debian's chromium
 # for the dashboard's browser tests (not with FUSEBOX_SKIP_BROWSER=1, nor
-# when $$FUSEBOX_CHROMIUM names another binary), redis-server for the
-# idempotency store's tests (they start their own server in a temp dir),
-# and python3-grpcio, python3-protobuf, python3-requests and
-# protobuf-compiler-grpc for the Python client's.
-test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server, the Python client's)
+# when $$FUSEBOX_CHROMIUM names another binary) and redis-server for the
+# idempotency store's tests (they start their own server in a temp dir);
+# python-deps (below) the Python client's packages.
+test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server, python-deps)
 	@need=""; \
 	if [ "$$FUSEBOX_SKIP_BROWSER" != 1 ] && [ -z "$$FUSEBOX_CHROMIUM" ] && ! command -v chromium >/dev/null; then \
 	  need="$$need chromium"; fi; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
-	$(PYTHON) -c 'import grpc, google.protobuf, requests' 2>/dev/null || need="$$need python3-grpcio python3-protobuf python3-requests"; \
-	[ -x $(GRPC_PY_PLUGIN) ] || need="$$need protobuf-compiler-grpc"; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian's$$need for the tests"; \
 	  apt-get update && apt-get install -y $$need; \
@@ -168,10 +165,20 @@ GRPC_PY_PLUGIN ?= /usr/bin/grpc_python_plugin
 py_protoc = protoc -I protocol --python_out=$(1) --grpc_out=$(1) \
   --plugin=protoc-gen-grpc=$(GRPC_PY_PLUGIN) $(PROTO_SRC)
 
-.PHONY: protoc-python proto-python proto-check-python test-python bench-python
+.PHONY: python-deps protoc-python proto-python proto-check-python test-python bench-python
 proto: proto-python
 verify: proto-check-python
 test: test-python
+test-deps: python-deps
+
+python-deps: ## install Debian's python3-grpcio, python3-protobuf, python3-requests and protobuf-compiler-grpc when missing
+	@need=""; \
+	$(PYTHON) -c 'import grpc, google.protobuf, requests' 2>/dev/null || need="$$need python3-grpcio python3-protobuf python3-requests"; \
+	[ -x $(GRPC_PY_PLUGIN) ] || need="$$need protobuf-compiler-grpc"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian's$$need for the Python client"; \
+	  apt-get update && apt-get install -y $$need; \
+	fi
 
 protoc-python: protoc ## make sure Debian's grpc_python_plugin (protobuf-compiler-grpc) is installed
 	@if [ ! -x $(GRPC_PY_PLUGIN) ]; then \
@@ -194,8 +201,8 @@ proto-check-python: protoc-python ## fail when the committed Python stubs are st
 	done
 	@echo "proto-check-python: ok"
 
-test-python: test-deps ## run the Python client's tests (unittest) against real agents built from this tree
+test-python: python-deps ## run the Python client's tests (unittest) against real agents built from this tree
 	cd $(PY_DIR) && $(PYTHON) -m unittest discover -s tests -t . $(if $(V),-v)
 
-bench-python: test-deps ## measure the Python client's overhead per call (README's Python table)
+bench-python: python-deps ## measure the Python client's overhead per call (README's Python table)
 	cd $(PY_DIR) && $(PYTHON) bench.py $(ARGS)

@@ -9,8 +9,12 @@ function through Dependency.call deciding from the pushed snapshot
 ("session": decision and outcome counted in process, deltas sent by the
 background thread), and through Dependency.call(strict=True) ("check": a
 Check RPC to the agent over its unix socket before each call). It prints
-the medians per call and the overhead over bare, with the load average
-before and after, as a Markdown table.
+the medians per call of the wall time, of the calling thread's CPU time and
+of the whole process's CPU time (the client's flusher and session threads
+and gRPC's included; the agent's work is not), and the overhead over bare,
+with the load average before and after, as a Markdown table. On a shared
+machine the CPU times are the figures to compare: wall time there mostly
+measures waiting for a core.
 """
 
 import argparse
@@ -29,10 +33,12 @@ from tests import harness  # noqa: E402
 
 
 def timed(n, f):
-    start = time.perf_counter()
+    """Per call: (wall seconds, CPU seconds of this thread, CPU seconds of
+    the process: the client's own threads and gRPC's included)."""
+    w, t, p = time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(n):
         f()
-    return (time.perf_counter() - start) / n
+    return ((time.perf_counter() - w) / n, (time.thread_time() - t) / n, (time.process_time() - p) / n)
 
 
 def main():
@@ -72,15 +78,18 @@ def main():
             harness.eventually(lambda: agent.window("bench-dep", "successes") > 0, 10, "the agent to count the calls")
     load_after = os.getloadavg()
 
-    med = {k: statistics.median(v) * 1e6 for k, v in res.items()}
-    print("| path | per call (median of %d runs) | overhead over bare |" % a.runs)
-    print("| --- | --- | --- |")
-    print("| bare call | %.2f µs | — |" % med["bare"])
-    print("| session (pushed snapshot) | %.2f µs | +%.2f µs |" % (med["session"], med["session"] - med["bare"]))
-    print("| check (Check RPC per call) | %.1f µs | +%.1f µs |" % (med["check"], med["check"] - med["bare"]))
+    med = {k: [statistics.median(r[i] for r in v) * 1e6 for i in range(3)] for k, v in res.items()}
+    b = med["bare"]
+    print("| path | wall per call | CPU per call, calling thread | CPU per call, process | overhead (process CPU) |")
+    print("| --- | --- | --- | --- | --- |")
+    for k, label in (("bare", "bare call"), ("session", "session (pushed snapshot)"), ("check", "check (Check RPC per call)")):
+        m = med[k]
+        over = "—" if k == "bare" else "+%.1f µs" % (m[2] - b[2])
+        print("| %s | %.2f µs | %.2f µs | %.2f µs | %s |" % (label, m[0], m[1], m[2], over))
     print()
+    print("medians of %d runs of %d calls (check: %d)" % (a.runs, a.calls, a.check_calls))
     for k, v in res.items():
-        print("%s runs (µs): %s" % (k, " ".join("%.2f" % (x * 1e6) for x in v)))
+        print("%s process CPU per call, each run (µs): %s" % (k, " ".join("%.2f" % (r[2] * 1e6) for r in v)))
     print("Check answered locally (agent too slow): %d" % fallbacks)
     print("load average before %.2f %.2f %.2f, after %.2f %.2f %.2f; %d CPUs; Python %s; grpcio %s" % (
         *load_before, *load_after, os.cpu_count(), platform.python_version(), grpc.__version__))

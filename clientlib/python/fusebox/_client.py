@@ -290,7 +290,9 @@ class Dependency:
     # --- the call loop ---
 
     def _run(self, fn, idempotency=NON_RETRYABLE, **options):
-        fallback = options.pop("fallback", None) if options else None
+        if not options:
+            return self._loop(fn, idempotency)
+        fallback = options.pop("fallback", None)
         if fallback is None:
             return self._loop(fn, idempotency, **options)
         try:
@@ -338,9 +340,9 @@ class Dependency:
             else:
                 k = key
         classify = classifier or E.default_classifier
-        now = clock()
         dl = _deadline_var.get()
         if timeout is not None:
+            now = clock()
             dl = now + timeout if dl is None else min(dl, now + timeout)
         if deadline_ is not None:
             dl = deadline_ if dl is None else min(dl, deadline_)
@@ -373,8 +375,11 @@ class Dependency:
                 except Exception as exc:
                     err = exc
                 else:
-                    elapsed = clock() - start
-                    self._record(False, dec.slow > 0 and elapsed >= dec.slow)
+                    slow = dec.slow > 0 and clock() - start >= dec.slow
+                    with self._mu:
+                        self._success += 1
+                        if slow:
+                            self._slow += 1
                     if g.probe:
                         self._finish_probe(g, True)
                     return value

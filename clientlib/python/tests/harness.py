@@ -11,6 +11,7 @@ The processes get SIGKILL when the test process dies (PR_SET_PDEATHSIG),
 and Fleet.close() stops them.
 """
 
+import atexit
 import contextlib
 import ctypes
 import http.server
@@ -66,6 +67,7 @@ def binaries():
             _bin_dir = pre
             return pre
         d = tempfile.mkdtemp(prefix="fusebox-pytest-bin-")
+        atexit.register(shutil.rmtree, d, True)
         go = os.environ.get("GO") or shutil.which("go")
         if not go:
             raise RuntimeError("the Python client's tests build the agent from this tree and need go on PATH (or FUSEBOX_TEST_BIN)")
