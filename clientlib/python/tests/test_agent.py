@@ -7,6 +7,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 import urllib.request
@@ -31,6 +32,10 @@ POLICIES = {
                   "retry": dict(FAST_BACKOFF, budget={"ratio": 0.1, "minRetriesPerSecond": 0.2})},
     "py-post": {"retry": FAST_BACKOFF},
     "py-kinds": {"breaker": {"slowCallDuration": "30ms"}},
+    # Never trips: adaptive throttling alone answers the failures.
+    "py-throttle": {"breaker": {"minimumRequests": 1000000},
+                    "throttle": {"enabled": True, "k": 2.0, "minRequests": 20}},
+    "py-limit": {"concurrency": {"maxInFlight": 2}},
     "py-adapter-503": {"retry": FAST_BACKOFF},
 }
 
@@ -290,6 +295,67 @@ class FleetTest(unittest.TestCase):
         self.assertLess(took, 1.2 + 1.0)
         self.assertGreaterEqual(srv.count(path="/slow"), 4, "2 adapter calls, then retries within 1.2 s")
 
+    def test_the_agents_throttle_probability_is_applied(self):
+        d = self.dep("py-throttle")
+        port = closed_port()
+        made = [0]
+
+        def dead(a):
+            made[0] += 1
+            return connect(port, a.timeout)
+
+        def throttled():
+            try:
+                d.call(dead)
+            except fusebox.ThrottledError:
+                return True
+            except ConnectionRefusedError:
+                pass
+            return False
+        eventually(throttled, 20, "adaptive throttling to refuse a call")
+        p = d.status().throttle_probability
+        self.assertGreater(p, 0.5, "requests - 2*accepts over requests + 1, with no accepts")
+        before = made[0]
+        refused = 0
+        for _ in range(100):
+            try:
+                d.call(dead)
+            except fusebox.ThrottledError:
+                refused += 1
+            except ConnectionRefusedError:
+                pass
+        self.assertEqual(made[0] - before, 100 - refused, "a throttled call makes no attempt")
+        self.assertGreater(refused, 30, "p=%.2f refused only %d of 100" % (p, refused))
+        self.assertEqual(d.status().state, "closed", "the breaker did not open: throttling refused")
+
+    def test_the_agents_concurrency_share_is_applied(self):
+        d = self.dep("py-limit")
+        eventually(lambda: d.status().concurrency_limit == 2, 10, "the agent's share of maxInFlight 2")
+        inside, release = threading.Semaphore(0), threading.Event()
+
+        def hold(a):
+            inside.release()
+            release.wait(20)
+            return "held"
+        threads = [threading.Thread(target=d.call, args=(hold,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        self.addCleanup(release.set)
+        for _ in range(2):
+            self.assertTrue(inside.acquire(timeout=10))
+        with self.assertRaises(fusebox.ConcurrencyLimitError):
+            d.call(lambda a: "third")
+        eventually(lambda: self.a1.metric("fusebox_agent_in_flight", dependency="py-limit", scope="node") == 2,
+                   10, "a1 to count the 2 calls in flight")
+        waiting = []
+        t = threading.Thread(target=lambda: waiting.append(d.call(lambda a: "waited", wait_for_slot=20)))
+        t.start()
+        release.set()
+        for th in threads + [t]:
+            th.join(20)
+        self.assertEqual(waiting, ["waited"])
+        self.assertEqual(d.in_flight, 0)
+
     def test_strict_consult_asks_the_agent(self):
         d = self.dep("py-strict")
         for _ in range(5):
@@ -306,7 +372,10 @@ class FallbackTest(unittest.TestCase):
             "fb-plain": {"retry": dict(FAST_BACKOFF, budget={"ratio": 0, "minRetriesPerSecond": 0.1})}})
         self.addCleanup(self.fleet.close)
         self.agent = self.fleet.agent("a3")
-        self.client = fusebox.Client(self.agent.address, service="pytest-fallback", reconnect_max=0.5)
+        self.agent_events, self.state_changes = [], []
+        self.client = fusebox.Client(self.agent.address, service="pytest-fallback", reconnect_max=0.5,
+                                     on_agent_change=self.agent_events.append,
+                                     on_state_change=self.state_changes.append)
         self.addCleanup(self.client.close)
 
     def dep(self, name):
@@ -357,6 +426,14 @@ class FallbackTest(unittest.TestCase):
             for _ in range(7):
                 plain.call(lambda a: "ok")
             eventually(lambda: self.agent.window("fb-plain", "successes") >= 7, 10, "the new agent to count the calls")
+        eventually(lambda: len(self.agent_events) >= 3, 10, "on_agent_change to be told of the reconnection")
+        self.assertEqual([(e.connected, e.node) for e in self.agent_events], [(True, "a3"), (False, ""), (True, "a3")])
+        self.assertTrue(self.agent_events[1].error, "the event says why the session ended")
+        forced_changes = [(c.before.override, c.after.override, c.after.from_agent)
+                          for c in self.state_changes if c.dependency == "fb-forced"]
+        self.assertIn(("none", "forced-open", True), forced_changes)
+        self.assertIn(("forced-open", "forced-open", False), forced_changes, "the agent went: the local breaker decides")
+        self.assertIn(("forced-open", "none", False), forced_changes, "the override expired")
         text = "\n".join(logs.output)
         self.assertIn("unreachable", text)
         self.assertIn("deciding locally", text)
