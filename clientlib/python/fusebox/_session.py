@@ -231,12 +231,9 @@ class Session:
     def _apply_welcome(self, w):
         """The fleet default policy's settings become the local default."""
         c = self.c
-        if not (w.HasField("default_retry") or w.HasField("default_breaker")):
+        if not w.HasField("default_snapshot"):
             return
-        cur = c._default_policy
-        pol = P.Policy(
-            breaker=P.breaker_from_proto(cur.breaker, w.default_breaker if w.HasField("default_breaker") else None),
-            retry=P.retry_from_proto(cur.retry, w.default_retry if w.HasField("default_retry") else None))
+        pol = P.policy_from_snapshot(c._default_policy, w.default_snapshot)
         if pol.problems():
             return  # an invalid default is ignored: the previous one stays
         c._default_policy = pol
