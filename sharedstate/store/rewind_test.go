@@ -287,9 +287,11 @@ func TestWatchNoticesRestoreMarkedCompacted(t *testing.T) {
 }
 
 // TestWatchInitialFromAnotherHistory: a watcher seeded with a cached state
-// from a later revision (or another cluster) than etcd has finds it out at
-// its first list: a rewind, and nothing of the cache is kept, not even as
-// the last good value of a key that is invalid in etcd.
+// from a later revision than etcd has, another cluster, or with an entry
+// that etcd does not hold at the cache's revision, finds it out at its
+// first list: a rewind, and nothing of the cache is kept, not even as the
+// last good value of a key that is invalid in etcd. A cache of the same
+// history keeps its last good values.
 func TestWatchInitialFromAnotherHistory(t *testing.T) {
 	e := newEnv(t)
 	ctx := testCtx(t)
@@ -303,8 +305,11 @@ func TestWatchInitialFromAnotherHistory(t *testing.T) {
 	probe := newRecorder()
 	w := startWatch(t, e.st, probe, store.WatchOptions{})
 	probe.waitFor(t, "a first sync", func(r *recorder) bool { return len(r.syncs) == 1 })
-	cluster := w.Status().ClusterID
+	cluster, now := w.Status().ClusterID, w.Status().Revision
 	w.Close()
+	// A cached policy that etcd never held.
+	cachedOnly := good
+	cachedOnly.Name = "cached-only"
 
 	for _, c := range []struct {
 		name    string
@@ -312,11 +317,15 @@ func TestWatchInitialFromAnotherHistory(t *testing.T) {
 		want    store.RewindReason
 	}{
 		{"a later revision", store.State{Revision: 10_000, ClusterID: cluster}, store.RewindRevisionWentBack},
-		{"another cluster", store.State{Revision: 1, ClusterID: cluster + 1}, store.RewindNewCluster},
-		{"the same history", store.State{Revision: 1, ClusterID: cluster}, ""},
+		{"another cluster", store.State{Revision: now, ClusterID: cluster + 1}, store.RewindNewCluster},
+		{"entries etcd does not hold at its revision", store.State{Revision: now, ClusterID: cluster}, store.RewindHistoryChanged},
+		{"the same history", store.State{Revision: now, ClusterID: cluster}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			c.initial.Policies = map[string]store.PolicyEntry{"dep": good, "cached-only": good}
+			c.initial.Policies = map[string]store.PolicyEntry{"dep": good}
+			if c.want != "" {
+				c.initial.Policies["cached-only"] = cachedOnly
+			}
 			rec := newRecorder()
 			startWatch(t, e.st, rec, store.WatchOptions{Initial: &c.initial})
 			rec.waitFor(t, "the first sync", func(r *recorder) bool { return len(r.syncs) == 1 })

@@ -186,7 +186,12 @@ type WatchOptions struct {
 	// keeps its value from Initial. Initial is not delivered by itself.
 	// Its Revision and ClusterID are checked against the first list: a
 	// cluster ID that differs, or a list revision below Initial's, is a
-	// rewind, and then nothing of Initial is kept.
+	// rewind, and then nothing of Initial is kept. So is an entry whose key
+	// etcd does not hold at Initial's revision, or holds with a lower mod
+	// revision than the entry's (etcd restored or wiped, and written past
+	// that revision since), unless that revision is compacted. (A higher
+	// one is the same history: a value that was invalid, the entry its
+	// last good one.)
 	Initial *State
 
 	// CheckInterval is how often the watcher asks etcd, with one
@@ -256,6 +261,7 @@ type Watcher struct {
 	head    int64            // the highest revision etcd is known to have reached in this history
 	verify  bool             // compare etcd's keys at rev with keys at the next check
 	compact int64            // the compaction revision of the last compacted watch
+	initial *State           // WatchOptions.Initial until the first list
 }
 
 // Watch starts a Watcher that calls h until ctx is done or Close is called.
@@ -284,6 +290,7 @@ func (s *Store) Watch(ctx context.Context, h Handler, opts WatchOptions) *Watche
 			w.state.Overrides = init.Overrides
 		}
 		w.rev, w.cluster = init.Revision, init.ClusterID
+		w.initial = &init
 	}
 	if conn := s.cli.ActiveConnection(); conn != nil {
 		w.wg.Add(1)
@@ -594,7 +601,13 @@ func (w *Watcher) list(scratch bool) error {
 	}
 	cluster := ClusterID(hdr.ClusterId)
 	if !scratch {
-		if rw := w.compare(cluster, rev); rw != nil {
+		rw := w.compare(cluster, rev)
+		if rw == nil && w.initial != nil {
+			if rw, err = w.checkInitial(ctx, cluster, rev); err != nil {
+				return err
+			}
+		}
+		if rw != nil {
 			w.rewound(*rw)
 			scratch = true
 		}
@@ -634,11 +647,51 @@ func (w *Watcher) list(scratch bool) error {
 			next.Overrides[dep] = old
 		}
 	}
-	w.state, w.rev, w.cluster, w.keys = next, rev, cluster, keys
+	w.state, w.rev, w.cluster, w.keys, w.initial = next, rev, cluster, keys, nil
 	w.head, w.verify = max(w.head, rev), false
 	w.setStatus(func(s *SyncStatus) { s.Synced, s.ClusterID, s.Revision = true, cluster, rev })
 	w.h.Sync(next.Clone())
 	return nil
+}
+
+// checkInitial compares WatchOptions.Initial's entries that have a mod
+// revision with what etcd holds at Initial's revision, and returns the
+// rewind (history_changed) when a key is missing there or has a lower mod
+// revision than its entry. A compacted revision compares nothing.
+func (w *Watcher) checkInitial(ctx context.Context, cluster ClusterID, head int64) (*Rewind, error) {
+	init := w.initial
+	want := map[string]int64{}
+	for name, e := range init.Policies {
+		if e.ModRevision > 0 {
+			want[w.s.PolicyKey(name)] = e.ModRevision
+		}
+	}
+	for dep, e := range init.Overrides {
+		if e.ModRevision > 0 {
+			want[w.s.OverrideKey(dep)] = e.ModRevision
+		}
+	}
+	if len(want) == 0 || init.Revision <= 0 {
+		return nil, nil
+	}
+	got := map[string]int64{}
+	from, end := w.watchRange()
+	_, _, err := rangePages(ctx, w.s.cli, from, end, init.Revision, func(kv *mvccpb.KeyValue) {
+		got[string(kv.Key)] = kv.ModRevision
+	}, clientv3.WithKeysOnly())
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: check the initial state at revision %d: %w", init.Revision, err)
+	}
+	for key, mod := range want {
+		if got[key] < mod {
+			return &Rewind{Reason: RewindHistoryChanged, FromRevision: init.Revision, ToRevision: head,
+				FromCluster: init.ClusterID, ToCluster: cluster}, nil
+		}
+	}
+	return nil, nil
 }
 
 // keepOrReport stores a decoded policy in m, or reports the decoding error
