@@ -105,6 +105,15 @@ func TestEtcdWipedUnderAgents(t *testing.T) {
 		if n := strings.Count(log, "etcd's history went back"); n != 1 || !strings.Contains(log, " from_revision=") {
 			t.Errorf("%s: logged the rewind %d times (want once, with its revisions)", a.Name(), n)
 		}
+		// Unsynced at the rewind (Rewound), synced again by the list from
+		// scratch that follows it (Sync).
+		sstest.EventuallyNoError(t, 10*time.Second, a.Name()+" to log a sync after the rewind", func() error {
+			log := a.log.String()
+			if i := strings.Index(log, "etcd's history went back"); i < 0 || !strings.Contains(log[i:], "policies synced from etcd") {
+				return fmt.Errorf("no sync from etcd logged after the rewind")
+			}
+			return nil
+		})
 		sstest.EventuallyNoError(t, 10*time.Second, a.Name()+"'s disk cache to hold what etcd holds", func() error {
 			c, err := loadCache(a.cfg.DataDir)
 			if err != nil || c == nil || len(c.Overrides) != 0 || c.Policies[dep] != nil {

@@ -3198,8 +3198,12 @@ type Member struct {
 	Version    string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
 	GossipAddr string `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	ApiAddr    string `protobuf:"bytes,6,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// "alive", "suspect", "dead" or "left".
-	Status        string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// "alive", "suspect", "dead" or "left" (ListMembers also "registered":
+	// in etcd, not in the gossip).
+	Status string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// How the node follows etcd, from its registration in etcd (agents
+	// publish it; ListMembers only).
+	Etcd          *EtcdSync `protobuf:"bytes,8,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3283,6 +3287,189 @@ func (x *Member) GetStatus() string {
 	return ""
 }
 
+func (x *Member) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
+// EtcdSync is how a component follows the policies and overrides in etcd.
+type EtcdSync struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// It listed them, and no error or rewind was reported since (or etcd
+	// accepted its watch again after one).
+	Synced bool `protobuf:"varint,1,opt,name=synced,proto3" json:"synced,omitempty"`
+	// The etcd cluster ID it listed from, 16 hexadecimal digits.
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The revision its state is at (the coordinator's own; 0 in
+	// registrations).
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Rewinds seen since the component started, and the last one.
+	Rewinds       uint64      `protobuf:"varint,4,opt,name=rewinds,proto3" json:"rewinds,omitempty"`
+	LastRewind    *EtcdRewind `protobuf:"bytes,5,opt,name=last_rewind,json=lastRewind,proto3" json:"last_rewind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSync) Reset() {
+	*x = EtcdSync{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSync) ProtoMessage() {}
+
+func (x *EtcdSync) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSync.ProtoReflect.Descriptor instead.
+func (*EtcdSync) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *EtcdSync) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *EtcdSync) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *EtcdSync) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetRewinds() uint64 {
+	if x != nil {
+		return x.Rewinds
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetLastRewind() *EtcdRewind {
+	if x != nil {
+		return x.LastRewind
+	}
+	return nil
+}
+
+// EtcdRewind is one time a component found that etcd no longer holds the
+// history it followed (a snapshot restore, a wiped etcd, another
+// cluster), or that the revision it needed was compacted beyond any it
+// knew of, and listed everything again from scratch.
+type EtcdRewind struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "new_cluster", "revision_went_back", "history_changed" or "compacted".
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the component noticed (its clock).
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The revision it had reached, and etcd's when it noticed (for
+	// "compacted", the compaction's).
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision   int64 `protobuf:"varint,4,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// The cluster IDs before and after (equal unless "new_cluster").
+	FromClusterId string `protobuf:"bytes,5,opt,name=from_cluster_id,json=fromClusterId,proto3" json:"from_cluster_id,omitempty"`
+	ToClusterId   string `protobuf:"bytes,6,opt,name=to_cluster_id,json=toClusterId,proto3" json:"to_cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdRewind) Reset() {
+	*x = EtcdRewind{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdRewind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdRewind) ProtoMessage() {}
+
+func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdRewind.ProtoReflect.Descriptor instead.
+func (*EtcdRewind) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EtcdRewind) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *EtcdRewind) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetFromClusterId() string {
+	if x != nil {
+		return x.FromClusterId
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetToClusterId() string {
+	if x != nil {
+		return x.ToClusterId
+	}
+	return ""
+}
+
 type ListMembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3291,7 +3478,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3303,7 +3490,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3316,7 +3503,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 type ListMembersResponse struct {
@@ -3328,7 +3515,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3527,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3540,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3373,7 +3560,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3572,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3585,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3423,7 +3610,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3435,7 +3622,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3448,7 +3635,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3503,7 +3690,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3702,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3715,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3584,7 +3771,7 @@ type DependencyView struct {
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3783,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3796,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -3767,17 +3954,20 @@ func (x *DependencyView) GetMaxInFlight() uint32 {
 }
 
 type FleetSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
-	Dependencies  []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
-	Members       []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	At           *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Dependencies []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Members      []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// How the coordinator itself follows etcd (its own watch, which serves
+	// the fleet view and the events).
+	Etcd          *EtcdSync `protobuf:"bytes,4,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3789,7 +3979,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3802,7 +3992,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -3826,6 +4016,13 @@ func (x *FleetSnapshot) GetMembers() []*Member {
 	return nil
 }
 
+func (x *FleetSnapshot) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this dependency's events ("_default" for the fleet default
@@ -3841,7 +4038,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4050,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4063,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchRequest) GetDependency() string {
@@ -3921,7 +4118,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4130,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4143,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchEvent) GetId() uint64 {
@@ -4072,7 +4269,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4281,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4294,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -4196,7 +4393,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4208,7 +4405,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4221,7 +4418,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -4291,7 +4488,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4303,7 +4500,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4316,7 +4513,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -4347,7 +4544,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4359,7 +4556,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4372,7 +4569,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -4647,7 +4844,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"E\n" +
 	"\x11ListAuditResponse\x120\n" +
-	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xb2\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xdc\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -4656,7 +4853,25 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vgossip_addr\x18\x05 \x01(\tR\n" +
 	"gossipAddr\x12\x19\n" +
 	"\bapi_addr\x18\x06 \x01(\tR\aapiAddr\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\"\x14\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12(\n" +
+	"\x04etcd\x18\b \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"\xb0\x01\n" +
+	"\bEtcdSync\x12\x16\n" +
+	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x18\n" +
+	"\arewinds\x18\x04 \x01(\x04R\arewinds\x127\n" +
+	"\vlast_rewind\x18\x05 \x01(\v2\x16.fusebox.v1.EtcdRewindR\n" +
+	"lastRewind\"\xe2\x01\n" +
+	"\n" +
+	"EtcdRewind\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x04 \x01(\x03R\n" +
+	"toRevision\x12&\n" +
+	"\x0ffrom_cluster_id\x18\x05 \x01(\tR\rfromClusterId\x12\"\n" +
+	"\rto_cluster_id\x18\x06 \x01(\tR\vtoClusterId\"\x14\n" +
 	"\x12ListMembersRequest\"C\n" +
 	"\x13ListMembersResponse\x12,\n" +
 	"\amembers\x18\x01 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"1\n" +
@@ -4703,11 +4918,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
 	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
-	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xa9\x01\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xd3\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
-	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"I\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\x12(\n" +
+	"\x04etcd\x18\x04 \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"I\n" +
 	"\fWatchRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4863,7 +5079,7 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 }
 
 var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -4914,43 +5130,45 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
 	(*Member)(nil),                 // 48: fusebox.v1.Member
-	(*ListMembersRequest)(nil),     // 49: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 50: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 51: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 52: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 53: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 54: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 55: fusebox.v1.FleetSnapshot
-	(*WatchRequest)(nil),           // 56: fusebox.v1.WatchRequest
-	(*WatchEvent)(nil),             // 57: fusebox.v1.WatchEvent
-	(*NodeWindow)(nil),             // 58: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 59: fusebox.v1.BreakerRecord
-	(*GossipBatch)(nil),            // 60: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 61: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(*EtcdSync)(nil),               // 49: fusebox.v1.EtcdSync
+	(*EtcdRewind)(nil),             // 50: fusebox.v1.EtcdRewind
+	(*ListMembersRequest)(nil),     // 51: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 52: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 53: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 54: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 55: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 56: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 57: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 58: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 59: fusebox.v1.WatchEvent
+	(*NodeWindow)(nil),             // 60: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 61: fusebox.v1.BreakerRecord
+	(*GossipBatch)(nil),            // 62: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 63: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 65: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	62, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	62, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	64, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	64, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	64, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	62, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	62, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
-	62, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	62, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	62, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	62, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	64, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	64, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
+	64, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	64, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	64, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	64, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
 	6,  // 10: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
 	2,  // 11: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
 	0,  // 12: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,  // 13: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,  // 14: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
 	11, // 15: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	64, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	65, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,  // 18: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	65, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,  // 20: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
 	12, // 21: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,  // 22: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
@@ -4974,79 +5192,83 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	17, // 40: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
 	22, // 41: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
 	29, // 42: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	64, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
 	36, // 44: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
 	1,  // 45: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	65, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	65, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	64, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	39, // 49: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	65, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	45, // 51: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 52: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 53: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 54: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 55: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 56: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 57: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 58: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 59: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 60: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 62: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 64: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 65: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 73: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 74: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 75: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 76: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 77: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 78: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 79: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 80: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 81: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 82: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 83: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 84: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 85: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 86: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 87: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 88: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 89: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 90: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 91: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 92: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 93: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 94: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 95: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 96: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 97: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 98: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 99: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 100: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 101: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 102: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 103: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 104: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 105: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 106: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 107: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 108: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 109: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 110: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	93, // [93:111] is the sub-list for method output_type
-	75, // [75:93] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	49, // 52: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	50, // 53: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	65, // 54: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	48, // 55: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 56: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 57: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 58: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 59: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 60: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10, // 61: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	55, // 62: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	54, // 63: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	65, // 64: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12, // 65: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	65, // 66: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	56, // 67: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 68: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	49, // 69: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	9,  // 70: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	65, // 71: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	65, // 72: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 73: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 74: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	60, // 75: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	61, // 76: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	61, // 77: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	60, // 78: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 79: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 80: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 81: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 82: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 83: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 84: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 85: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 86: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 87: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 88: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 89: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 90: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 91: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 92: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 93: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	51, // 94: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	53, // 95: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	58, // 96: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 97: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 98: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 99: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 100: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 101: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 102: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 103: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 104: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 105: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 106: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 107: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 108: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 109: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 110: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 111: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	52, // 112: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	57, // 113: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	59, // 114: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	97, // [97:115] is the sub-list for method output_type
+	79, // [79:97] is the sub-list for method input_type
+	79, // [79:79] is the sub-list for extension type_name
+	79, // [79:79] is the sub-list for extension extendee
+	0,  // [0:79] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -5073,7 +5295,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
