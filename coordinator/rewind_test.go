@@ -46,8 +46,8 @@ func TestCoordinatorFollowsEtcdRewind(t *testing.T) {
 		state string
 	}
 	seen := map[ev]bool{}
-	for !seen[ev{fuseboxv1.EventType_EVENT_TYPE_OVERRIDE, "none"}] || !seen[ev{fuseboxv1.EventType_EVENT_TYPE_POLICY, "deleted"}] {
-		e := recvN(t, all, 1)[0] // bounded by the stream's deadline
+	for !seen[ev{fuseboxv1.EventType_EVENT_TYPE_OVERRIDE, "none"}] || !seen[ev{fuseboxv1.EventType_EVENT_TYPE_POLICY, "deleted"}] { // bounded by the stream's deadline (watch)
+		e := recvN(t, all, 1)[0]
 		if e.GetDependency() == "mail" {
 			seen[ev{e.GetType(), e.GetState()}] = true
 		}
@@ -78,8 +78,8 @@ func TestCoordinatorFollowsEtcdRewind(t *testing.T) {
 	if _, err := admin.ForceClosed(ctx, &fuseboxv1.SetOverrideRequest{Dependency: "mail", Reason: "after", Actor: "dana"}); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		e := recvN(t, all, 1)[0] // bounded by the stream's deadline
+	for { // bounded by the stream's deadline (watch)
+		e := recvN(t, all, 1)[0]
 		if e.GetDependency() == "mail" && e.GetType() == fuseboxv1.EventType_EVENT_TYPE_OVERRIDE && e.GetState() == "forced-closed" {
 			break
 		}

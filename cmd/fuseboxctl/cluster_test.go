@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/agenttest"
 	"github.com/fusebox-dev/fusebox/coordinator"
@@ -306,14 +308,23 @@ func runPolicySet(addr, name, doc string) policyWrite {
 // registry, -1 when there is none.
 func metricValue(t *testing.T, a *agent.Agent, name string) float64 {
 	t.Helper()
+	if ms := metricSeries(t, a, name); len(ms) == 1 && ms[0].GetGauge() != nil {
+		return ms[0].GetGauge().GetValue()
+	}
+	return -1
+}
+
+// metricSeries returns the series of the metric name in a's registry.
+func metricSeries(t *testing.T, a *agent.Agent, name string) []*dto.Metric {
+	t.Helper()
 	mfs, err := a.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return -1
+	return nil
 }

@@ -193,17 +193,9 @@ func waitFleet(t *testing.T, agents []*agent.Agent, dep string, min int, ov stri
 // counterSum is the sum of every series of the counter name in a's registry.
 func counterSum(t *testing.T, a *agent.Agent, name string) float64 {
 	t.Helper()
-	mfs, err := a.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	sum := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			for _, m := range mf.GetMetric() {
-				sum += m.GetCounter().GetValue()
-			}
-		}
+	for _, m := range metricSeries(t, a, name) {
+		sum += m.GetCounter().GetValue()
 	}
 	return sum
 }

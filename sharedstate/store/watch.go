@@ -337,7 +337,7 @@ func (w *Watcher) Err() error {
 	return w.err
 }
 
-// Close stops the watcher and waits for its goroutine. It is idempotent.
+// Close stops the watcher and waits for its goroutines. It is idempotent.
 func (w *Watcher) Close() {
 	w.once.Do(func() {
 		w.setErr(ErrClosed)
