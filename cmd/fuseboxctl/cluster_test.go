@@ -278,6 +278,19 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 		}
 		return nil
 	})
+	// A leader killed is no rewind: etcd kept its history.
+	for _, a := range agents {
+		if n := counterSum(t, a, "fusebox_agent_etcd_rewinds_total"); n != 0 {
+			t.Errorf("%s counted %v etcd rewinds after a leader kill, want 0", a.Name(), n)
+		}
+	}
+	m := grepLines(scrape(t, c), "fusebox_coordinator_etcd_rewinds_total{")
+	for _, l := range strings.Split(m, "\n") {
+		if !strings.HasSuffix(l, "} 0") {
+			t.Errorf("the coordinator's rewinds after a leader kill:\n%s\nwant every reason at 0", m)
+			break
+		}
+	}
 }
 
 // runPolicySet runs `fuseboxctl policy set NAME -f -` against the
