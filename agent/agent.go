@@ -124,6 +124,8 @@ type Agent struct {
 	ownEtcd  bool
 	etcdOnce sync.Once
 	store    *store.Store
+	watcher  atomic.Pointer[store.Watcher] // set once watchLoop runs
+	regKick  chan struct{}                 // etcdSync changed: update the registration
 
 	policies policyState
 
@@ -151,7 +153,7 @@ type Agent struct {
 // even for port 0. memberlist starts answering at once; nothing joins,
 // serves or watches until Start. On error New releases what it took.
 func New(cfg Config, opts ...Option) (_ *Agent, err error) {
-	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{}), regKick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(&a.opts)
 	}

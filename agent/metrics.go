@@ -9,6 +9,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // metrics holds the agent's own collectors (no package-level metrics: two
@@ -28,6 +29,7 @@ type metrics struct {
 	etcdWatchErrors prometheus.Counter
 	etcdInvalid     prometheus.Counter
 	etcdSynced      prometheus.Gauge
+	etcdRewinds     *prometheus.CounterVec // reason
 	policyRejected  prometheus.Counter
 	cacheErrors     prometheus.Counter
 	stateOmitted    *prometheus.CounterVec // kind
@@ -91,7 +93,13 @@ func newMetrics(a *Agent) *metrics {
 	m.etcdInvalid = m.counter("etcd_invalid_values_total",
 		"Invalid policy or override values found in etcd and ignored (the last good value is kept).")
 	m.etcdSynced = m.gauge("etcd_synced",
-		"1 once policies were listed from etcd, 0 after a reported list or watch error until etcd accepts a watch again (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+		"1 once policies were listed from etcd, 0 after a reported list or watch error until etcd accepts a watch again, and after a rewind until the list from scratch (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+	m.etcdRewinds = m.counterVec("etcd_rewinds_total",
+		"Times etcd was found not to hold the history the agent followed, which then listed policies and overrides again from scratch, by reason (new_cluster: another cluster ID; revision_went_back: a revision below the agent's; history_changed: other keys at the agent's revision; compacted: the revision it needed compacted beyond any it knew of). A snapshot restore or a wiped etcd shows here.",
+		"reason")
+	for _, r := range store.RewindReasons() {
+		m.etcdRewinds.WithLabelValues(string(r)) // exposed at 0 before the first rewind
+	}
 	m.policyRejected = m.counter("policies_rejected_total",
 		"Policies or overrides the engine refused once merged (the last good one is kept).")
 	m.cacheErrors = m.counter("cache_write_errors_total",
@@ -108,7 +116,7 @@ func newMetrics(a *Agent) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened, m.sessionsRefused,
-		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {

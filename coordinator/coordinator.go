@@ -157,7 +157,8 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 		OnTransition:    c.publishTransition,
 		OnRefused:       func(reason string) { c.metrics.gossipRefused.WithLabelValues(reason).Inc() },
 	})
-	c.cache = newCache(c.log, c.publish, func(kind string) { c.metrics.invalidValues.WithLabelValues(kind).Inc() }, c.clock)
+	c.cache = newCache(c.log, c.publish, func(kind string) { c.metrics.invalidValues.WithLabelValues(kind).Inc() },
+		func(r store.RewindReason) { c.metrics.rewinds.WithLabelValues(string(r)).Inc() }, c.clock)
 	if c.metrics, err = newMetrics(c.reg, c); err != nil {
 		return fmt.Errorf("coordinator: metrics: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // MetricNames lists every metric the coordinator exports, so the README's
@@ -21,6 +22,7 @@ var MetricNames = []string{
 	"fusebox_coordinator_sse_clients",
 	"fusebox_coordinator_etcd_invalid_values_total",
 	"fusebox_coordinator_etcd_watch_restarts_total",
+	"fusebox_coordinator_etcd_rewinds_total",
 	"fusebox_coordinator_policies",
 	"fusebox_coordinator_overrides",
 	"fusebox_coordinator_gossip_refused_total",
@@ -43,6 +45,7 @@ type metrics struct {
 	sseDropped    prometheus.Counter
 	invalidValues *prometheus.CounterVec
 	watchRestarts prometheus.Counter
+	rewinds       *prometheus.CounterVec
 	gossipRefused *prometheus.CounterVec
 }
 
@@ -79,8 +82,12 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"kind"}),
 		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_etcd_watch_restarts_total",
-			Help: "Times the etcd watch of policies and overrides re-listed (compaction, lost connection).",
+			Help: "Times the etcd watch of policies and overrides re-listed (compaction, lost connection, rewind).",
 		}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_etcd_rewinds_total",
+			Help: "Times etcd was found not to hold the history the coordinator's watch followed (a snapshot restore, a wiped etcd, another cluster), which then listed policies and overrides again from scratch, by reason (new_cluster, revision_went_back, history_changed, compacted).",
+		}, []string{"reason"}),
 		gossipRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_gossip_refused_total",
 			Help: "Gossip rows and records the fleet view refused, by reason (invalid, too_many_deps, too_many_rows, not_an_agent, too_many_zones).",
@@ -97,8 +104,11 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, k := range []string{"policy", "override"} {
 		m.invalidValues.WithLabelValues(k)
 	}
+	for _, r := range store.RewindReasons() {
+		m.rewinds.WithLabelValues(string(r))
+	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.invalidValues, m.watchRestarts, m.gossipRefused, &stateCollector{c: c}}
+		m.sseDropped, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
 			return nil, err

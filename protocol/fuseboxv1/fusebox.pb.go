@@ -3170,8 +3170,12 @@ type Member struct {
 	Version    string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
 	GossipAddr string `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	ApiAddr    string `protobuf:"bytes,6,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// "alive", "suspect", "dead" or "left".
-	Status        string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// "alive", "suspect", "dead" or "left" (ListMembers also "registered":
+	// in etcd, not in the gossip).
+	Status string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// How the node follows etcd, from its registration in etcd (agents
+	// publish it; ListMembers only).
+	Etcd          *EtcdSync `protobuf:"bytes,8,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3255,6 +3259,189 @@ func (x *Member) GetStatus() string {
 	return ""
 }
 
+func (x *Member) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
+// EtcdSync is how a component follows the policies and overrides in etcd.
+type EtcdSync struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// It listed them, and no error or rewind was reported since (or etcd
+	// accepted its watch again after one).
+	Synced bool `protobuf:"varint,1,opt,name=synced,proto3" json:"synced,omitempty"`
+	// The etcd cluster ID it listed from, 16 hexadecimal digits.
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The revision its state is at (the coordinator's own; 0 in
+	// registrations).
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Rewinds seen since the component started, and the last one.
+	Rewinds       uint64      `protobuf:"varint,4,opt,name=rewinds,proto3" json:"rewinds,omitempty"`
+	LastRewind    *EtcdRewind `protobuf:"bytes,5,opt,name=last_rewind,json=lastRewind,proto3" json:"last_rewind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSync) Reset() {
+	*x = EtcdSync{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSync) ProtoMessage() {}
+
+func (x *EtcdSync) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSync.ProtoReflect.Descriptor instead.
+func (*EtcdSync) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *EtcdSync) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *EtcdSync) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *EtcdSync) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetRewinds() uint64 {
+	if x != nil {
+		return x.Rewinds
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetLastRewind() *EtcdRewind {
+	if x != nil {
+		return x.LastRewind
+	}
+	return nil
+}
+
+// EtcdRewind is one time a component found that etcd no longer holds the
+// history it followed (a snapshot restore, a wiped etcd, another
+// cluster), or that the revision it needed was compacted beyond any it
+// knew of, and listed everything again from scratch.
+type EtcdRewind struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "new_cluster", "revision_went_back", "history_changed" or "compacted".
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the component noticed (its clock).
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The revision it had reached, and etcd's when it noticed (for
+	// "compacted", the compaction's).
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision   int64 `protobuf:"varint,4,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// The cluster IDs before and after (equal unless "new_cluster").
+	FromClusterId string `protobuf:"bytes,5,opt,name=from_cluster_id,json=fromClusterId,proto3" json:"from_cluster_id,omitempty"`
+	ToClusterId   string `protobuf:"bytes,6,opt,name=to_cluster_id,json=toClusterId,proto3" json:"to_cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdRewind) Reset() {
+	*x = EtcdRewind{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdRewind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdRewind) ProtoMessage() {}
+
+func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdRewind.ProtoReflect.Descriptor instead.
+func (*EtcdRewind) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EtcdRewind) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *EtcdRewind) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetFromClusterId() string {
+	if x != nil {
+		return x.FromClusterId
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetToClusterId() string {
+	if x != nil {
+		return x.ToClusterId
+	}
+	return ""
+}
+
 type ListMembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3263,7 +3450,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3462,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3475,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 type ListMembersResponse struct {
@@ -3300,7 +3487,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3499,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3512,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3345,7 +3532,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3544,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3557,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3395,7 +3582,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3594,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3607,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3475,7 +3662,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3674,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3687,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3556,7 +3743,7 @@ type DependencyView struct {
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3755,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3768,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -3739,17 +3926,20 @@ func (x *DependencyView) GetMaxInFlight() uint32 {
 }
 
 type FleetSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
-	Dependencies  []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
-	Members       []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	At           *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Dependencies []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Members      []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// How the coordinator itself follows etcd (its own watch, which serves
+	// the fleet view and the events).
+	Etcd          *EtcdSync `protobuf:"bytes,4,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +3951,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +3964,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -3798,6 +3988,13 @@ func (x *FleetSnapshot) GetMembers() []*Member {
 	return nil
 }
 
+func (x *FleetSnapshot) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this dependency's events ("_default" for the fleet default
@@ -3813,7 +4010,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4022,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4035,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchRequest) GetDependency() string {
@@ -3893,7 +4090,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4102,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4115,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchEvent) GetId() uint64 {
@@ -4044,7 +4241,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4253,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4266,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -4168,7 +4365,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +4377,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +4390,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -4263,7 +4460,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +4472,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +4485,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -4319,7 +4516,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4528,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4541,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -4615,7 +4812,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"E\n" +
 	"\x11ListAuditResponse\x120\n" +
-	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xb2\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xdc\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -4624,7 +4821,25 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vgossip_addr\x18\x05 \x01(\tR\n" +
 	"gossipAddr\x12\x19\n" +
 	"\bapi_addr\x18\x06 \x01(\tR\aapiAddr\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\"\x14\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12(\n" +
+	"\x04etcd\x18\b \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"\xb0\x01\n" +
+	"\bEtcdSync\x12\x16\n" +
+	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x18\n" +
+	"\arewinds\x18\x04 \x01(\x04R\arewinds\x127\n" +
+	"\vlast_rewind\x18\x05 \x01(\v2\x16.fusebox.v1.EtcdRewindR\n" +
+	"lastRewind\"\xe2\x01\n" +
+	"\n" +
+	"EtcdRewind\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x04 \x01(\x03R\n" +
+	"toRevision\x12&\n" +
+	"\x0ffrom_cluster_id\x18\x05 \x01(\tR\rfromClusterId\x12\"\n" +
+	"\rto_cluster_id\x18\x06 \x01(\tR\vtoClusterId\"\x14\n" +
 	"\x12ListMembersRequest\"C\n" +
 	"\x13ListMembersResponse\x12,\n" +
 	"\amembers\x18\x01 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"1\n" +
@@ -4671,11 +4886,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
 	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
-	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xa9\x01\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xd3\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
-	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"I\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\x12(\n" +
+	"\x04etcd\x18\x04 \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"I\n" +
 	"\fWatchRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4831,7 +5047,7 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 }
 
 var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -4882,40 +5098,42 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
 	(*Member)(nil),                 // 48: fusebox.v1.Member
-	(*ListMembersRequest)(nil),     // 49: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 50: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 51: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 52: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 53: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 54: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 55: fusebox.v1.FleetSnapshot
-	(*WatchRequest)(nil),           // 56: fusebox.v1.WatchRequest
-	(*WatchEvent)(nil),             // 57: fusebox.v1.WatchEvent
-	(*NodeWindow)(nil),             // 58: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 59: fusebox.v1.BreakerRecord
-	(*GossipBatch)(nil),            // 60: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 61: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(*EtcdSync)(nil),               // 49: fusebox.v1.EtcdSync
+	(*EtcdRewind)(nil),             // 50: fusebox.v1.EtcdRewind
+	(*ListMembersRequest)(nil),     // 51: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 52: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 53: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 54: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 55: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 56: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 57: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 58: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 59: fusebox.v1.WatchEvent
+	(*NodeWindow)(nil),             // 60: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 61: fusebox.v1.BreakerRecord
+	(*GossipBatch)(nil),            // 62: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 63: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 65: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	62, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	62, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	64, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	64, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	64, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	62, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	62, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	62, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	62, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	62, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	64, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	64, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	64, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	64, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	64, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
 	0,  // 9: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,  // 10: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,  // 11: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
 	11, // 12: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	64, // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	65, // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,  // 15: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	65, // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,  // 17: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
 	12, // 18: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,  // 19: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
@@ -4938,79 +5156,83 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	17, // 36: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
 	22, // 37: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
 	29, // 38: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	64, // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
 	36, // 40: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
 	1,  // 41: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	65, // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	65, // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	64, // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	39, // 45: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	65, // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	45, // 47: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 48: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 49: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 50: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 51: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 52: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 53: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 54: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 55: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 56: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 57: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 58: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 59: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 60: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 61: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 62: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 63: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 64: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 65: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 66: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 67: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 68: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 69: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 70: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 71: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 72: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 73: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 74: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 75: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 76: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 77: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 78: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 79: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 80: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 81: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 82: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 83: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 84: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 85: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 86: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 87: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 88: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 89: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 90: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 91: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 92: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 93: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 94: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 95: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 96: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 97: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 98: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 99: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 100: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 101: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 102: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 103: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 104: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 105: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 106: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	89, // [89:107] is the sub-list for method output_type
-	71, // [71:89] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	49, // 48: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	50, // 49: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	65, // 50: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	48, // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10, // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	55, // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	54, // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	65, // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12, // 61: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	65, // 62: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	56, // 63: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 64: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	49, // 65: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	65, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	65, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	60, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	61, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	61, // 73: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	60, // 74: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 75: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 76: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 77: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 78: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 79: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 80: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 81: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 82: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 83: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 84: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 85: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 86: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 87: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 88: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 89: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	51, // 90: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	53, // 91: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	58, // 92: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 93: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 94: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 95: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 96: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 97: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 98: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 99: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 100: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 101: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 102: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 103: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 104: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 105: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 106: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 107: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	52, // 108: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	57, // 109: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	59, // 110: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	93, // [93:111] is the sub-list for method output_type
+	75, // [75:93] is the sub-list for method input_type
+	75, // [75:75] is the sub-list for extension type_name
+	75, // [75:75] is the sub-list for extension extendee
+	0,  // [0:75] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -5037,7 +5259,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   52,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
