@@ -381,3 +381,10 @@ func headerValue(s string) bool {
 	}
 	return true
 }
+
+// ValidateRoutes checks Config.Routes: every entry parses and no
+// authority is routed twice.
+func ValidateRoutes(entries []string) error {
+	_, err := newRouter(entries)
+	return err
+}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -65,7 +66,7 @@ func FuzzParseTarget(f *testing.F) {
 		}
 		tg, rerr := p.parseTarget(req)
 		if rerr != nil {
-			if rerr.status < 400 || rerr.status > 599 || rerr.reason == "" || !strings.HasPrefix(rerr.msg, "fusebox proxy: ") {
+			if rerr.status < 400 || rerr.status > 599 || !slices.Contains(invalidReasons, rerr.reason) || !strings.HasPrefix(rerr.msg, "fusebox proxy: ") {
 				t.Fatalf("unnamed refusal %+v", rerr)
 			}
 			return

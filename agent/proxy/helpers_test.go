@@ -214,4 +214,3 @@ func (h *harness) rawRequest(raw string) (int, string) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header.Get(HeaderError) + " " + string(b)
 }
-

@@ -30,6 +30,16 @@ const (
 
 var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid", "forbidden", "canceled"}
 
+// rejectReasons are the values of Fusebox-Rejected (the reason label of
+// rejected_total, dashes as underscores).
+var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
+	"budget-exhausted", "too-many-dependencies"}
+
+// invalidReasons are the values of Fusebox-Error for requests the proxy
+// refuses for what they are (the reason label of invalid_requests_total).
+var invalidReasons = []string{"malformed-uri", "bad-upstream", "missing-upstream", "invalid-dependency",
+	"headers-too-large", "bad-timeout", "bad-body", "upgrade-unsupported", "not-allowed", "own-listener"}
+
 // metrics are the proxy's collectors: children of the vectors a request
 // touches are looked up once, so counting costs an atomic add.
 type metrics struct {
@@ -86,9 +96,15 @@ func newMetrics(p *Proxy) *metrics {
 	m.rejected = counterVec("rejected_total",
 		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry, too_many_dependencies).",
 		"reason")
+	for _, r := range rejectReasons {
+		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first
+	}
 	m.invalid = counterVec("invalid_requests_total",
-		"Requests answered with a 4xx or 5xx naming what was wrong before any decision, by reason (malformed_uri, bad_upstream, missing_upstream, invalid_dependency, headers_too_large, bad_timeout, upgrade_unsupported, not_allowed and own_listener: refused as an open relay).",
+		"Requests answered with a 4xx or 5xx naming what was wrong before any decision, by reason (malformed_uri, bad_upstream, missing_upstream, invalid_dependency, headers_too_large, bad_timeout, bad_body, upgrade_unsupported; not_allowed and own_listener: refused as an open relay).",
 		"reason")
+	for _, r := range invalidReasons {
+		m.invalid.WithLabelValues(label(r))
+	}
 	m.unbuffered = counter("unbuffered_bodies_total",
 		"Requests that could have been retried but whose body was larger than the buffer limit: sent to a single attempt (Fusebox-Not-Retried: body-too-large).")
 	m.connsRef = counter("connections_refused_total",

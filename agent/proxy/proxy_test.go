@@ -770,4 +770,3 @@ func TestServeAfterClose(t *testing.T) {
 		t.Error("the listener is still open after Close")
 	}
 }
-

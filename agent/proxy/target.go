@@ -49,8 +49,8 @@ const (
 	// HeaderError names what went wrong when the proxy answers itself:
 	// timeout, upstream (no answer), or what was wrong with the request
 	// (malformed-uri, bad-upstream, missing-upstream, invalid-dependency,
-	// headers-too-large, bad-timeout, upgrade-unsupported), or why it is
-	// forbidden (own-listener, not-allowed).
+	// headers-too-large, bad-timeout, bad-body, upgrade-unsupported), or
+	// why it is forbidden (own-listener, not-allowed).
 	HeaderError = "Fusebox-Error"
 )
 
