@@ -228,8 +228,15 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	deadline, hasDeadline := ctx.Deadline()
 	kind := adm.kind
 	probe := adm.probe
+	if probe {
+		out.Header[HeaderProbe] = probeValue
+		w.Header()[HeaderProbe] = probeValue
+	}
 	var prevWait time.Duration
 	for n := 1; ; n++ {
+		if n == 2 && adm.probe {
+			delete(out.Header, HeaderProbe)
+		}
 		p.m.attempts[kind].Inc()
 		a := p.try(ctx, out, rt, body, set.perAttempt, deadline, hasDeadline, n > 1)
 		var v verdict
@@ -378,6 +385,7 @@ var hopHeaders = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
 	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
 	HeaderDependency: true, HeaderUpstream: true, HeaderService: true, HeaderRetryOwner: true, HeaderTimeoutMs: true,
+	HeaderProbe: true,
 }
 
 // connectionTokens returns the headers the Connection header names.
@@ -497,6 +505,8 @@ func (a attempt) keep() attempt {
 	resp.Trailer = nil
 	return attempt{resp: &resp, cancel: func(error) {}}
 }
+
+var probeValue = []string{"1"}
 
 // attemptsValue is the Fusebox-Attempts value of n.
 func attemptsValue(n int) []string {

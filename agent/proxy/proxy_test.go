@@ -450,9 +450,12 @@ func TestForcedOpenAndConcurrencyLimit(t *testing.T) {
 
 func TestHalfOpenProbe(t *testing.T) {
 	clock := sharedstate.NewManualClock(time.Now())
-	var fail atomic.Bool
+	var fail, sawProbe atomic.Bool
 	fail.Store(true)
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(HeaderProbe) == "1" {
+			sawProbe.Store(true)
+		}
 		if fail.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -480,8 +483,10 @@ func TestHalfOpenProbe(t *testing.T) {
 	clock.Advance(31 * time.Second)
 	eng.Tick()
 	fail.Store(false)
-	if resp := h.get(up.URL + "/"); resp.StatusCode != 200 {
-		t.Fatalf("the probe: %d %q", resp.StatusCode, resp.Header.Get(HeaderRejected))
+	resp := h.get(up.URL + "/")
+	if resp.StatusCode != 200 || resp.Header.Get(HeaderProbe) != "1" || !sawProbe.Load() {
+		t.Fatalf("the probe: %d %q, %s %q (upstream saw it: %v)", resp.StatusCode, resp.Header.Get(HeaderRejected),
+			HeaderProbe, resp.Header.Get(HeaderProbe), sawProbe.Load())
 	}
 	eng.Tick()
 	if s := eng.Snapshot(hostOf(up)); s.State != sharedstate.Closed {

@@ -46,6 +46,9 @@ const (
 	// HeaderNotRetried says why a request that may be retried was given a
 	// single attempt: body-too-large.
 	HeaderNotRetried = "Fusebox-Not-Retried"
+	// HeaderProbe is "1" on the attempt that is a half-open probe (sent
+	// upstream) and on the answer to a request whose first attempt was one.
+	HeaderProbe = "Fusebox-Probe"
 	// HeaderError names what went wrong when the proxy answers itself:
 	// timeout, upstream (no answer), or what was wrong with the request
 	// (malformed-uri, bad-upstream, missing-upstream, invalid-dependency,
