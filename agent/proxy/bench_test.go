@@ -26,7 +26,9 @@ import (
 // GET http://UPSTREAM/item?id=42 with a few headers, in absolute form to
 // the proxies, and reads a 64-byte answer; client, proxy and upstream
 // share the process, so cpu-ns/op is the CPU of all three per request and
-// the proxy's own cost is a variant's figure minus direct's.
+// the proxy's own cost is a variant's figure minus direct's. The
+// sub-benchmarks are named variant=NAME: benchstat -col /variant puts the
+// three side by side.
 
 // benchUpstream answers every request with 64 bytes.
 func benchUpstream(b *testing.B) *httptest.Server {
@@ -135,7 +137,7 @@ func BenchmarkProxy(b *testing.B) {
 	u := up.URL + "/item?id=42"
 	for _, name := range []string{"direct", "reverseproxy", "fusebox"} {
 		c := clients[name]
-		b.Run(name, func(b *testing.B) {
+		b.Run("variant="+name, func(b *testing.B) {
 			for range 100 { // warm the connection pools
 				benchRequest(b, c, u)
 			}
@@ -165,7 +167,7 @@ func BenchmarkProxyParallel(b *testing.B) {
 	u := up.URL + "/item?id=42"
 	for _, name := range []string{"direct", "reverseproxy", "fusebox"} {
 		c := clients[name]
-		b.Run(name, func(b *testing.B) {
+		b.Run("variant="+name, func(b *testing.B) {
 			for range 100 {
 				benchRequest(b, c, u)
 			}
@@ -192,4 +194,3 @@ func processCPU() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
-
