@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // The proxy's cost on loopback, next to net/http/httputil.ReverseProxy
@@ -86,16 +87,7 @@ func benchVariants(b *testing.B, up *httptest.Server) map[string]*http.Client {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				eng.Tick()
-			}
-		}
+		ctxtime.Every(ctx, 100*time.Millisecond, func() { eng.Tick() })
 	}()
 	b.Cleanup(func() { cancel(); wg.Wait() })
 
@@ -138,13 +130,8 @@ func BenchmarkProxy(b *testing.B) {
 	for _, name := range []string{"direct", "reverseproxy", "fusebox"} {
 		c := clients[name]
 		b.Run("variant="+name, func(b *testing.B) {
-			for range 100 { // warm the connection pools
-				benchRequest(b, c, u)
-			}
 			lat := make([]time.Duration, 0, b.N)
-			b.ReportAllocs()
-			cpu := processCPU()
-			b.ResetTimer()
+			cpu := benchStart(b, c, u)
 			for range b.N {
 				start := time.Now()
 				benchRequest(b, c, u)
@@ -168,13 +155,8 @@ func BenchmarkProxyParallel(b *testing.B) {
 	for _, name := range []string{"direct", "reverseproxy", "fusebox"} {
 		c := clients[name]
 		b.Run("variant="+name, func(b *testing.B) {
-			for range 100 {
-				benchRequest(b, c, u)
-			}
-			b.ReportAllocs()
 			b.SetParallelism(4)
-			cpu := processCPU()
-			b.ResetTimer()
+			cpu := benchStart(b, c, u)
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					benchRequest(b, c, u)
@@ -184,6 +166,18 @@ func BenchmarkProxyParallel(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// benchStart warms the connection pools and starts measuring; it
+// returns the process's CPU time at the start.
+func benchStart(b *testing.B, c *http.Client, u string) time.Duration {
+	for range 100 {
+		benchRequest(b, c, u)
+	}
+	b.ReportAllocs()
+	cpu := processCPU()
+	b.ResetTimer()
+	return cpu
 }
 
 // processCPU is the CPU time (user + system) the process has used.

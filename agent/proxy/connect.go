@@ -7,8 +7,9 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // defaultDialTimeout bounds a CONNECT's dial when the policy sets no
@@ -32,23 +33,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 			msg: "fusebox proxy: CONNECT is served over HTTP/1.1 only"})
 		return
 	}
-	ctx := r.Context()
-	if v := r.Header.Get(HeaderTimeoutMs); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > maxTimeoutMs {
-			p.answerInvalid(w, f, badRequest("bad-timeout", "fusebox proxy: "+HeaderTimeoutMs+" "+quote(v)+": want 1-"+strconv.FormatInt(maxTimeoutMs, 10)+" milliseconds"))
-			return
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
-		defer cancel()
-	}
-	e, err := p.entry(t.dep)
-	if err != nil {
-		p.refuseEntry(w, f, t, err)
+	ctx, cancel, e, snap, ok := p.begin(w, r, t)
+	if !ok {
 		return
 	}
-	up, ok := p.dialTunnel(ctx, w, r, t, e)
+	defer cancel()
+	up, ok := p.dialTunnel(ctx, w, r, t, e, snap)
 	e.leave() // an open tunnel holds no concurrency slot
 	if !ok {
 		return
@@ -71,13 +61,9 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 
 // dialTunnel decides and makes the tunnel's one attempt, answering the
 // client itself when it fails.
-func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, e *depEntry) (net.Conn, bool) {
+func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, e *depEntry,
+	snap *sharedstate.Snapshot) (net.Conn, bool) {
 	f := formConnect
-	snap := p.eng.Snapshot(t.dep)
-	if snap == nil {
-		_ = p.eng.Track(t.dep)
-		snap = p.eng.Snapshot(t.dep)
-	}
 	set := settingsOf(snap)
 	adm := p.admitFirst(t.dep, snap, e)
 	if adm.reason != "" {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // errTooManyDependencies: the proxy's table is full.
@@ -123,16 +124,7 @@ func (p *Proxy) evict(e *depEntry) {
 // flushLoop runs flush every FlushInterval until the proxy closes.
 func (p *Proxy) flushLoop() {
 	defer p.wg.Done()
-	t := time.NewTicker(p.cfg.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.stop:
-			return
-		case now := <-t.C:
-			p.flush(now, false)
-		}
-	}
+	ctxtime.Every(p.ctx, p.cfg.FlushInterval, func() { p.flush(time.Now(), false) })
 }
 
 // isRefusedName reports whether err refuses a dependency's name.

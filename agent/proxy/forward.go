@@ -162,28 +162,12 @@ func (p *Proxy) admitFirst(dep string, snap *sharedstate.Snapshot, e *depEntry) 
 // outcome recorded, the last answer handed on.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	f := t.form
-	ctx := r.Context()
-	if v := r.Header.Get(HeaderTimeoutMs); v != "" {
-		ms, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || ms <= 0 || ms > maxTimeoutMs {
-			p.answerInvalid(w, f, badRequest("bad-timeout", "fusebox proxy: "+HeaderTimeoutMs+" "+quote(v)+": want 1-"+strconv.FormatInt(maxTimeoutMs, 10)+" milliseconds"))
-			return
-		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
-		defer cancel()
-	}
-	e, err := p.entry(t.dep)
-	if err != nil {
-		p.refuseEntry(w, f, t, err)
+	ctx, cancel, e, snap, ok := p.begin(w, r, t)
+	if !ok {
 		return
 	}
+	defer cancel()
 	defer e.leave()
-	snap := p.eng.Snapshot(t.dep)
-	if snap == nil { // the engine forgot it since the proxy tracked it
-		_ = p.eng.Track(t.dep)
-		snap = p.eng.Snapshot(t.dep)
-	}
 	set := settingsOf(snap)
 
 	owner, nested := r.Header.Get(HeaderRetryOwner), true
@@ -330,6 +314,35 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		}
 		kind = sharedstate.Retry
 	}
+}
+
+// begin applies the caller's deadline (Fusebox-Timeout-Ms) to the
+// request's context and counts the request in flight in its dependency's
+// entry (the caller calls e.leave and cancel); with ok false it has
+// answered the request itself.
+func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, t *target) (
+	ctx context.Context, cancel context.CancelFunc, e *depEntry, snap *sharedstate.Snapshot, ok bool) {
+	ctx, cancel = r.Context(), func() {}
+	if v := r.Header.Get(HeaderTimeoutMs); v != "" {
+		ms, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || ms <= 0 || ms > maxTimeoutMs {
+			p.answerInvalid(w, t.form, badRequest("bad-timeout", "fusebox proxy: "+HeaderTimeoutMs+" "+quote(v)+
+				": want 1-"+strconv.FormatInt(maxTimeoutMs, 10)+" milliseconds"))
+			return nil, nil, nil, nil, false
+		}
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+	}
+	e, err := p.entry(t.dep)
+	if err != nil {
+		cancel()
+		p.refuseEntry(w, t.form, t, err)
+		return nil, nil, nil, nil, false
+	}
+	if snap = p.eng.Snapshot(t.dep); snap == nil { // the engine forgot it since the proxy tracked it
+		_ = p.eng.Track(t.dep)
+		snap = p.eng.Snapshot(t.dep)
+	}
+	return ctx, cancel, e, snap, true
 }
 
 // record counts an attempt's outcome and, for a probe, its result.

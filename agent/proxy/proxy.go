@@ -46,7 +46,8 @@ type Proxy struct {
 	tunnels     map[net.Conn]struct{} // hijacked client connections of open tunnels
 	tunnelCount atomic.Int64
 
-	stop      chan struct{}
+	ctx       context.Context // canceled by Close: the flush loop ends
+	cancel    context.CancelFunc
 	wg        sync.WaitGroup // flush loop, tunnels
 	served    atomic.Bool
 	closing   atomic.Bool
@@ -60,7 +61,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 		return nil, err
 	}
 	p := &Proxy{cfg: cfg, eng: cfg.Engine, lg: cfg.Logger, random: cfg.Random,
-		tunnels: map[net.Conn]struct{}{}, stop: make(chan struct{})}
+		tunnels: map[net.Conn]struct{}{}}
 	if p.lg == nil {
 		p.lg = slog.Default()
 	}
@@ -133,6 +134,7 @@ func New(cfg Config) (_ *Proxy, err error) {
 			return nil, err
 		}
 	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	return p, nil
 }
 
@@ -172,7 +174,7 @@ func (p *Proxy) Close() error {
 			c.Close()
 		}
 		p.tunnelMu.Unlock()
-		close(p.stop)
+		p.cancel()
 		p.wg.Wait()
 		p.transport.CloseIdleConnections()
 		p.h2c.CloseIdleConnections()

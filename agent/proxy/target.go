@@ -276,23 +276,11 @@ func allowed(rules []allowRule, host string, ip netip.Addr, isIP bool) bool {
 	return false
 }
 
-// dependencyName is clientlib's name for a request's host: host[:port]
-// as written, characters outside [A-Za-z0-9._:/-] replaced by '_', at
-// most 128 bytes. Proxy callers and clientlib callers of one upstream so
-// share one breaker.
-func dependencyName(authority string) string {
-	if len(authority) > sharedstate.MaxDependencyNameLen {
-		authority = authority[:sharedstate.MaxDependencyNameLen]
-	}
-	return strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9',
-			r == '.', r == '_', r == ':', r == '/', r == '-':
-			return r
-		}
-		return '_'
-	}, authority)
-}
+// dependencyName is the name of a request's dependency when nobody named
+// it: the upstream's host[:port] as written (sharedstate.HostDependencyName,
+// clientlib's name for it, so that proxy and clientlib callers of one
+// upstream share one breaker).
+func dependencyName(authority string) string { return sharedstate.HostDependencyName(authority) }
 
 // headerSize is the size of the request line and headers as sent (give
 // or take the line ends).
