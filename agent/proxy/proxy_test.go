@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -540,10 +542,20 @@ func TestNoOpenRelay(t *testing.T) {
 			t.Errorf("%s: %d %q, want 403 own-listener", target, resp.StatusCode, resp.Header.Get(HeaderError))
 		}
 	}
-	// A name that resolves to the agent is refused when it is dialed.
 	resp := h.get("http://localhost.:" + ownPort + "/")
 	if resp.StatusCode != 403 {
 		t.Errorf("localhost.: %d %q", resp.StatusCode, bodyOf(t, resp))
+	}
+	// A name that resolves to the agent is refused when it is dialed (the
+	// dialer's check, after resolution): this host's name, where it
+	// resolves to loopback (/etc/hosts).
+	if name, ok := loopbackHostName(); ok {
+		resp := h.get("http://" + name + ":" + ownPort + "/")
+		if resp.StatusCode != 403 || resp.Header.Get(HeaderError) != "own-listener" {
+			t.Errorf("%s (resolves to loopback): %d %q", name, resp.StatusCode, bodyOf(t, resp))
+		}
+	} else {
+		t.Log("this host's name does not resolve to loopback: the dial-time check of names is not exercised here")
 	}
 	// The proxy itself, through CONNECT.
 	if status, _ := h.rawRequest("CONNECT " + h.p.Addr() + " HTTP/1.1\r\nHost: x\r\n\r\n"); status != 403 {
@@ -574,6 +586,28 @@ func TestNoOpenRelay(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate(0.0.0.0, allowed) = %v", err)
 	}
+}
+
+// loopbackHostName returns this host's name when it resolves to loopback
+// addresses only (and is no IP or "localhost", which the proxy checks
+// before dialing).
+func loopbackHostName() (string, bool) {
+	name, err := os.Hostname()
+	if err != nil || name == "" || strings.HasPrefix(name, "localhost") {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", name)
+	if err != nil || len(ips) == 0 {
+		return "", false
+	}
+	for _, ip := range ips {
+		if !ip.Unmap().IsLoopback() {
+			return "", false
+		}
+	}
+	return name, true
 }
 
 func TestConnectTunnel(t *testing.T) {
