@@ -809,3 +809,27 @@ func TestServeAfterClose(t *testing.T) {
 		t.Error("the listener is still open after Close")
 	}
 }
+
+func TestKeepAlive(t *testing.T) {
+	var conns atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	up.Start()
+	defer up.Close()
+	h := newHarness(t, nil, nil)
+	for range 20 {
+		if resp := h.get(up.URL + "/"); resp.StatusCode != 200 {
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("20 requests one after the other took %d upstream connections, want 1 kept alive", n)
+	}
+	if n := h.counter("fusebox_agent_proxy_connections"); n != 1 {
+		t.Errorf("the client holds %v connections to the proxy, want 1 kept alive", n)
+	}
+}
