@@ -401,6 +401,12 @@ var hopHeaders = map[string]bool{
 	HeaderProbe: true,
 }
 
+// answerHeaders are the headers the proxy says on its answers: an
+// upstream's own (another proxy's) are not handed on as this proxy's.
+var answerHeaders = map[string]bool{
+	HeaderAttempts: true, HeaderRejected: true, HeaderNotRetried: true, HeaderProbe: true, HeaderError: true,
+}
+
 // connectionTokens returns the headers the Connection header names.
 func connectionTokens(h http.Header) map[string]bool {
 	var out map[string]bool
@@ -550,7 +556,7 @@ func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, a attempt, attempt
 	h := w.Header()
 	conn := connectionTokens(resp.Header)
 	for k, vs := range resp.Header {
-		if hopHeaders[k] || conn[k] {
+		if hopHeaders[k] || conn[k] || answerHeaders[k] {
 			continue
 		}
 		h[k] = vs

@@ -30,6 +30,8 @@ func TestForwardAndReverseForms(t *testing.T) {
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		seen.Store(r.URL.Path, r.Clone(r.Context()))
 		w.Header().Set("X-Upstream", "yes")
+		w.Header().Set(HeaderRejected, "open") // as another proxy's answer would say
+		w.Header().Set(HeaderAttempts, "7")
 		fmt.Fprintf(w, "hello %s %s", r.Method, r.URL.RequestURI())
 	})
 	h := newHarness(t, nil, func(c *Config) { c.Routes = []string{hostOf(up) + "=shipping-api"} })
@@ -39,8 +41,8 @@ func TestForwardAndReverseForms(t *testing.T) {
 		if resp.StatusCode != 200 || bodyOf(t, resp) != "hello GET /a?x=1" || resp.Header.Get("X-Upstream") != "yes" {
 			t.Fatalf("status %d %v", resp.StatusCode, resp.Header)
 		}
-		if got := resp.Header.Get(HeaderAttempts); got != "1" {
-			t.Errorf("%s = %q, want 1", HeaderAttempts, got)
+		if got := resp.Header.Get(HeaderAttempts); got != "1" || resp.Header.Get(HeaderRejected) != "" {
+			t.Errorf("%s = %q, %s = %q: want this proxy's 1 and nothing", HeaderAttempts, got, HeaderRejected, resp.Header.Get(HeaderRejected))
 		}
 		v, _ := seen.Load("/a")
 		r := v.(*http.Request)
