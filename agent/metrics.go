@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -46,11 +47,16 @@ type MetricDoc struct {
 	Labels           []string
 }
 
-// MetricDocs lists every metric of the agent, in the order of the code: the
-// README's metric list is generated from it (and a test checks /metrics
-// against it).
+// MetricDocs lists every metric of the agent, in the order of the code,
+// the egress proxy's (fusebox_agent_proxy_*, exposed when --proxy-addr is
+// set) last: the README's metric list is checked against it (and a test
+// checks /metrics against it).
 func MetricDocs() []MetricDoc {
-	return newMetrics(&Agent{}).docs
+	docs := newMetrics(&Agent{}).docs
+	for _, d := range proxy.MetricDocs() {
+		docs = append(docs, MetricDoc(d))
+	}
+	return docs
 }
 
 func (m *metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -77,7 +83,7 @@ func newMetrics(a *Agent) *metrics {
 		"Decisions answered over the local API, by method, verdict and reason.",
 		"method", "verdict", "reason")
 	m.outcomes = m.counterVec("outcomes_total",
-		"Outcomes (requests and rejections) ingested from clients, by source (session, report).",
+		"Outcomes (requests and rejections) ingested from clients, by source (session, report, proxy: the egress proxy's own).",
 		"source")
 	m.refusedDeps = m.counterVec("dependencies_refused_total",
 		"Dependency names or count deltas refused on the local API, by reason (invalid_name, too_many, invalid_argument, invalid_delta: a count above sharedstate.MaxDelta or more slow calls than requests).",
