@@ -39,15 +39,18 @@
 // their power-of-two group), the first attempts, retries and rejections from
 // the difference of the window totals plus what left the window (the
 // history remembers what it attributed to each of the node's last ten
-// buckets). A row carries no time: it is dated by its receipt, corrected by
-// how far its suffixes moved since the node's previous row, so counts land
-// up to a gossip round after the node counted them. Fractions, and estimates
-// that came out below zero, are carried from row to row. Measured against
-// what real engines counted through an incident, with rows that arrive 5 to
+// buckets). A row carries no time: it is dated by its receipt, later when
+// its suffixes show it must be further from the node's previous row (they
+// hold that row's counts only from some shift on), so counts land up to a
+// gossip round after the node counted them. Fractions, and estimates that
+// came out below zero, are carried from row to row. Measured against what
+// real engines counted through an incident, with rows that arrive 5 to
 // 450 ms late and superseded (TestHistoryAddsUpWhatTheNodesCounted):
-// successes and failures within 2% and, at any moment, within a second of
-// traffic; first attempts, retries and rejections, which only the window
-// totals carry, within 4% and two seconds. A node's first row
+// successes within 2% and, at any moment, within a second of traffic;
+// failures likewise, except that a burst shorter than a gossip round (the
+// 100 ms of failures before a fast trip) may lose up to a third; first
+// attempts, retries and rejections, which only the window totals carry,
+// within 4% and two seconds. A node's first row
 // is taken as new traffic only once the history has run for two windows (a
 // coordinator that just started sees windows of traffic it did not watch); a
 // node whose breaker closed under a new generation starts its window afresh,

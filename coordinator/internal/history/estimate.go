@@ -105,7 +105,7 @@ func (tr *tracker) attribute(h *History, d *depHistory, r *sharedstate.NodeWindo
 	e := floorDiv(now.UnixNano(), fw)
 	first := !tr.seen || tr.fw != fw || tr.cw != cw
 	if !first && e < tr.ep {
-		e = tr.ep // the chain of shifts (below) may run ahead of the receipts
+		e = tr.ep
 	}
 	reset := !first && r.Generation > tr.gen && d.maxClosedGen > tr.gen && d.maxClosedGen <= r.Generation
 	newT := [4]float64{float64(r.FirstAttempts), float64(r.Retries), float64(r.Rejected), float64(r.Requests())}
@@ -145,16 +145,13 @@ func (tr *tracker) attribute(h *History, d *depHistory, r *sharedstate.NodeWindo
 	default:
 		delta := e - tr.ep
 		if delta < fineSpan-1 {
-			// The receipts' spacing, corrected by what the rows hold; the
-			// row is dated within what its receipt allows: not after it, at
-			// most a bucket before it.
-			// The rows' own chain of shifts dates them; it is taken back to
-			// the receipt only when it strays more than a bucket from it.
-			if d := shift(&r.Recent, &tr.recent, delta); tr.ep+d >= e-perBucket && tr.ep+d <= e+perBucket/2 {
+			if d, tight := minShift(&r.Recent, &tr.recent); tight || d > delta {
+				// The rows themselves say how far apart they are, better
+				// than the receipts.
 				delta = d
 				e = tr.ep + d
+				ce = floorDiv(e, perBucket)
 			}
-			ce = floorDiv(e, perBucket)
 		}
 		credits = tr.outcomes(r, e, delta, &tr.recent)
 		var grew float64 // requests, by Recent
@@ -319,35 +316,33 @@ func suffix(r *sharedstate.Recent, n int64) [3]float64 {
 	return out
 }
 
-// shift picks how many sub-buckets separate row r from the previous row
-// prev, around est (from their receipts): the older groups of r's Recent
-// must hold what prev's Recent held there, shifted by that many.
-func shift(r, prev *sharedstate.Recent, est int64) int64 {
-	best, bestErr := est, math.Inf(1)
-	for d := max(0, est-6); d <= min(est+6, fineSpan-2); d++ {
-		// Receipts are noisy but unbiased: a shift away from theirs must
-		// explain the rows clearly better.
-		err := 1.5 * math.Abs(float64(d-est))
-		for k := 1; k < sharedstate.FastHorizons; k++ {
-			lo := int64(1) << (k - 1) // group k: offsets [lo, 2lo) in r
-			if lo <= d {
-				continue // it holds sub-buckets after prev's newest
-			}
-			var a, b [3]float64
-			rk, rk1 := r[k], r[k-1]
-			a = [3]float64{float64(rk.Successes) - float64(rk1.Successes), float64(rk.Failures) - float64(rk1.Failures),
-				float64(rk.SlowCalls) - float64(rk1.SlowCalls)}
-			hi, lw := suffix(prev, 2*lo-d), suffix(prev, lo-d)
-			for i := range b {
-				b[i] = hi[i] - lw[i]
-				err += math.Abs(a[i] - b[i])
+// minShift is the least number of sub-buckets row r can be after row prev:
+// r's newest 2^k sub-buckets hold prev's newest 2^m whenever 2^k ≥ d + 2^m,
+// so none of them may count less. tight reports that at that shift r holds
+// exactly what prev held (a 2^k = d + 2^m with equal counts): the rows say
+// their distance.
+func minShift(r, prev *sharedstate.Recent) (int64, bool) {
+	for d := int64(0); d < fineSpan-1; d++ {
+		ok, tight := true, false
+		for k := range sharedstate.FastHorizons {
+			for m := range sharedstate.FastHorizons {
+				if int64(1)<<k < d+int64(1)<<m {
+					continue
+				}
+				b, a := r[k], prev[m]
+				if b.Successes < a.Successes || b.Failures < a.Failures || b.SlowCalls < a.SlowCalls {
+					ok = false
+				}
+				if int64(1)<<k == d+int64(1)<<m && b == a && a.Successes+a.Failures > 0 && d > 0 {
+					tight = true
+				}
 			}
 		}
-		if err < bestErr-1e-9 {
-			best, bestErr = d, err
+		if ok {
+			return d, tight
 		}
 	}
-	return best
+	return fineSpan - 1, false
 }
 
 // outcomes returns the successes, failures and slow calls row r (dated in
