@@ -31,7 +31,10 @@
 //     deterministically (error diffusion), not drawn at random: a replay
 //     gives the same answer every time.
 //   - Retries. Each failed attempt asks for a retry after no backoff (in
-//     the same step), and a retry fails at the slot's rate.
+//     the same step), up to maxAttempts, and a retry fails at the slot's
+//     rate; unless the fleet's callers never retried over the range (no
+//     retry, and no rejection while its breaker was closed), in which case
+//     nobody retries.
 //   - Probes answer within their step.
 //
 // # Known limits

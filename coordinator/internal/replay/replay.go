@@ -171,6 +171,7 @@ type runner struct {
 	local    []Interval
 	did      Totals // the current step's
 	shadow   bool
+	retry    bool   // the fleet\'s callers retried
 	realOpen []bool // per step: the fleet's breaker was not closed
 	// evidence is what the fleet's own breaker learned of the dependency:
 	// failing when it opened (a trip or a failed probe), answering when
@@ -243,6 +244,15 @@ func Run(in Input) (*Result, error) {
 	}
 	if err := r.start(steps); err != nil {
 		return nil, err
+	}
+	// Callers that never retried (no retry, and no rejection while the
+	// fleet was closed, which would be the budget refusing one) do not
+	// retry in the replay either.
+	for i, st := range steps {
+		if st.s.Retries > 0 || (!r.realOpen[i] && st.s.Rejected > 0) {
+			r.retry = true
+			break
+		}
 	}
 	known := nearestOutcomes(steps)
 	r.evidence = probeEvidence(breakerTransitions(in.Records))
@@ -570,6 +580,9 @@ func (r *runner) refuse(v *vnode, n uint64) {
 // refuses one, the step's other retries at v are refused too (the budget
 // does not grow within a step).
 func (r *runner) retries(v *vnode, n uint64) {
+	if !r.retry {
+		return
+	}
 	for attempt := 2; n > 0 && attempt <= r.pol.Retry.MaxAttempts; attempt++ {
 		var failed uint64
 		for k := range n {
