@@ -141,8 +141,8 @@ type seriesInterval struct {
 
 // handleSeries is GET /api/v1/series?dependency=NAME[&since=15m]: what
 // the history kept of a dependency over the last since (default 15m, at
-// most the coarse horizon), in at most 600 points (slots summed), and the
-// fleet's breaker states as bands.
+// most the coarse horizon) from its first count, in at most 600 points
+// (slots summed), and the fleet's breaker states as bands.
 func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	dep := q.Get("dependency")
@@ -175,6 +175,14 @@ func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
 				Rejected: uint64(s.Rejected), Nodes: s.Nodes()})
 		}
 		step = max(step, seg.Step)
+	}
+	// Before its first count the dependency had no history: the plot
+	// starts there (the breaker's states likewise).
+	for len(flat) > 1 && flat[0].FirstAttempts+flat[0].Successes+flat[0].Failures+flat[0].Rejected+flat[0].Retries == 0 {
+		flat = flat[1:]
+	}
+	if len(flat) > 0 && flat[0].At.After(from) {
+		from = flat[0].At
 	}
 	per := max(1, (len(flat)+maxSeriesPoints-1)/maxSeriesPoints)
 	points := make([]seriesPoint, 0, len(flat)/per+1)
