@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/dashboard"
@@ -316,7 +317,12 @@ func (c *Coordinator) handleFleet(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("compact") { // the dashboard polls it: 1,000 dependencies are megabytes indented
 		mo.Indent = ""
 	}
-	b, err := mo.Marshal(snap)
+	writeProto(w, mo, snap)
+}
+
+// writeProto answers m as protojson.
+func writeProto(w http.ResponseWriter, mo protojson.MarshalOptions, m proto.Message) {
+	b, err := mo.Marshal(m)
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return

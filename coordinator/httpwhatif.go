@@ -107,14 +107,7 @@ func (c *Coordinator) handleSimulate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp)
-	if err != nil {
-		httpError(w, http.StatusInternalServerError, err.Error())
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(b)
+	writeProto(w, protojson.MarshalOptions{EmitUnpopulated: true}, resp)
 }
 
 // seriesPoint is one point of GET /api/v1/series.

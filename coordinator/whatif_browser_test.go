@@ -65,18 +65,7 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 
 	// ledger-api: healthy 3 s, dead 5 s, healthy again; search: slow on
 	// two agents; inventory: failing on two.
-	start := time.Now()
-	dead := func() bool { el := time.Since(start); return el >= 3*time.Second && el < 8*time.Second }
-	stop := make(chan struct{})
-	wg := drive(agents, dep, dead, stop)
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}()
+	start, stop := incident(t, agents, dep)
 	slow := fuseboxv1.Outcome_OUTCOME_SLOW_SUCCESS
 	sstest.Eventually(t, 10*time.Second, "agent-2 to see search traffic from two other nodes", func() bool {
 		for _, a := range agents[:2] {
@@ -119,8 +108,7 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 		}
 		return nil
 	})
-	close(stop)
-	wg.Wait()
+	stop()
 	want := 0
 	for _, iv := range states(t, c, dep) {
 		if iv.State != "closed" {

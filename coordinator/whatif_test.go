@@ -20,9 +20,24 @@ import (
 // 5 s is an open, two failed probes and a close.
 const incidentPolicy = `{"dependency":"ledger-api","breaker":{"openDuration":"1s","maxOpenDuration":"4s"}}`
 
-// drive makes calls to dep from each agent every 20 ms, as clientlib does
-// (first attempts from the snapshot, probes through AcquireProbe and
-// ProbeResult), each failing while dead says so, until stop is closed.
+// incident makes calls to dep from each agent every 20 ms, as clientlib
+// does (first attempts from the snapshot, probes through AcquireProbe and
+// ProbeResult): healthy for 3 s, failing for 5 s, then healthy, until the
+// returned stop (idempotent, also run at the test's end) is called. It
+// returns when the calls began.
+func incident(t *testing.T, agents []*agent.Agent, dep string) (time.Time, func()) {
+	start := time.Now()
+	dead := func() bool { el := time.Since(start); return el >= 3*time.Second && el < 8*time.Second }
+	stop := make(chan struct{})
+	wg := drive(agents, dep, dead, stop)
+	var once sync.Once
+	end := func() { once.Do(func() { close(stop); wg.Wait() }) }
+	t.Cleanup(end)
+	return start, end
+}
+
+// drive makes the calls of incident, each failing while dead says so,
+// until stop is closed.
 func drive(agents []*agent.Agent, dep string, dead func() bool, stop <-chan struct{}) *sync.WaitGroup {
 	var wg sync.WaitGroup
 	for _, a := range agents {
@@ -126,18 +141,7 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 		return c.view.AliveAgents() == 3
 	})
 
-	start := time.Now()
-	// Healthy for 3 s, dead for 5 s, then healthy.
-	dead := func() bool { el := time.Since(start); return el >= 3*time.Second && el < 8*time.Second }
-	stop := make(chan struct{})
-	wg := drive(agents, dep, dead, stop)
-	stopped := false
-	defer func() {
-		if !stopped {
-			close(stop)
-			wg.Wait()
-		}
-	}()
+	start, stop := incident(t, agents, dep)
 	admin := adminClient(t, c.GRPCAddr(), "")
 	var resp *fuseboxv1.SimulatePolicyResponse
 	sstest.EventuallyNoError(t, 40*time.Second, "the agents' breaker to have opened and closed again, in the coordinator's history", func() error {
@@ -156,9 +160,7 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 		resp = r
 		return nil
 	})
-	close(stop)
-	wg.Wait()
-	stopped = true
+	stop()
 
 	fleet, replayed := changes(resp.GetFleetStates()), changes(resp.GetCurrent().GetStates())
 	t.Logf("agents: %v", fleet)

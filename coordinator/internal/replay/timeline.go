@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"cmp"
 	"slices"
 	"time"
 
@@ -64,15 +65,7 @@ func breakerTransitions(recs []history.Record) []Transition {
 		}
 		out = append(out, Transition{At: b.Since, State: b.State, Generation: b.Generation, OpenCount: b.OpenCount, Reason: b.Reason})
 	}
-	slices.SortFunc(out, func(a, b Transition) int {
-		if a.Generation != b.Generation {
-			if a.Generation < b.Generation {
-				return -1
-			}
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b Transition) int { return cmp.Compare(a.Generation, b.Generation) })
 	return out
 }
 

@@ -4,6 +4,7 @@
 package historytest
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -192,14 +193,6 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 	for _, r := range byGen {
 		f.Records = append(f.Records, r)
 	}
-	slices.SortFunc(f.Records, func(a, b sharedstate.BreakerRecord) int {
-		switch {
-		case a.Generation < b.Generation:
-			return -1
-		case a.Generation > b.Generation:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(f.Records, func(a, b sharedstate.BreakerRecord) int { return cmp.Compare(a.Generation, b.Generation) })
 	return f
 }
