@@ -106,3 +106,39 @@ func abs(x float64) float64 {
 	}
 	return x
 }
+
+// TestRangeAcrossHorizons: past the fine horizon, Range answers 1 s slots
+// up to where the fine ones begin, then the fine ones, in order, without a
+// gap; both hold the same counts for the time they share.
+func TestRangeAcrossHorizons(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	h := history.New(history.Config{FineHorizon: time.Minute, CoarseHorizon: 5 * time.Minute})
+	fleet := historytest.Run(t, h, historytest.Config{Dependency: "db", Nodes: 2, Policy: sharedstate.DefaultPolicy(),
+		Rate: func(int) float64 { return 20 }, Fails: func(int, time.Duration) bool { return false }, Start: t0}, 3*time.Minute)
+	segs, err := h.Range("db", t0, t0.Add(3*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) != 2 || segs[0].Step != time.Second || segs[1].Step != 100*time.Millisecond {
+		t.Fatalf("%d segments: want a coarse one then a fine one", len(segs))
+	}
+	if end := segs[0].To(); end.Before(segs[1].From) || end.Sub(segs[1].From) > time.Second {
+		t.Errorf("the coarse segment ends at %v, the fine one begins at %v", end, segs[1].From)
+	}
+	if age := t0.Add(3 * time.Minute).Sub(segs[1].From); age < time.Minute || age > time.Minute+30*time.Second {
+		t.Errorf("the fine segment covers the last %v, want about the fine horizon (1m)", age)
+	}
+	var got, want uint64
+	for _, s := range segs[0].Slots {
+		got += uint64(s.Successes)
+	}
+	for _, s := range segs[1].Slots {
+		got += uint64(s.Successes)
+	}
+	for _, s := range fleet.Truth {
+		want += uint64(s.Successes)
+	}
+	if abs(float64(got)-float64(want)) > 0.03*float64(want) {
+		t.Errorf("the two segments hold %d successes, the nodes made %d", got, want)
+	}
+}
