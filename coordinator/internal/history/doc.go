@@ -22,8 +22,8 @@
 // needs them and freed when they leave the horizon: a dependency with
 // traffic in every slot costs 977 KiB at the defaults (fine 9,000 slots,
 // coarse 10,800), measured as heap growth by TestBytesPerDependency, plus
-// about 0.4 KiB per node that reports it; an idle one costs nothing once its
-// slots leave the horizons.
+// about 0.8 KiB per node that reports it (a 720-byte tracker and its map
+// entry); an idle one costs nothing once its slots leave the horizons.
 //
 // Records are the breaker records the observer merged (fleet-wide and per
 // zone) and the overrides and policy changes it saw, at most
