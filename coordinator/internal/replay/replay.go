@@ -258,12 +258,32 @@ func Run(in Input) (*Result, error) {
 	r.evidence = probeEvidence(breakerTransitions(in.Records))
 	ovs := overrides(in.Records)
 	nextOv := 0
+	// Quiet stretches (nothing counted for two windows, every breaker
+	// closed) cost no ticks: time alone changes nothing then.
+	var quiet time.Duration
+	settled := 2 * in.Policy.Breaker.Window.Std()
 	for i, st := range steps {
 		for nextOv < len(ovs) && !ovs[nextOv].At.After(st.at) {
 			r.setOverride(ovs[nextOv])
 			nextOv++
+			quiet = 0
 		}
 		r.did = Totals{}
+		if st.s.IsZero() {
+			quiet += st.dur
+		} else {
+			quiet = 0
+		}
+		if quiet > settled && r.allClosed() {
+			r.clock.Advance(st.dur)
+			if in.Policy.Breaker.Scope == sharedstate.ScopeNode {
+				r.sampleLocal(st)
+			}
+			if !st.at.Before(in.From) && st.at.Before(in.To) {
+				res.Steps = append(res.Steps, Step{At: st.at, Dur: st.dur, Slot: st.s})
+			}
+			continue
+		}
 		r.traffic(st, steps[known[i]], r.realOpen[i])
 		r.clock.Advance(st.dur)
 		r.tick()
@@ -672,6 +692,17 @@ func (r *runner) transitions() []Transition {
 		out = append(out, Transition{At: b.Since, State: b.State, Generation: b.Generation, OpenCount: b.OpenCount, Reason: b.Reason})
 	}
 	return out
+}
+
+// allClosed reports whether every virtual node's breakers are closed and
+// no override is in force.
+func (r *runner) allClosed() bool {
+	for _, n := range r.nodes {
+		if s := n.e.Snapshot(r.dep); s != nil && (s.State != sharedstate.Closed || s.LocalState != sharedstate.Closed || s.Override != sharedstate.OverrideNone) {
+			return false
+		}
+	}
+	return true
 }
 
 // sampleLocal notes the worst state of the virtual nodes' own breakers

@@ -185,3 +185,23 @@ func BenchmarkReplay(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReplayMostlyIdle is an hour of 1 s slots then 15 minutes of
+// 100 ms ones, with traffic in the last minute only: quiet stretches cost
+// no ticks.
+func BenchmarkReplayMostlyIdle(b *testing.B) {
+	coarse := make([]history.Slot, 2700)
+	fine := make([]history.Slot, 9000)
+	for i := len(fine) - 600; i < len(fine); i++ {
+		fine[i] = history.Slot{FirstAttempts: 10, Successes: 9, Failures: 1, ActiveNodes: 3, FailingNodes: 1}
+	}
+	fineFrom := t0.Add(45 * time.Minute)
+	in := replay.Input{Dependency: dep, Policy: incidentPolicy(), From: t0, To: t0.Add(time.Hour),
+		Segments: []history.Segment{{From: t0, Step: time.Second, Slots: coarse}, {From: fineFrom, Step: 100 * time.Millisecond, Slots: fine}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := replay.Run(in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
