@@ -38,7 +38,8 @@ through, the seconds from "failure rate over the threshold" to open and the
 retries the budget would have allowed, beside what the fleet did.
 
 It writes nothing (a viewer token will do). An invalid policy exits 2, a
-dependency the coordinator keeps no history of exits 1. The replay's limits
+dependency the coordinator keeps no history of exits 1. Replaying hours of
+a busy fleet takes seconds: give --timeout room (default 10s). The replay's limits
 (per-node detail, node-local breakers, what half-open probes would have
 answered) are in its notes and in the README ("What-if: replaying a policy").`,
 		Args: cobra.NoArgs,
