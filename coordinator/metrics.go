@@ -127,14 +127,25 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		m.invalidValues.WithLabelValues(k)
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.invalidValues, m.watchRestarts, m.gossipRefused, m.historyDropped, m.simulations, m.simDuration,
-		&stateCollector{c: c}}
+		m.sseDropped, m.invalidValues, m.watchRestarts, m.gossipRefused, &stateCollector{c: c}}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
 	}
+	if err := registerAll(reg, m.historyDropped, m.simulations, m.simDuration); err != nil { // what-if
+		return nil, err
+	}
 	return m, nil
+}
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stateCollector reports gauges read from the coordinator's parts at scrape
