@@ -287,6 +287,12 @@ func (a *adminServer) GetFleet(_ context.Context, req *fuseboxv1.GetFleetRequest
 	return a.c.fleetSnapshot(req.GetDependency())
 }
 
+// SimulatePolicy replays the history of a dependency under its current
+// policy and a proposed one (see whatif.go).
+func (a *adminServer) SimulatePolicy(ctx context.Context, req *fuseboxv1.SimulatePolicyRequest) (*fuseboxv1.SimulatePolicyResponse, error) {
+	return a.c.simulate(ctx, req)
+}
+
 // fleetSnapshot is GetFleet's answer, shared with /api/v1/fleet.
 func (c *Coordinator) fleetSnapshot(dep string) (*fuseboxv1.FleetSnapshot, error) {
 	if dep != "" {

@@ -299,6 +299,27 @@ func (c *cache) Dependencies() []string {
 	return out
 }
 
+// storedPolicy returns the policy stored for dependency (its patch), if any.
+func (c *cache) storedPolicy(dependency string) (store.PolicyEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.st.Policies[dependency]
+	return e, ok
+}
+
+// overridesInForce returns the overrides in force at now.
+func (c *cache) overridesInForce(now time.Time) []store.OverrideEntry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []store.OverrideEntry
+	for _, e := range c.st.Overrides {
+		if e.ActiveAt(now) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
 // defaultPolicy returns the fleet default in force.
 func (c *cache) defaultPolicy() sharedstate.Policy {
 	c.mu.RLock()

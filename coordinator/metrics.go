@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -33,6 +34,11 @@ var MetricNames = []string{
 	"fusebox_coordinator_rows",
 	"fusebox_coordinator_members",
 	"fusebox_coordinator_breakers",
+	"fusebox_coordinator_history_dropped_total",
+	"fusebox_coordinator_history_dependencies",
+	"fusebox_coordinator_history_bytes",
+	"fusebox_coordinator_simulations_total",
+	"fusebox_coordinator_simulation_duration_seconds",
 }
 
 // metrics are the coordinator's own series, registered on its registry.
@@ -47,6 +53,10 @@ type metrics struct {
 	watchRestarts prometheus.Counter
 	rewinds       *prometheus.CounterVec
 	gossipRefused *prometheus.CounterVec
+	// What-if: the history's drops and the simulations.
+	historyDropped *prometheus.CounterVec
+	simulations    *prometheus.CounterVec
+	simDuration    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
@@ -92,6 +102,25 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: "fusebox_coordinator_gossip_refused_total",
 			Help: "Gossip rows and records the fleet view refused, by reason (invalid, too_many_deps, too_many_rows, not_an_agent, too_many_zones).",
 		}, []string{"reason"}),
+		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_history_dropped_total",
+			Help: "Counts, rows and records the what-if history did not keep, by reason (too_many_dependencies: past --history-max-dependencies; too_many_nodes; too_many_records: the oldest record made room; gap: a node's rows more than 64 sub-buckets apart; late: dated before the fine horizon).",
+		}, []string{"reason"}),
+		simulations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_simulations_total",
+			Help: "Policy simulations (SimulatePolicy, POST /api/v1/simulate) by result (ok, no_history, busy: refused while the most run at once, error).",
+		}, []string{"result"}),
+		simDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fusebox_coordinator_simulation_duration_seconds",
+			Help:    "Time a policy simulation takes (two replays and their comparison).",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	for _, r := range history.DropReasons {
+		m.historyDropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "no_history", "busy", "error"} {
+		m.simulations.WithLabelValues(r)
 	}
 	for _, r := range []string{"unauthenticated", "permission_denied"} {
 		for _, api := range []string{"grpc", "http"} {
@@ -114,7 +143,19 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			return nil, err
 		}
 	}
+	if err := registerAll(reg, m.historyDropped, m.simulations, m.simDuration); err != nil { // what-if
+		return nil, err
+	}
 	return m, nil
+}
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stateCollector reports gauges read from the coordinator's parts at scrape
@@ -134,11 +175,13 @@ var (
 	descGossipDrop   = prometheus.NewDesc("fusebox_coordinator_gossip_dropped_total", "Gossip frames and items the observer dropped, by reason.", []string{"reason"}, nil)
 	descGossipMsgs   = prometheus.NewDesc("fusebox_coordinator_gossip_messages_received_total", "Gossip messages received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
 	descGossipBytesR = prometheus.NewDesc("fusebox_coordinator_gossip_received_bytes_total", "Gossip bytes received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
+	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the what-if history keeps (at most --history-max-dependencies).", nil, nil)
+	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the what-if history holds: slots, node trackers, records.", nil, nil)
 )
 
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSSEClients, descPolicies, descOverrides, descDeps, descRows,
-		descMembers, descBreakers, descGossipDrop, descGossipMsgs, descGossipBytesR} {
+		descMembers, descBreakers, descGossipDrop, descGossipMsgs, descGossipBytesR, descHistoryDeps, descHistoryBytes} {
 		ch <- d
 	}
 }
@@ -162,6 +205,9 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range st.States {
 		ch <- prometheus.MustNewConstMetric(descBreakers, prometheus.GaugeValue, float64(n), state)
 	}
+	hs := c.history.Stats()
+	ch <- prometheus.MustNewConstMetric(descHistoryDeps, prometheus.GaugeValue, float64(hs.Dependencies))
+	ch <- prometheus.MustNewConstMetric(descHistoryBytes, prometheus.GaugeValue, float64(hs.Bytes))
 	var gs gossip.Stats
 	if g := c.gossipNode(); g != nil {
 		gs = g.Stats()

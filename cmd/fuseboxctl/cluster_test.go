@@ -299,7 +299,7 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 func runPolicySet(addr, name, doc string) policyWrite {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", name, "-f", "-", "-o", "json")
+	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", "--yes", name, "-f", "-", "-o", "json")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "USER=tester", "FUSEBOX_COORDINATOR=" + addr}
 	cmd.Stdin = strings.NewReader(doc)
 	var out bytes.Buffer
