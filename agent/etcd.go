@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
@@ -296,7 +298,8 @@ func (a *Agent) registerLoop() {
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	for a.ctx.Err() == nil {
 		m := store.Member{Node: a.cfg.Name, Role: string(gossip.RoleAgent), Zone: a.cfg.Zone, Version: Version,
-			GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr()}
+			GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr(),
+			PublicKey: gossip.EncodeKey(a.signer.Public().(ed25519.PublicKey)), Wire: int(protocol.MaxVersion)}
 		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
 		reg, err := a.store.Register(ctx, m, store.WithMemberTTL(a.cfg.MemberTTL))
 		cancel()
@@ -374,6 +377,8 @@ func (a *Agent) joinTargets() []string {
 		cancel()
 		if err != nil && len(members) == 0 {
 			a.lg.Debug("etcd members list failed", "err", err)
+		} else {
+			a.keys.Replace(keyEntries(members))
 		}
 		for _, m := range members {
 			if m.Node == a.cfg.Name || m.GossipAddr == "" || seen[m.GossipAddr] {
@@ -381,6 +386,27 @@ func (a *Agent) joinTargets() []string {
 			}
 			seen[m.GossipAddr] = true
 			out = append(out, m.GossipAddr)
+		}
+	}
+	return out
+}
+
+// lookupKey reads one node's key from its etcd member entry (the gossip
+// layer asks for nodes it has not seen listed yet).
+func (a *Agent) lookupKey(ctx context.Context, node string) (gossip.KeyEntry, bool, error) {
+	m, found, err := a.store.GetMember(ctx, node)
+	if err != nil || !found {
+		return gossip.KeyEntry{}, false, err
+	}
+	e, ok := gossip.RegisteredKey(m.Node, m.PublicKey)
+	return e, ok, nil
+}
+
+func keyEntries(members []store.MemberEntry) []gossip.KeyEntry {
+	out := make([]gossip.KeyEntry, 0, len(members))
+	for _, m := range members {
+		if e, ok := gossip.RegisteredKey(m.Node, m.PublicKey); ok {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -132,7 +132,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		if _, ok := fams[name]; !ok && !strings.HasSuffix(name, "_override") && !strings.Contains(name, "etcd") &&
 			name != "fusebox_agent_decisions_total" && name != "fusebox_agent_sessions_opened_total" &&
 			name != "fusebox_agent_snapshots_pushed_total" && name != "fusebox_agent_dependencies_refused_total" &&
-			name != "fusebox_agent_policies_rejected_total" && name != "fusebox_agent_cache_write_errors_total" {
+			name != "fusebox_agent_policies_rejected_total" && name != "fusebox_agent_cache_write_errors_total" &&
+			name != "fusebox_agent_gossip_unknown_version_frames_total" && name != "fusebox_agent_gossip_bad_signatures_total" {
 			t.Errorf("documented metric %s not exposed", name)
 		}
 	}

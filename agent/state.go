@@ -23,6 +23,17 @@ func (h *gossipHandler) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipB
 	return h.apply(b.GetRows(), b.GetRecords(), true)
 }
 
+// KnownRow and KnownRecord make the handler a gossip.Screener: the copies
+// of what the engine holds cost no signature check.
+func (h *gossipHandler) KnownRow(node, dependency string, seq uint64) bool {
+	return (*Agent)(h).eng.RowKnown(node, dependency, seq)
+}
+
+func (h *gossipHandler) KnownRecord(m *fuseboxv1.BreakerRecord) bool {
+	r, ok := convert.RecordFromProto(m)
+	return ok && (*Agent)(h).eng.RecordKnown(r)
+}
+
 func (h *gossipHandler) ApplyState(s *fuseboxv1.PushPullState, join bool) (*fuseboxv1.GossipBatch, int) {
 	// Rows from push-pull are not relayed: their writer heartbeats them.
 	return h.apply(s.GetRows(), s.GetRecords(), false)
@@ -90,10 +101,15 @@ func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 	_, _, s.OverridesRevision, _ = a.policies.counts()
 	budget := a.stateBudget()
 	size := proto.Size(s)
+	g := a.gsp.Load()
 	fits := func(m proto.Message) bool {
-		// A repeated field costs the message, its length and a tag byte.
+		// A repeated field costs the message, its length and a tag byte;
+		// signed, its envelope (and at frame version 1 both).
 		n := proto.Size(m)
 		n += protowire.SizeVarint(uint64(n)) + 1
+		if g != nil {
+			n = g.StateItemSize(m)
+		}
 		if size+n > budget {
 			return false
 		}
@@ -144,6 +160,9 @@ func (e *memberEvents) MemberJoined(m gossip.Member) {
 	}
 	if m.Meta.IsAgent() {
 		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+	}
+	if a.keys != nil {
+		a.keys.Prefetch(m.Name)
 	}
 	a.lg.Info("gossip member joined", "member", m.Name, "addr", m.Addr, "role", m.Meta.Role, "zone", m.Meta.Zone)
 	if m.MetaErr != nil {

@@ -49,6 +49,7 @@ type Coordinator struct {
 	cli     *store.Client
 	store   *store.Store
 	reg8n   *store.Registration
+	keys    *gossip.KeyDirectory // the etcd member entries' keys, for the observer
 
 	gossipMu sync.Mutex
 	gossip   *gossip.Gossip
@@ -301,6 +302,9 @@ func (c *Coordinator) shutdown() {
 		}
 		if c.reg8n != nil {
 			_ = c.reg8n.Close()
+		}
+		if c.keys != nil {
+			c.keys.Close()
 		}
 		if c.cache != nil {
 			c.cache.close()

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -22,7 +24,8 @@ import (
 // fakeAgent is a gossip member in role agent whose push-pull state is set
 // by the test: what a real agent would gossip, without its engine.
 type fakeAgent struct {
-	g *gossip.Gossip
+	g   *gossip.Gossip
+	key ed25519.PrivateKey // what it signs its own rows and records with
 
 	mu    sync.Mutex
 	state *fuseboxv1.PushPullState
@@ -46,8 +49,13 @@ func (f *fakeAgent) setState(s *fuseboxv1.PushPullState) {
 
 func startFakeAgent(t *testing.T, name, zone string) *fakeAgent {
 	t.Helper()
-	f := &fakeAgent{}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeAgent{key: key}
 	gc := gossip.DefaultConfig()
+	gc.Signer = key
 	gc.Name, gc.BindAddr = name, "127.0.0.1:0"
 	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: zone, Software: "test"}
 	gc.Handler, gc.Logger = f, testLogger()
@@ -140,6 +148,8 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	evs := sseClient(t, c.HTTPAddr(), "")
 
 	ag1, ag2 := startFakeAgent(t, "agent-1", "zone-a"), startFakeAgent(t, "agent-2", "zone-b")
+	register(t, c.Store(), ag1) // the observer takes what an agent signs with its registered key
+	register(t, c.Store(), ag2)
 	now := time.Now()
 	record := &fuseboxv1.BreakerRecord{Dependency: "shipping-api", Generation: 3, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 		SinceUnixNano: now.UnixNano(), OpenCount: 1, Origin: "agent-1", Reason: "failure rate 80%"}

@@ -23,11 +23,13 @@ func (d *depState) idle(e *Engine, now time.Time) bool {
 	return ns-d.idleSince >= 2*int64(d.pol.Breaker.Window)
 }
 
-// prune drops rows received 2×window ago or earlier.
-func (d *depState) prune(now int64) {
+// prune drops rows received 2×window ago or earlier; their seqs raise
+// their nodes' replay floors.
+func (d *depState) prune(e *Engine, now int64) {
 	stale := 2 * int64(d.pol.Breaker.Window)
 	for i := 0; i < len(d.rows); {
 		if now-d.rows[i].received >= stale {
+			e.floors.raise(d.rows[i].Node, d.rows[i].Seq)
 			d.removeRow(d.rows[i].Node)
 			continue
 		}

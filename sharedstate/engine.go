@@ -175,13 +175,16 @@ type Engine struct {
 	proposerDelay  time.Duration
 	live           atomic.Pointer[map[string]string] // live agents: node -> zone; copy on write under mu
 
-	deps  *depMap
-	seq   atomic.Uint64
-	dead  atomic.Pointer[map[string]int64] // node -> when reported dead (Unix ns); copy on write
-	mu    sync.Mutex                       // guards creation, ndeps, defaults, rnd, dead writes
-	ndeps int
-	def   Policy
-	rnd   Rand
+	deps *depMap
+	seq  atomic.Uint64
+	dead atomic.Pointer[map[string]int64] // node -> when reported dead (Unix ns); copy on write
+	// floors: per node, the highest seq of its rows dropped as stale
+	// (ErrReplayed).
+	floors floorTable
+	mu     sync.Mutex // guards creation, ndeps, defaults, rnd, dead writes
+	ndeps  int
+	def    Policy
+	rnd    Rand
 
 	outMu  sync.Mutex // leaf lock
 	outbox []BreakerRecord

@@ -143,6 +143,7 @@ func (e *Engine) Tick() []BreakerRecord {
 		}
 	}
 	e.pruneDead(now)
+	e.floors.apply(func(n string) bool { _, ok := (*e.live.Load())[n]; return ok })
 	for _, dep := range changed {
 		e.notify(dep)
 	}

@@ -239,11 +239,16 @@ type memberDoc struct {
 	GossipAddr string `json:"gossipAddr"`
 	APIAddr    string `json:"apiAddr"`
 	Status     string `json:"status"`
+	// Wire is the highest gossip frame version the member speaks (0:
+	// unknown); Signs, whether it signs its gossip.
+	Wire  uint32 `json:"wire"`
+	Signs bool   `json:"signs"`
 }
 
 func memberOf(m *fuseboxv1.Member) memberDoc {
 	return memberDoc{Node: m.GetNode(), Role: m.GetRole(), Zone: m.GetZone(), Version: m.GetVersion(),
-		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus()}
+		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus(),
+		Wire: m.GetWireVersion(), Signs: m.GetSigns()}
 }
 
 type overrideDoc struct {
