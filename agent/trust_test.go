@@ -325,6 +325,10 @@ func TestAtMostThreeProposersAt20Agents(t *testing.T) {
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+func rowBatch(rows ...*fuseboxv1.NodeWindow) *fuseboxv1.RowBatch {
+	return &fuseboxv1.RowBatch{Rows: rows}
+}
+
 // insider is a real gossip member: it holds the keyring, joined the fleet
 // and is registered in etcd with a key of its own, as a compromised host
 // would be. It sends whatever frames the test gives it.
@@ -389,6 +393,8 @@ func (d *insider) sendAll(t *testing.T, f *fleet, b *fuseboxv1.GossipBatch) {
 	}
 }
 
+// signedItem signs m (a record, or a RowBatch of rows) with key as its
+// origin would.
 func signedItem(t *testing.T, key ed25519.PrivateKey, m proto.Message, context string) *fuseboxv1.SignedItem {
 	t.Helper()
 	body, err := proto.Marshal(m)
@@ -438,7 +444,8 @@ func TestMemberCannotSpeakForAnother(t *testing.T) {
 	for range 5 {
 		liar.sendAll(t, f, &fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{forgedRow("agent-1"), forgedRow("agent-2")}})
 		liar.sendAll(t, f, &fuseboxv1.GossipBatch{
-			SignedRows:    []*fuseboxv1.SignedItem{signedItem(t, liarKey, forgedRow("agent-1"), "fusebox/v2/row"), signedItem(t, liarKey, forgedRow("agent-2"), "fusebox/v2/row")},
+			SignedRows: []*fuseboxv1.SignedItem{signedItem(t, liarKey, rowBatch(forgedRow("agent-1")), "fusebox/v2/rows"),
+				signedItem(t, liarKey, rowBatch(forgedRow("agent-2")), "fusebox/v2/rows")},
 			SignedRecords: []*fuseboxv1.SignedItem{signedItem(t, liarKey, forgedRecord, "fusebox/v2/record")}})
 	}
 	defer func() {
@@ -492,7 +499,7 @@ func TestMemberCannotSpeakForAnother(t *testing.T) {
 		return len(f.agents[0].eng.Rows(dep)) == 0
 	})
 	replayedBefore := f.agents[0].gossip.Stats().Dropped["replayed"]
-	frame, err := protocol.Codec{}.EncodeBatch(&fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{signedItem(t, key1, replay, "fusebox/v2/row")}})
+	frame, err := protocol.Codec{}.EncodeBatch(&fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{signedItem(t, key1, rowBatch(replay), "fusebox/v2/rows")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4308,17 +4308,17 @@ func (x *BreakerRecord) GetZone() string {
 	return ""
 }
 
-// SignedItem is one row or record as its origin (the row's node, the
-// record's origin) signed it. Relays forward it byte for byte, so a
-// receiver verifies the origin's signature whoever passed it on.
+// SignedItem is what one origin signed: a RowBatch of its rows (in
+// signed_rows) or one BreakerRecord it proposed (in signed_records).
+// Relays forward it byte for byte, so a receiver verifies the origin's
+// signature whoever passed it on.
 type SignedItem struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The marshalled NodeWindow (in signed_rows) or BreakerRecord (in
-	// signed_records).
+	// The marshalled RowBatch or BreakerRecord.
 	Body []byte `protobuf:"bytes,1,opt,name=body,proto3" json:"body,omitempty"`
 	// The origin's Ed25519ctx signature of body, with the context
-	// "fusebox/v2/row" or "fusebox/v2/record" (so that a row's signature never
-	// passes for a record's); 64 bytes.
+	// "fusebox/v2/rows" or "fusebox/v2/record" (so that one kind's signature
+	// never passes for the other's); 64 bytes.
 	Signature     []byte `protobuf:"bytes,2,opt,name=signature,proto3" json:"signature,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -4368,6 +4368,53 @@ func (x *SignedItem) GetSignature() []byte {
 	return nil
 }
 
+// RowBatch is rows of one node, signed together: a node signs the rows it
+// sends in one packet (or one push-pull state) once, so a signature costs
+// a few bytes a row and one check a packet.
+type RowBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          []*NodeWindow          `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RowBatch) Reset() {
+	*x = RowBatch{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RowBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RowBatch) ProtoMessage() {}
+
+func (x *RowBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RowBatch.ProtoReflect.Descriptor instead.
+func (*RowBatch) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *RowBatch) GetRows() []*NodeWindow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
 // GossipBatch is what one broadcast or direct message carries.
 //
 // In a frame of version 2, an item whose origin has a public key travels
@@ -4387,7 +4434,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4399,7 +4446,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4412,7 +4459,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -4460,7 +4507,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4472,7 +4519,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4485,7 +4532,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -4897,7 +4944,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"SignedItem\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
-	"\tsignature\x18\x02 \x01(\fR\tsignature\"\xe6\x01\n" +
+	"\tsignature\x18\x02 \x01(\fR\tsignature\"6\n" +
+	"\bRowBatch\x12*\n" +
+	"\x04rows\x18\x01 \x03(\v2\x16.fusebox.v1.NodeWindowR\x04rows\"\xe6\x01\n" +
 	"\vGossipBatch\x12*\n" +
 	"\x04rows\x18\x01 \x03(\v2\x16.fusebox.v1.NodeWindowR\x04rows\x123\n" +
 	"\arecords\x18\x02 \x03(\v2\x19.fusebox.v1.BreakerRecordR\arecords\x127\n" +
@@ -5002,7 +5051,7 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 }
 
 var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -5065,32 +5114,33 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(*NodeWindow)(nil),             // 58: fusebox.v1.NodeWindow
 	(*BreakerRecord)(nil),          // 59: fusebox.v1.BreakerRecord
 	(*SignedItem)(nil),             // 60: fusebox.v1.SignedItem
-	(*GossipBatch)(nil),            // 61: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 62: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 63: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 64: google.protobuf.Timestamp
+	(*RowBatch)(nil),               // 61: fusebox.v1.RowBatch
+	(*GossipBatch)(nil),            // 62: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 63: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 64: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 65: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	63, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	63, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	63, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	64, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	64, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	64, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	63, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	63, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	63, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	63, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	63, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	64, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	64, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
+	64, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	64, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	64, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	64, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
 	6,  // 10: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
 	2,  // 11: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
 	0,  // 12: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,  // 13: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,  // 14: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
 	11, // 15: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	63, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	64, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	64, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	65, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,  // 18: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	64, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	65, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,  // 20: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
 	12, // 21: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,  // 22: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
@@ -5114,14 +5164,14 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	17, // 40: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
 	22, // 41: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
 	29, // 42: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	63, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	64, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
 	36, // 44: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
 	1,  // 45: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	64, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	64, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	63, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	65, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	65, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	64, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	39, // 49: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	64, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	65, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	45, // 51: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
 	48, // 52: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
 	10, // 53: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
@@ -5132,65 +5182,66 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	10, // 58: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
 	53, // 59: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
 	52, // 60: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	64, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	65, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
 	12, // 62: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	64, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	65, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
 	54, // 64: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
 	48, // 65: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
 	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	64, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	64, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	65, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	65, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
 	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
 	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	60, // 73: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	60, // 74: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	59, // 75: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 76: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	60, // 77: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	60, // 78: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	19, // 79: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 80: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 81: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 82: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 83: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 84: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 85: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 86: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 87: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 88: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 89: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 90: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 91: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 92: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 93: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 94: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 95: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 96: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 97: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 98: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 99: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 100: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 101: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 102: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 103: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 104: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 105: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 106: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 107: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 108: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 109: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 110: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 111: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 112: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 113: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 114: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	97, // [97:115] is the sub-list for method output_type
-	79, // [79:97] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	58, // 71: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	58, // 72: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 73: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	60, // 74: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	60, // 75: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	59, // 76: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 77: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	60, // 78: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	60, // 79: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	19, // 80: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 81: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 82: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 83: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 84: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 85: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 86: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 87: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 88: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 89: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 90: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 91: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 92: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 93: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 94: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 95: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 96: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 97: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 98: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 99: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 100: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 101: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 102: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 103: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 104: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 105: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 106: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 107: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 108: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 109: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 110: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 111: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 112: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 113: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 114: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 115: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	98, // [98:116] is the sub-list for method output_type
+	80, // [80:98] is the sub-list for method input_type
+	80, // [80:80] is the sub-list for extension type_name
+	80, // [80:80] is the sub-list for extension extendee
+	0,  // [0:80] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -5217,7 +5268,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   53,
+			NumMessages:   54,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

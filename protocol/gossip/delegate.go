@@ -130,9 +130,35 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	for _, b := range out {
 		used += overhead + len(b)
 	}
-	if limit-used > overhead {
-		out = append(out, g.queue.GetBroadcasts(overhead, limit-used)...)
+	// This node's rows (in signed batches of at most MaxBroadcastFrame, so
+	// that relays can pass them on) and the frames it relays share what
+	// the records leave, taking turns at going first: this node's rows
+	// change every tick and would otherwise take every packet.
+	own := func() {
+		if free := min(limit-used-overhead, MaxBroadcastFrame); free > 0 {
+			if f := g.takeOwnRows(free); f != nil {
+				out = append(out, f)
+				used += overhead + len(f)
+			}
+		}
 	}
+	relayed := func() {
+		if limit-used > overhead {
+			more := g.queue.GetBroadcasts(overhead, limit-used)
+			for _, b := range more {
+				used += overhead + len(b)
+			}
+			out = append(out, more...)
+		}
+	}
+	if g.turn.Add(1)%2 == 0 {
+		own()
+		relayed()
+	} else {
+		relayed()
+		own()
+	}
+	own() // what is left of the packet
 	for _, b := range out {
 		g.stats.bytesOut[0].Add(uint64(len(b)))
 	}

@@ -202,9 +202,11 @@ type Gossip struct {
 	versionLogged map[string]struct{}   // members noteVersion logged (guarded by membersMu)
 	retired       map[string]retiredKey // keys of departed members (guarded by membersMu)
 
-	envMu   sync.Mutex
-	recEnv  map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
-	ownRows map[string]ownRow     // this node's last signed row per dependency
+	envMu  sync.Mutex
+	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
+
+	rows rowQueue      // this node's rows, sent in signed batches (with a Signer)
+	turn atomic.Uint32 // whose turn it is to go first in a packet: this node's rows or relays
 
 	forgedMu sync.Mutex
 	forgedBy map[string]uint64
@@ -267,7 +269,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
-		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, recEnv: map[recKey]heldRecord{}, ownRows: map[string]ownRow{}, forgedBy: map[string]uint64{}}
+		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
 	mc := memberlist.DefaultLANConfig()
@@ -428,47 +430,81 @@ func (g *Gossip) SetMeta(m NodeMeta, timeout time.Duration) error {
 	return g.ml.UpdateNode(timeout)
 }
 
-// Broadcast queues rows and records for epidemic broadcast, one frame per
-// item named (kind, dependency, node): a queued older update of the same
-// item is superseded. This node's own items are signed (with a Signer).
-// Items whose frame exceeds MaxBroadcastFrame are left to push-pull.
+// Broadcast queues rows and records for epidemic broadcast. This node's
+// own rows (with a Signer) wait in a queue of their own, the newest per
+// dependency, and go out signed in batches as packets have room; other
+// items go one frame each, named (kind, dependency, node), so that a
+// queued older update of the same item is superseded. Items whose frame
+// exceeds MaxBroadcastFrame are left to push-pull.
 func (g *Gossip) Broadcast(b *fuseboxv1.GossipBatch) {
 	if b == nil || g.closed.Load() {
 		return
 	}
-	for _, r := range b.GetRows() {
-		g.queueRow(rowOut{m: r, env: g.signRow(r)})
+	own, other := g.ownRows(b.GetRows())
+	g.rows.add(own)
+	for _, r := range other {
+		g.queueItem(g.queue, rowName(r), compose(g.SendVersion(), []*fuseboxv1.NodeWindow{r}, nil, nil))
 	}
 	for _, r := range b.GetRecords() {
 		g.queueRecord(recOut{m: r, env: g.recordEnv(r)})
 	}
 }
 
+func rowName(r *fuseboxv1.NodeWindow) string {
+	return "w\x00" + r.GetDependency() + "\x00" + r.GetNode()
+}
+
+// relaySlots is how many signed row batches of one origin a relay queues
+// at once (a newer batch takes the slot of an older one).
+const relaySlots = 4
+
 // relay queues what the handler found new in the envelopes it came in:
 // a relay needs no key of its own, and the origin's signature travels on.
+// A signed batch goes on whole (with every row it holds, at version 1 also
+// plain) if any of its rows was new.
 func (g *Gossip) relay(in *inbound, fresh *fuseboxv1.GossipBatch) {
 	if g.closed.Load() {
 		return
 	}
+	v := g.SendVersion()
+	var batches []*fuseboxv1.SignedItem
+	maxSeq := map[*fuseboxv1.SignedItem]uint64{}
 	for _, r := range fresh.GetRows() {
-		g.queueRow(rowOut{m: r, env: in.rowEnv[r]})
+		env := in.rowEnv[r]
+		if env == nil {
+			g.queueItem(g.queue, rowName(r), compose(v, []*fuseboxv1.NodeWindow{r}, nil, nil))
+			continue
+		}
+		if _, ok := maxSeq[env]; !ok {
+			batches = append(batches, env)
+		}
+		maxSeq[env] = max(maxSeq[env], r.GetSeq())
+	}
+	for _, env := range batches {
+		var rows []*fuseboxv1.NodeWindow
+		for _, r := range in.rows {
+			if in.rowEnv[r] == env {
+				rows = append(rows, r)
+			}
+		}
+		var plain []*fuseboxv1.NodeWindow
+		if v < protocol.Version2 {
+			plain = rows
+		}
+		name := "wb\x00" + rows[0].GetNode() + "\x00" + strconv.FormatUint(maxSeq[env]%relaySlots, 10)
+		g.queueItem(g.queue, name, compose(v, plain, []*fuseboxv1.SignedItem{env}, nil))
 	}
 	for _, r := range fresh.GetRecords() {
 		g.queueRecord(recOut{m: r, env: in.recEnv[r]})
 	}
 }
 
-func (g *Gossip) queueRow(r rowOut) {
-	g.queueItem(g.queue, "w\x00"+r.m.GetDependency()+"\x00"+r.m.GetNode(), []rowOut{r}, nil)
-}
-
 func (g *Gossip) queueRecord(r recOut) {
-	g.queueItem(g.recQueue, "b\x00"+r.m.GetDependency(), nil, []recOut{r})
+	g.queueItem(g.recQueue, "b\x00"+r.m.GetDependency(), compose(g.SendVersion(), nil, nil, []recOut{r}))
 }
 
-func (g *Gossip) queueItem(q *memberlist.TransmitLimitedQueue, name string, rows []rowOut, recs []recOut) {
-	v := g.SendVersion()
-	frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, rows, recs))
+func (g *Gossip) queueItem(q *memberlist.TransmitLimitedQueue, name string, b *fuseboxv1.GossipBatch) {
+	frame, err := g.cfg.Codec.EncodeBatchAt(g.SendVersion(), b)
 	if err != nil || len(frame) > MaxBroadcastFrame {
 		g.lg.Debug("gossip item too large to broadcast, left to push-pull", "item", name, "err", err)
 		return
@@ -488,14 +524,15 @@ func (g *Gossip) SendDirect(records []*fuseboxv1.BreakerRecord) {
 
 // SendDirectBatch sends a batch (records, urgent rows) straight to every
 // other alive member, as SendDirect does, each in the newest frame version
-// the member speaks.
+// the member speaks; this node's rows in it are signed together.
 func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 	if len(b.GetRows())+len(b.GetRecords()) == 0 || g.closed.Load() {
 		return
 	}
-	rows := make([]rowOut, 0, len(b.GetRows()))
-	for _, r := range b.GetRows() {
-		rows = append(rows, rowOut{m: r, env: g.signRow(r)})
+	own, other := g.ownRows(b.GetRows())
+	var batches []*fuseboxv1.SignedItem
+	if env := g.signRows(own); env != nil {
+		batches = append(batches, env)
 	}
 	recs := make([]recOut, 0, len(b.GetRecords()))
 	for _, r := range b.GetRecords() {
@@ -511,7 +548,11 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 			continue
 		}
 		if frames[v] == nil {
-			frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, rows, recs))
+			plain := other
+			if v < protocol.Version2 {
+				plain = b.GetRows()
+			}
+			frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, plain, batches, recs))
 			if err != nil {
 				g.lg.Warn("gossip direct send: encode", "err", err)
 				return
@@ -533,8 +574,11 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 	}
 }
 
-// QueuedBroadcasts returns how many broadcasts wait in the queue.
-func (g *Gossip) QueuedBroadcasts() int { return g.queue.NumQueued() + g.recQueue.NumQueued() }
+// QueuedBroadcasts returns how many broadcasts wait in the queues (this
+// node's own rows counted one each).
+func (g *Gossip) QueuedBroadcasts() int {
+	return g.queue.NumQueued() + g.recQueue.NumQueued() + g.rows.len()
+}
 
 // Stats returns cumulative counters.
 func (g *Gossip) Stats() Stats {

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"crypto/ed25519"
+	"slices"
 	"strconv"
 	"time"
 
@@ -164,24 +165,44 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		return true
 	}
 	for _, it := range signedRows {
-		r := &fuseboxv1.NodeWindow{}
-		if err := proto.Unmarshal(it.GetBody(), r); err != nil {
+		var batch fuseboxv1.RowBatch
+		if err := proto.Unmarshal(it.GetBody(), &batch); err != nil || len(batch.GetRows()) == 0 {
 			g.Drop("malformed", 1)
 			continue
 		}
-		if r.GetNode() == g.cfg.Name || (rowFilter != nil && !rowFilter(r)) {
-			continue // a row of its own node tells this node nothing
+		rows := batch.GetRows()
+		node := rows[0].GetNode()
+		if node == g.cfg.Name {
+			continue // its own rows tell this node nothing
+		}
+		if slices.ContainsFunc(rows, func(r *fuseboxv1.NodeWindow) bool { return r.GetNode() != node }) {
+			// One node signs its own rows only: a batch that mixes names
+			// speaks for another.
+			g.Drop("malformed", len(rows), "node", clip(node))
+			continue
+		}
+		if rowFilter != nil && !rowFilter(rows[0]) {
+			continue
 		}
 		var known func() bool
 		if screen != nil {
-			known = func() bool { return screen.KnownRow(r.GetNode(), r.GetDependency(), r.GetSeq()) }
+			known = func() bool {
+				for _, r := range rows {
+					if !screen.KnownRow(r.GetNode(), r.GetDependency(), r.GetSeq()) {
+						return false
+					}
+				}
+				return true
+			}
 		}
-		if signed(r.GetNode(), r.GetDependency(), "node", known, rowOpts, it) {
-			in.rows = append(in.rows, r)
+		if signed(node, rows[0].GetDependency(), "node", known, rowOpts, it) {
 			if in.rowEnv == nil {
 				in.rowEnv = map[*fuseboxv1.NodeWindow]*fuseboxv1.SignedItem{}
 			}
-			in.rowEnv[r] = it
+			for _, r := range rows {
+				in.rows = append(in.rows, r)
+				in.rowEnv[r] = it
+			}
 		}
 	}
 	for _, it := range signedRecs {
@@ -220,32 +241,19 @@ func (g *Gossip) forged(origin string) {
 // members, but a fleet has hundreds).
 const maxForgedOrigins = 64
 
-// rowOut and recOut are items on their way out: the message and, when it
-// is signed (this node's own, or relayed as its origin signed it), the
-// envelope.
-type rowOut struct {
-	m   *fuseboxv1.NodeWindow
-	env *fuseboxv1.SignedItem
-}
-
+// recOut is a record on its way out: the message and, when it is signed
+// (this node's own, or relayed as its origin signed it), the envelope.
 type recOut struct {
 	m   *fuseboxv1.BreakerRecord
 	env *fuseboxv1.SignedItem
 }
 
-// compose builds the batch of a frame of version v: signed items in the
-// signed fields, unsigned ones in the plain fields, and at version 1 every
-// item in the plain fields too (what 0.1.x reads).
-func compose(v byte, rows []rowOut, recs []recOut) *fuseboxv1.GossipBatch {
-	b := &fuseboxv1.GossipBatch{}
-	for _, r := range rows {
-		if r.env != nil {
-			b.SignedRows = append(b.SignedRows, r.env)
-		}
-		if r.env == nil || v < protocol.Version2 {
-			b.Rows = append(b.Rows, r.m)
-		}
-	}
+// compose builds the batch of a frame of version v: plain rows (at
+// version 1 all rows, at version 2 those of origins that do not sign),
+// signed row batches, and the records, signed ones in the signed field
+// and, at version 1 or unsigned, in the plain one (what 0.1.x reads).
+func compose(v byte, plainRows []*fuseboxv1.NodeWindow, rowBatches []*fuseboxv1.SignedItem, recs []recOut) *fuseboxv1.GossipBatch {
+	b := &fuseboxv1.GossipBatch{Rows: plainRows, SignedRows: rowBatches}
 	for _, r := range recs {
 		if r.env != nil {
 			b.SignedRecords = append(b.SignedRecords, r.env)
@@ -257,36 +265,36 @@ func compose(v byte, rows []rowOut, recs []recOut) *fuseboxv1.GossipBatch {
 	return b
 }
 
-// signRow signs a row of this node (nil for another node's row, or
-// without a Signer) and remembers it for push-pull.
-func (g *Gossip) signRow(m *fuseboxv1.NodeWindow) *fuseboxv1.SignedItem {
-	if g.cfg.Signer == nil || m.GetNode() != g.cfg.Name {
+// signRows signs rows of this node as one batch (nil without a Signer).
+func (g *Gossip) signRows(rows []*fuseboxv1.NodeWindow) *fuseboxv1.SignedItem {
+	if g.cfg.Signer == nil || len(rows) == 0 {
 		return nil
 	}
-	g.envMu.Lock()
-	if c, ok := g.ownRows[m.GetDependency()]; ok && c.seq == m.GetSeq() {
-		g.envMu.Unlock()
-		return c.env
-	}
-	g.envMu.Unlock()
-	body, err := proto.Marshal(m)
+	body, err := proto.Marshal(&fuseboxv1.RowBatch{Rows: rows})
 	if err != nil {
 		return nil
 	}
-	env := sign(g.cfg.Signer, rowOpts, body)
 	g.stats.signed.Add(1)
-	g.envMu.Lock()
-	g.ownRows[m.GetDependency()] = ownRow{seq: m.GetSeq(), env: env}
-	g.envMu.Unlock()
-	return env
+	return sign(g.cfg.Signer, rowOpts, body)
+}
+
+// ownRows splits rows into this node's (signed when there is a Signer)
+// and the others.
+func (g *Gossip) ownRows(rows []*fuseboxv1.NodeWindow) (own, other []*fuseboxv1.NodeWindow) {
+	if g.cfg.Signer == nil {
+		return nil, rows
+	}
+	for _, r := range rows {
+		if r.GetNode() == g.cfg.Name {
+			own = append(own, r)
+		} else {
+			other = append(other, r)
+		}
+	}
+	return own, other
 }
 
 type recKey struct{ dep, zone string }
-
-type ownRow struct {
-	seq uint64
-	env *fuseboxv1.SignedItem
-}
 
 type heldRecord struct {
 	m   *fuseboxv1.BreakerRecord
@@ -332,8 +340,13 @@ func (g *Gossip) keepRecord(m *fuseboxv1.BreakerRecord, env *fuseboxv1.SignedIte
 // envelopes of what it holds; an observer keeps none.
 func (g *Gossip) keepsEnvelopes() bool { return g.cfg.Relay || g.cfg.Signer != nil }
 
+// stateRowsPerBatch bounds the rows one signature covers in a push-pull
+// state.
+const stateRowsPerBatch = 512
+
 // signState turns the handler's plain push-pull state into the one sent at
-// version v, and forgets the envelopes of what the state no longer holds.
+// version v, and forgets the envelopes of records the state no longer
+// holds.
 func (g *Gossip) signState(v byte, s *fuseboxv1.PushPullState) *fuseboxv1.PushPullState {
 	out := &fuseboxv1.PushPullState{Node: s.GetNode(), OverridesRevision: s.GetOverridesRevision()}
 	recKeys := make(map[recKey]bool, len(s.GetRecords()))
@@ -347,16 +360,13 @@ func (g *Gossip) signState(v byte, s *fuseboxv1.PushPullState) *fuseboxv1.PushPu
 			out.Records = append(out.Records, r)
 		}
 	}
-	rowDeps := make(map[string]bool, len(s.GetRows()))
-	for _, r := range s.GetRows() {
-		rowDeps[r.GetDependency()] = true
-		env := g.signRow(r)
-		if env != nil {
-			out.SignedRows = append(out.SignedRows, env)
-		}
-		if env == nil || v < protocol.Version2 {
-			out.Rows = append(out.Rows, r)
-		}
+	own, other := g.ownRows(s.GetRows())
+	for i := 0; i < len(own); i += stateRowsPerBatch {
+		out.SignedRows = append(out.SignedRows, g.signRows(own[i:min(i+stateRowsPerBatch, len(own))]))
+	}
+	out.Rows = other
+	if v < protocol.Version2 {
+		out.Rows = s.GetRows()
 	}
 	g.envMu.Lock()
 	for k := range g.recEnv {
@@ -364,28 +374,34 @@ func (g *Gossip) signState(v byte, s *fuseboxv1.PushPullState) *fuseboxv1.PushPu
 			delete(g.recEnv, k)
 		}
 	}
-	for dep := range g.ownRows {
-		if !rowDeps[dep] {
-			delete(g.ownRows, dep)
-		}
-	}
 	g.envMu.Unlock()
 	return out
 }
 
 // StateItemSize is what an item of the handler's push-pull state (a
-// NodeWindow or BreakerRecord) takes in the state this node sends now: the
-// signed envelope, and at version 1 the plain copy too. A Handler that
-// fits its state into a frame counts with it.
+// NodeWindow or BreakerRecord) takes in the state this node sends now: a
+// row its share of a signed batch (and at version 1 its plain copy too), a
+// record its envelope (and at version 1 both). A Handler that fits its
+// state into a frame counts with it.
 func (g *Gossip) StateItemSize(m proto.Message) int {
 	n := proto.Size(m)
 	plain := n + protowire.SizeVarint(uint64(n)) + 1
-	if !g.keepsEnvelopes() || g.cfg.Signer == nil {
+	if g.cfg.Signer == nil {
 		return plain
+	}
+	v1 := g.SendVersion() < protocol.Version2
+	if _, isRow := m.(*fuseboxv1.NodeWindow); isRow {
+		// In a RowBatch; the batch's envelope, signature and lengths
+		// spread over up to stateRowsPerBatch rows: 1 byte a row is more.
+		size := plain + 1
+		if v1 {
+			size += plain
+		}
+		return size
 	}
 	env := 1 + protowire.SizeVarint(uint64(n)) + n + 1 + 1 + SignatureSize
 	size := env + protowire.SizeVarint(uint64(env)) + 1
-	if g.SendVersion() < protocol.Version2 {
+	if v1 {
 		size += plain
 	}
 	return size

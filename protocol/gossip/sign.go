@@ -20,7 +20,7 @@ import (
 // The Ed25519ctx contexts of signed items: a row's signature never passes
 // for a record's.
 const (
-	rowContext    = "fusebox/v2/row"
+	rowContext    = "fusebox/v2/rows"
 	recordContext = "fusebox/v2/record"
 )
 

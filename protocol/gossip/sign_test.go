@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -96,9 +97,10 @@ func joined(t *testing.T, cfgs ...Config) []*Gossip {
 	return gs
 }
 
-func signRowWith(t *testing.T, key ed25519.PrivateKey, r *fuseboxv1.NodeWindow) *fuseboxv1.SignedItem {
+// signRowWith signs rows as one batch, as their node sends them.
+func signRowWith(t *testing.T, key ed25519.PrivateKey, rows ...*fuseboxv1.NodeWindow) *fuseboxv1.SignedItem {
 	t.Helper()
-	body, err := proto.Marshal(r)
+	body, err := proto.Marshal(&fuseboxv1.RowBatch{Rows: rows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,8 +140,10 @@ func TestOnlyTheOriginSigns(t *testing.T) {
 	record := &fuseboxv1.BreakerRecord{Dependency: "payments", Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN, Origin: "a", Reason: "forged"}
 	tampered := signRowWith(t, ka, row(3))
 	tampered.Body = append(bytes.Clone(tampered.Body[:len(tampered.Body)-1]), tampered.Body[len(tampered.Body)-1]^1)
+	bRow := &fuseboxv1.NodeWindow{Node: "b", Dependency: "payments", Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}
 	for name, b := range map[string]*fuseboxv1.GossipBatch{
 		"b signs a's row":           {SignedRows: []*fuseboxv1.SignedItem{signRowWith(t, kb, row(1))}},
+		"a signs a batch with b's":  {SignedRows: []*fuseboxv1.SignedItem{signRowWith(t, ka, row(2), bRow)}},
 		"b signs a's record":        {SignedRecords: []*fuseboxv1.SignedItem{signRecordWith(t, kb, record, recordOpts)}},
 		"a's row, tampered":         {SignedRows: []*fuseboxv1.SignedItem{tampered}},
 		"a's record, row signature": {SignedRecords: []*fuseboxv1.SignedItem{signRecordWith(t, ka, record, rowOpts)}},
@@ -154,8 +158,8 @@ func TestOnlyTheOriginSigns(t *testing.T) {
 		t.Fatalf("plain items of a signing origin: the handler saw %d rows and %d records", n, m)
 	}
 	st := recv.Stats()
-	if st.Dropped["bad_signature"] != 4 || st.BadSignatures["a"] != 4 || st.Dropped["unsigned"] != 2 {
-		t.Fatalf("dropped %v, bad signatures %v: want 4 bad_signature (all claiming a) and 2 unsigned", st.Dropped, st.BadSignatures)
+	if st.Dropped["bad_signature"] != 4 || st.BadSignatures["a"] != 4 || st.Dropped["unsigned"] != 2 || st.Dropped["malformed"] != 2 {
+		t.Fatalf("dropped %v, bad signatures %v: want 4 bad_signature (all claiming a), 2 unsigned, 2 malformed (the mixed batch's rows)", st.Dropped, st.BadSignatures)
 	}
 
 	// The real thing, in a frame of either version (at version 1 with the
@@ -361,6 +365,58 @@ func TestSendsTheLowestCommonVersion(t *testing.T) {
 	check((*delegate)(g).LocalState(true), protocol.Version1, 1)
 }
 
+// This node's rows go out signed together: one signature a frame of up to
+// MaxBroadcastFrame bytes (a packet holds one or two), the newest row of
+// each dependency only.
+func TestOwnRowsOneSignatureAPacket(t *testing.T) {
+	g := joined(t, signedConfig("a", newRecorder(), newKey(t)), signedConfig("b", newRecorder(), newKey(t)))[0]
+	var rows []*fuseboxv1.NodeWindow
+	for i := range 40 {
+		rows = append(rows, benchRow(), &fuseboxv1.NodeWindow{Node: "a", Dependency: "dep-" + strconv.Itoa(i), Seq: uint64(i + 1),
+			Counts: &fuseboxv1.Counts{FirstAttempts: 10, Successes: 10}})
+		rows[len(rows)-2].Node, rows[len(rows)-2].Dependency, rows[len(rows)-2].Seq = "a", "dep-"+strconv.Itoa(i), uint64(i) // superseded
+	}
+	g.Broadcast(&fuseboxv1.GossipBatch{Rows: rows})
+	signedBefore := g.Stats().Signed
+	msgs := (*delegate)(g).GetBroadcasts(2, 1400)
+	total := 0
+	for i, m := range msgs {
+		f, err := protocol.Codec{}.Decode(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var batch fuseboxv1.RowBatch
+		if len(f.Batch.GetSignedRows()) != 1 || proto.Unmarshal(f.Batch.GetSignedRows()[0].GetBody(), &batch) != nil {
+			t.Fatalf("frame %d: %v, want one signed batch", i, f.Batch)
+		}
+		if len(m) > MaxBroadcastFrame || (i == 0 && len(batch.GetRows()) < 10) {
+			t.Fatalf("frame %d: %d rows in %d bytes, want at most %d bytes and many rows", i, len(batch.GetRows()), len(m), MaxBroadcastFrame)
+		}
+		for _, r := range batch.GetRows() {
+			if r.GetCounts().GetSuccesses() != 10 {
+				t.Fatalf("a superseded row went out: %v", r)
+			}
+		}
+		total += len(batch.GetRows())
+	}
+	if total < 20 {
+		t.Fatalf("one packet carried %d rows", total)
+	}
+	if used := len(msgs) * 2; used+totalLen(msgs) > 1400 {
+		t.Fatalf("the frames take %d bytes of a 1400-byte packet", used+totalLen(msgs))
+	}
+	if signed := g.Stats().Signed - signedBefore; int(signed) != len(msgs) {
+		t.Fatalf("%d signatures for %d frames of rows", signed, len(msgs))
+	}
+}
+
+func totalLen(msgs [][]byte) (n int) {
+	for _, m := range msgs {
+		n += len(m)
+	}
+	return n
+}
+
 // A frame of a version this build does not speak is refused and counted
 // by its version.
 func TestUnknownVersionCounted(t *testing.T) {
@@ -377,7 +433,7 @@ func TestUnknownVersionCounted(t *testing.T) {
 
 func BenchmarkSignRow(b *testing.B) {
 	key := newKeyB(b)
-	body, _ := proto.Marshal(benchRow())
+	body, _ := proto.Marshal(&fuseboxv1.RowBatch{Rows: []*fuseboxv1.NodeWindow{benchRow()}})
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
@@ -387,7 +443,7 @@ func BenchmarkSignRow(b *testing.B) {
 
 func BenchmarkVerifyRow(b *testing.B) {
 	key := newKeyB(b)
-	body, _ := proto.Marshal(benchRow())
+	body, _ := proto.Marshal(&fuseboxv1.RowBatch{Rows: []*fuseboxv1.NodeWindow{benchRow()}})
 	env := sign(key, rowOpts, body)
 	pub := key.Public().(ed25519.PublicKey)
 	b.ReportAllocs()
