@@ -137,6 +137,9 @@ type Agent struct {
 
 	policies policyState
 
+	sessionBytes atomic.Int64 // dependency state all sessions hold (--max-sessions-bytes)
+	reportRate   reportRates  // Report's rate buckets, per dependency
+
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
 	shutdown chan struct{} // closed when sessions must end

@@ -144,6 +144,10 @@ func (m *metrics) refused(err error) {
 		reason = "invalid_name"
 	case errors.Is(err, sharedstate.ErrInvalidDelta):
 		reason = "invalid_delta"
+	case errors.Is(err, ErrRateExceeded):
+		reason = "rate_exceeded"
+	case errors.Is(err, ErrSessionBytes):
+		reason = "session_bytes"
 	}
 	m.refusedDeps.WithLabelValues(reason).Inc()
 }
@@ -160,6 +164,7 @@ type collector struct {
 	budget, budgetUsed, permit                                       *prometheus.Desc
 	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
 	wireVersion, memberWire, unknownVersion, badSignatures, sigs     *prometheus.Desc
+	sessionBytes                                                     *prometheus.Desc
 }
 
 func newCollector(a *Agent, m *metrics) *collector {
@@ -210,6 +215,7 @@ func newCollector(a *Agent, m *metrics) *collector {
 			"at the last tick, applied to first attempts while the breaker is closed (in shadow mode only reported); 0 when throttling is off.", "dependency"),
 		concurrencyLimit: d("concurrency_limit", "This node's share of the policy's concurrency.maxInFlight (0: no limit).", "dependency"),
 		inFlight:         d("in_flight", "Calls in flight to the dependency: this node's clients' (scope node) and the fleet's (scope fleet, as the rows report them).", "dependency", "scope"),
+		sessionBytes:     d("session_bytes", "Bytes of dependency state the client sessions hold, as --max-session-bytes and --max-sessions-bytes count them.", nil...),
 	}
 }
 
@@ -218,7 +224,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
 		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
 		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight,
-		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs} {
+		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes} {
 		ch <- d
 	}
 }
@@ -252,6 +258,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.depsEvicted, float64(st.Evicted))
 	counter(c.depsRefusedEngine, float64(st.RefusedDependencies))
 	gauge(c.sessions, float64(a.hub.count()))
+	gauge(c.sessionBytes, float64(a.sessionBytes.Load()))
 
 	if a.gossip != nil {
 		type key struct{ role, state string }

@@ -112,7 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"fusebox_agent_gossip_messages_total", map[string]string{"direction": "in", "kind": "push_pull"}, func(v float64) bool { return v >= 1 }},
 		{"fusebox_agent_gossip_dropped_total", map[string]string{"reason": "malformed"}, func(v float64) bool { return v == 0 }},
 		{"fusebox_agent_dependencies", nil, func(v float64) bool { return v == 1 }},
-		{"fusebox_agent_dependencies_max", nil, func(v float64) bool { return v == 10000 }},
+		{"fusebox_agent_dependencies_max", nil, func(v float64) bool { return v == DefaultMaxDependencies }},
 		{"fusebox_agent_sessions", nil, func(v float64) bool { return v == 0 }},
 		{"fusebox_agent_policy_source", map[string]string{"source": "default"}, func(v float64) bool { return v == 1 }},
 		{"fusebox_agent_retry_budget", map[string]string{"dependency": dep}, func(v float64) bool { return v > 0 }},
