@@ -129,6 +129,12 @@ type Config struct {
 	// MaxSessionsBytes bounds the same for all sessions together
 	// (optional, default DefaultMaxSessionsBytes).
 	MaxSessionsBytes int
+	// IdleRetention is how long a dependency whose breaker ever moved is
+	// kept while no agent reports traffic for it; then every agent forgets
+	// it, whatever its record, and refuses copies of that record for as
+	// long again (optional, default 1h; a dependency whose breaker never
+	// moved is forgotten after 2×window).
+	IdleRetention time.Duration
 	// MaxReportRate bounds the outcomes one session, and all Report calls
 	// together, may report for one dependency per second (a second's worth
 	// at once); a delta past it is refused whole (reason rate_exceeded),
@@ -189,6 +195,7 @@ func DefaultConfig() Config {
 		MaxSessionBytes:  DefaultMaxSessionBytes,
 		MaxSessionsBytes: DefaultMaxSessionsBytes,
 		MaxReportRate:    DefaultMaxReportRate,
+		IdleRetention:    sharedstate.DefaultIdleRetention,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -307,6 +314,7 @@ func (c Config) validate(inProcessAPI bool) error {
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
 	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
 	positive("rejoin-interval", c.RejoinInterval, 10*time.Millisecond)
+	positive("idle-retention", c.IdleRetention, 100*time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}

@@ -75,6 +75,7 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "most client sessions open at once; more are refused (ResourceExhausted)")
 	fs.IntVar(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "most bytes of dependency state one client session holds (a followed dependency: its name + 256); more dependencies are refused")
 	fs.IntVar(&cfg.MaxSessionsBytes, "max-sessions-bytes", cfg.MaxSessionsBytes, "most bytes of dependency state all client sessions hold together")
+	fs.DurationVar(&cfg.IdleRetention, "idle-retention", cfg.IdleRetention, "how long a dependency whose breaker ever moved is kept without traffic anywhere before every agent forgets it")
 	fs.IntVar(&cfg.MaxReportRate, "max-report-rate", cfg.MaxReportRate, "most outcomes a second one client session (and all Report calls together) may report for one dependency; a delta past it is refused")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn or error")

@@ -174,6 +174,7 @@ func (e *Engine) evict(d *depState, now time.Time) bool {
 		return false
 	}
 	d.evicted.Store(true)
+	e.tombs.put(e, d, now.UnixNano())
 	e.deps.delete(d.name)
 	e.ndeps--
 	e.evicted.Add(1)

@@ -109,6 +109,9 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		return false, fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
 	}
 	now := e.now()
+	if err := e.tombs.check(e, r, now.UnixNano()); err != nil {
+		return false, err
+	}
 	if e.lookup(r.Dependency) == nil {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.

@@ -71,8 +71,8 @@ var (
 // RefusalReason names why MergeRow, MergeRecord or AddCounts refused an
 // item, as a metric label value: "invalid_item", "generation_max",
 // "generation_jump", "since_future", "zone_scope", "too_many_zones",
-// "too_many_rows", "too_many_dependencies", "invalid_delta", "replayed";
-// "" for nil.
+// "too_many_rows", "too_many_dependencies", "invalid_delta", "replayed",
+// "evicted"; "" for nil.
 func RefusalReason(err error) string {
 	switch {
 	case err == nil:
@@ -95,6 +95,8 @@ func RefusalReason(err error) string {
 		return "invalid_delta"
 	case errors.Is(err, ErrReplayed):
 		return "replayed"
+	case errors.Is(err, ErrEvicted):
+		return "evicted"
 	}
 	return "invalid_item"
 }
