@@ -43,13 +43,15 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 	a := (*Agent)(h)
 	var fresh fuseboxv1.GossipBatch
 	refused := 0
+	// The engine validates what it merges, rows and records alike
+	// (MergeRow, MergeRecord): the handler only converts, and counts a
+	// malformed item with the refused ones, any other refusal under its
+	// reason.
 	for _, m := range rows {
-		// MergeRow validates the row: a malformed one is counted with
-		// the refused items, as a malformed record is below.
-		r := convert.RowFromProto(m)
+		r := convert.RowFromProto(m) // a malformed row converts to one MergeRow refuses
 		ok, err := a.eng.MergeRow(r)
 		if err != nil {
-			if errors.Is(err, sharedstate.ErrInvalidRow) || errors.Is(err, sharedstate.ErrInvalidDependencyName) {
+			if invalidItem(err) {
 				refused++
 			} else {
 				a.dropped(err, "node", r.Node, "dependency", r.Dependency)
@@ -61,14 +63,14 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 		}
 	}
 	for _, m := range recs {
-		r, ok := convert.RecordFromProto(m)
-		if !ok || r.Validate() != nil {
-			refused++
-			continue
-		}
+		r, _ := convert.RecordFromProto(m) // an unknown state converts to one MergeRecord refuses
 		changed, err := a.eng.MergeRecord(r)
 		if err != nil {
-			a.dropped(err, "origin", r.Origin, "dependency", r.Dependency, "generation", r.Generation)
+			if invalidItem(err) {
+				refused++
+			} else {
+				a.dropped(err, "origin", r.Origin, "dependency", r.Dependency, "generation", r.Generation)
+			}
 			continue
 		}
 		if changed {
@@ -80,6 +82,12 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 		return nil, refused
 	}
 	return &fresh, refused
+}
+
+// invalidItem reports whether the engine refused an item as malformed.
+func invalidItem(err error) bool {
+	return errors.Is(err, sharedstate.ErrInvalidRow) || errors.Is(err, sharedstate.ErrInvalidRecord) ||
+		errors.Is(err, sharedstate.ErrInvalidDependencyName)
 }
 
 // dropped counts an item the engine refused under its reason
