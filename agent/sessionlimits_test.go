@@ -27,7 +27,7 @@ func openSession(t *testing.T, a *testAgent) fuseboxv1.Agent_SessionClient {
 		t.Fatal(err)
 	}
 	go func() { // drain snapshot pushes and errors
-		for {
+		for { // bounded by the stream's context deadline (ctxT) and the test's end
 			if _, err := s.Recv(); err != nil {
 				return
 			}

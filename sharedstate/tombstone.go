@@ -88,9 +88,3 @@ func (t *tombstones) check(e *Engine, r BreakerRecord, now int64) error {
 	}
 	return nil
 }
-
-func (t *tombstones) len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.m)
-}
