@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -47,13 +46,6 @@ func refusedBy(t *testing.T, a *testAgent, reason string) float64 {
 	return value(t, a.m.refusedDeps.WithLabelValues(reason))
 }
 
-func heapInuse() uint64 {
-	runtime.GC()
-	var m runtime.MemStats
-	runtime.ReadMemStats(&m)
-	return m.HeapInuse
-}
-
 // Deltas with distinct 2 MB invalid names in one session (150 of them
 // OOM-killed an agent in 256 MiB: each refused name was kept whole) leave a
 // few kilobytes behind: a refused name is remembered and reported clipped.
@@ -61,14 +53,14 @@ func heapInuse() uint64 {
 func TestRefusedNamesKeptClipped(t *testing.T) {
 	a := startAgent(t, testConfig(t, "clipped"))
 	s := openSession(t, a)
-	before := heapInuse()
+	before := heapInUse()
 	const n = 40
 	for i := range n {
 		name := fmt.Sprintf("%03d-%s", i, strings.Repeat("x!", 1<<20)) // 2 MiB, not a valid name
 		sendDeltas(t, s, &fuseboxv1.DependencyCounts{Dependency: name, Counts: &fuseboxv1.Counts{FirstAttempts: 1, Successes: 1}})
 	}
 	sstest.Eventually(t, 60*time.Second, "every name refused", func() bool { return refusedBy(t, a, "invalid_name") >= n })
-	if grown := int64(heapInuse()) - int64(before); grown > 16<<20 {
+	if grown := int64(heapInUse()) - int64(before); grown > 16<<20 {
 		t.Fatalf("the heap grew by %d MiB after %d refused 2 MiB names", grown>>20, n)
 	}
 	a.hub.mu.RLock()
