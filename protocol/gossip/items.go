@@ -362,7 +362,9 @@ func (g *Gossip) signState(v byte, s *fuseboxv1.PushPullState) *fuseboxv1.PushPu
 	}
 	own, other := g.ownRows(s.GetRows())
 	for i := 0; i < len(own); i += stateRowsPerBatch {
-		out.SignedRows = append(out.SignedRows, g.signRows(own[i:min(i+stateRowsPerBatch, len(own))]))
+		if env := g.signRows(own[i:min(i+stateRowsPerBatch, len(own))]); env != nil {
+			out.SignedRows = append(out.SignedRows, env)
+		}
 	}
 	out.Rows = other
 	if v < protocol.Version2 {
