@@ -205,8 +205,9 @@ type Gossip struct {
 	envMu  sync.Mutex
 	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
 
-	rows rowQueue      // this node's rows, sent in signed batches (with a Signer)
-	turn atomic.Uint32 // whose turn it is to go first in a packet: this node's rows or relays
+	rows     rowQueue      // this node's rows, sent in signed batches (with a Signer)
+	numNodes func() int    // memberlist's member count, safe before Create returns
+	turn     atomic.Uint32 // whose turn it is to go first in a packet: this node's rows or relays
 
 	forgedMu sync.Mutex
 	forgedBy map[string]uint64
@@ -321,6 +322,7 @@ func New(cfg Config) (*Gossip, error) {
 		}
 		return 1
 	}
+	g.numNodes = numNodes
 	g.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
 	g.recQueue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
 	ml, err := memberlist.Create(mc)

@@ -109,12 +109,8 @@ func retransmitLimit(mult, n int) int {
 // takeOwnRows returns one frame of this node's queued rows, signed
 // together, of at most limit bytes (nil: none queued, or none fit).
 func (g *Gossip) takeOwnRows(limit int) []byte {
-	n := 1
-	if g.ml != nil {
-		n = g.ml.NumMembers()
-	}
 	v := g.SendVersion()
-	rows := g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, n))
+	rows := g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, g.numNodes()))
 	if len(rows) == 0 {
 		return nil
 	}
