@@ -449,7 +449,7 @@ func (d *depState) refresh(e *Engine, now time.Time) bool {
 func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	ns := now.UnixNano()
 	b := &d.pol.Breaker
-	d.prune(ns)
+	d.prune(e, ns)
 	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
 	if !d.override.ActiveAt(now) {

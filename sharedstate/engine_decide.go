@@ -143,6 +143,7 @@ func (e *Engine) Tick() []BreakerRecord {
 		}
 	}
 	e.pruneDead(now)
+	e.floors.apply(func(n string) bool { _, ok := (*e.live.Load())[n]; return ok })
 	for _, dep := range changed {
 		e.notify(dep)
 	}
@@ -173,6 +174,7 @@ func (e *Engine) evict(d *depState, now time.Time) bool {
 		return false
 	}
 	d.evicted.Store(true)
+	e.tombs.put(e, d, now.UnixNano())
 	e.deps.delete(d.name)
 	e.ndeps--
 	e.evicted.Add(1)
