@@ -32,9 +32,10 @@ BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 MODULES := . sharedstate/store protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy
 export GOWORK := off
 
-# $(call each,COMMAND): COMMAND in every module's folder, every module even
-# after one failed; fails naming those where it did.
-each = fail=""; for m in $(MODULES); do \
+# $(call each,COMMAND[,FOLDERS]): COMMAND in every module's folder (or in
+# FOLDERS, in that order), every one even after one failed; fails naming
+# those where it did.
+each = fail=""; for m in $(or $(2),$(MODULES)); do \
 	  echo "== $@: $$m"; (cd $$m && $(1)) || fail="$$fail $$m"; \
 	done; \
 	if [ -n "$$fail" ]; then echo "$@: failed in:$$fail"; exit 1; fi
@@ -145,8 +146,11 @@ proto-check: tools protoc ## fail when the committed generated code is stale
 	done
 	@echo "proto-check: ok"
 
+# The nested modules first: they see the root go.mod's requirements (they
+# require the root module), so a dependency that moves out of the root
+# keeps its version; the root then drops what it no longer uses.
 tidy: ## run `go mod tidy` in every module (after changing an import or a go.mod)
-	@$(call each,$(GO) mod tidy)
+	@$(call each,$(GO) mod tidy,$(filter-out .,$(MODULES)) .)
 
 tidy-check: ## fail when `go mod tidy` would change a module's go.mod or go.sum
 	@$(call each,$(GO) mod tidy -diff || { echo "tidy-check: 'go mod tidy' changes $$m's go.mod/go.sum (the diff above): run 'make tidy' and commit the result"; exit 1; })
