@@ -75,8 +75,9 @@ test: test-deps modules-check ## run every module's tests with -race (fuzz seed 
 # Like `protoc`, installs what is missing with apt-get: Debian's chromium
 # for the dashboard's browser tests (not with FUSEBOX_SKIP_BROWSER=1, nor
 # when $$FUSEBOX_CHROMIUM names another binary) and redis-server for the
-# idempotency store's tests (they start their own server in a temp dir).
-test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server)
+# idempotency store's tests (they start their own server in a temp dir);
+# python-deps (below) the Python client's packages.
+test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server, python-deps)
 	@need=""; \
 	if [ "$$FUSEBOX_SKIP_BROWSER" != 1 ] && [ -z "$$FUSEBOX_CHROMIUM" ] && ! command -v chromium >/dev/null; then \
 	  need="$$need chromium"; fi; \
@@ -179,3 +180,58 @@ fmt-check: ## fail when gofmt would change a file
 
 clean: ## remove bin/ and .tools/
 	rm -rf $(BIN) $(TOOLS)
+
+# --- The Python client (clientlib/python) ----------------------------------
+# Its stubs come from Debian's protobuf-compiler-grpc (grpc_python_plugin)
+# and are committed; its tests run Debian's /usr/bin/python3 (the Debian
+# packages python3-grpcio, python3-protobuf, python3-requests) against real
+# agents built from this tree.
+
+PYTHON         ?= /usr/bin/python3
+PY_DIR         := clientlib/python
+PY_STUBS       := $(PY_DIR)/fusebox/v1
+GRPC_PY_PLUGIN ?= /usr/bin/grpc_python_plugin
+py_protoc = protoc -I protocol --python_out=$(1) --grpc_out=$(1) \
+  --plugin=protoc-gen-grpc=$(GRPC_PY_PLUGIN) $(PROTO_SRC)
+
+.PHONY: python-deps protoc-python proto-python proto-check-python test-python bench-python
+proto: proto-python
+verify: proto-check-python
+test: test-python
+test-deps: python-deps
+
+python-deps: ## install Debian's python3-grpcio, python3-protobuf, python3-requests and protobuf-compiler-grpc when missing
+	@need=""; \
+	$(PYTHON) -c 'import grpc, google.protobuf, requests' 2>/dev/null || need="$$need python3-grpcio python3-protobuf python3-requests"; \
+	[ -x $(GRPC_PY_PLUGIN) ] || need="$$need protobuf-compiler-grpc"; \
+	if [ -n "$$need" ]; then \
+	  echo "installing Debian's$$need for the Python client"; \
+	  apt-get update && apt-get install -y $$need; \
+	fi
+
+protoc-python: protoc ## make sure Debian's grpc_python_plugin (protobuf-compiler-grpc) is installed
+	@if [ ! -x $(GRPC_PY_PLUGIN) ]; then \
+	  echo "installing Debian's protobuf-compiler-grpc"; \
+	  apt-get update && apt-get install -y protobuf-compiler-grpc; \
+	fi
+
+proto-python: protoc-python ## regenerate the Python client's stubs in clientlib/python/fusebox/v1
+	$(call py_protoc,$(PY_DIR))
+
+proto-check-python: protoc-python ## fail when the committed Python stubs are stale
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	$(call py_protoc,$$tmp) && \
+	for f in $$(cd $$tmp/fusebox/v1 && ls); do \
+	  cmp -s $$tmp/fusebox/v1/$$f $(PY_STUBS)/$$f || \
+	    { echo "proto-check-python: $(PY_STUBS)/$$f is stale: run 'make proto' and commit the result"; exit 1; }; \
+	done; \
+	for f in $$(cd $(PY_STUBS) && ls *_pb2*.py); do \
+	  [ -f $$tmp/fusebox/v1/$$f ] || { echo "proto-check-python: $(PY_STUBS)/$$f is no longer generated: delete it"; exit 1; }; \
+	done
+	@echo "proto-check-python: ok"
+
+test-python: python-deps ## run the Python client's tests (unittest) against real agents built from this tree
+	cd $(PY_DIR) && $(PYTHON) -m unittest discover -s tests -t . $(if $(V),-v)
+
+bench-python: python-deps ## measure the Python client's overhead per call (README's Python table)
+	cd $(PY_DIR) && $(PYTHON) bench.py $(ARGS)

@@ -50,9 +50,25 @@ type apiServer struct {
 
 func (s *apiServer) decision(method, dep string, d sharedstate.Decision) *fuseboxv1.Decision {
 	s.a.m.decision(method, d)
-	snap := s.a.eng.Snapshot(dep)
-	return &fuseboxv1.Decision{Verdict: convert.Verdict(d.Verdict), Reason: convert.Reason(d.Reason),
-		Snapshot: s.a.snapshotForClient(snap)}
+	var m *fuseboxv1.DecisionSnapshot
+	if snap := s.a.eng.Snapshot(dep); snap != nil {
+		m = clientSnapshot(snap, s.a.processShare(dep, snap.ConcurrencyLimit), nil)
+	}
+	return &fuseboxv1.Decision{Verdict: convert.Verdict(d.Verdict), Reason: convert.Reason(d.Reason), Snapshot: m}
+}
+
+// clientSnapshot is the one place the agent builds what a client decides a
+// dependency by (a push, an answer, the Welcome's default): the engine's
+// snapshot with limit, the process's part of the node's concurrency share,
+// and, when breaker is given (pushes and the Welcome), the breaker settings
+// of the effective policy for the client's local fallback.
+func clientSnapshot(snap *sharedstate.Snapshot, limit uint32, breaker *sharedstate.BreakerPolicy) *fuseboxv1.DecisionSnapshot {
+	m := convert.SnapshotToProto(snap)
+	m.ConcurrencyLimit = limit
+	if breaker != nil {
+		m.Breaker = convert.BreakerToProto(*breaker)
+	}
+	return m
 }
 
 // AcquireRetry takes one retry from the fleet budget (counted as a retry
@@ -225,8 +241,7 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 	def := a.eng.Policy(sharedstate.DefaultPolicyName)
 	welcome := &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: &fuseboxv1.Welcome{
 		Node: a.cfg.Name, Zone: a.cfg.Zone, AgentVersion: Version,
-		DefaultRetry:   convert.RetryToProto(convert.RetryFromPolicy(def)),
-		DefaultBreaker: convert.BreakerToProto(def.Breaker),
+		DefaultSnapshot: clientSnapshot(convert.PolicySnapshot(sharedstate.DefaultPolicyName, def), 0, &def.Breaker),
 	}}}
 	if err := stream.Send(welcome); err != nil {
 		return err
@@ -463,10 +478,7 @@ func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 			continue
 		}
 		s.sent[dep] = sentSnapshot{snap: snap, breaker: breaker, limit: limit}
-		m := convert.SnapshotToProto(snap)
-		m.ConcurrencyLimit = limit
-		m.Breaker = convert.BreakerToProto(breaker)
-		upd = append(upd, m)
+		upd = append(upd, clientSnapshot(snap, limit, &breaker))
 	}
 	if len(upd) == 0 {
 		return nil

@@ -138,10 +138,17 @@ func (w *world) putPolicy(t *testing.T, dep, policy string, check func(sharedsta
 func zeroRandom() uint64 { return 0 }
 
 // newClient connects a clientlib client to a's socket; it is closed at
-// cleanup.
+// cleanup, and its log is printed if the test failed.
 func newClient(t testing.TB, a *agent.Agent, service string, mutate func(*clientlib.Config)) *clientlib.Client {
 	t.Helper()
+	log := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of client %s:\n%s", service, log.String())
+		}
+	})
 	cfg := clientlib.Config{
+		Logger:       slog.New(slog.NewTextHandler(log, nil)),
 		AgentAddress: "unix://" + a.SocketPath(),
 		Service:      service,
 		Instance:     service + "@" + a.Name(),

@@ -1,11 +1,5 @@
 package agent
 
-import (
-	"github.com/fusebox-dev/fusebox/protocol/convert"
-	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
-	"github.com/fusebox-dev/fusebox/sharedstate"
-)
-
 // The agent's part of the concurrency limit: it sums the in-flight counts
 // its sessions report into the node's (Engine.SetInFlight, which travels
 // with the node's rows), and shares the node's share of the limit evenly
@@ -82,16 +76,6 @@ func (a *Agent) processShare(dep string, nodeShare int) uint32 {
 		return 0
 	}
 	return uint32(max(1, nodeShare/max(1, a.hub.followers(dep))))
-}
-
-// snapshotForClient converts dep's snapshot for a client: the node's
-// concurrency share becomes the process's.
-func (a *Agent) snapshotForClient(snap *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
-	m := convert.SnapshotToProto(snap)
-	if m != nil {
-		m.ConcurrencyLimit = a.processShare(snap.Dependency, snap.ConcurrencyLimit)
-	}
-	return m
 }
 
 // reportInFlight records a session's in-flight report for dep.

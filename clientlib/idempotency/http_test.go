@@ -17,14 +17,14 @@ import (
 
 func TestNewNamesEveryInvalidOption(t *testing.T) {
 	_, err := New(nil, ResultTTL(0), ReservationTTL(-time.Second), MaxWait(-1), MaxResponseBytes(0),
-		MaxRequestBytes(-5), HTTPScope(nil), GRPCScope(nil), OnStoreError(7), WithClock(nil))
+		MaxRequestBytes(-5), HTTPScope(nil), GRPCScope(nil), OnStoreError(7))
 	if !errors.Is(err, ErrInvalidOption) {
 		t.Fatalf("New = %v, want ErrInvalidOption", err)
 	}
 	for _, want := range []string{"store: must not be nil", "ResultTTL: must be positive, got 0s",
 		"ReservationTTL: must be positive, got -1s", "MaxWait: must not be negative", "MaxResponseBytes: must be positive, got 0",
 		"MaxRequestBytes: must be positive, got -5", "HTTPScope: must not be nil", "GRPCScope: must not be nil",
-		"OnStoreError: unknown policy 7", "WithClock: must not be nil"} {
+		"OnStoreError: unknown policy 7"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not name %q", err, want)
 		}

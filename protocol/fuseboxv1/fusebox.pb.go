@@ -782,15 +782,16 @@ func (x *RetrySettings) GetMaxHedges() uint32 {
 	return 0
 }
 
-// BreakerSettings are the breaker part of the effective policy of a
-// dependency (policy "breaker" object). Every valid value is non-zero, so a
-// zero field means "not sent" (an older agent) and the receiver keeps what
-// it had.
+// BreakerSettings are the trip rule and timings of the breaker part of a
+// dependency's effective policy (policy "breaker" object). Its mode, scope
+// and slow-call duration are not here: they travel once, at the top of a
+// DecisionSnapshot (and of a DependencyView, the mode). Every valid value is
+// non-zero, so a zero field is one the sender left out and the receiver
+// keeps what it had.
 type BreakerSettings struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	FailureRateThreshold  float64                `protobuf:"fixed64,1,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
 	SlowCallRateThreshold float64                `protobuf:"fixed64,2,opt,name=slow_call_rate_threshold,json=slowCallRateThreshold,proto3" json:"slow_call_rate_threshold,omitempty"`
-	SlowCallDuration      *durationpb.Duration   `protobuf:"bytes,3,opt,name=slow_call_duration,json=slowCallDuration,proto3" json:"slow_call_duration,omitempty"`
 	MinimumRequests       uint32                 `protobuf:"varint,4,opt,name=minimum_requests,json=minimumRequests,proto3" json:"minimum_requests,omitempty"`
 	MinFailingNodes       uint32                 `protobuf:"varint,5,opt,name=min_failing_nodes,json=minFailingNodes,proto3" json:"min_failing_nodes,omitempty"`
 	Window                *durationpb.Duration   `protobuf:"bytes,6,opt,name=window,proto3" json:"window,omitempty"`
@@ -799,8 +800,6 @@ type BreakerSettings struct {
 	HalfOpenProbes        uint32                 `protobuf:"varint,9,opt,name=half_open_probes,json=halfOpenProbes,proto3" json:"half_open_probes,omitempty"`
 	ProbeSuccessThreshold uint32                 `protobuf:"varint,10,opt,name=probe_success_threshold,json=probeSuccessThreshold,proto3" json:"probe_success_threshold,omitempty"`
 	ProbeTimeout          *durationpb.Duration   `protobuf:"bytes,11,opt,name=probe_timeout,json=probeTimeout,proto3" json:"probe_timeout,omitempty"`
-	Scope                 Scope                  `protobuf:"varint,12,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
-	Mode                  Mode                   `protobuf:"varint,13,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
 	// 0 is valid (the classic trip rule), hence optional: unset means "not
 	// sent" and the receiver keeps what it had.
 	Confidence    *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
@@ -851,13 +850,6 @@ func (x *BreakerSettings) GetSlowCallRateThreshold() float64 {
 		return x.SlowCallRateThreshold
 	}
 	return 0
-}
-
-func (x *BreakerSettings) GetSlowCallDuration() *durationpb.Duration {
-	if x != nil {
-		return x.SlowCallDuration
-	}
-	return nil
 }
 
 func (x *BreakerSettings) GetMinimumRequests() uint32 {
@@ -916,20 +908,6 @@ func (x *BreakerSettings) GetProbeTimeout() *durationpb.Duration {
 	return nil
 }
 
-func (x *BreakerSettings) GetScope() Scope {
-	if x != nil {
-		return x.Scope
-	}
-	return Scope_SCOPE_UNSPECIFIED
-}
-
-func (x *BreakerSettings) GetMode() Mode {
-	if x != nil {
-		return x.Mode
-	}
-	return Mode_MODE_UNSPECIFIED
-}
-
 func (x *BreakerSettings) GetConfidence() float64 {
 	if x != nil && x.Confidence != nil {
 		return *x.Confidence
@@ -948,7 +926,8 @@ func (x *BreakerSettings) GetFastPath() bool {
 // process, without asking the agent. It carries every field of the engine's
 // snapshot (package sharedstate), so a client rebuilds it exactly and
 // decides as the agent would, plus the breaker settings of the effective
-// policy for the client's local fallback breaker.
+// policy for the client's local fallback breaker. Each setting travels
+// once: mode, scope and slow-call duration here, the trip rule in breaker.
 type DecisionSnapshot struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Dependency     string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
@@ -957,7 +936,8 @@ type DecisionSnapshot struct {
 	Override       OverrideState          `protobuf:"varint,4,opt,name=override,proto3,enum=fusebox.v1.OverrideState" json:"override,omitempty"`
 	OverrideReason string                 `protobuf:"bytes,5,opt,name=override_reason,json=overrideReason,proto3" json:"override_reason,omitempty"`
 	Mode           Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
-	// This node's own traffic tripped the node-local breaker.
+	// local_state is not CLOSED (this node's own traffic tripped its
+	// node-local breaker), as a flag for clients that need only that.
 	NodeLocalOpen bool `protobuf:"varint,7,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	// This node currently holds a half-open probe permit.
 	ProbePermit      bool                 `protobuf:"varint,8,opt,name=probe_permit,json=probePermit,proto3" json:"probe_permit,omitempty"`
@@ -966,22 +946,22 @@ type DecisionSnapshot struct {
 	// When the breaker last changed state.
 	Since *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
 	// Increases by one with each snapshot the agent's engine publishes for
-	// the dependency (it starts again at 1 when the agent restarts or forgets
-	// an idle dependency). 0: not sent by an older agent.
+	// the dependency, from 1 (it starts again at 1 when the agent restarts or
+	// forgets an idle dependency).
 	Version uint64 `protobuf:"varint,12,opt,name=version,proto3" json:"version,omitempty"`
 	// Opens in a row of the governing breaker (openDuration doubles with it).
 	OpenCount uint32 `protobuf:"varint,13,opt,name=open_count,json=openCount,proto3" json:"open_count,omitempty"`
 	// The half-open probe round (state HALF_OPEN, scope fleet or zone).
 	ProbeRound uint64 `protobuf:"varint,14,opt,name=probe_round,json=probeRound,proto3" json:"probe_round,omitempty"`
 	// This node's own breaker under scope fleet/zone: CLOSED, OPEN or
-	// HALF_OPEN (it matters only while state is CLOSED). UNSPECIFIED from an
-	// older agent: node_local_open alone then tells it.
+	// HALF_OPEN (it matters only while state is CLOSED).
 	LocalState BreakerState `protobuf:"varint,15,opt,name=local_state,json=localState,proto3,enum=fusebox.v1.BreakerState" json:"local_state,omitempty"`
 	// When the override expires; unset: until cleared (or no override).
 	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
 	Scope           Scope                  `protobuf:"varint,17,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
 	// The breaker settings of the effective policy, for the client's local
-	// fallback while the agent is away. Unset in Decision answers.
+	// fallback while the agent is away. Unset in Decision answers (the pushed
+	// snapshots carry them).
 	Breaker *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	// The probability with which adaptive throttling refuses a first attempt
 	// now (0 unless throttling is enabled and the breaker closed).
@@ -1565,13 +1545,12 @@ type Welcome struct {
 	Node         string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Zone         string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
-	// The fleet default policy's retry settings, for dependencies without a
-	// snapshot yet.
-	DefaultRetry *RetrySettings `protobuf:"bytes,4,opt,name=default_retry,json=defaultRetry,proto3" json:"default_retry,omitempty"`
-	// The fleet default policy's breaker settings, likewise.
-	DefaultBreaker *BreakerSettings `protobuf:"bytes,5,opt,name=default_breaker,json=defaultBreaker,proto3" json:"default_breaker,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The fleet default policy as a snapshot (dependency "_default", closed,
+	// with its breaker settings): what the client's local fallback decides a
+	// dependency by until the agent pushes the dependency's own snapshot.
+	DefaultSnapshot *DecisionSnapshot `protobuf:"bytes,6,opt,name=default_snapshot,json=defaultSnapshot,proto3" json:"default_snapshot,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -1625,16 +1604,9 @@ func (x *Welcome) GetAgentVersion() string {
 	return ""
 }
 
-func (x *Welcome) GetDefaultRetry() *RetrySettings {
+func (x *Welcome) GetDefaultSnapshot() *DecisionSnapshot {
 	if x != nil {
-		return x.DefaultRetry
-	}
-	return nil
-}
-
-func (x *Welcome) GetDefaultBreaker() *BreakerSettings {
-	if x != nil {
-		return x.DefaultBreaker
+		return x.DefaultSnapshot
 	}
 	return nil
 }
@@ -4429,11 +4401,10 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vhedge_delay\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"hedgeDelay\x12\x1d\n" +
 	"\n" +
-	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xaf\x06\n" +
+	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xca\x05\n" +
 	"\x0fBreakerSettings\x124\n" +
 	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
-	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12G\n" +
-	"\x12slow_call_duration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x10slowCallDuration\x12)\n" +
+	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12)\n" +
 	"\x10minimum_requests\x18\x04 \x01(\rR\x0fminimumRequests\x12*\n" +
 	"\x11min_failing_nodes\x18\x05 \x01(\rR\x0fminFailingNodes\x121\n" +
 	"\x06window\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x06window\x12>\n" +
@@ -4442,16 +4413,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10half_open_probes\x18\t \x01(\rR\x0ehalfOpenProbes\x126\n" +
 	"\x17probe_success_threshold\x18\n" +
 	" \x01(\rR\x15probeSuccessThreshold\x12>\n" +
-	"\rprobe_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\fprobeTimeout\x12'\n" +
-	"\x05scope\x18\f \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x12$\n" +
-	"\x04mode\x18\r \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\x12#\n" +
+	"\rprobe_timeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\fprobeTimeout\x12#\n" +
 	"\n" +
 	"confidence\x18\x0e \x01(\x01H\x00R\n" +
 	"confidence\x88\x01\x01\x12 \n" +
 	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01B\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
-	"_fast_path\"\x9b\a\n" +
+	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\x9b\a\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4513,13 +4482,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0eSessionRequest\x12)\n" +
 	"\x05hello\x18\x01 \x01(\v2\x11.fusebox.v1.HelloH\x00R\x05hello\x121\n" +
 	"\x06deltas\x18\x02 \x01(\v2\x17.fusebox.v1.CountDeltasH\x00R\x06deltasB\x05\n" +
-	"\x03msg\"\xdc\x01\n" +
+	"\x03msg\"\xcb\x01\n" +
 	"\aWelcome\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12#\n" +
-	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12>\n" +
-	"\rdefault_retry\x18\x04 \x01(\v2\x19.fusebox.v1.RetrySettingsR\fdefaultRetry\x12D\n" +
-	"\x0fdefault_breaker\x18\x05 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\x0edefaultBreaker\"L\n" +
+	"\ragent_version\x18\x03 \x01(\tR\fagentVersion\x12G\n" +
+	"\x10default_snapshot\x18\x06 \x01(\v2\x1c.fusebox.v1.DecisionSnapshotR\x0fdefaultSnapshotJ\x04\b\x04\x10\x05J\x04\b\x05\x10\x06R\rdefault_retryR\x0fdefault_breaker\"L\n" +
 	"\x0eSnapshotUpdate\x12:\n" +
 	"\tsnapshots\x18\x01 \x03(\v2\x1c.fusebox.v1.DecisionSnapshotR\tsnapshots\"K\n" +
 	"\x0fDependencyError\x12\x1e\n" +
@@ -4936,117 +4904,113 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
 	62, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	62, // 5: fusebox.v1.BreakerSettings.slow_call_duration:type_name -> google.protobuf.Duration
-	62, // 6: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	62, // 7: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	62, // 8: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	62, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	6,  // 10: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
-	2,  // 11: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
-	0,  // 12: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,  // 13: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,  // 14: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11, // 15: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,  // 18: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,  // 20: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12, // 21: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,  // 22: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,  // 23: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13, // 24: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10, // 25: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16, // 26: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17, // 27: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15, // 28: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18, // 29: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	11, // 30: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
-	12, // 31: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
-	13, // 32: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20, // 33: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21, // 34: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22, // 35: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,  // 36: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,  // 37: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,  // 38: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26, // 39: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17, // 40: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22, // 41: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29, // 42: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36, // 44: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,  // 45: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39, // 49: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 51: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 52: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 53: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 54: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 55: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 56: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 57: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 58: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 59: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 60: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 62: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 64: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 65: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 73: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 74: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 75: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 76: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 77: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 78: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 79: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 80: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 81: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 82: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 83: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 84: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 85: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 86: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 87: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 88: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 89: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 90: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 91: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 92: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 93: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 94: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 95: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 96: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 97: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 98: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 99: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 100: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 101: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 102: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 103: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 104: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 105: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 106: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 107: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 108: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 109: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 110: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	93, // [93:111] is the sub-list for method output_type
-	75, // [75:93] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	62, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	62, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	62, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	62, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	0,  // 9: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,  // 10: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,  // 11: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	11, // 12: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	62, // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	63, // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,  // 15: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	63, // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,  // 17: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	12, // 18: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,  // 19: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,  // 20: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	13, // 21: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10, // 22: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16, // 23: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17, // 24: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15, // 25: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18, // 26: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	13, // 27: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	13, // 28: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20, // 29: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21, // 30: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22, // 31: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,  // 32: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,  // 33: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,  // 34: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	26, // 35: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17, // 36: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22, // 37: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29, // 38: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	62, // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36, // 40: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,  // 41: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	63, // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	63, // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	62, // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 45: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	63, // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 47: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	48, // 48: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 49: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 50: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 51: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 52: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 53: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10, // 54: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	53, // 55: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	52, // 56: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	63, // 57: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12, // 58: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	63, // 59: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	54, // 60: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 61: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 62: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	63, // 63: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	63, // 64: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 65: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 66: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	58, // 67: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 68: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	59, // 69: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 70: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 71: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 72: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 73: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 74: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 75: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 76: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 77: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 78: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 79: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 80: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 81: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 82: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 83: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 84: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 85: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 86: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 87: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 88: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 89: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 90: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 91: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 92: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 93: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 94: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 95: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 96: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 97: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 98: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 99: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 100: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 101: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 102: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 103: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 104: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 105: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 106: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	89, // [89:107] is the sub-list for method output_type
+	71, // [71:89] is the sub-list for method input_type
+	71, // [71:71] is the sub-list for extension type_name
+	71, // [71:71] is the sub-list for extension extendee
+	0,  // [0:71] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
