@@ -62,6 +62,9 @@ rule() {
     agent/internal/scale | agent/internal/scale/*)
       ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
       WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
+    agent/proxy)
+      ALLOW='^(sharedstate|sharedstate/backoff|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
+      WHY='agent/proxy (the egress proxy) decides through its Engine interface: it may import sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
       ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
@@ -69,8 +72,8 @@ rule() {
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='clientlib/idempotency/redisstore may import clientlib, sharedstate, protocol and Redis' ;;
     clientlib | clientlib/*)
-      ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
-      WHY='clientlib may import sharedstate, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
+      ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
+      WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
       ALLOW="^($PROTO|protocol/gossip|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;

@@ -19,6 +19,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -119,11 +120,16 @@ type Agent struct {
 	tcpLn   net.Listener
 	httpSrv *http.Server
 	httpLn  net.Listener
+	proxy   *proxy.Proxy // the egress proxy; nil when off
+
+	egressOutcomes prometheus.Counter // outcomes_total{source="proxy"}
 
 	etcd     *store.Client
 	ownEtcd  bool
 	etcdOnce sync.Once
 	store    *store.Store
+	watcher  atomic.Pointer[store.Watcher] // set once watchLoop runs
+	regKick  chan struct{}                 // etcdSync changed: update the registration
 
 	policies policyState
 
@@ -151,7 +157,7 @@ type Agent struct {
 // even for port 0. memberlist starts answering at once; nothing joins,
 // serves or watches until Start. On error New releases what it took.
 func New(cfg Config, opts ...Option) (_ *Agent, err error) {
-	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{}), regKick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(&a.opts)
 	}
@@ -253,6 +259,13 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.gsp.Store(a.gossip)
 
+	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
+		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
+		if a.proxy, err = a.newProxy(); err != nil {
+			return nil, fmt.Errorf("agent: proxy-addr: %w", err)
+		}
+	}
+
 	if a.opts.etcdClient != nil {
 		a.etcd = a.opts.etcdClient
 	} else if len(cfg.Etcd) > 0 {
@@ -322,6 +335,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a.proxy != nil {
+		serve("proxy", a.proxy.Serve)
+	}
 	a.goLoop(a.tickLoop)
 	a.goLoop(a.joinLoop)
 	if a.keyring != nil {
@@ -332,7 +348,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.goLoop(a.registerLoop)
 	}
 	a.lg.Info("agent started", "gossip", a.GossipAddr(), "socket", a.cfg.Socket,
-		"grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "etcd", a.cfg.Etcd, "version", Version)
+		"grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "proxy", a.ProxyAddr(), "etcd", a.cfg.Etcd, "version", Version)
 	return nil
 }
 
@@ -357,7 +373,8 @@ func (a *Agent) fail(err error) {
 // Close shuts the agent down, bounded by Config.ShutdownTimeout, in this
 // order: health and readiness turn to NOT_SERVING; open Session streams end
 // with codes.Unavailable and ShutdownMessage; the gRPC servers stop; the
-// agent leaves the gossip cluster (peers see it "left" at once, not dead
+// egress proxy stops (its requests in flight get a third of the timeout);
+// the agent leaves the gossip cluster (peers see it "left" at once, not dead
 // after a timeout) and shuts memberlist down; the etcd watch and the
 // registration stop (the registration's lease is revoked); HTTP stops; the
 // socket file is removed. Close waits for every goroutine the agent started
@@ -384,6 +401,9 @@ func (a *Agent) Close() error {
 			<-stopped
 		}
 		t.Stop()
+		if a.proxy != nil {
+			a.proxy.Close()
+		}
 
 		leave := min(time.Second, time.Until(deadline)/2)
 		if a.kill.Load() {
@@ -411,6 +431,9 @@ func (a *Agent) Close() error {
 func (a *Agent) release() {
 	if a.cancel != nil {
 		a.cancel()
+	}
+	if a.proxy != nil {
+		a.proxy.Close()
 	}
 	if a.gossip != nil {
 		a.gossip.Close(0)

@@ -95,6 +95,12 @@ type world struct {
 
 func newWorld(t *testing.T, n int) *world {
 	t.Helper()
+	return newWorldWith(t, n, nil)
+}
+
+// newWorldWith is newWorld with a change to every agent's config.
+func newWorldWith(t *testing.T, n int, change func(*agent.Config)) *world {
+	t.Helper()
 	srv := embeddedtest.Start(t)
 	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
 	if err != nil {
@@ -102,7 +108,11 @@ func newWorld(t *testing.T, n int) *world {
 	}
 	w := &world{store: st}
 	for i := range n {
-		w.agents = append(w.agents, runAgent(t, agenttest.Config(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())))
+		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())
+		if change != nil {
+			change(&cfg)
+		}
+		w.agents = append(w.agents, runAgent(t, cfg))
 	}
 	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
 		for _, a := range w.agents {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
@@ -21,6 +22,9 @@ const (
 	DefaultGRPCAddr   = "" // loopback TCP is off unless asked for, e.g. 127.0.0.1:7950
 	DefaultHTTPAddr   = "127.0.0.1:7951"
 	DefaultSocket     = "/run/fusebox/agent.sock"
+	// DefaultProxyAddr is the usual --proxy-addr (the proxy is off unless
+	// given): loopback, beside the HTTP port.
+	DefaultProxyAddr  = "127.0.0.1:7952"
 	DefaultDataDir    = "/var/lib/fusebox/agent"
 	DefaultEtcdPrefix = "/fusebox/"
 )
@@ -146,8 +150,42 @@ type Config struct {
 	// apply without a restart (optional, default 10s).
 	KeyringReloadInterval time.Duration
 
+	// Proxy configures the HTTP egress proxy for services in any language
+	// (README "Services in other languages"; package agent/proxy).
+	Proxy ProxyConfig
+
 	// maxStateBytes overrides the push-pull state budget (tests).
 	maxStateBytes int
+}
+
+// ProxyConfig configures the agent's HTTP egress proxy.
+type ProxyConfig struct {
+	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services use
+	// it as HTTP_PROXY=http://ADDR (optional, default off). It must be
+	// loopback unless Insecure.
+	Addr string
+	// Insecure allows a non-loopback Addr (optional, default false: the
+	// proxy has no authentication, so whoever reaches it makes this host
+	// call any upstream AllowHosts admits).
+	Insecure bool
+	// AllowHosts, when set, are the only upstream hosts the proxy
+	// forwards to: names, *.domain, IPs, CIDR prefixes (optional, default
+	// any host but the agent's own listeners).
+	AllowHosts []string
+	// Routes map upstreams to dependencies, each
+	// [SCHEME://]HOST[:PORT]=DEPENDENCY; scheme https makes the proxy
+	// originate TLS, h2c speak HTTP/2 without TLS (optional).
+	Routes []string
+	// MaxConns caps the proxy's client connections (optional, default 1024).
+	MaxConns int
+	// MaxHeaderBytes caps a request's line and headers (optional, default 64 KiB).
+	MaxHeaderBytes int
+	// MaxBodyBuffer is the largest request body kept for retries (optional,
+	// default 1 MiB).
+	MaxBodyBuffer int
+	// CAFile is a PEM bundle of the CAs of upstreams the proxy originates
+	// TLS to (optional, default the system's).
+	CAFile string
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -180,6 +218,8 @@ func DefaultConfig() Config {
 		MemberTTL:        DefaultMemberTTL,
 
 		KeyringReloadInterval: DefaultKeyringReload,
+		Proxy: ProxyConfig{MaxConns: proxy.DefaultMaxConns, MaxHeaderBytes: proxy.DefaultMaxHeaderBytes,
+			MaxBodyBuffer: proxy.DefaultMaxBodyBuffer},
 	}
 }
 
@@ -281,8 +321,44 @@ func (c Config) validate(inProcessAPI bool) error {
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}
+	errs = append(errs, c.Proxy.violations()...)
 	return errors.Join(errs...)
 }
 
 // etcdOptions are the etcd client settings of c.
 func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }
+
+// violations are the problems of the proxy's settings, named by flag.
+func (c ProxyConfig) violations() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("agent config: %s: "+format, append([]any{field}, args...)...))
+	}
+	if c.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+			bad("proxy-addr", "must be host:port, got %q", c.Addr)
+		} else if !c.Insecure && !cliflag.IsLoopback(c.Addr) {
+			errs = append(errs, fmt.Errorf("agent config: proxy-addr %s is not loopback and the proxy has no authentication "+
+				"(whoever reaches it makes this host call any upstream): give --insecure-proxy to serve it there, "+
+				"and limit its upstreams with --proxy-allow-hosts", c.Addr))
+		}
+	}
+	for _, h := range c.AllowHosts {
+		if _, err := proxy.ParseAllowHost(h); err != nil {
+			bad("proxy-allow-hosts", "%v", err)
+		}
+	}
+	if err := proxy.ValidateRoutes(c.Routes); err != nil {
+		bad("proxy-routes", "%v", err)
+	}
+	if c.MaxConns <= 0 {
+		bad("proxy-max-conns", "must be > 0, got %d", c.MaxConns)
+	}
+	if c.MaxHeaderBytes <= 0 {
+		bad("proxy-max-header-bytes", "must be > 0, got %d", c.MaxHeaderBytes)
+	}
+	if c.MaxBodyBuffer < 0 {
+		bad("proxy-max-body-buffer", "must be >= 0, got %d", c.MaxBodyBuffer)
+	}
+	return errs
+}

@@ -83,6 +83,14 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful shutdown")
 	fs.DurationVar(&cfg.MemberTTL, "member-ttl", cfg.MemberTTL, "TTL of the agent's etcd registration lease")
 	fs.DurationVar(&cfg.KeyringReloadInterval, "keyring-reload-interval", cfg.KeyringReloadInterval, "how often --keyring-file is re-read (rotation without restart)")
+	fs.StringVar(&cfg.Proxy.Addr, "proxy-addr", cfg.Proxy.Addr, "serve the HTTP egress proxy for services in any language on this address, e.g. "+DefaultProxyAddr+" (HTTP_PROXY=http://ADDR; empty: off)")
+	fs.BoolVar(&cfg.Proxy.Insecure, "insecure-proxy", cfg.Proxy.Insecure, "allow a non-loopback --proxy-addr (the proxy has no authentication: limit who reaches it, and its upstreams with --proxy-allow-hosts)")
+	fs.Var(listValue{&cfg.Proxy.AllowHosts}, "proxy-allow-hosts", "comma-separated upstream hosts the proxy may call: names, *.domain, IPs, CIDR prefixes (default: any host but the agent's own listeners)")
+	fs.Var(listValue{&cfg.Proxy.Routes}, "proxy-routes", "comma-separated [SCHEME://]HOST[:PORT]=DEPENDENCY: the dependency requests to HOST count under; scheme https: the proxy speaks TLS to it, h2c: HTTP/2 without TLS")
+	fs.IntVar(&cfg.Proxy.MaxConns, "proxy-max-conns", cfg.Proxy.MaxConns, "most client connections the proxy keeps open; one more is answered 503")
+	fs.IntVar(&cfg.Proxy.MaxHeaderBytes, "proxy-max-header-bytes", cfg.Proxy.MaxHeaderBytes, "largest request line and headers the proxy accepts; larger is answered 431")
+	fs.IntVar(&cfg.Proxy.MaxBodyBuffer, "proxy-max-body-buffer", cfg.Proxy.MaxBodyBuffer, "largest request body (bytes) the proxy keeps for retries; a larger one gets a single attempt")
+	fs.StringVar(&cfg.Proxy.CAFile, "proxy-ca-file", cfg.Proxy.CAFile, "PEM bundle of the CAs of upstreams the proxy speaks TLS to (default: the system's)")
 	return fs
 }
 

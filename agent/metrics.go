@@ -7,8 +7,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // metrics holds the agent's own collectors (no package-level metrics: two
@@ -28,6 +30,7 @@ type metrics struct {
 	etcdWatchErrors prometheus.Counter
 	etcdInvalid     prometheus.Counter
 	etcdSynced      prometheus.Gauge
+	etcdRewinds     *prometheus.CounterVec // reason
 	policyRejected  prometheus.Counter
 	cacheErrors     prometheus.Counter
 	stateOmitted    *prometheus.CounterVec // kind
@@ -44,11 +47,16 @@ type MetricDoc struct {
 	Labels           []string
 }
 
-// MetricDocs lists every metric of the agent, in the order of the code: the
-// README's metric list is generated from it (and a test checks /metrics
-// against it).
+// MetricDocs lists every metric of the agent, in the order of the code,
+// the egress proxy's (fusebox_agent_proxy_*, exposed when --proxy-addr is
+// set) last: the README's metric list is checked against it (and a test
+// checks /metrics against it).
 func MetricDocs() []MetricDoc {
-	return newMetrics(&Agent{}).docs
+	docs := newMetrics(&Agent{}).docs
+	for _, d := range proxy.MetricDocs() {
+		docs = append(docs, MetricDoc(d))
+	}
+	return docs
 }
 
 func (m *metrics) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
@@ -75,7 +83,7 @@ func newMetrics(a *Agent) *metrics {
 		"Decisions answered over the local API, by method, verdict and reason.",
 		"method", "verdict", "reason")
 	m.outcomes = m.counterVec("outcomes_total",
-		"Outcomes (requests and rejections) ingested from clients, by source (session, report).",
+		"Outcomes (requests and rejections) ingested from clients, by source (session, report, proxy: the egress proxy's own).",
 		"source")
 	m.refusedDeps = m.counterVec("dependencies_refused_total",
 		"Dependency names or count deltas refused on the local API, by reason (invalid_name, too_many, invalid_argument, invalid_delta: a count above sharedstate.MaxDelta or more slow calls than requests).",
@@ -91,7 +99,13 @@ func newMetrics(a *Agent) *metrics {
 	m.etcdInvalid = m.counter("etcd_invalid_values_total",
 		"Invalid policy or override values found in etcd and ignored (the last good value is kept).")
 	m.etcdSynced = m.gauge("etcd_synced",
-		"1 once policies were listed from etcd, 0 after a reported list or watch error until etcd accepts a watch again (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+		"1 once policies were listed from etcd, 0 after a reported list or watch error until etcd accepts a watch again, and after a rewind until the list from scratch (the etcd client retries a lost connection silently, so 1 does not prove etcd is up).")
+	m.etcdRewinds = m.counterVec("etcd_rewinds_total",
+		"Times etcd was found not to hold the history the agent followed, which then listed policies and overrides again from scratch, by reason (new_cluster: another cluster ID; revision_went_back: a revision below the agent's; history_changed: other keys at the agent's revision; compacted: the revision it needed compacted beyond any it knew of). A snapshot restore or a wiped etcd shows here.",
+		"reason")
+	for _, r := range store.RewindReasons() {
+		m.etcdRewinds.WithLabelValues(string(r)) // exposed at 0 before the first rewind
+	}
 	m.policyRejected = m.counter("policies_rejected_total",
 		"Policies or overrides the engine refused once merged (the last good one is kept).")
 	m.cacheErrors = m.counter("cache_write_errors_total",
@@ -108,7 +122,7 @@ func newMetrics(a *Agent) *metrics {
 
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened, m.sessionsRefused,
-		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {

@@ -58,7 +58,7 @@ next:
 // /metrics passes promlint and carries the important series; /healthz and
 // /readyz answer.
 func TestMetricsEndpoint(t *testing.T) {
-	f := newFleet(t, 2, false)
+	f := newFleetWith(t, 2, false, func(c *Config) { c.Proxy.Addr = "127.0.0.1:0" }) // its metrics too
 	a := f.agents[0]
 	const dep = "search"
 	for _, ag := range f.agents {

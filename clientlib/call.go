@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Class says what a call site may safely repeat.

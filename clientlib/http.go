@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // maxErrorBody is how much of a failed attempt's body is kept (for the
@@ -128,23 +129,9 @@ func (t *roundTripper) depName(req *http.Request) string {
 	return sanitizeName(req.URL.Host)
 }
 
-// sanitizeName maps a host:port to a valid dependency name.
-func sanitizeName(s string) string {
-	if s == "" {
-		return "unknown-host"
-	}
-	if len(s) > 128 {
-		s = s[:128]
-	}
-	return strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9',
-			r == '.', r == '_', r == ':', r == '/', r == '-':
-			return r
-		}
-		return '_'
-	}, s)
-}
+// sanitizeName maps a host:port to a valid dependency name
+// (sharedstate.HostDependencyName, as the agent's egress proxy names it).
+func sanitizeName(s string) string { return sharedstate.HostDependencyName(s) }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 

@@ -171,7 +171,9 @@ func (c *Coordinator) tickLoop() {
 		case <-c.stop:
 			return
 		case <-t.C:
-			c.view.Tick(c.clock.Now(), c.cache)
+			now := c.clock.Now()
+			c.view.Tick(now, c.cache)
+			c.history.Tick(now, func(dep string) time.Duration { return c.cache.Policy(dep).Breaker.Window.Std() })
 		}
 	}
 }

@@ -33,7 +33,7 @@ func TestPolicyCommands(t *testing.T) {
 	bad := writeFile(t, "bad.json", badPolicy)
 
 	ctl(t, c, nil, "policy", "get", "shipping").want(t, 1, nil, []string{"not found"})
-	r := ctl(t, c, nil, "policy", "set", "-f", good)
+	r := ctl(t, c, nil, "policy", "set", "--yes", "-f", good)
 	r.want(t, 0, []string{"policy shipping written at revision"}, nil)
 
 	r = ctl(t, c, nil, "policy", "get", "shipping", "-o", "json")
@@ -58,7 +58,7 @@ func TestPolicyCommands(t *testing.T) {
 	ctl(t, c, nil, "policy", "get").want(t, 0, []string{"NAME", "REVISION", "shipping"}, nil)
 
 	// Three violations: all three on stderr, exit 2, etcd unchanged.
-	r = ctl(t, c, nil, "policy", "set", "-f", bad)
+	r = ctl(t, c, nil, "policy", "set", "--yes", "-f", bad)
 	r.want(t, 2, nil, []string{"3 violation(s)", "breaker.failureRateThreshold", "breaker.minimumRequests", "retry.maxAttempts"})
 	if n := strings.Count(r.stderr, "\n"); n != 4 {
 		t.Errorf("want a header and one line per violation on stderr, got %d lines: %s", n, r.stderr)
@@ -72,20 +72,20 @@ func TestPolicyCommands(t *testing.T) {
 	}
 
 	// A stale --expected-revision conflicts: exit 3.
-	ctl(t, c, nil, "policy", "set", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision-1)).
+	ctl(t, c, nil, "policy", "set", "--yes", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision-1)).
 		want(t, 3, nil, []string{"conflict"})
-	ctl(t, c, nil, "policy", "set", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision)).
+	ctl(t, c, nil, "policy", "set", "--yes", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision)).
 		want(t, 0, []string{"written"}, nil)
 	// NAME and the file's dependency field must agree.
-	ctl(t, c, nil, "policy", "set", "billing", "-f", good).want(t, 2, nil, []string{"dependency"})
+	ctl(t, c, nil, "policy", "set", "--yes", "billing", "-f", good).want(t, 2, nil, []string{"dependency"})
 
 	// Decoding problems and rule violations, all in one refusal with their paths.
 	messy := writeFile(t, "messy.json", messyPolicy)
-	ctl(t, c, nil, "policy", "set", "-f", messy).want(t, 2, nil, messyProblems)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", messy).want(t, 2, nil, messyProblems)
 
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"policy shipping deleted"}, nil)
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"nothing deleted"}, nil)
-	ctl(t, c, nil, "policy", "set").want(t, 1, nil, []string{"file"})
+	ctl(t, c, nil, "policy", "set", "--yes").want(t, 1, nil, []string{"file"})
 }
 
 func TestPolicyLintOffline(t *testing.T) {
@@ -123,7 +123,7 @@ func TestPolicyLintOffline(t *testing.T) {
 func TestConcurrentEditsOneWins(t *testing.T) {
 	c := startCoordinator(t, false)
 	base := writeFile(t, "base.json", `{"dependency":"db","retry":{"maxAttempts":2}}`)
-	ctl(t, c, nil, "policy", "set", "-f", base).want(t, 0, nil, nil)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", base).want(t, 0, nil, nil)
 	r := ctl(t, c, nil, "policy", "get", "db", "-o", "json")
 	var doc policyDoc
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
@@ -141,7 +141,7 @@ func TestConcurrentEditsOneWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = ctl(t, c, nil, "policy", "set", "-f", files[i], "--expected-revision", rev, "--actor", []string{"ann", "ben"}[i])
+			results[i] = ctl(t, c, nil, "policy", "set", "--yes", "-f", files[i], "--expected-revision", rev, "--actor", []string{"ann", "ben"}[i])
 		}()
 	}
 	wg.Wait()
@@ -178,7 +178,7 @@ func TestConcurrentEditsOneWins(t *testing.T) {
 	ctl(t, c, nil, "policy", "get", "db").want(t, 0, []string{`"maxAttempts": 7`}, nil)
 	ctl(t, c, []string{"EDITOR=sh " + editor}, "policy", "edit", "db").want(t, 0, []string{"unchanged"}, nil)
 
-	racer := writeFile(t, "racer.sh", fmt.Sprintf("#!/bin/sh\n%s policy set -f %s >/dev/null || exit 9\nsed -i 's/\"maxAttempts\": [0-9]*/\"maxAttempts\": 8/' \"$1\"\n",
+	racer := writeFile(t, "racer.sh", fmt.Sprintf("#!/bin/sh\n%s policy set --yes -f %s >/dev/null || exit 9\nsed -i 's/\"maxAttempts\": [0-9]*/\"maxAttempts\": 8/' \"$1\"\n",
 		ctlBinary, files[0]))
 	r = ctl(t, c, []string{"EDITOR=sh " + racer}, "policy", "edit", "db")
 	r.want(t, 3, nil, []string{"conflict", "your edit is kept in"})
@@ -315,7 +315,7 @@ func TestFleetViews(t *testing.T) {
 	// the fleet's throttle probability and in-flight calls against the limit.
 	shaped := writeFile(t, "shaped.json", `{"dependency": "shipping", "throttle": {"enabled": true, "k": 2, "minRequests": 10},
 		"concurrency": {"maxInFlight": 20}}`)
-	ctl(t, c, nil, "policy", "set", "-f", shaped).want(t, 0, nil, nil)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", shaped).want(t, 0, nil, nil)
 	// 40 requests, 10 accepts: (40 − 2·10)/41 = 48.8%.
 	deadline = time.Now().Add(10 * time.Second)
 	for {

@@ -3170,8 +3170,12 @@ type Member struct {
 	Version    string `protobuf:"bytes,4,opt,name=version,proto3" json:"version,omitempty"`
 	GossipAddr string `protobuf:"bytes,5,opt,name=gossip_addr,json=gossipAddr,proto3" json:"gossip_addr,omitempty"`
 	ApiAddr    string `protobuf:"bytes,6,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	// "alive", "suspect", "dead" or "left".
-	Status        string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// "alive", "suspect", "dead" or "left" (ListMembers also "registered":
+	// in etcd, not in the gossip).
+	Status string `protobuf:"bytes,7,opt,name=status,proto3" json:"status,omitempty"`
+	// How the node follows etcd, from its registration in etcd (agents
+	// publish it; ListMembers only).
+	Etcd          *EtcdSync `protobuf:"bytes,8,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3255,6 +3259,189 @@ func (x *Member) GetStatus() string {
 	return ""
 }
 
+func (x *Member) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
+// EtcdSync is how a component follows the policies and overrides in etcd.
+type EtcdSync struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// It listed them, and no error or rewind was reported since (or etcd
+	// accepted its watch again after one).
+	Synced bool `protobuf:"varint,1,opt,name=synced,proto3" json:"synced,omitempty"`
+	// The etcd cluster ID it listed from, 16 hexadecimal digits.
+	ClusterId string `protobuf:"bytes,2,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	// The revision its state is at (the coordinator's own; 0 in
+	// registrations).
+	Revision int64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Rewinds seen since the component started, and the last one.
+	Rewinds       uint64      `protobuf:"varint,4,opt,name=rewinds,proto3" json:"rewinds,omitempty"`
+	LastRewind    *EtcdRewind `protobuf:"bytes,5,opt,name=last_rewind,json=lastRewind,proto3" json:"last_rewind,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdSync) Reset() {
+	*x = EtcdSync{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdSync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdSync) ProtoMessage() {}
+
+func (x *EtcdSync) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdSync.ProtoReflect.Descriptor instead.
+func (*EtcdSync) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *EtcdSync) GetSynced() bool {
+	if x != nil {
+		return x.Synced
+	}
+	return false
+}
+
+func (x *EtcdSync) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *EtcdSync) GetRevision() int64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetRewinds() uint64 {
+	if x != nil {
+		return x.Rewinds
+	}
+	return 0
+}
+
+func (x *EtcdSync) GetLastRewind() *EtcdRewind {
+	if x != nil {
+		return x.LastRewind
+	}
+	return nil
+}
+
+// EtcdRewind is one time a component found that etcd no longer holds the
+// history it followed (a snapshot restore, a wiped etcd, another
+// cluster), or that the revision it needed was compacted beyond any it
+// knew of, and listed everything again from scratch.
+type EtcdRewind struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "new_cluster", "revision_went_back", "history_changed" or "compacted".
+	Reason string `protobuf:"bytes,1,opt,name=reason,proto3" json:"reason,omitempty"`
+	// When the component noticed (its clock).
+	At *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=at,proto3" json:"at,omitempty"`
+	// The revision it had reached, and etcd's when it noticed (for
+	// "compacted", the compaction's).
+	FromRevision int64 `protobuf:"varint,3,opt,name=from_revision,json=fromRevision,proto3" json:"from_revision,omitempty"`
+	ToRevision   int64 `protobuf:"varint,4,opt,name=to_revision,json=toRevision,proto3" json:"to_revision,omitempty"`
+	// The cluster IDs before and after (equal unless "new_cluster").
+	FromClusterId string `protobuf:"bytes,5,opt,name=from_cluster_id,json=fromClusterId,proto3" json:"from_cluster_id,omitempty"`
+	ToClusterId   string `protobuf:"bytes,6,opt,name=to_cluster_id,json=toClusterId,proto3" json:"to_cluster_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EtcdRewind) Reset() {
+	*x = EtcdRewind{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EtcdRewind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EtcdRewind) ProtoMessage() {}
+
+func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EtcdRewind.ProtoReflect.Descriptor instead.
+func (*EtcdRewind) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *EtcdRewind) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+func (x *EtcdRewind) GetFromRevision() int64 {
+	if x != nil {
+		return x.FromRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetToRevision() int64 {
+	if x != nil {
+		return x.ToRevision
+	}
+	return 0
+}
+
+func (x *EtcdRewind) GetFromClusterId() string {
+	if x != nil {
+		return x.FromClusterId
+	}
+	return ""
+}
+
+func (x *EtcdRewind) GetToClusterId() string {
+	if x != nil {
+		return x.ToClusterId
+	}
+	return ""
+}
+
 type ListMembersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -3263,7 +3450,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3275,7 +3462,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3288,7 +3475,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 type ListMembersResponse struct {
@@ -3300,7 +3487,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3312,7 +3499,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3325,7 +3512,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3345,7 +3532,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3357,7 +3544,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3370,7 +3557,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3395,7 +3582,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3407,7 +3594,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3420,7 +3607,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3475,7 +3662,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3487,7 +3674,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3500,7 +3687,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3556,7 +3743,7 @@ type DependencyView struct {
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3568,7 +3755,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3581,7 +3768,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -3739,17 +3926,20 @@ func (x *DependencyView) GetMaxInFlight() uint32 {
 }
 
 type FleetSnapshot struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
-	Dependencies  []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
-	Members       []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	At           *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
+	Dependencies []*DependencyView      `protobuf:"bytes,2,rep,name=dependencies,proto3" json:"dependencies,omitempty"`
+	Members      []*Member              `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"`
+	// How the coordinator itself follows etcd (its own watch, which serves
+	// the fleet view and the events).
+	Etcd          *EtcdSync `protobuf:"bytes,4,opt,name=etcd,proto3" json:"etcd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +3951,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +3964,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -3798,6 +3988,13 @@ func (x *FleetSnapshot) GetMembers() []*Member {
 	return nil
 }
 
+func (x *FleetSnapshot) GetEtcd() *EtcdSync {
+	if x != nil {
+		return x.Etcd
+	}
+	return nil
+}
+
 type WatchRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this dependency's events ("_default" for the fleet default
@@ -3813,7 +4010,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4022,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4035,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WatchRequest) GetDependency() string {
@@ -3893,7 +4090,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4102,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4115,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchEvent) GetId() uint64 {
@@ -4012,6 +4209,643 @@ func (x *WatchEvent) GetRevision() int64 {
 	return 0
 }
 
+type SimulatePolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency replayed. Optional when the policy names it in its
+	// "dependency" field; required for a proposed fleet default (_default),
+	// which is replayed merged under the dependency's own policy.
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The proposed policy: the document `fuseboxctl policy set` would write.
+	PolicyJson []byte `protobuf:"bytes,2,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	// How far back to replay (default 1h; at most what the history keeps).
+	Since         *durationpb.Duration `protobuf:"bytes,3,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatePolicyRequest) Reset() {
+	*x = SimulatePolicyRequest{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatePolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatePolicyRequest) ProtoMessage() {}
+
+func (x *SimulatePolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatePolicyRequest.ProtoReflect.Descriptor instead.
+func (*SimulatePolicyRequest) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *SimulatePolicyRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *SimulatePolicyRequest) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
+}
+
+func (x *SimulatePolicyRequest) GetSince() *durationpb.Duration {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+// SimulatedInterval is a stretch of time in one breaker state.
+type SimulatedInterval struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "closed", "open", "half-open", "forced-open" or "forced-closed".
+	State         string                 `protobuf:"bytes,1,opt,name=state,proto3" json:"state,omitempty"`
+	From          *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Generation    uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	OpenCount     uint32                 `protobuf:"varint,5,opt,name=open_count,json=openCount,proto3" json:"open_count,omitempty"`
+	Reason        string                 `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatedInterval) Reset() {
+	*x = SimulatedInterval{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatedInterval) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatedInterval) ProtoMessage() {}
+
+func (x *SimulatedInterval) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatedInterval.ProtoReflect.Descriptor instead.
+func (*SimulatedInterval) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *SimulatedInterval) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *SimulatedInterval) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *SimulatedInterval) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *SimulatedInterval) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SimulatedInterval) GetOpenCount() uint32 {
+	if x != nil {
+		return x.OpenCount
+	}
+	return 0
+}
+
+func (x *SimulatedInterval) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SimulatedTotals is what one side did over a span.
+type SimulatedTotals struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First attempts the callers asked for.
+	Demand uint64 `protobuf:"varint,1,opt,name=demand,proto3" json:"demand,omitempty"`
+	// First attempts refused (open, half-open without a permit, forced open,
+	// throttled), and of them those that would have failed.
+	Refused          uint64 `protobuf:"varint,2,opt,name=refused,proto3" json:"refused,omitempty"`
+	RefusedWouldFail uint64 `protobuf:"varint,3,opt,name=refused_would_fail,json=refusedWouldFail,proto3" json:"refused_would_fail,omitempty"`
+	// Attempts made (first attempts, probes, retries) that failed.
+	FailedLetThrough uint64 `protobuf:"varint,4,opt,name=failed_let_through,json=failedLetThrough,proto3" json:"failed_let_through,omitempty"`
+	RetriesAllowed   uint64 `protobuf:"varint,5,opt,name=retries_allowed,json=retriesAllowed,proto3" json:"retries_allowed,omitempty"`
+	RetriesRefused   uint64 `protobuf:"varint,6,opt,name=retries_refused,json=retriesRefused,proto3" json:"retries_refused,omitempty"`
+	Probes           uint64 `protobuf:"varint,7,opt,name=probes,proto3" json:"probes,omitempty"`
+	// Shadow mode: first attempts it would have refused, and let through.
+	ShadowRefused uint64 `protobuf:"varint,8,opt,name=shadow_refused,json=shadowRefused,proto3" json:"shadow_refused,omitempty"`
+	Opens         uint32 `protobuf:"varint,9,opt,name=opens,proto3" json:"opens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatedTotals) Reset() {
+	*x = SimulatedTotals{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatedTotals) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatedTotals) ProtoMessage() {}
+
+func (x *SimulatedTotals) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatedTotals.ProtoReflect.Descriptor instead.
+func (*SimulatedTotals) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *SimulatedTotals) GetDemand() uint64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetRefused() uint64 {
+	if x != nil {
+		return x.Refused
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetRefusedWouldFail() uint64 {
+	if x != nil {
+		return x.RefusedWouldFail
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetFailedLetThrough() uint64 {
+	if x != nil {
+		return x.FailedLetThrough
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetRetriesAllowed() uint64 {
+	if x != nil {
+		return x.RetriesAllowed
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetRetriesRefused() uint64 {
+	if x != nil {
+		return x.RetriesRefused
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetProbes() uint64 {
+	if x != nil {
+		return x.Probes
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetShadowRefused() uint64 {
+	if x != nil {
+		return x.ShadowRefused
+	}
+	return 0
+}
+
+func (x *SimulatedTotals) GetOpens() uint32 {
+	if x != nil {
+		return x.Opens
+	}
+	return 0
+}
+
+// SimulatedSide is what one side (the fleet, the current policy, the
+// proposed one) did in an incident.
+type SimulatedSide struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// First open in the incident; unset: it did not open.
+	Opened *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=opened,proto3" json:"opened,omitempty"`
+	// Last close; unset: it did not open, or was still open when the range
+	// ended.
+	Closed *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=closed,proto3" json:"closed,omitempty"`
+	Opens  uint32                 `protobuf:"varint,3,opt,name=opens,proto3" json:"opens,omitempty"`
+	// When the calls' failure (or slow-call) rate went over the side's
+	// threshold before it opened.
+	OverThreshold *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=over_threshold,json=overThreshold,proto3" json:"over_threshold,omitempty"`
+	// From over_threshold to opened, in seconds; unset: it did not open.
+	SecondsToOpen *float64         `protobuf:"fixed64,5,opt,name=seconds_to_open,json=secondsToOpen,proto3,oneof" json:"seconds_to_open,omitempty"`
+	Totals        *SimulatedTotals `protobuf:"bytes,6,opt,name=totals,proto3" json:"totals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatedSide) Reset() {
+	*x = SimulatedSide{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatedSide) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatedSide) ProtoMessage() {}
+
+func (x *SimulatedSide) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatedSide.ProtoReflect.Descriptor instead.
+func (*SimulatedSide) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *SimulatedSide) GetOpened() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Opened
+	}
+	return nil
+}
+
+func (x *SimulatedSide) GetClosed() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Closed
+	}
+	return nil
+}
+
+func (x *SimulatedSide) GetOpens() uint32 {
+	if x != nil {
+		return x.Opens
+	}
+	return 0
+}
+
+func (x *SimulatedSide) GetOverThreshold() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverThreshold
+	}
+	return nil
+}
+
+func (x *SimulatedSide) GetSecondsToOpen() float64 {
+	if x != nil && x.SecondsToOpen != nil {
+		return *x.SecondsToOpen
+	}
+	return 0
+}
+
+func (x *SimulatedSide) GetTotals() *SimulatedTotals {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+// SimulatedIncident is a stretch in which the fleet or either policy was
+// not closed (from when the calls went over a threshold).
+type SimulatedIncident struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To            *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	Fleet         *SimulatedSide         `protobuf:"bytes,3,opt,name=fleet,proto3" json:"fleet,omitempty"`
+	Current       *SimulatedSide         `protobuf:"bytes,4,opt,name=current,proto3" json:"current,omitempty"`
+	Proposed      *SimulatedSide         `protobuf:"bytes,5,opt,name=proposed,proto3" json:"proposed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatedIncident) Reset() {
+	*x = SimulatedIncident{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatedIncident) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatedIncident) ProtoMessage() {}
+
+func (x *SimulatedIncident) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatedIncident.ProtoReflect.Descriptor instead.
+func (*SimulatedIncident) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *SimulatedIncident) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *SimulatedIncident) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *SimulatedIncident) GetFleet() *SimulatedSide {
+	if x != nil {
+		return x.Fleet
+	}
+	return nil
+}
+
+func (x *SimulatedIncident) GetCurrent() *SimulatedSide {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *SimulatedIncident) GetProposed() *SimulatedSide {
+	if x != nil {
+		return x.Proposed
+	}
+	return nil
+}
+
+// SimulatedPolicy is one replayed policy.
+type SimulatedPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The effective policy replayed (the fleet default merged in).
+	PolicyJson    []byte               `protobuf:"bytes,1,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	States        []*SimulatedInterval `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	Totals        *SimulatedTotals     `protobuf:"bytes,3,opt,name=totals,proto3" json:"totals,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SimulatedPolicy) Reset() {
+	*x = SimulatedPolicy{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatedPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatedPolicy) ProtoMessage() {}
+
+func (x *SimulatedPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatedPolicy.ProtoReflect.Descriptor instead.
+func (*SimulatedPolicy) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *SimulatedPolicy) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
+}
+
+func (x *SimulatedPolicy) GetStates() []*SimulatedInterval {
+	if x != nil {
+		return x.States
+	}
+	return nil
+}
+
+func (x *SimulatedPolicy) GetTotals() *SimulatedTotals {
+	if x != nil {
+		return x.Totals
+	}
+	return nil
+}
+
+type SimulatePolicyResponse struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Dependency string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The range replayed.
+	From *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To   *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// The width of the history's fine slots, and where they begin (older
+	// slots are 1 s wide).
+	Resolution *durationpb.Duration   `protobuf:"bytes,4,opt,name=resolution,proto3" json:"resolution,omitempty"`
+	FineFrom   *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=fine_from,json=fineFrom,proto3" json:"fine_from,omitempty"`
+	Current    *SimulatedPolicy       `protobuf:"bytes,6,opt,name=current,proto3" json:"current,omitempty"`
+	Proposed   *SimulatedPolicy       `protobuf:"bytes,7,opt,name=proposed,proto3" json:"proposed,omitempty"`
+	// What the fleet did: its breaker's timeline and totals.
+	FleetStates []*SimulatedInterval `protobuf:"bytes,8,rep,name=fleet_states,json=fleetStates,proto3" json:"fleet_states,omitempty"`
+	FleetTotals *SimulatedTotals     `protobuf:"bytes,9,opt,name=fleet_totals,json=fleetTotals,proto3" json:"fleet_totals,omitempty"`
+	Incidents   []*SimulatedIncident `protobuf:"bytes,10,rep,name=incidents,proto3" json:"incidents,omitempty"`
+	// What this replay could not know or model (see the README's what-if
+	// section), and policy changes during the range.
+	Notes []string `protobuf:"bytes,11,rep,name=notes,proto3" json:"notes,omitempty"`
+	// The mod revision of the stored policy replayed as current (0: none,
+	// the dependency runs on the fleet default).
+	CurrentRevision int64 `protobuf:"varint,12,opt,name=current_revision,json=currentRevision,proto3" json:"current_revision,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *SimulatePolicyResponse) Reset() {
+	*x = SimulatePolicyResponse{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SimulatePolicyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SimulatePolicyResponse) ProtoMessage() {}
+
+func (x *SimulatePolicyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SimulatePolicyResponse.ProtoReflect.Descriptor instead.
+func (*SimulatePolicyResponse) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *SimulatePolicyResponse) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *SimulatePolicyResponse) GetFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetTo() *timestamppb.Timestamp {
+	if x != nil {
+		return x.To
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetResolution() *durationpb.Duration {
+	if x != nil {
+		return x.Resolution
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetFineFrom() *timestamppb.Timestamp {
+	if x != nil {
+		return x.FineFrom
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetCurrent() *SimulatedPolicy {
+	if x != nil {
+		return x.Current
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetProposed() *SimulatedPolicy {
+	if x != nil {
+		return x.Proposed
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetFleetStates() []*SimulatedInterval {
+	if x != nil {
+		return x.FleetStates
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetFleetTotals() *SimulatedTotals {
+	if x != nil {
+		return x.FleetTotals
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetIncidents() []*SimulatedIncident {
+	if x != nil {
+		return x.Incidents
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetNotes() []string {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+func (x *SimulatePolicyResponse) GetCurrentRevision() int64 {
+	if x != nil {
+		return x.CurrentRevision
+	}
+	return 0
+}
+
 // NodeWindow is one node's totals over its window for one dependency. Each
 // node is the only writer of its rows; receivers keep the highest seq.
 type NodeWindow struct {
@@ -4044,7 +4878,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4056,7 +4890,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4069,7 +4903,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -4168,7 +5002,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4180,7 +5014,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4193,7 +5027,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -4263,7 +5097,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4275,7 +5109,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4288,7 +5122,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -4319,7 +5153,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +5165,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +5178,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -4615,7 +5449,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"E\n" +
 	"\x11ListAuditResponse\x120\n" +
-	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xb2\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x16.fusebox.v1.AuditEntryR\aentries\"\xdc\x01\n" +
 	"\x06Member\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
@@ -4624,7 +5458,25 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vgossip_addr\x18\x05 \x01(\tR\n" +
 	"gossipAddr\x12\x19\n" +
 	"\bapi_addr\x18\x06 \x01(\tR\aapiAddr\x12\x16\n" +
-	"\x06status\x18\a \x01(\tR\x06status\"\x14\n" +
+	"\x06status\x18\a \x01(\tR\x06status\x12(\n" +
+	"\x04etcd\x18\b \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"\xb0\x01\n" +
+	"\bEtcdSync\x12\x16\n" +
+	"\x06synced\x18\x01 \x01(\bR\x06synced\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x02 \x01(\tR\tclusterId\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x03R\brevision\x12\x18\n" +
+	"\arewinds\x18\x04 \x01(\x04R\arewinds\x127\n" +
+	"\vlast_rewind\x18\x05 \x01(\v2\x16.fusebox.v1.EtcdRewindR\n" +
+	"lastRewind\"\xe2\x01\n" +
+	"\n" +
+	"EtcdRewind\x12\x16\n" +
+	"\x06reason\x18\x01 \x01(\tR\x06reason\x12*\n" +
+	"\x02at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12#\n" +
+	"\rfrom_revision\x18\x03 \x01(\x03R\ffromRevision\x12\x1f\n" +
+	"\vto_revision\x18\x04 \x01(\x03R\n" +
+	"toRevision\x12&\n" +
+	"\x0ffrom_cluster_id\x18\x05 \x01(\tR\rfromClusterId\x12\"\n" +
+	"\rto_cluster_id\x18\x06 \x01(\tR\vtoClusterId\"\x14\n" +
 	"\x12ListMembersRequest\"C\n" +
 	"\x13ListMembersResponse\x12,\n" +
 	"\amembers\x18\x01 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"1\n" +
@@ -4671,11 +5523,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
 	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
-	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xa9\x01\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xd3\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
-	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\"I\n" +
+	"\amembers\x18\x03 \x03(\v2\x12.fusebox.v1.MemberR\amembers\x12(\n" +
+	"\x04etcd\x18\x04 \x01(\v2\x14.fusebox.v1.EtcdSyncR\x04etcd\"I\n" +
 	"\fWatchRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4700,7 +5553,71 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	" \x01(\tR\x06reason\x12\x14\n" +
 	"\x05actor\x18\v \x01(\tR\x05actor\x124\n" +
 	"\aexpires\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\aexpires\x12\x1a\n" +
-	"\brevision\x18\r \x01(\x03R\brevision\"\xf7\x02\n" +
+	"\brevision\x18\r \x01(\x03R\brevision\"\x89\x01\n" +
+	"\x15SimulatePolicyRequest\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12\x1f\n" +
+	"\vpolicy_json\x18\x02 \x01(\fR\n" +
+	"policyJson\x12/\n" +
+	"\x05since\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05since\"\xdc\x01\n" +
+	"\x11SimulatedInterval\x12\x14\n" +
+	"\x05state\x18\x01 \x01(\tR\x05state\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"open_count\x18\x05 \x01(\rR\topenCount\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\"\xc6\x02\n" +
+	"\x0fSimulatedTotals\x12\x16\n" +
+	"\x06demand\x18\x01 \x01(\x04R\x06demand\x12\x18\n" +
+	"\arefused\x18\x02 \x01(\x04R\arefused\x12,\n" +
+	"\x12refused_would_fail\x18\x03 \x01(\x04R\x10refusedWouldFail\x12,\n" +
+	"\x12failed_let_through\x18\x04 \x01(\x04R\x10failedLetThrough\x12'\n" +
+	"\x0fretries_allowed\x18\x05 \x01(\x04R\x0eretriesAllowed\x12'\n" +
+	"\x0fretries_refused\x18\x06 \x01(\x04R\x0eretriesRefused\x12\x16\n" +
+	"\x06probes\x18\a \x01(\x04R\x06probes\x12%\n" +
+	"\x0eshadow_refused\x18\b \x01(\x04R\rshadowRefused\x12\x14\n" +
+	"\x05opens\x18\t \x01(\rR\x05opens\"\xc6\x02\n" +
+	"\rSimulatedSide\x122\n" +
+	"\x06opened\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x06opened\x122\n" +
+	"\x06closed\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x06closed\x12\x14\n" +
+	"\x05opens\x18\x03 \x01(\rR\x05opens\x12A\n" +
+	"\x0eover_threshold\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\roverThreshold\x12+\n" +
+	"\x0fseconds_to_open\x18\x05 \x01(\x01H\x00R\rsecondsToOpen\x88\x01\x01\x123\n" +
+	"\x06totals\x18\x06 \x01(\v2\x1b.fusebox.v1.SimulatedTotalsR\x06totalsB\x12\n" +
+	"\x10_seconds_to_open\"\x8c\x02\n" +
+	"\x11SimulatedIncident\x12.\n" +
+	"\x04from\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x12/\n" +
+	"\x05fleet\x18\x03 \x01(\v2\x19.fusebox.v1.SimulatedSideR\x05fleet\x123\n" +
+	"\acurrent\x18\x04 \x01(\v2\x19.fusebox.v1.SimulatedSideR\acurrent\x125\n" +
+	"\bproposed\x18\x05 \x01(\v2\x19.fusebox.v1.SimulatedSideR\bproposed\"\x9e\x01\n" +
+	"\x0fSimulatedPolicy\x12\x1f\n" +
+	"\vpolicy_json\x18\x01 \x01(\fR\n" +
+	"policyJson\x125\n" +
+	"\x06states\x18\x02 \x03(\v2\x1d.fusebox.v1.SimulatedIntervalR\x06states\x123\n" +
+	"\x06totals\x18\x03 \x01(\v2\x1b.fusebox.v1.SimulatedTotalsR\x06totals\"\xf8\x04\n" +
+	"\x16SimulatePolicyResponse\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12.\n" +
+	"\x04from\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
+	"\x02to\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\x129\n" +
+	"\n" +
+	"resolution\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"resolution\x127\n" +
+	"\tfine_from\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\bfineFrom\x125\n" +
+	"\acurrent\x18\x06 \x01(\v2\x1b.fusebox.v1.SimulatedPolicyR\acurrent\x127\n" +
+	"\bproposed\x18\a \x01(\v2\x1b.fusebox.v1.SimulatedPolicyR\bproposed\x12@\n" +
+	"\ffleet_states\x18\b \x03(\v2\x1d.fusebox.v1.SimulatedIntervalR\vfleetStates\x12>\n" +
+	"\ffleet_totals\x18\t \x01(\v2\x1b.fusebox.v1.SimulatedTotalsR\vfleetTotals\x12;\n" +
+	"\tincidents\x18\n" +
+	" \x03(\v2\x1d.fusebox.v1.SimulatedIncidentR\tincidents\x12\x14\n" +
+	"\x05notes\x18\v \x03(\tR\x05notes\x12)\n" +
+	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xf7\x02\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -4802,7 +5719,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\fAcquireRetry\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x12@\n" +
 	"\fAcquireProbe\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x127\n" +
 	"\x05Check\x12\x18.fusebox.v1.CheckRequest\x1a\x14.fusebox.v1.Decision\x12?\n" +
-	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xe7\a\n" +
+	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xc0\b\n" +
 	"\x05Admin\x12B\n" +
 	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
 	"\fListPolicies\x12\x1f.fusebox.v1.ListPoliciesRequest\x1a .fusebox.v1.ListPoliciesResponse\x12B\n" +
@@ -4816,7 +5733,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tListAudit\x12\x1c.fusebox.v1.ListAuditRequest\x1a\x1d.fusebox.v1.ListAuditResponse\x12N\n" +
 	"\vListMembers\x12\x1e.fusebox.v1.ListMembersRequest\x1a\x1f.fusebox.v1.ListMembersResponse\x12B\n" +
 	"\bGetFleet\x12\x1b.fusebox.v1.GetFleetRequest\x1a\x19.fusebox.v1.FleetSnapshot\x12;\n" +
-	"\x05Watch\x12\x18.fusebox.v1.WatchRequest\x1a\x16.fusebox.v1.WatchEvent0\x01B=Z;github.com/fusebox-dev/fusebox/protocol/fuseboxv1;fuseboxv1b\x06proto3"
+	"\x05Watch\x12\x18.fusebox.v1.WatchRequest\x1a\x16.fusebox.v1.WatchEvent0\x01\x12W\n" +
+	"\x0eSimulatePolicy\x12!.fusebox.v1.SimulatePolicyRequest\x1a\".fusebox.v1.SimulatePolicyResponseB=Z;github.com/fusebox-dev/fusebox/protocol/fuseboxv1;fuseboxv1b\x06proto3"
 
 var (
 	file_fusebox_v1_fusebox_proto_rawDescOnce sync.Once
@@ -4831,7 +5749,7 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 }
 
 var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -4882,135 +5800,173 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
 	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
 	(*Member)(nil),                 // 48: fusebox.v1.Member
-	(*ListMembersRequest)(nil),     // 49: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 50: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 51: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 52: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 53: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 54: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 55: fusebox.v1.FleetSnapshot
-	(*WatchRequest)(nil),           // 56: fusebox.v1.WatchRequest
-	(*WatchEvent)(nil),             // 57: fusebox.v1.WatchEvent
-	(*NodeWindow)(nil),             // 58: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 59: fusebox.v1.BreakerRecord
-	(*GossipBatch)(nil),            // 60: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 61: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 62: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 63: google.protobuf.Timestamp
+	(*EtcdSync)(nil),               // 49: fusebox.v1.EtcdSync
+	(*EtcdRewind)(nil),             // 50: fusebox.v1.EtcdRewind
+	(*ListMembersRequest)(nil),     // 51: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 52: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 53: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 54: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 55: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 56: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 57: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 58: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 59: fusebox.v1.WatchEvent
+	(*SimulatePolicyRequest)(nil),  // 60: fusebox.v1.SimulatePolicyRequest
+	(*SimulatedInterval)(nil),      // 61: fusebox.v1.SimulatedInterval
+	(*SimulatedTotals)(nil),        // 62: fusebox.v1.SimulatedTotals
+	(*SimulatedSide)(nil),          // 63: fusebox.v1.SimulatedSide
+	(*SimulatedIncident)(nil),      // 64: fusebox.v1.SimulatedIncident
+	(*SimulatedPolicy)(nil),        // 65: fusebox.v1.SimulatedPolicy
+	(*SimulatePolicyResponse)(nil), // 66: fusebox.v1.SimulatePolicyResponse
+	(*NodeWindow)(nil),             // 67: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 68: fusebox.v1.BreakerRecord
+	(*GossipBatch)(nil),            // 69: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 70: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 71: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 72: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	62, // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	62, // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	62, // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
-	7,  // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	62, // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	62, // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	62, // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	62, // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	62, // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	0,  // 9: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,  // 10: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,  // 11: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11, // 12: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,  // 15: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,  // 17: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12, // 18: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,  // 19: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,  // 20: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13, // 21: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10, // 22: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16, // 23: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17, // 24: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15, // 25: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18, // 26: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	13, // 27: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	13, // 28: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20, // 29: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21, // 30: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22, // 31: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,  // 32: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,  // 33: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,  // 34: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26, // 35: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17, // 36: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22, // 37: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29, // 38: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36, // 40: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,  // 41: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39, // 45: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 47: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 48: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 49: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 50: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 51: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 52: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 53: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 54: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 55: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 56: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 57: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 58: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 59: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 60: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 61: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 62: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 63: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 64: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 65: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 66: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 67: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 68: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 69: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 70: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 71: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 72: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 73: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 74: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 75: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 76: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 77: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 78: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 79: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 80: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 81: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 82: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 83: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 84: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 85: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 86: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 87: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 88: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 89: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 90: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 91: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 92: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 93: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 94: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 95: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 96: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 97: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 98: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 99: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 100: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 101: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 102: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 103: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 104: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 105: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 106: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	89, // [89:107] is the sub-list for method output_type
-	71, // [71:89] is the sub-list for method input_type
-	71, // [71:71] is the sub-list for extension type_name
-	71, // [71:71] is the sub-list for extension extendee
-	0,  // [0:71] is the sub-list for field type_name
+	71,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	71,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	71,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	7,   // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
+	71,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	71,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	71,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	71,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	71,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	0,   // 9: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,   // 10: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,   // 11: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	11,  // 12: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	71,  // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	72,  // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,   // 15: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	72,  // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,   // 17: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	12,  // 18: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,   // 19: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,   // 20: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	13,  // 21: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10,  // 22: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16,  // 23: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17,  // 24: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15,  // 25: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18,  // 26: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	13,  // 27: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	13,  // 28: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20,  // 29: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21,  // 30: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22,  // 31: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,   // 32: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,   // 33: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,   // 34: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	26,  // 35: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17,  // 36: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22,  // 37: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29,  // 38: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	71,  // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36,  // 40: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,   // 41: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	72,  // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	72,  // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	71,  // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39,  // 45: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	72,  // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45,  // 47: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	49,  // 48: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	50,  // 49: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	72,  // 50: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	48,  // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10,  // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10,  // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,   // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,   // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,   // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10,  // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	55,  // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	54,  // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	72,  // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12,  // 61: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	72,  // 62: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	56,  // 63: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48,  // 64: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	49,  // 65: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	9,   // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	72,  // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	72,  // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	71,  // 69: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	72,  // 70: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	72,  // 71: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	72,  // 72: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	72,  // 73: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	72,  // 74: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	62,  // 75: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	72,  // 76: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	72,  // 77: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	63,  // 78: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	63,  // 79: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	63,  // 80: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	61,  // 81: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 82: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	72,  // 83: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	72,  // 84: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	71,  // 85: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	72,  // 86: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	65,  // 87: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 88: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	61,  // 89: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 90: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	64,  // 91: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	10,  // 92: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,   // 93: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	67,  // 94: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	68,  // 95: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	68,  // 96: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	67,  // 97: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19,  // 98: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24,  // 99: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24,  // 100: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25,  // 101: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27,  // 102: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30,  // 103: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 104: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33,  // 105: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34,  // 106: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37,  // 107: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40,  // 108: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40,  // 109: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41,  // 110: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43,  // 111: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46,  // 112: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	51,  // 113: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	53,  // 114: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	58,  // 115: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	60,  // 116: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	23,  // 117: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14,  // 118: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14,  // 119: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14,  // 120: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28,  // 121: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29,  // 122: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32,  // 123: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29,  // 124: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35,  // 125: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38,  // 126: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39,  // 127: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39,  // 128: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42,  // 129: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44,  // 130: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47,  // 131: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	52,  // 132: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	57,  // 133: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	59,  // 134: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	66,  // 135: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	117, // [117:136] is the sub-list for method output_type
+	98,  // [98:117] is the sub-list for method input_type
+	98,  // [98:98] is the sub-list for extension type_name
+	98,  // [98:98] is the sub-list for extension extendee
+	0,   // [0:98] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -5031,13 +5987,14 @@ func file_fusebox_v1_fusebox_proto_init() {
 	}
 	file_fusebox_v1_fusebox_proto_msgTypes[23].OneofWrappers = []any{}
 	file_fusebox_v1_fusebox_proto_msgTypes[24].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[53].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   52,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

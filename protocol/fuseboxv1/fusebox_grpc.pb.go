@@ -309,6 +309,7 @@ const (
 	Admin_ListMembers_FullMethodName    = "/fusebox.v1.Admin/ListMembers"
 	Admin_GetFleet_FullMethodName       = "/fusebox.v1.Admin/GetFleet"
 	Admin_Watch_FullMethodName          = "/fusebox.v1.Admin/Watch"
+	Admin_SimulatePolicy_FullMethodName = "/fusebox.v1.Admin/SimulatePolicy"
 )
 
 // AdminClient is the client API for Admin service.
@@ -342,6 +343,15 @@ type AdminClient interface {
 	// RESOURCE_EXHAUSTED: resume with after_id = the last id received.
 	// Close of the coordinator ends open streams with UNAVAILABLE.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// SimulatePolicy replays the coordinator's history of a dependency (what
+	// its fleet observer saw: pooled counts, the breaker records, overrides)
+	// through the engine under the current policy and under a proposed one,
+	// and compares them with what the fleet did, per incident and in total.
+	// It writes nothing (role viewer). NOT_FOUND when the coordinator keeps
+	// no history of the dependency; INVALID_ARGUMENT, with every violation,
+	// for a proposed policy that does not validate; RESOURCE_EXHAUSTED while
+	// the coordinator already runs its most simulations at once.
+	SimulatePolicy(ctx context.Context, in *SimulatePolicyRequest, opts ...grpc.CallOption) (*SimulatePolicyResponse, error)
 }
 
 type adminClient struct {
@@ -491,6 +501,16 @@ func (c *adminClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *adminClient) SimulatePolicy(ctx context.Context, in *SimulatePolicyRequest, opts ...grpc.CallOption) (*SimulatePolicyResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SimulatePolicyResponse)
+	err := c.cc.Invoke(ctx, Admin_SimulatePolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -522,6 +542,15 @@ type AdminServer interface {
 	// RESOURCE_EXHAUSTED: resume with after_id = the last id received.
 	// Close of the coordinator ends open streams with UNAVAILABLE.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error
+	// SimulatePolicy replays the coordinator's history of a dependency (what
+	// its fleet observer saw: pooled counts, the breaker records, overrides)
+	// through the engine under the current policy and under a proposed one,
+	// and compares them with what the fleet did, per incident and in total.
+	// It writes nothing (role viewer). NOT_FOUND when the coordinator keeps
+	// no history of the dependency; INVALID_ARGUMENT, with every violation,
+	// for a proposed policy that does not validate; RESOURCE_EXHAUSTED while
+	// the coordinator already runs its most simulations at once.
+	SimulatePolicy(context.Context, *SimulatePolicyRequest) (*SimulatePolicyResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -570,6 +599,9 @@ func (UnimplementedAdminServer) GetFleet(context.Context, *GetFleetRequest) (*Fl
 }
 func (UnimplementedAdminServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedAdminServer) SimulatePolicy(context.Context, *SimulatePolicyRequest) (*SimulatePolicyResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SimulatePolicy not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -819,6 +851,24 @@ func _Admin_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _Admin_SimulatePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SimulatePolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).SimulatePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_SimulatePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).SimulatePolicy(ctx, req.(*SimulatePolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -873,6 +923,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetFleet",
 			Handler:    _Admin_GetFleet_Handler,
+		},
+		{
+			MethodName: "SimulatePolicy",
+			Handler:    _Admin_SimulatePolicy_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

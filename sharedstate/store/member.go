@@ -26,6 +26,11 @@ type Member struct {
 	Version    string `json:"version"`    // the binary's version
 	GossipAddr string `json:"gossipAddr"` // host:port of memberlist
 	APIAddr    string `json:"apiAddr"`    // host:port of the node's API, if any
+
+	// Etcd is how the node follows the policies and overrides in etcd
+	// (optional; agents publish it, without Revision): synced or not, and
+	// the rewinds its watcher saw.
+	Etcd *SyncStatus `json:"etcd,omitempty"`
 }
 
 func validateNodeName(node string) error {

@@ -300,6 +300,11 @@ class AdminStub(object):
                 request_serializer=fusebox_dot_v1_dot_fusebox__pb2.WatchRequest.SerializeToString,
                 response_deserializer=fusebox_dot_v1_dot_fusebox__pb2.WatchEvent.FromString,
                 )
+        self.SimulatePolicy = channel.unary_unary(
+                '/fusebox.v1.Admin/SimulatePolicy',
+                request_serializer=fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyRequest.SerializeToString,
+                response_deserializer=fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyResponse.FromString,
+                )
 
 
 class AdminServicer(object):
@@ -402,6 +407,20 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SimulatePolicy(self, request, context):
+        """SimulatePolicy replays the coordinator's history of a dependency (what
+        its fleet observer saw: pooled counts, the breaker records, overrides)
+        through the engine under the current policy and under a proposed one,
+        and compares them with what the fleet did, per incident and in total.
+        It writes nothing (role viewer). NOT_FOUND when the coordinator keeps
+        no history of the dependency; INVALID_ARGUMENT, with every violation,
+        for a proposed policy that does not validate; RESOURCE_EXHAUSTED while
+        the coordinator already runs its most simulations at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -469,6 +488,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=fusebox_dot_v1_dot_fusebox__pb2.WatchRequest.FromString,
                     response_serializer=fusebox_dot_v1_dot_fusebox__pb2.WatchEvent.SerializeToString,
+            ),
+            'SimulatePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.SimulatePolicy,
+                    request_deserializer=fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyRequest.FromString,
+                    response_serializer=fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -703,5 +727,22 @@ class Admin(object):
         return grpc.experimental.unary_stream(request, target, '/fusebox.v1.Admin/Watch',
             fusebox_dot_v1_dot_fusebox__pb2.WatchRequest.SerializeToString,
             fusebox_dot_v1_dot_fusebox__pb2.WatchEvent.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SimulatePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fusebox.v1.Admin/SimulatePolicy',
+            fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyRequest.SerializeToString,
+            fusebox_dot_v1_dot_fusebox__pb2.SimulatePolicyResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

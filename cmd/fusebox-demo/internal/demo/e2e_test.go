@@ -19,7 +19,8 @@ import (
 //     fleet-wide, counted at the dependency itself;
 //   - it closes on every agent once shipping-api answers again (never while
 //     it fails), and ends closed;
-//   - the retries made during the outage stay within the fleet retry budget.
+//   - the retries made during the outage stay within the fleet retry budget;
+//   - the service behind agent-c's egress proxy counts in agent-c's window.
 func TestFailureCycle(t *testing.T) {
 	const phase = 4 * time.Second
 	cfg := testConfig(t, phase)
@@ -54,6 +55,32 @@ func TestFailureCycle(t *testing.T) {
 			}
 			t.Logf("%s: open %.2fs into the failing phase", a.Name(), at.Sub(failing.Start).Seconds())
 		}
+	})
+
+	t.Run("a service behind the egress proxy is part of the fleet", func(t *testing.T) {
+		// returns@agent-c links no clientlib: its calls went through
+		// agent-c's proxy into agent-c's window.
+		var n float64
+		mfs, err := agents[2].Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "fusebox_agent_outcomes_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "source" && l.GetValue() == "proxy" {
+						n += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s counted no outcome from its egress proxy", agents[2].Name())
+		}
+		t.Logf("%s: %.0f outcomes through its egress proxy", agents[2].Name(), n)
 	})
 
 	t.Run("half-open admits at most halfOpenProbes probes fleet-wide", func(t *testing.T) {

@@ -204,7 +204,12 @@ func (d *Demo) printBanner() {
 	}
 	fmt.Fprintf(&b, "\n\n  %s cycles every %v: healthy -> failing -> slow -> recovering (%v each);\n",
 		ShippingAPI, 4*d.cfg.PhaseDuration, d.cfg.PhaseDuration)
-	fmt.Fprintf(&b, "  %s stays healthy. Services: checkout@agent-a, orders@agent-b, returns@agent-c.\n", CatalogAPI)
+	fmt.Fprintf(&b, "  %s stays healthy. Services: checkout@agent-a, orders@agent-b (clientlib), %s@agent-c\n", CatalogAPI, proxiedService)
+	for i, a := range d.agents {
+		if serviceNames[i] == proxiedService {
+			fmt.Fprintf(&b, "  (no clientlib: through its agent's egress proxy, HTTP_PROXY=http://%s).\n", a.ProxyAddr())
+		}
+	}
 	b2 := d.policy.Breaker
 	r := d.policy.Retry
 	fmt.Fprintf(&b, "  Policy: window %v, trips at %d requests with %.0f%% failures or %.0f%% calls over %v from %d nodes;\n",
