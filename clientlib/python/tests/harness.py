@@ -262,7 +262,7 @@ class Fleet:
             return r.stdout
 
     def set_policy(self, name, policy):
-        self.ctl("policy", "set", name, "-f", "-", stdin=json.dumps(policy))
+        self.ctl("policy", "set", "--yes", name, "-f", "-", stdin=json.dumps(policy))
 
     def fleet_view(self, dependency):
         """The coordinator's view of dependency (fuseboxctl deps), or None."""
