@@ -10,6 +10,7 @@ require github.com/fusebox-dev/fusebox v0.0.0-00010101000000-000000000000
 require (
 	github.com/hashicorp/memberlist v0.7.0
 	go.uber.org/goleak v1.3.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -28,7 +29,6 @@ require (
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	google.golang.org/grpc v1.85.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/fusebox-dev/fusebox => ../..
