@@ -331,16 +331,7 @@ func TestAtMostKProposers(t *testing.T) {
 	for _, e := range engines {
 		record(t, e, "dep", FirstAttempt, Failure, 3)
 	}
-	for _, from := range engines {
-		rows := from.RowsToSend()
-		for _, to := range engines {
-			if to != from {
-				for _, r := range rows {
-					to.ApplyRow(r)
-				}
-			}
-		}
-	}
+	gossipAll(engines)
 	proposed := 0
 	for _, e := range engines {
 		proposed += len(e.Tick())

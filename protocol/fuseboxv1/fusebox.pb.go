@@ -803,8 +803,17 @@ type BreakerSettings struct {
 	Mode                  Mode                   `protobuf:"varint,13,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
 	// 0 is valid (the classic trip rule), hence optional: unset means "not
 	// sent" and the receiver keeps what it had.
-	Confidence    *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
-	FastPath      *bool    `protobuf:"varint,15,opt,name=fast_path,json=fastPath,proto3,oneof" json:"fast_path,omitempty"`
+	Confidence *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
+	FastPath   *bool    `protobuf:"varint,15,opt,name=fast_path,json=fastPath,proto3,oneof" json:"fast_path,omitempty"`
+	// breaker.fleetMaxOpenDuration: the cap of the open duration's doubling
+	// for scope fleet and zone.
+	FleetMaxOpenDuration *durationpb.Duration `protobuf:"bytes,40,opt,name=fleet_max_open_duration,json=fleetMaxOpenDuration,proto3" json:"fleet_max_open_duration,omitempty"`
+	// breaker.rampDuration: the slow start after a close; 0s is valid (no
+	// ramp), so unset means "not sent".
+	RampDuration *durationpb.Duration `protobuf:"bytes,41,opt,name=ramp_duration,json=rampDuration,proto3" json:"ramp_duration,omitempty"`
+	// breaker.rampStart: the share of first attempts admitted as the ramp
+	// begins, in (0,1].
+	RampStart     float64 `protobuf:"fixed64,42,opt,name=ramp_start,json=rampStart,proto3" json:"ramp_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -942,6 +951,27 @@ func (x *BreakerSettings) GetFastPath() bool {
 		return *x.FastPath
 	}
 	return false
+}
+
+func (x *BreakerSettings) GetFleetMaxOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.FleetMaxOpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetRampDuration() *durationpb.Duration {
+	if x != nil {
+		return x.RampDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetRampStart() float64 {
+	if x != nil {
+		return x.RampStart
+	}
+	return 0
 }
 
 // DecisionSnapshot is everything a client needs to decide a first attempt in
@@ -1358,10 +1388,15 @@ func (x *DependencyCounts) GetInFlight() uint64 {
 
 // ProbeResult reports how a half-open probe went.
 type ProbeResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dependency    string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Success       bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Dependency string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Success    bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	// The probe took at least the policy's slowCallDuration. Half-open judges
+	// a probe as the closed breaker judges a call: a slow success fails the
+	// probe when slow calls can trip the breaker (slowCallRateThreshold < 1,
+	// or the classic rule). Unset from older clients: judged by success alone.
+	Slow          bool `protobuf:"varint,40,opt,name=slow,proto3" json:"slow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1413,6 +1448,13 @@ func (x *ProbeResult) GetGeneration() uint64 {
 func (x *ProbeResult) GetSuccess() bool {
 	if x != nil {
 		return x.Success
+	}
+	return false
+}
+
+func (x *ProbeResult) GetSlow() bool {
+	if x != nil {
+		return x.Slow
 	}
 	return false
 }
@@ -4429,7 +4471,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vhedge_delay\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"hedgeDelay\x12\x1d\n" +
 	"\n" +
-	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xaf\x06\n" +
+	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xe0\a\n" +
 	"\x0fBreakerSettings\x124\n" +
 	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
 	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12G\n" +
@@ -4448,7 +4490,11 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"confidence\x18\x0e \x01(\x01H\x00R\n" +
 	"confidence\x88\x01\x01\x12 \n" +
-	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01B\r\n" +
+	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01\x12P\n" +
+	"\x17fleet_max_open_duration\x18( \x01(\v2\x19.google.protobuf.DurationR\x14fleetMaxOpenDuration\x12>\n" +
+	"\rramp_duration\x18) \x01(\v2\x19.google.protobuf.DurationR\frampDuration\x12\x1d\n" +
+	"\n" +
+	"ramp_start\x18* \x01(\x01R\trampStartB\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
 	"_fast_path\"\x9b\a\n" +
@@ -4497,7 +4543,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12 \n" +
 	"\tin_flight\x18\x16 \x01(\x04H\x00R\binFlight\x88\x01\x01B\f\n" +
 	"\n" +
-	"_in_flight\"g\n" +
+	"_in_flight\"{\n" +
 	"\vProbeResult\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -4505,7 +4551,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess\"\x9f\x01\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x12\n" +
+	"\x04slow\x18( \x01(\bR\x04slow\"\x9f\x01\n" +
 	"\vCountDeltas\x124\n" +
 	"\x06deltas\x18\x01 \x03(\v2\x1c.fusebox.v1.DependencyCountsR\x06deltas\x12<\n" +
 	"\rprobe_results\x18\x02 \x03(\v2\x17.fusebox.v1.ProbeResultR\fprobeResults\x12\x1c\n" +
@@ -4943,110 +4990,112 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	62, // 9: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
 	6,  // 10: fusebox.v1.BreakerSettings.scope:type_name -> fusebox.v1.Scope
 	2,  // 11: fusebox.v1.BreakerSettings.mode:type_name -> fusebox.v1.Mode
-	0,  // 12: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,  // 13: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,  // 14: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11, // 15: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	62, // 16: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	63, // 17: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,  // 18: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	63, // 19: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,  // 20: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12, // 21: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,  // 22: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,  // 23: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13, // 24: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10, // 25: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16, // 26: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17, // 27: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15, // 28: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18, // 29: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	11, // 30: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
-	12, // 31: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
-	13, // 32: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20, // 33: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21, // 34: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22, // 35: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,  // 36: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,  // 37: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,  // 38: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26, // 39: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17, // 40: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22, // 41: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29, // 42: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	62, // 43: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36, // 44: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,  // 45: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	63, // 46: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	63, // 47: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	62, // 48: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39, // 49: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	63, // 50: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45, // 51: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	48, // 52: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10, // 53: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10, // 54: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,  // 55: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,  // 56: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,  // 57: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10, // 58: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	53, // 59: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	52, // 60: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	63, // 61: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12, // 62: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	63, // 63: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	54, // 64: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48, // 65: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	9,  // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	63, // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	63, // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	10, // 69: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,  // 70: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	58, // 71: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	59, // 72: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	59, // 73: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	58, // 74: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	19, // 75: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24, // 76: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24, // 77: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25, // 78: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27, // 79: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30, // 80: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31, // 81: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33, // 82: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34, // 83: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37, // 84: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40, // 85: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40, // 86: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41, // 87: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43, // 88: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46, // 89: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	49, // 90: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	51, // 91: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	56, // 92: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	23, // 93: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14, // 94: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14, // 95: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14, // 96: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28, // 97: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29, // 98: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32, // 99: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29, // 100: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35, // 101: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38, // 102: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39, // 103: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39, // 104: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42, // 105: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44, // 106: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47, // 107: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	50, // 108: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	55, // 109: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	57, // 110: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	93, // [93:111] is the sub-list for method output_type
-	75, // [75:93] is the sub-list for method input_type
-	75, // [75:75] is the sub-list for extension type_name
-	75, // [75:75] is the sub-list for extension extendee
-	0,  // [0:75] is the sub-list for field type_name
+	62, // 12: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
+	62, // 13: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
+	0,  // 14: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,  // 15: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,  // 16: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	11, // 17: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	62, // 18: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	63, // 19: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,  // 20: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	63, // 21: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,  // 22: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	12, // 23: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,  // 24: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,  // 25: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	13, // 26: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10, // 27: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16, // 28: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17, // 29: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15, // 30: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18, // 31: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	11, // 32: fusebox.v1.Welcome.default_retry:type_name -> fusebox.v1.RetrySettings
+	12, // 33: fusebox.v1.Welcome.default_breaker:type_name -> fusebox.v1.BreakerSettings
+	13, // 34: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20, // 35: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21, // 36: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22, // 37: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,  // 38: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,  // 39: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,  // 40: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	26, // 41: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17, // 42: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22, // 43: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29, // 44: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	62, // 45: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36, // 46: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,  // 47: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	63, // 48: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	63, // 49: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	62, // 50: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39, // 51: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	63, // 52: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45, // 53: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	48, // 54: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10, // 55: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10, // 56: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,  // 57: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,  // 58: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,  // 59: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10, // 60: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	53, // 61: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	52, // 62: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	63, // 63: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12, // 64: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	63, // 65: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	54, // 66: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48, // 67: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	9,  // 68: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	63, // 69: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	63, // 70: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	10, // 71: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,  // 72: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	58, // 73: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	59, // 74: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	59, // 75: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	58, // 76: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	19, // 77: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24, // 78: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24, // 79: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25, // 80: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27, // 81: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30, // 82: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31, // 83: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33, // 84: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34, // 85: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37, // 86: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40, // 87: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40, // 88: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41, // 89: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43, // 90: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46, // 91: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	49, // 92: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	51, // 93: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	56, // 94: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	23, // 95: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14, // 96: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14, // 97: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14, // 98: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28, // 99: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29, // 100: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32, // 101: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29, // 102: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35, // 103: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38, // 104: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39, // 105: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39, // 106: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42, // 107: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44, // 108: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47, // 109: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	50, // 110: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	55, // 111: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	57, // 112: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	95, // [95:113] is the sub-list for method output_type
+	77, // [77:95] is the sub-list for method input_type
+	77, // [77:77] is the sub-list for extension type_name
+	77, // [77:77] is the sub-list for extension extendee
+	0,  // [0:77] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
