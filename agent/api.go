@@ -204,10 +204,11 @@ func countsFor(kind sharedstate.AttemptKind, o sharedstate.Outcome, n uint64) sh
 	return c
 }
 
-// probeResult feeds a probe's result to the engine; a resulting transition
-// goes straight out.
+// probeResult feeds a probe's result to the engine, slow or not (half-open
+// judges a slow probe by the slow-call rule); a resulting transition goes
+// straight out.
 func (a *Agent) probeResult(p *fuseboxv1.ProbeResult) {
-	if rec, ok := a.eng.ProbeResult(p.GetDependency(), p.GetSuccess()); ok {
+	if rec, ok := a.eng.ProbeOutcome(p.GetDependency(), sharedstate.OutcomeOf(!p.GetSuccess(), p.GetSlow())); ok {
 		a.proposeNow(rec)
 	}
 }

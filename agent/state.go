@@ -247,13 +247,21 @@ func (a *Agent) proposeNow(r sharedstate.BreakerRecord) {
 }
 
 // onChange is the engine's OnChange hook: push the dependency's snapshot to
-// the sessions that follow it, and drop its metric series once untracked.
+// the sessions that follow it; once untracked, drop its metric series and
+// withdraw its queued record broadcast.
 func (a *Agent) onChange(dep string) {
 	if a.hub != nil {
 		a.hub.changed(dep)
 	}
-	if a.m != nil && a.eng != nil && a.eng.Snapshot(dep) == nil {
-		a.m.forget(dep)
+	if a.eng != nil && a.eng.Snapshot(dep) == nil {
+		if a.m != nil {
+			a.m.forget(dep)
+		}
+		if a.gossip != nil {
+			// Evicted: a record of it still queued for broadcast would
+			// bring it back once the peers' tombstones expire.
+			a.gossip.Forget(dep)
+		}
 	}
 }
 

@@ -808,8 +808,17 @@ type BreakerSettings struct {
 	ProbeTimeout          *durationpb.Duration   `protobuf:"bytes,11,opt,name=probe_timeout,json=probeTimeout,proto3" json:"probe_timeout,omitempty"`
 	// 0 is valid (the classic trip rule), hence optional: unset means "not
 	// sent" and the receiver keeps what it had.
-	Confidence    *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
-	FastPath      *bool    `protobuf:"varint,15,opt,name=fast_path,json=fastPath,proto3,oneof" json:"fast_path,omitempty"`
+	Confidence *float64 `protobuf:"fixed64,14,opt,name=confidence,proto3,oneof" json:"confidence,omitempty"`
+	FastPath   *bool    `protobuf:"varint,15,opt,name=fast_path,json=fastPath,proto3,oneof" json:"fast_path,omitempty"`
+	// breaker.fleetMaxOpenDuration: the cap of the open duration's doubling
+	// for scope fleet and zone.
+	FleetMaxOpenDuration *durationpb.Duration `protobuf:"bytes,40,opt,name=fleet_max_open_duration,json=fleetMaxOpenDuration,proto3" json:"fleet_max_open_duration,omitempty"`
+	// breaker.rampDuration: the slow start after a close; 0s is valid (no
+	// ramp), so unset means "not sent".
+	RampDuration *durationpb.Duration `protobuf:"bytes,41,opt,name=ramp_duration,json=rampDuration,proto3" json:"ramp_duration,omitempty"`
+	// breaker.rampStart: the share of first attempts admitted as the ramp
+	// begins, in (0,1].
+	RampStart     float64 `protobuf:"fixed64,42,opt,name=ramp_start,json=rampStart,proto3" json:"ramp_start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -926,6 +935,27 @@ func (x *BreakerSettings) GetFastPath() bool {
 		return *x.FastPath
 	}
 	return false
+}
+
+func (x *BreakerSettings) GetFleetMaxOpenDuration() *durationpb.Duration {
+	if x != nil {
+		return x.FleetMaxOpenDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetRampDuration() *durationpb.Duration {
+	if x != nil {
+		return x.RampDuration
+	}
+	return nil
+}
+
+func (x *BreakerSettings) GetRampStart() float64 {
+	if x != nil {
+		return x.RampStart
+	}
+	return 0
 }
 
 // DecisionSnapshot is everything a client needs to decide a first attempt in
@@ -1344,10 +1374,15 @@ func (x *DependencyCounts) GetInFlight() uint64 {
 
 // ProbeResult reports how a half-open probe went.
 type ProbeResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dependency    string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Success       bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Dependency string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Success    bool                   `protobuf:"varint,3,opt,name=success,proto3" json:"success,omitempty"`
+	// The probe took at least the policy's slowCallDuration. Half-open judges
+	// a probe as the closed breaker judges a call: a slow success fails the
+	// probe when slow calls can trip the breaker (slowCallRateThreshold < 1,
+	// or the classic rule). Unset from older clients: judged by success alone.
+	Slow          bool `protobuf:"varint,40,opt,name=slow,proto3" json:"slow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1399,6 +1434,13 @@ func (x *ProbeResult) GetGeneration() uint64 {
 func (x *ProbeResult) GetSuccess() bool {
 	if x != nil {
 		return x.Success
+	}
+	return false
+}
+
+func (x *ProbeResult) GetSlow() bool {
+	if x != nil {
+		return x.Slow
 	}
 	return false
 }
@@ -5409,7 +5451,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\vhedge_delay\x18\x1b \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"hedgeDelay\x12\x1d\n" +
 	"\n" +
-	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xca\x05\n" +
+	"max_hedges\x18\x1c \x01(\rR\tmaxHedges\"\xfb\x06\n" +
 	"\x0fBreakerSettings\x124\n" +
 	"\x16failure_rate_threshold\x18\x01 \x01(\x01R\x14failureRateThreshold\x127\n" +
 	"\x18slow_call_rate_threshold\x18\x02 \x01(\x01R\x15slowCallRateThreshold\x12)\n" +
@@ -5425,7 +5467,11 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"confidence\x18\x0e \x01(\x01H\x00R\n" +
 	"confidence\x88\x01\x01\x12 \n" +
-	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01B\r\n" +
+	"\tfast_path\x18\x0f \x01(\bH\x01R\bfastPath\x88\x01\x01\x12P\n" +
+	"\x17fleet_max_open_duration\x18( \x01(\v2\x19.google.protobuf.DurationR\x14fleetMaxOpenDuration\x12>\n" +
+	"\rramp_duration\x18) \x01(\v2\x19.google.protobuf.DurationR\frampDuration\x12\x1d\n" +
+	"\n" +
+	"ramp_start\x18* \x01(\x01R\trampStartB\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
 	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\x9b\a\n" +
@@ -5474,7 +5520,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12 \n" +
 	"\tin_flight\x18\x16 \x01(\x04H\x00R\binFlight\x88\x01\x01B\f\n" +
 	"\n" +
-	"_in_flight\"g\n" +
+	"_in_flight\"{\n" +
 	"\vProbeResult\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5482,7 +5528,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x18\n" +
-	"\asuccess\x18\x03 \x01(\bR\asuccess\"\x9f\x01\n" +
+	"\asuccess\x18\x03 \x01(\bR\asuccess\x12\x12\n" +
+	"\x04slow\x18( \x01(\bR\x04slow\"\x9f\x01\n" +
 	"\vCountDeltas\x124\n" +
 	"\x06deltas\x18\x01 \x03(\v2\x1c.fusebox.v1.DependencyCountsR\x06deltas\x12<\n" +
 	"\rprobe_results\x18\x02 \x03(\v2\x17.fusebox.v1.ProbeResultR\fprobeResults\x12\x1c\n" +
@@ -6026,143 +6073,145 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	73,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
 	73,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
 	73,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	0,   // 9: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
-	1,   // 10: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,   // 11: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11,  // 12: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	73,  // 13: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	74,  // 14: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,   // 15: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	74,  // 16: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,   // 17: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12,  // 18: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,   // 19: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,   // 20: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13,  // 21: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10,  // 22: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16,  // 23: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17,  // 24: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15,  // 25: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18,  // 26: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	13,  // 27: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	13,  // 28: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20,  // 29: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21,  // 30: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22,  // 31: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,   // 32: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,   // 33: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,   // 34: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26,  // 35: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17,  // 36: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22,  // 37: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29,  // 38: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	73,  // 39: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36,  // 40: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,   // 41: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	74,  // 42: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	74,  // 43: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	73,  // 44: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39,  // 45: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	74,  // 46: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45,  // 47: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	49,  // 48: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
-	50,  // 49: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
-	74,  // 50: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
-	48,  // 51: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10,  // 52: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10,  // 53: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,   // 54: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,   // 55: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,   // 56: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10,  // 57: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	55,  // 58: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	54,  // 59: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	74,  // 60: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12,  // 61: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	74,  // 62: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	56,  // 63: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48,  // 64: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	49,  // 65: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
-	9,   // 66: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	74,  // 67: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	74,  // 68: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	73,  // 69: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
-	74,  // 70: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
-	74,  // 71: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
-	74,  // 72: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
-	74,  // 73: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
-	74,  // 74: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
-	62,  // 75: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 76: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
-	74,  // 77: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
-	63,  // 78: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
-	63,  // 79: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
-	63,  // 80: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
-	61,  // 81: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 82: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 83: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
-	74,  // 84: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
-	73,  // 85: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
-	74,  // 86: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
-	65,  // 87: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
-	65,  // 88: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
-	61,  // 89: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 90: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
-	64,  // 91: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
-	10,  // 92: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,   // 93: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	67,  // 94: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	67,  // 95: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	68,  // 96: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	69,  // 97: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	69,  // 98: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	68,  // 99: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	67,  // 100: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	69,  // 101: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	69,  // 102: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	19,  // 103: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24,  // 104: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24,  // 105: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25,  // 106: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27,  // 107: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30,  // 108: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 109: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33,  // 110: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34,  // 111: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37,  // 112: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40,  // 113: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40,  // 114: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41,  // 115: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43,  // 116: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46,  // 117: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	51,  // 118: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	53,  // 119: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	58,  // 120: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	60,  // 121: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	23,  // 122: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14,  // 123: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14,  // 124: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14,  // 125: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28,  // 126: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29,  // 127: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32,  // 128: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29,  // 129: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35,  // 130: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38,  // 131: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39,  // 132: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39,  // 133: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42,  // 134: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44,  // 135: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47,  // 136: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	52,  // 137: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	57,  // 138: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	59,  // 139: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	66,  // 140: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	122, // [122:141] is the sub-list for method output_type
-	103, // [103:122] is the sub-list for method input_type
-	103, // [103:103] is the sub-list for extension type_name
-	103, // [103:103] is the sub-list for extension extendee
-	0,   // [0:103] is the sub-list for field type_name
+	73,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
+	73,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
+	0,   // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
+	1,   // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
+	2,   // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
+	11,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	73,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	74,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,   // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	74,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	6,   // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
+	12,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	4,   // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,   // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	13,  // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	10,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	16,  // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	17,  // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	15,  // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	18,  // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	13,  // 29: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	13,  // 30: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	20,  // 31: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	21,  // 32: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	22,  // 33: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,   // 34: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,   // 35: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,   // 36: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	26,  // 37: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	17,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	22,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	29,  // 40: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	73,  // 41: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	36,  // 42: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,   // 43: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	74,  // 44: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	74,  // 45: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	73,  // 46: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	39,  // 47: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	74,  // 48: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	45,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	49,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	50,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	74,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	48,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	10,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	10,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,   // 56: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,   // 57: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,   // 58: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	10,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	55,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	54,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	74,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	12,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	74,  // 64: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	56,  // 65: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48,  // 66: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	49,  // 67: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	9,   // 68: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	74,  // 69: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	74,  // 70: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	73,  // 71: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	74,  // 72: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	74,  // 73: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	74,  // 74: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	74,  // 75: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	74,  // 76: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	62,  // 77: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	74,  // 78: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	74,  // 79: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	63,  // 80: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	63,  // 81: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	63,  // 82: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	61,  // 83: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 84: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	74,  // 85: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	74,  // 86: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	73,  // 87: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	74,  // 88: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	65,  // 89: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 90: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	61,  // 91: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 92: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	64,  // 93: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	10,  // 94: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,   // 95: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	67,  // 96: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	67,  // 97: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	68,  // 98: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	69,  // 99: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	69,  // 100: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	68,  // 101: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	67,  // 102: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	69,  // 103: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	69,  // 104: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	19,  // 105: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24,  // 106: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24,  // 107: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25,  // 108: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27,  // 109: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30,  // 110: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 111: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33,  // 112: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34,  // 113: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37,  // 114: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40,  // 115: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40,  // 116: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41,  // 117: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43,  // 118: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46,  // 119: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	51,  // 120: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	53,  // 121: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	58,  // 122: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	60,  // 123: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	23,  // 124: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14,  // 125: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14,  // 126: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14,  // 127: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28,  // 128: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29,  // 129: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32,  // 130: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29,  // 131: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35,  // 132: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38,  // 133: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39,  // 134: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39,  // 135: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42,  // 136: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44,  // 137: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47,  // 138: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	52,  // 139: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	57,  // 140: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	59,  // 141: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	66,  // 142: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	124, // [124:143] is the sub-list for method output_type
+	105, // [105:124] is the sub-list for method input_type
+	105, // [105:105] is the sub-list for extension type_name
+	105, // [105:105] is the sub-list for extension extendee
+	0,   // [0:105] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }

@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/hashicorp/memberlist"
 
@@ -126,6 +127,7 @@ func (g *Gossip) afterApply(in *inbound, fresh *fuseboxv1.GossipBatch, refused i
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	g := (*Gossip)(d)
 	out := g.recQueue.GetBroadcasts(overhead, limit)
+	out = slices.DeleteFunc(out, func(b []byte) bool { return len(b) == 0 }) // withdrawn (Forget)
 	used := 0
 	for _, b := range out {
 		used += overhead + len(b)

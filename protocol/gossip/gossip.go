@@ -505,6 +505,16 @@ func (g *Gossip) queueRecord(r recOut) {
 	g.queueItem(g.recQueue, "b\x00"+r.m.GetDependency(), compose(g.SendVersion(), nil, nil, []recOut{r}))
 }
 
+// Forget withdraws the record broadcast queued for dependency, if any: the
+// engine forgot the dependency (idle eviction), and a record still queued
+// would otherwise reach peers after their tombstones for it expired and
+// bring it back. Push-pull carries any record queued for it later again.
+func (g *Gossip) Forget(dependency string) {
+	// A queued broadcast can only be replaced by one of the same name; an
+	// empty one is never sent (GetBroadcasts leaves it out).
+	g.recQueue.QueueBroadcast(&namedBroadcast{name: "b\x00" + dependency})
+}
+
 func (g *Gossip) queueItem(q *memberlist.TransmitLimitedQueue, name string, b *fuseboxv1.GossipBatch) {
 	frame, err := g.cfg.Codec.EncodeBatchAt(g.SendVersion(), b)
 	if err != nil || len(frame) > MaxBroadcastFrame {

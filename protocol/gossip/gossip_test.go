@@ -591,3 +591,32 @@ func TestStripUserMessages(t *testing.T) {
 		}
 	}
 }
+
+// A record withdrawn with Forget (its dependency was evicted) is never
+// broadcast, while the others queued beside it still are.
+func TestForgetWithdrawsQueuedRecord(t *testing.T) {
+	g := newMember(t, testConfig("n", RoleAgent, newRecorder()))
+	rec := func(dep string) *fuseboxv1.BreakerRecord {
+		return &fuseboxv1.BreakerRecord{Dependency: dep, Origin: "n", Generation: 2,
+			State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED}
+	}
+	g.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("forgotten-dep"), rec("kept-dep")}})
+	g.Forget("forgotten-dep")
+	var kept int
+	for range 50 { // past every retransmit
+		for _, f := range (*delegate)(g).GetBroadcasts(3, 1400) {
+			if len(f) == 0 {
+				t.Fatal("an empty broadcast frame was handed to memberlist")
+			}
+			if bytes.Contains(f, []byte("forgotten-dep")) {
+				t.Fatal("the forgotten dependency's record was broadcast")
+			}
+			if bytes.Contains(f, []byte("kept-dep")) {
+				kept++
+			}
+		}
+	}
+	if kept == 0 {
+		t.Fatal("the other record was never broadcast")
+	}
+}
