@@ -32,15 +32,19 @@ sends the last counts, and exits 0). Commands:
         -> {"status": {...Status...}, "agent_connected": true}
         (the first one makes the handle, which subscribes to D's snapshots)
     {"op": "calls", "method": "GET", "url": "http://h:p/x", "n": 10,
-     "concurrency": 2, "timeout": 5.0, "headers": {"K": "V"},
-     "call_header": "X-Call", "call_prefix": "py-1", "key_prefix": "k-1"}
-        -> {"ok": 9, "failed": 0, "errors": 0, "rejected": {"open": 1}}
-        (HTTP requests through the requests adapter; call i carries
+     "concurrency": 2, "interval": 0.02, "timeout": 5.0,
+     "headers": {"K": "V"}, "call_header": "X-Call",
+     "call_prefix": "py-1", "key_prefix": "k-1"}
+        -> {"ok": 9, "failed": 0, "errors": 0, "rejected": {"open": 1},
+            "errs": []}
+        (HTTP requests through the requests adapter, concurrency threads
+        each pausing interval seconds between its calls; call i carries
         call_header: call_prefix-i when both are given, and
         Idempotency-Key: key_prefix-i when key_prefix is; "ok" counts
         answers below 500, "failed" those of 500 and more, "rejected"
         the calls Fusebox refused before any attempt, by reason, "errors"
-        the calls that got no answer: deadline passed, connection failed)
+        the calls that got no answer: deadline passed, connection failed;
+        "errs" the first 5 of their messages)
     {"op": "quit"} -> {"ok": true}
 
 A command that cannot be run is answered {"error": "..."}.
@@ -242,24 +246,29 @@ def serve_calls(session, cmd):
     import requests
 
     n, conc = int(cmd.get("n", 1)), int(cmd.get("concurrency", 1))
-    if n < 0 or conc < 1:
-        raise ValueError("n must be >= 0 and concurrency >= 1")
+    interval = float(cmd.get("interval") or 0)
+    if n < 0 or conc < 1 or interval < 0:
+        raise ValueError("n must be >= 0, concurrency >= 1 and interval >= 0")
     method, url = cmd.get("method", "GET"), cmd["url"]
     timeout = cmd.get("timeout")
     base = dict(cmd.get("headers") or {})
     call_header, call_prefix = cmd.get("call_header"), cmd.get("call_prefix")
     key_prefix = cmd.get("key_prefix")
-    out = {"ok": 0, "failed": 0, "errors": 0, "rejected": {}}
+    out = {"ok": 0, "failed": 0, "errors": 0, "rejected": {}, "errs": []}
     mu = threading.Lock()
     nxt = [0]
 
     def worker():
+        first = True
         while True:
             with mu:
                 if nxt[0] >= n:
                     return
                 i = nxt[0]
                 nxt[0] += 1
+            if interval and not first:
+                time.sleep(interval)
+            first = False
             h = dict(base)
             if call_header and call_prefix:
                 h[call_header] = "%s-%d" % (call_prefix, i)
@@ -273,8 +282,11 @@ def serve_calls(session, cmd):
                 with mu:
                     out["rejected"][e.reason] = out["rejected"].get(e.reason, 0) + 1
                 continue
-            except (fusebox.DeadlineExceeded, requests.RequestException):
+            except (fusebox.DeadlineExceeded, requests.RequestException) as e:
                 res = "errors"
+                with mu:
+                    if len(out["errs"]) < 5:
+                        out["errs"].append("%s: %s" % (type(e).__name__, e))
             with mu:
                 out[res] += 1
 

@@ -39,7 +39,7 @@ func failFirst(nth int) (int, time.Duration) {
 // seen is one request the upstream received.
 type seen struct {
 	caller, call, method, key string
-	nth                       int // attempt of its call, from 1
+	nth                       int // attempt of its call (by its caller), from 1
 }
 
 // upstream is a dependency: an HTTP server on loopback that records every
@@ -52,7 +52,7 @@ type upstream struct {
 	mu       sync.Mutex
 	answer   answer
 	reqs     []seen
-	attempts map[string]int // call → attempts seen
+	attempts map[string]int // caller and call → attempts seen
 	inFlight int
 	peak     int
 }
@@ -67,11 +67,12 @@ func newUpstream(t *testing.T, a answer) *upstream {
 }
 
 func (u *upstream) serve(w http.ResponseWriter, r *http.Request) {
-	call := r.Header.Get(headerCall)
+	s := seen{caller: r.Header.Get(headerCaller), call: r.Header.Get(headerCall), method: r.Method,
+		key: r.Header.Get("Idempotency-Key")}
 	u.mu.Lock()
-	u.attempts[call]++
-	s := seen{caller: r.Header.Get(headerCaller), call: call, method: r.Method,
-		key: r.Header.Get("Idempotency-Key"), nth: u.attempts[call]}
+	id := s.caller + "\x00" + s.call
+	u.attempts[id]++
+	s.nth = u.attempts[id]
 	u.reqs = append(u.reqs, s)
 	u.inFlight++
 	u.peak = max(u.peak, u.inFlight)
@@ -113,6 +114,18 @@ func (u *upstream) requests(kind string) []seen {
 	var out []seen
 	for _, s := range u.reqs {
 		if kind == "" || s.caller == kind {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// requestsOf returns the attempts of call (its headerCall value) from
+// caller kind, in the order they arrived.
+func (u *upstream) requestsOf(kind, call string) []seen {
+	var out []seen
+	for _, s := range u.requests(kind) {
+		if s.call == call {
 			out = append(out, s)
 		}
 	}

@@ -50,6 +50,7 @@ func (b *syncBuffer) String() string {
 // on it (for fuseboxctl), and agents that found each other through it,
 // each with its egress proxy on.
 type world struct {
+	etcd   []string
 	coord  *coordinator.Coordinator
 	agents []*agent.Agent
 }
@@ -59,9 +60,9 @@ type world struct {
 func newWorld(t *testing.T, n int) *world {
 	t.Helper()
 	srv := embeddedtest.Start(t)
-	w := &world{coord: startCoordinator(t, srv.Endpoints())}
+	w := &world{etcd: srv.Endpoints(), coord: startCoordinator(t, srv.Endpoints())}
 	for i := range n {
-		w.agents = append(w.agents, startAgent(t, fmt.Sprintf("agent-%d", i), srv.Endpoints()))
+		w.agents = append(w.agents, startAgent(t, fmt.Sprintf("agent-%d", i), w.etcd))
 	}
 	sstest.Eventually(t, settle, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
 		for _, a := range w.agents {
