@@ -290,6 +290,9 @@ func (p *proxyCaller) calls(t *testing.T, b batch) tally {
 // view is the proxy's agent's snapshot: the proxy decides from its
 // agent's engine.
 func (p *proxyCaller) view(t *testing.T, dep string) view {
+	if p.a == nil {
+		t.Fatalf("the proxy at %s has no agent in process to read the snapshot of %s from", p.addr, dep)
+	}
 	eng := p.a.Engine()
 	s := eng.Snapshot(dep)
 	if s == nil { // tracked from now on, as the proxy's first request would

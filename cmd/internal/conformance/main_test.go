@@ -18,8 +18,9 @@ import (
 // starts with it, whichever module holds the package.
 const modulePath = "github.com/fusebox-dev/fusebox"
 
-// ctlBinary is the fuseboxctl TestMain built.
-var ctlBinary string
+// The binaries TestMain built: fuseboxctl, and the agent for the tests
+// that kill one.
+var ctlBinary, agentBinary string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fusebox-conformance-")
@@ -27,12 +28,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	if err := goBuild(dir, modulePath+"/cmd/fuseboxctl"); err != nil {
+	if err := goBuild(dir, modulePath+"/cmd/fuseboxctl", modulePath+"/cmd/fusebox-agent"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
-	ctlBinary = filepath.Join(dir, "fuseboxctl")
+	ctlBinary, agentBinary = filepath.Join(dir, "fuseboxctl"), filepath.Join(dir, "fusebox-agent")
 	code := m.Run()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
