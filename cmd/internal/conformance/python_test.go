@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -26,9 +27,12 @@ var (
 
 // needPython skips t when pythonBin cannot import the Python client's
 // dependencies (`make test-deps` installs them, and `make test` runs it
-// first, so CI never skips).
+// first), and fails it instead under FUSEBOX_REQUIRE_PYTHON=1 (CI).
 func needPython(t *testing.T) {
 	t.Helper()
+	if !pythonUsable() && os.Getenv("FUSEBOX_REQUIRE_PYTHON") == "1" {
+		t.Fatalf("FUSEBOX_REQUIRE_PYTHON=1 and the Python caller cannot run: %v", pythonErr)
+	}
 	if !pythonUsable() {
 		t.Skipf("the Python caller needs Debian's python3-grpcio, python3-protobuf and python3-requests "+
 			"(`make test-deps` installs them): %v", pythonErr)
