@@ -22,8 +22,8 @@ PROTO_OUT := protocol/fuseboxv1
 
 BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 
-# The Go modules, each a folder with its go.mod, the root first (README,
-# "Layout"). Targets that run the go command run it in each, one after
+# The Go modules, each a folder with its go.mod, the root first (sharedstate/DESIGN.md,
+# "Modules"). Targets that run the go command run it in each, one after
 # another; `make modules-check` (in verify and test) fails when a go.mod
 # exists that this list lacks. No go.work: each module's replace
 # directives name its sibling folders, and every module builds, tests and
@@ -168,7 +168,7 @@ modules-check: ## fail when a go.mod exists that MODULES lacks (or MODULES names
 	done
 	@echo "modules-check: ok"
 
-deps-check: ## fail when an import or a module's graph breaks DESIGN.md's import table (or a binary links test code)
+deps-check: ## fail when an import or a module's graph breaks sharedstate/DESIGN.md's layout and import rules (or a binary links test code)
 	@GO=$(GO) .ci/deps-check.sh
 
 test-waits: ## fail on a wait in a _test.go file with no deadline (bare <-x.Done(), unbounded for {)

@@ -16,7 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
-// Default ports and paths (DESIGN.md "Names").
+// Default ports and paths (sharedstate/DESIGN.md, "Names").
 const (
 	DefaultGossipAddr = "0.0.0.0:7946"
 	DefaultGRPCAddr   = "" // loopback TCP is off unless asked for, e.g. 127.0.0.1:7950

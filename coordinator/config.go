@@ -15,7 +15,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
-// Default addresses (DESIGN.md "Names").
+// Default addresses (sharedstate/DESIGN.md, "Names").
 const (
 	DefaultGRPCAddr        = "127.0.0.1:7960"
 	DefaultHTTPAddr        = "127.0.0.1:7070"

@@ -183,8 +183,8 @@ type ConcurrencyPolicy struct {
 	MaxInFlight int `json:"maxInFlight"`
 }
 
-// DefaultPolicy returns the values of DESIGN.md's example, as the fleet
-// default (Dependency "_default").
+// DefaultPolicy returns the fleet default (Dependency "_default"), the
+// policy DESIGN.md shows under "Policy" (TestDesignPolicyIsTheDefault).
 func DefaultPolicy() Policy {
 	return Policy{
 		Schema:     PolicySchema,
