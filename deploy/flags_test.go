@@ -523,7 +523,7 @@ func mountOf(c *corev1.Container, p string) (corev1.VolumeMount, bool) {
 }
 
 // agentSocketHostDir is the node directory of the agent's socket, which
-// application pods mount (examples/app, README "Deploy").
+// application pods mount (examples/app, deploy/README.md).
 const agentSocketHostDir = "/run/fusebox"
 
 // checkAgentSocket checks that the agent's socket lands in the node's

@@ -226,7 +226,7 @@ func DefaultPolicy() Policy {
 }
 
 // The defaults of the recovery settings, chosen with TestSimRecovery (the
-// README's recovery table).
+// recovery table in sharedstate/README.md).
 const (
 	defaultFleetMaxOpen = 5 * time.Second
 	defaultRampDuration = time.Second
