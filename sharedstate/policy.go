@@ -184,7 +184,7 @@ type ConcurrencyPolicy struct {
 }
 
 // DefaultPolicy returns the fleet default (Dependency "_default"), the
-// policy DESIGN.md shows under "Policy" (TestDesignPolicyIsTheDefault).
+// policy sharedstate/DESIGN.md shows under "Policy" (TestDesignPolicyIsTheDefault).
 func DefaultPolicy() Policy {
 	return Policy{
 		Schema:     PolicySchema,

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Detection at fleet speed (DESIGN.md, "Transitions"): the fleet simulation
+// Detection at fleet speed (sharedstate/DESIGN.md, "Transitions"): the fleet simulation
 // with memberlist-like gossip and clientlib-like 50 ms count flushes,
 // against per-instance breakers with the same thresholds (classic rule,
 // scope node, nothing shared).
