@@ -587,8 +587,9 @@ class Dependency:
 
     def _local_view(self):
         """The local breaker's snapshot, with what is kept of the agent's
-        last one: its override until it expires, its throttle probability
-        and concurrency share."""
+        last one: its override until it expires, its concurrency share, and
+        its throttle probability for one breaker window after the agent
+        stopped deciding."""
         s = self._local.snapshot()
         k = self._kept
         if k is None:
