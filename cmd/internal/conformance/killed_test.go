@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
@@ -23,7 +24,7 @@ type agentProc struct {
 	cmd       *exec.Cmd
 	socket    string
 	proxyAddr string
-	log       *syncBuffer
+	log       *sstest.Buffer
 	exited    chan struct{}
 }
 
@@ -37,7 +38,7 @@ func startAgentProcess(t *testing.T, name string, etcd []string) *agentProc {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &agentProc{name: name, socket: filepath.Join(dir, "agent.sock"), log: &syncBuffer{}, exited: make(chan struct{})}
+	p := &agentProc{name: name, socket: filepath.Join(dir, "agent.sock"), log: &sstest.Buffer{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(agentBinary, "--name", name, "--zone", "z1", "--data-dir", filepath.Join(dir, "data"),
 		"--etcd", strings.Join(etcd, ","), "--socket", p.socket, "--gossip-addr", "127.0.0.1:0", "--http-addr", "",
 		"--proxy-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // pythonBin is the interpreter the Python client supports: Debian's, which
@@ -57,7 +58,7 @@ type pyCaller struct {
 	a      *agent.Agent
 	in     io.WriteCloser
 	lines  chan string
-	stderr *syncBuffer
+	stderr *sstest.Buffer
 
 	mu sync.Mutex // one command at a time
 }
@@ -73,7 +74,7 @@ func newPyCaller(t *testing.T, a *agent.Agent, addr, service string) *pyCaller {
 	}
 	cmd := exec.Command(pythonBin, filepath.Join(root, "clientlib", "python", "tests", "driver.py"),
 		"--serve", "--agent", addr, "--service", service, "--agent-wait", fmt.Sprint(agentWait.Seconds()))
-	p := &pyCaller{a: a, lines: make(chan string, 16), stderr: &syncBuffer{}}
+	p := &pyCaller{a: a, lines: make(chan string, 16), stderr: &sstest.Buffer{}}
 	cmd.Stderr = p.stderr
 	if p.in, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)

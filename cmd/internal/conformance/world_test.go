@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,25 +25,6 @@ import (
 // policy applied, a breaker opened, a snapshot pushed): generous, for a
 // loaded 2-core machine.
 const settle = 20 * time.Second
-
-// syncBuffer is a log written by several goroutines, printed when a test
-// fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // world is what the callers take part in: an embedded etcd, a coordinator
 // on it (for fuseboxctl), and agents that found each other through it,
@@ -108,7 +88,7 @@ func startAgent(t *testing.T, name string, etcd []string) *agent.Agent {
 	t.Helper()
 	cfg := agenttest.Config(t, name, etcd)
 	cfg.Proxy.Addr = "127.0.0.1:0"
-	log := &syncBuffer{}
+	log := &sstest.Buffer{}
 	a, err := agent.New(cfg, agent.WithLogger(slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))))
 	if err != nil {
 		t.Fatalf("agent.New(%s): %v", name, err)
