@@ -41,6 +41,9 @@ PROTO='sharedstate|protocol|protocol/fuseboxv1|protocol/convert'
 rule() {
   ALLOW='^$'; DENY='^$'; WHY=''
   case "$1" in
+    cmd/internal/conformance)
+      ALLOW='^$'; DENY='.'
+      WHY='cmd/internal/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
     cmd/*) ALLOW='.*'; WHY='cmd may import everything' ;;
     sharedstate/store/embedded/embeddedtest)
       ALLOW='^(sharedstate|sharedstate/store|sharedstate/store/embedded)$'; DENY='hashicorp/memberlist'
