@@ -142,6 +142,9 @@ func (g *Gossip) afterApply(fresh *fuseboxv1.GossipBatch, refused int) {
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	g := (*Gossip)(d)
+	if g.cfg.RowFanout > 0 {
+		return nil // records and rows go in broadcast rounds of their own (rounds.go)
+	}
 	out := g.recQueue.GetBroadcasts(overhead, limit)
 	used := 0
 	for _, b := range out {
@@ -219,6 +222,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		e.unindexAddr(old.Addr)
 	}
 	delete(e.members, m.Name)
+	(*Gossip)(e).removePeer(m.Name)
 	e.membersMu.Unlock()
 	if e.cfg.Events != nil {
 		e.cfg.Events.MemberLeft(m)
@@ -241,6 +245,7 @@ func (e *events) setMember(m Member) {
 	}
 	e.members[m.Name] = m
 	e.memberAddrs[m.Addr]++
+	(*Gossip)(e).addPeer(m.Name)
 	e.membersMu.Unlock()
 }
 

@@ -111,12 +111,16 @@ type Stats struct {
 	// records (the rest carried urgent rows only): the cost of
 	// transitions, bounded by proposers × other members per transition.
 	DirectRecordsOut uint64
+	// RoundsOut counts the packets of the broadcast rounds (also in MsgsOut
+	// "message"; Config.RowFanout).
+	RoundsOut uint64
 }
 
 type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
 	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
 	directOut, directRecordsOut        atomic.Uint64
+	roundsOut                          atomic.Uint64
 }
 
 // Kinds are the keys of Stats' byte and message maps (and the values of the
@@ -170,6 +174,11 @@ type Gossip struct {
 	membersMu   sync.Mutex
 	members     map[string]Member // live members, copied in event callbacks
 	memberAddrs map[string]int    // their gossip addresses (host:port) -> how many members use it
+	peers       []string          // names of the live members but this node, for randomPeers
+	peerIdx     map[string]int    // name -> index in peers
+
+	stopRounds chan struct{} // closed by Close: ends roundLoop
+	roundsDone chan struct{} // closed when roundLoop returned (nil: none runs)
 
 	dropLog rateLog // one log line per drop reason per minute
 
@@ -230,7 +239,8 @@ func New(cfg Config) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{}}
+	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
+		peerIdx: map[string]int{}, stopRounds: make(chan struct{})}
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -243,10 +253,13 @@ func New(cfg Config) (*Gossip, error) {
 	mc.GossipInterval = cfg.GossipInterval
 	mc.PushPullInterval = cfg.PushPullInterval
 	mc.ProbeInterval = cfg.ProbeInterval
-	mc.ProbeTimeout = min(500*time.Millisecond, cfg.ProbeInterval/2)
+	mc.ProbeTimeout = min(cfg.ProbeTimeout, cfg.ProbeInterval/2)
 	mc.RetransmitMult = cfg.RetransmitMult
-	mc.TCPTimeout = 2 * time.Second
-	mc.DeadNodeReclaimTime = 5 * time.Second // a restarted agent (new port) may take its name back
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime // a restarted agent (new port) may take its name back
+	// Ten probe rounds: a member declared dead hears the gossip for as
+	// long as ten probes of it would have taken, enough to refute a false
+	// suspicion; longer only feeds packets to members that are gone.
 	mc.GossipToTheDeadTime = 10 * cfg.ProbeInterval
 	if cfg.Keyring != nil {
 		mc.Keyring = cfg.Keyring
@@ -296,6 +309,13 @@ func New(cfg Config) (*Gossip, error) {
 	// state, which it may rewrite later.
 	n := ml.LocalNode()
 	g.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	if cfg.RowFanout > 0 {
+		g.roundsDone = make(chan struct{})
+		go func() {
+			defer close(g.roundsDone)
+			g.roundLoop(g.stopRounds)
+		}()
+	}
 	return g, nil
 }
 
@@ -474,6 +494,7 @@ func (g *Gossip) Stats() Stats {
 	}
 	s.DirectOut = g.stats.directOut.Load()
 	s.DirectRecordsOut = g.stats.directRecordsOut.Load()
+	s.RoundsOut = g.stats.roundsOut.Load()
 	return s
 }
 
@@ -484,6 +505,10 @@ func (g *Gossip) Close(leaveTimeout time.Duration) error {
 	var err error
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
+		close(g.stopRounds)
+		if g.roundsDone != nil {
+			<-g.roundsDone
+		}
 		if leaveTimeout > 0 {
 			if lerr := g.ml.Leave(leaveTimeout); lerr != nil {
 				err = fmt.Errorf("gossip: leave: %w", lerr)

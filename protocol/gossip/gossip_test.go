@@ -121,7 +121,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, want := range []string{"Name", `BindAddr: must be host:port, got "nope"`, "AdvertiseAddr: port",
 		"Meta.Role", "Meta: gossip: node metadata too large", "Handler", "GossipInterval: must be at least 1ms, got -1s",
-		"PushPullInterval", "ProbeInterval", "RetransmitMult: must be at least 1, got 0"} {
+		"PushPullInterval", "ProbeInterval", "ProbeTimeout", "TCPTimeout", "DeadNodeReclaimTime", "RetransmitMult: must be at least 1, got 0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error does not name %q:\n%v", want, err)
 		}
@@ -136,7 +136,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("DefaultConfig().Validate() = %v, want %s named", err, f)
 		}
 	}
-	if err != nil && strings.Contains(err.Error(), "Interval") {
+	if err != nil && (strings.Contains(err.Error(), "Interval") || strings.Contains(err.Error(), "Time")) {
 		t.Errorf("DefaultConfig's timings refused: %v", err)
 	}
 }
