@@ -144,6 +144,11 @@ func (e *memberEvents) MemberJoined(m gossip.Member) {
 	}
 	if m.Meta.IsAgent() {
 		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+		if a.missingPeers.Load() {
+			// Some registered agents were missing and one is back: a
+			// partition may have healed, rejoin now (joinLoop).
+			a.kickJoin()
+		}
 	}
 	a.lg.Info("gossip member joined", "member", m.Name, "addr", m.Addr, "role", m.Meta.Role, "zone", m.Meta.Zone)
 	if m.MetaErr != nil {
