@@ -15,9 +15,12 @@
 //	defer f.Close()
 //	r, err := scale.Trip(ctx, f, "dep-a", 5, time.Second)
 //
-// Tests in this package run the scenarios at N ≤ 50 and assert counts and
+// Tests in this package run the scenarios at N ≤ 20 and assert counts and
 // orderings; `make scale` runs ./agent/internal/scale/cmd/scale for N up to
-// 500 and prints the table. Everything runs in real time: memberlist has no
-// injectable clock, so the sizes a run can afford are bounded by the
-// machine's CPU (the table reports the CPU the run used).
+// 500 and prints the table. memberlist has no injectable clock, so a fleet
+// runs on real timers; to afford hundreds of agents on a few cores it runs
+// dilated (FleetConfig.Dilate, dilate.go): every timer K times longer, the
+// engines on a clock K times slower, and every figure reported in protocol
+// time. The table reports the CPU the run used and how late its timers
+// fired, which say whether K was large enough.
 package scale
