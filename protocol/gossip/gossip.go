@@ -553,7 +553,7 @@ const RejoinFanout = 3
 // takes at most one dial timeout however many are unreachable. It returns
 // every missing target, how many of the chosen ones answered, and their
 // errors. A join is a push-pull state exchange, so records and rows
-// converge with it.
+// converge with it; a target that answers is joined twice (see below).
 func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err error) {
 	missing = g.Missing(targets)
 	if len(missing) == 0 {
@@ -566,7 +566,18 @@ func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err err
 	errs := make([]error, len(chosen))
 	var wg sync.WaitGroup
 	for i, t := range chosen {
-		wg.Go(func() { ns[i], errs[i] = g.Join([]string{t}) })
+		wg.Go(func() {
+			if ns[i], errs[i] = g.Join([]string{t}); ns[i] > 0 {
+				// Twice: memberlist takes a member it holds dead back only
+				// at a higher incarnation, and each side of a join learns
+				// of its own death in the join itself (and refutes, to the
+				// next incarnation) after it sent its state. The second
+				// exchange carries both refutations: the two take each
+				// other back at once instead of when the refutations
+				// arrive by gossip or a later round.
+				g.Join([]string{t})
+			}
+		})
 	}
 	wg.Wait()
 	for _, n := range ns {
