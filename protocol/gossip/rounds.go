@@ -44,40 +44,17 @@ func (g *Gossip) roundLoop(stop <-chan struct{}) {
 }
 
 // round sends one packet to each of RowFanout random other members:
-// queued records first, then rows, as many as fit in one frame (the
-// queues count each packet as one transmit of what it carries, as
-// memberlist's gossip does). A round with nothing queued sends nothing.
+// queued records first, then this node's rows and the rows it relays, as
+// many as fit in one frame (the queues count each packet as one transmit
+// of what it carries, as memberlist's gossip does). A round with nothing
+// queued sends nothing.
 func (g *Gossip) round() {
-	if g.recQueue.NumQueued()+g.queue.NumQueued() == 0 {
+	if g.recQueue.NumQueued()+g.queue.NumQueued()+g.rows.len() == 0 {
 		return
 	}
 	for _, to := range g.randomPeers(g.cfg.RowFanout) {
-		frames := g.recQueue.GetBroadcasts(0, roundPacketBytes)
-		used := 0
-		for _, f := range frames {
-			used += len(f)
-		}
-		if roundPacketBytes-used > 0 {
-			frames = append(frames, g.queue.GetBroadcasts(0, roundPacketBytes-used)...)
-		}
-		if len(frames) == 0 {
-			return
-		}
-		// Each queued frame holds one item (Broadcast): a packet is one
-		// frame of all of them. Merging costs less than a frame per item
-		// (their headers), so the merged frame fits where they did.
-		b := &fuseboxv1.GossipBatch{}
-		for _, fr := range frames {
-			f, err := g.cfg.Codec.Decode(fr)
-			if err != nil || f.Batch == nil {
-				continue // our own encoding: cannot happen
-			}
-			b.Rows = append(b.Rows, f.Batch.GetRows()...)
-			b.Records = append(b.Records, f.Batch.GetRecords()...)
-		}
-		frame, err := g.cfg.Codec.EncodeBatch(b)
-		if err != nil {
-			g.lg.Warn("gossip broadcast round: encode", "err", err)
+		frame := g.roundFrame()
+		if frame == nil {
 			return
 		}
 		if err := g.ml.SendToAddress(memberlist.Address{Addr: to.Addr, Name: to.Name}, frame); err != nil {
@@ -88,6 +65,37 @@ func (g *Gossip) round() {
 		g.stats.msgsOut[0].Add(1)
 		g.stats.roundsOut.Add(1)
 	}
+}
+
+// roundFrame returns one frame of what a packet of a round carries (nil:
+// nothing queued). The queued frames (fill) are merged into one: the
+// signed items travel in their envelopes, unchanged, so the origins'
+// signatures hold, and one frame header costs less than one a frame, so
+// the merged frame fits where they did. It is encoded at the version this
+// node sends now: a frame queued at another version goes out at this one,
+// each item in it as it was queued (plain, signed, or both).
+func (g *Gossip) roundFrame() []byte {
+	frames := g.fill(0, roundPacketBytes)
+	if len(frames) == 0 {
+		return nil
+	}
+	b := &fuseboxv1.GossipBatch{}
+	for _, fr := range frames {
+		f, err := g.cfg.Codec.Decode(fr)
+		if err != nil || f.Batch == nil {
+			continue // our own encoding: cannot happen
+		}
+		b.Rows = append(b.Rows, f.Batch.GetRows()...)
+		b.SignedRows = append(b.SignedRows, f.Batch.GetSignedRows()...)
+		b.Records = append(b.Records, f.Batch.GetRecords()...)
+		b.SignedRecords = append(b.SignedRecords, f.Batch.GetSignedRecords()...)
+	}
+	frame, err := g.cfg.Codec.EncodeBatchAt(g.SendVersion(), b)
+	if err != nil {
+		g.lg.Warn("gossip broadcast round: encode", "err", err)
+		return nil
+	}
+	return frame
 }
 
 // randomPeers returns up to k distinct alive members other than this

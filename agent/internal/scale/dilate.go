@@ -28,7 +28,9 @@ import (
 //     its timers' random start offsets follow their intervals.
 //   - The engine (policy window and its buckets, heartbeats every window/2,
 //     row expiry after 2 × window, open durations, probe timeouts, the
-//     proposer delay, the fast path's suffixes): by the clock (Clock), not
+//     proposer delay, the idle retention of forgotten dependencies, the
+//     local API's report-rate bucket, the fast path's suffixes): by the
+//     clock (Clock), not
 //     by changing the policy, so every time the engine decides by is
 //     dilated, its hidden constants included.
 //   - The network: simnet link latency and jitter (DilateLink); a stream
@@ -70,8 +72,9 @@ func agentTimings(c *agent.Config) []*time.Duration {
 }
 
 // engineTimings names the time.Duration fields of agent.Config that the
-// engine measures on its clock: a dilated clock dilates them.
-var engineTimings = []string{"ProposerDelay"}
+// engine measures on its clock (the proposer delay, how long an idle
+// dependency is kept): a dilated clock dilates them.
+var engineTimings = []string{"ProposerDelay", "IdleRetention"}
 
 // DilateLink multiplies a link's latency and jitter by k.
 func DilateLink(l simnet.Link, k float64) simnet.Link {
