@@ -46,7 +46,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
 SCALE_SIZES  ?= 10,50,200,500
-# Time dilation per fleet size (N:K, see README "Scale"): each size runs K
+# Time dilation per fleet size (N:K, see agent/README.md "Scale"): each size runs K
 # times slower than real time so that its agents get K times the CPU per
 # protocol round; sizes not listed run at K = 1.
 SCALE_DILATE ?= 200:2,500:4,1000:12

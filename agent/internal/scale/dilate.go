@@ -51,6 +51,11 @@ import (
 //     protocol) and its 10 ms "slow packet handler" log threshold.
 //   - simnet's delivery of a packet that is due (at once) and its queue
 //     length (a count).
+//   - gossip's hour-long keep of a departed member's key (retiredKeyTTL:
+//     longer than any run), its once-a-minute log limiter (logs only), the
+//     key directory's lookups (no registry of keys in the simulation: keys
+//     travel in member metadata) and the TCP transport's read deadline
+//     (simnet replaces the transport).
 
 // DilateAgent multiplies every real-time timing of c by k (k ≥ 1). The
 // engine's own times (ProposerDelay, the policy) are left to the clock.
