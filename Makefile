@@ -46,6 +46,11 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
 SCALE_SIZES  ?= 10,50,200,500
+# Time dilation per fleet size (N:K, see agent/README.md "Scale"): each size runs K
+# times slower than real time so that its agents get K times the CPU per
+# protocol round; sizes not listed run at K = 1.
+SCALE_DILATE ?= 200:2,500:4,1000:12
+SCALE_ARGS   ?=
 N            ?= 40
 BENCH        ?= .
 BENCH_COUNT  ?= 6
@@ -88,8 +93,8 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	fi
 
 .PHONY: scale
-scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print agent/README.md's Scale table
-	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES)
+scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500, SCALE_DILATE=200:2,500:4,1000:12) and print the Scale table of agent/README.md
+	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES) -dilate $(SCALE_DILATE) $(SCALE_ARGS)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
 # sockets (an embedded etcd, unix sockets in a temp dir; every agent is

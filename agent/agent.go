@@ -160,6 +160,7 @@ type Agent struct {
 
 	joined         atomic.Bool // gossip has at least one other member, or was joined once
 	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
+	missingPeers   atomic.Bool // the last rejoin round found registered agents memberlist does not list as alive
 	policiesLoaded atomic.Bool
 	kill           atomic.Bool // Close without leaving (tests: a crash)
 }
@@ -285,6 +286,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.PushPullInterval = cfg.PushPullInterval
 	gc.ProbeInterval = cfg.ProbeInterval
 	gc.RetransmitMult = cfg.RetransmitMult
+	gc.ProbeTimeout = cfg.ProbeTimeout
+	gc.TCPTimeout = cfg.GossipTCPTimeout
+	gc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	gc.RowFanout = cfg.RowFanout
 	gc.Relay = true
 	gc.Handler = (*gossipHandler)(a)
 	gc.Events = (*memberEvents)(a)
@@ -429,7 +434,7 @@ func (a *Agent) Close() error {
 			a.proxy.Close()
 		}
 
-		leave := min(time.Second, time.Until(deadline)/2)
+		leave := min(a.cfg.LeaveTimeout, time.Until(deadline)/2)
 		if a.kill.Load() {
 			leave = 0
 		}
