@@ -29,6 +29,8 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 TEST_TIMEOUT ?= 15m
 SCALE_SIZES  ?= 10,50,200,500
 N            ?= 40
+DURATION     ?= 10m
+SEED         ?= 0
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
@@ -80,6 +82,17 @@ scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) 
 	@mkdir -p $(BIN)
 	$(GO) build -o $(BIN)/fusebox-agent ./cmd/fusebox-agent
 	$(GO) run ./agent/internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
+
+# Real fusebox-agent, etcd and fusebox-coordinator processes in network
+# namespaces under random faults drawn from a seed, with continuous checks
+# (README "How we test", "Soak"). Needs root; not part of `make test`.
+.PHONY: soak
+soak: ## run Fusebox under random faults for DURATION (10m; SEED=N replays a schedule; root only)
+	@[ "$$(id -u)" = 0 ] || { echo "soak: needs root (network namespaces, nftables): run 'make soak' as root"; exit 2; }
+	@command -v nft >/dev/null || { echo "installing Debian's nftables for the soak"; apt-get update && apt-get install -y nftables; }
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/fusebox-agent ./cmd/fusebox-coordinator ./cmd/fuseboxctl
+	$(GO) run ./agent/internal/soak/cmd/soak -duration $(DURATION) -seed $(SEED) -bin $(BIN) $(ARGS)
 
 bench: test-deps ## run the benchmarks of the README's Performance section
 	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...
