@@ -7,6 +7,22 @@ import (
 	"time"
 )
 
+// tally is what every checker keeps: how many checks it ran and what
+// broke.
+type tally struct {
+	Checks     int
+	violations []Violation
+}
+
+// fail records v and returns it, as the checkers' methods do.
+func (t *tally) fail(v Violation) []Violation {
+	t.violations = append(t.violations, v)
+	return []Violation{v}
+}
+
+// Violations returns every violation so far.
+func (t *tally) Violations() []Violation { return t.violations }
+
 // Violation is one broken invariant.
 type Violation struct {
 	At      time.Time
@@ -85,9 +101,8 @@ type HealthyChecker struct {
 	Dependency      string
 	AllowForcedOpen bool
 
-	Checks     int
-	violations []Violation
-	reported   map[string]bool // one violation per agent and state
+	tally
+	reported map[string]bool // one violation per agent and state
 }
 
 // Snapshot checks one pushed snapshot of agent.
@@ -117,8 +132,7 @@ func (c *HealthyChecker) Snapshot(at time.Time, agent string, b Breaker) []Viola
 	c.reported[key] = true
 	v := Violation{At: at, Check: "healthy-never-refused", Subject: agent,
 		Detail: fmt.Sprintf("%s: %s at the agent", c.Dependency, bad)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
 
 // Refused checks a call to the dependency that Fusebox refused (an error
@@ -131,15 +145,11 @@ func (c *HealthyChecker) Refused(at time.Time, agent, reason, status string) []V
 	}
 	v := Violation{At: at, Check: "healthy-never-refused", Subject: agent,
 		Detail: fmt.Sprintf("%s: a call was refused (%s; client: %s)", c.Dependency, reason, status)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
 
 // Call counts a call that was not refused.
 func (c *HealthyChecker) Call() { c.Checks++ }
-
-// Violations returns every violation so far.
-func (c *HealthyChecker) Violations() []Violation { return c.violations }
 
 // ---------------------------------------------------------------------------
 
@@ -214,13 +224,12 @@ type DeadChecker struct {
 	Dependency        string
 	Bound, FaultBound time.Duration
 
-	Checks     int
-	deadSince  time.Time
-	agents     agents
-	opened     map[string]time.Duration // per agent incarnation: time to refusing
-	reported   map[string]time.Time     // agent → the incarnation reported
-	violations []Violation
-	latencies  []time.Duration
+	tally
+	deadSince time.Time
+	agents    agents
+	opened    map[string]time.Duration // per agent incarnation: time to refusing
+	reported  map[string]time.Time     // agent → the incarnation reported
+	latencies []time.Duration
 }
 
 // Dead records that the dependency fails every call from at on.
@@ -289,7 +298,7 @@ func (c *DeadChecker) Tick(now time.Time, e *Exposure) []Violation {
 		viol := Violation{At: now, Check: "dead-open-everywhere", Subject: name,
 			Detail: fmt.Sprintf("%s: not refusing %v after %s (bound %v): %s", c.Dependency,
 				now.Sub(ref).Round(time.Millisecond), refName(ref, c.deadSince), bound, why)}
-		c.violations = append(c.violations, viol)
+		c.fail(viol)
 		out = append(out, viol)
 	}
 	return out
@@ -298,9 +307,6 @@ func (c *DeadChecker) Tick(now time.Time, e *Exposure) []Violation {
 // Latencies returns, per agent process that refused, how long after the
 // later of the death and its start it first did.
 func (c *DeadChecker) Latencies() []time.Duration { return c.latencies }
-
-// Violations returns every violation so far.
-func (c *DeadChecker) Violations() []Violation { return c.violations }
 
 func refName(ref, dead time.Time) string {
 	if ref.Equal(dead) {
@@ -330,15 +336,14 @@ func later(a, b time.Time) time.Time {
 type WriteChecker struct {
 	Bound time.Duration
 
-	Checks     int
-	want       Desired
-	wantSince  time.Time
-	version    int
-	agents     agents
-	applied    map[string]int // agent → the version its snapshot matched last
-	reported   map[string]int // agent → the version reported
-	violations []Violation
-	latencies  []time.Duration
+	tally
+	want      Desired
+	wantSince time.Time
+	version   int
+	agents    agents
+	applied   map[string]int // agent → the version its snapshot matched last
+	reported  map[string]int // agent → the version reported
+	latencies []time.Duration
 }
 
 // Expect records what etcd holds, read at at. It returns whether that is
@@ -426,7 +431,7 @@ func (c *WriteChecker) Tick(now time.Time, e *Exposure) []Violation {
 		viol := Violation{At: now, Check: "writes-reach-every-agent", Subject: name,
 			Detail: fmt.Sprintf("etcd holds %s since %v ago; the agent shows %s (bound %v after the change, the agent's start or the last fault on its etcd path)",
 				c.want, now.Sub(c.wantSince).Round(time.Millisecond), got, c.Bound)}
-		c.violations = append(c.violations, viol)
+		c.fail(viol)
 		out = append(out, viol)
 	}
 	return out
@@ -452,8 +457,7 @@ func (c *WriteChecker) Acked(at time.Time, w Write, inEtcd Desired) []Violation 
 	}
 	v := Violation{At: at, Check: "acknowledged-write-in-etcd", Subject: string(w.Op),
 		Detail: fmt.Sprintf("fuseboxctl acknowledged %s; etcd then held %s", w.Describe(), inEtcd)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
 
 // Latencies returns how long each agent took to apply each change (from
@@ -462,9 +466,6 @@ func (c *WriteChecker) Latencies() []time.Duration { return c.latencies }
 
 // Changes returns how many distinct states etcd went through.
 func (c *WriteChecker) Changes() int { return c.version }
-
-// Violations returns every violation so far.
-func (c *WriteChecker) Violations() []Violation { return c.violations }
 
 // ---------------------------------------------------------------------------
 
@@ -475,8 +476,7 @@ func (c *WriteChecker) Violations() []Violation { return c.violations }
 type WritePathChecker struct {
 	Bound time.Duration
 
-	Checks     int
-	violations []Violation
+	tally
 }
 
 // Failed checks a write that failed (its exit code and output).
@@ -488,15 +488,11 @@ func (c *WritePathChecker) Failed(at time.Time, w Write, exit int, out string, e
 	}
 	v := Violation{At: at, Check: "writes-succeed-without-faults", Subject: string(w.Op),
 		Detail: fmt.Sprintf("%s failed (exit %d) with no fault on the write path for %v: %s", w.Describe(), exit, c.Bound, out)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
 
 // Succeeded counts a write that succeeded.
 func (c *WritePathChecker) Succeeded() { c.Checks++ }
-
-// Violations returns every violation so far.
-func (c *WritePathChecker) Violations() []Violation { return c.violations }
 
 // ---------------------------------------------------------------------------
 
@@ -507,9 +503,8 @@ type MembershipChecker struct {
 	N     int
 	Bound time.Duration
 
-	Checks     int
-	reported   map[string]bool
-	violations []Violation
+	tally
+	reported map[string]bool
 }
 
 // Members checks agent's count of alive agents, sampled at at.
@@ -531,12 +526,8 @@ func (c *MembershipChecker) Members(at time.Time, agent string, alive int, e *Ex
 	c.reported[agent] = true
 	v := Violation{At: at, Check: "membership-heals", Subject: agent,
 		Detail: fmt.Sprintf("counts %d agents alive, not %d, with no gossip fault for %v", alive, c.N, c.Bound)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
-
-// Violations returns every violation so far.
-func (c *MembershipChecker) Violations() []Violation { return c.violations }
 
 // ---------------------------------------------------------------------------
 
@@ -545,10 +536,9 @@ func (c *MembershipChecker) Violations() []Violation { return c.violations }
 type DeadlineChecker struct {
 	Slack time.Duration
 
-	Checks     int
+	tally
 	Max        time.Duration // the largest overshoot seen (negative: none)
 	MaxSubject string
-	violations []Violation
 	started    bool
 }
 
@@ -564,19 +554,14 @@ func (c *DeadlineChecker) Call(at time.Time, subject string, deadline, took time
 	}
 	v := Violation{At: at, Check: "no-deadline-miss", Subject: subject,
 		Detail: fmt.Sprintf("a call with a %v deadline returned after %v (slack %v)", deadline, took.Round(time.Millisecond), c.Slack)}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
-
-// Violations returns every violation so far.
-func (c *DeadlineChecker) Violations() []Violation { return c.violations }
 
 // ---------------------------------------------------------------------------
 
 // ProcessChecker checks that no process exits unless the soak stopped it.
 type ProcessChecker struct {
-	Checks     int
-	violations []Violation
+	tally
 }
 
 // Exited records that a process exited; expected says the soak stopped it.
@@ -586,12 +571,8 @@ func (c *ProcessChecker) Exited(at time.Time, name string, expected bool, detail
 		return nil
 	}
 	v := Violation{At: at, Check: "no-unexpected-exit", Subject: name, Detail: detail}
-	c.violations = append(c.violations, v)
-	return []Violation{v}
+	return c.fail(v)
 }
-
-// Violations returns every violation so far.
-func (c *ProcessChecker) Violations() []Violation { return c.violations }
 
 // sortViolations orders violations by time.
 func sortViolations(vs []Violation) {

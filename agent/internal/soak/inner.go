@@ -213,6 +213,10 @@ func (r *soakRun) run(ctx context.Context) int {
 	if interrupted {
 		fmt.Fprintln(r.out, "soak: interrupted; the summary covers the run so far")
 	}
+	r.m.mu.Lock()
+	csv := r.m.trends.CSV(r.m.start)
+	r.m.mu.Unlock()
+	os.WriteFile(filepath.Join(cfg.RunDir, "resources.csv"), []byte(csv), 0o600)
 	sum := r.summary(end, deps)
 	fmt.Fprint(r.out, sum)
 	os.WriteFile(filepath.Join(cfg.RunDir, "summary.txt"), []byte(sum), 0o600)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -187,4 +188,24 @@ func fmtResource(name string, v int64) string {
 		return fmt.Sprintf("%.1f MiB", float64(v)/(1<<20))
 	}
 	return fmt.Sprint(v)
+}
+
+// CSV returns every sample, one line each: process, incarnation, seconds
+// since start, RSS bytes, open files, threads, goroutines (-1: unknown).
+func (c *TrendChecker) CSV(start time.Time) string {
+	var b strings.Builder
+	b.WriteString("process,incarnation,seconds,rss_bytes,open_files,threads,goroutines\n")
+	keys := make([]string, 0, len(c.series))
+	for k := range c.series {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		s := c.series[k]
+		for i, at := range s.at {
+			r := s.res[i]
+			fmt.Fprintf(&b, "%q,%d,%.1f,%d,%d,%d,%d\n", s.process, s.incarnation, at.Sub(start).Seconds(), r.RSS, r.FDs, r.Threads, r.Goroutines)
+		}
+	}
+	return b.String()
 }
