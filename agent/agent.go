@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -32,7 +35,13 @@ import (
 // variable so that builds stamp it: go build -ldflags "-X
 // github.com/fusebox-dev/fusebox/agent.Version=v1.2.3" (the container image
 // does, deploy/docker/Dockerfile).
-var Version = "0.1.0"
+var Version = "0.2.0-dev"
+
+// KeyFileName is the file in Config.DataDir that holds the agent's gossip
+// signing key (created at first start, mode 0600; gossip.LoadOrCreateKey).
+// Keep it with the data directory: the fleet knows the agent by it, and the
+// records the agent proposed verify only with it.
+const KeyFileName = "gossip-ed25519.key"
 
 // ShutdownMessage is the message of the codes.Unavailable status with which
 // the agent ends open Session streams when it shuts down. clientlib treats
@@ -110,6 +119,8 @@ type Agent struct {
 	gossip  *gossip.Gossip
 	gsp     atomic.Pointer[gossip.Gossip] // gossip, for the handler (memberlist may call it before New returns)
 	keyring *memberlist.Keyring           // nil without encryption
+	signer  ed25519.PrivateKey            // signs this agent's rows and records
+	keys    *gossip.KeyDirectory          // the etcd member entries' keys; nil without etcd
 	reg     *prometheus.Registry
 	m       *metrics
 	hub     *hub
@@ -120,13 +131,21 @@ type Agent struct {
 	tcpLn   net.Listener
 	httpSrv *http.Server
 	httpLn  net.Listener
+	proxy   *proxy.Proxy // the egress proxy; nil when off
+
+	egressOutcomes prometheus.Counter // outcomes_total{source="proxy"}
 
 	etcd     *store.Client
 	ownEtcd  bool
 	etcdOnce sync.Once
 	store    *store.Store
+	watcher  atomic.Pointer[store.Watcher] // set once watchLoop runs
+	regKick  chan struct{}                 // etcdSync changed: update the registration
 
 	policies policyState
+
+	sessionBytes atomic.Int64 // dependency state all sessions hold (--max-sessions-bytes)
+	reportRate   reportRates  // Report's rate buckets, per dependency
 
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
@@ -152,7 +171,7 @@ type Agent struct {
 // even for port 0. memberlist starts answering at once; nothing joins,
 // serves or watches until Start. On error New releases what it took.
 func New(cfg Config, opts ...Option) (_ *Agent, err error) {
-	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{})}
+	a := &Agent{cfg: cfg, shutdown: make(chan struct{}), done: make(chan struct{}), regKick: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(&a.opts)
 	}
@@ -183,11 +202,15 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	if a.signer, err = gossip.LoadOrCreateKey(filepath.Join(cfg.DataDir, KeyFileName)); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 
 	a.hub = newHub()
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
 		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
+		IdleRetention: cfg.IdleRetention,
 		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
 	}
 	if a.eng, err = sharedstate.NewEngine(ec); err != nil {
@@ -240,6 +263,26 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.httpSrv = timeouts.server(a.httpHandler())
 
+	// etcd before gossip: the member entries are where peers' keys come from.
+	if a.opts.etcdClient != nil {
+		a.etcd = a.opts.etcdClient
+	} else if len(cfg.Etcd) > 0 {
+		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
+			return nil, err
+		}
+		a.ownEtcd = true
+	}
+	if a.etcd != nil {
+		if a.store, err = store.New(store.Config{Client: a.etcd, Prefix: cfg.EtcdPrefix, Clock: a.clock}); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		a.keys = gossip.NewKeyDirectory(a.lookupKey)
+		a.keys.Set(gossip.KeyEntry{Node: cfg.Name, Key: a.signer.Public().(ed25519.PublicKey)})
+	} else {
+		// No etcd: the cache or the defaults are all the policies there are.
+		a.policiesLoaded.Store(true)
+	}
+
 	gc := gossip.DefaultConfig()
 	gc.Name = cfg.Name
 	gc.BindAddr = cfg.GossipAddr
@@ -255,27 +298,21 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.Events = (*memberEvents)(a)
 	gc.Logger = a.lg
 	gc.Transport = a.opts.transport
+	gc.Signer = a.signer
+	if a.keys != nil {
+		gc.Keys = a.keys.Key
+	}
 	a.gossip, err = gossip.New(gc)
 	if err != nil {
 		return nil, err
 	}
 	a.gsp.Store(a.gossip)
 
-	if a.opts.etcdClient != nil {
-		a.etcd = a.opts.etcdClient
-	} else if len(cfg.Etcd) > 0 {
-		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
-			return nil, err
+	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
+		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
+		if a.proxy, err = a.newProxy(); err != nil {
+			return nil, fmt.Errorf("agent: proxy-addr: %w", err)
 		}
-		a.ownEtcd = true
-	}
-	if a.etcd != nil {
-		if a.store, err = store.New(store.Config{Client: a.etcd, Prefix: cfg.EtcdPrefix, Clock: a.clock}); err != nil {
-			return nil, fmt.Errorf("agent: %w", err)
-		}
-	} else {
-		// No etcd: the cache or the defaults are all the policies there are.
-		a.policiesLoaded.Store(true)
 	}
 	return a, nil
 }
@@ -330,6 +367,9 @@ func (a *Agent) Start(ctx context.Context) error {
 			return nil
 		})
 	}
+	if a.proxy != nil {
+		serve("proxy", a.proxy.Serve)
+	}
 	a.goLoop(a.tickLoop)
 	a.goLoop(a.joinLoop)
 	if a.keyring != nil {
@@ -340,7 +380,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.goLoop(a.registerLoop)
 	}
 	a.lg.Info("agent started", "gossip", a.GossipAddr(), "socket", a.cfg.Socket,
-		"grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "etcd", a.cfg.Etcd, "version", Version)
+		"grpc", a.GRPCAddr(), "http", a.HTTPAddr(), "proxy", a.ProxyAddr(), "etcd", a.cfg.Etcd, "version", Version)
 	return nil
 }
 
@@ -365,7 +405,8 @@ func (a *Agent) fail(err error) {
 // Close shuts the agent down, bounded by Config.ShutdownTimeout, in this
 // order: health and readiness turn to NOT_SERVING; open Session streams end
 // with codes.Unavailable and ShutdownMessage; the gRPC servers stop; the
-// agent leaves the gossip cluster (peers see it "left" at once, not dead
+// egress proxy stops (its requests in flight get a third of the timeout);
+// the agent leaves the gossip cluster (peers see it "left" at once, not dead
 // after a timeout) and shuts memberlist down; the etcd watch and the
 // registration stop (the registration's lease is revoked); HTTP stops; the
 // socket file is removed. Close waits for every goroutine the agent started
@@ -392,6 +433,9 @@ func (a *Agent) Close() error {
 			<-stopped
 		}
 		t.Stop()
+		if a.proxy != nil {
+			a.proxy.Close()
+		}
 
 		leave := min(time.Second, time.Until(deadline)/2)
 		if a.kill.Load() {
@@ -420,6 +464,9 @@ func (a *Agent) release() {
 	if a.cancel != nil {
 		a.cancel()
 	}
+	if a.proxy != nil {
+		a.proxy.Close()
+	}
 	if a.gossip != nil {
 		a.gossip.Close(0)
 	}
@@ -430,6 +477,9 @@ func (a *Agent) release() {
 	}
 	if a.sockLn != nil {
 		os.Remove(a.cfg.Socket)
+	}
+	if a.keys != nil {
+		a.keys.Close()
 	}
 	a.closeEtcd()
 }

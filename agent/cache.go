@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // CacheFile is the name of the last-good policy cache in Config.DataDir.
@@ -17,13 +19,18 @@ const cacheVersion = 1
 // policyCache is the on-disk form of the last good set of policies and
 // overrides: the raw JSON values as validated from etcd, keyed by name
 // (policies, "_default" included) or dependency (overrides), with the etcd
-// revision they were read at.
+// revision they were read at, the cluster they came from and each one's
+// mod revision (the watcher checks them against etcd: a cache from another
+// history is not kept; a cache written by an older build has neither).
 type policyCache struct {
-	Version   int                        `json:"version"`
-	Revision  int64                      `json:"revision"`
-	Saved     time.Time                  `json:"saved"`
-	Policies  map[string]json.RawMessage `json:"policies"`
-	Overrides map[string]json.RawMessage `json:"overrides"`
+	Version           int                        `json:"version"`
+	Revision          int64                      `json:"revision"`
+	ClusterID         store.ClusterID            `json:"clusterId,omitzero"`
+	Saved             time.Time                  `json:"saved"`
+	Policies          map[string]json.RawMessage `json:"policies"`
+	Overrides         map[string]json.RawMessage `json:"overrides"`
+	PolicyRevisions   map[string]int64           `json:"policyRevisions,omitempty"`
+	OverrideRevisions map[string]int64           `json:"overrideRevisions,omitempty"`
 }
 
 // loadCache reads the cache in dir. A missing file is (nil, nil).

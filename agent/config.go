@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
@@ -21,6 +22,9 @@ const (
 	DefaultGRPCAddr   = "" // loopback TCP is off unless asked for, e.g. 127.0.0.1:7950
 	DefaultHTTPAddr   = "127.0.0.1:7951"
 	DefaultSocket     = "/run/fusebox/agent.sock"
+	// DefaultProxyAddr is the usual --proxy-addr (the proxy is off unless
+	// given): loopback, beside the HTTP port.
+	DefaultProxyAddr  = "127.0.0.1:7952"
 	DefaultDataDir    = "/var/lib/fusebox/agent"
 	DefaultEtcdPrefix = "/fusebox/"
 )
@@ -30,7 +34,11 @@ const (
 	DefaultTickInterval    = 100 * time.Millisecond
 	DefaultShutdownTimeout = 5 * time.Second
 	DefaultMemberTTL       = 10 * time.Second
-	DefaultMaxDependencies = 10000
+	// DefaultMaxDependencies fits the manifests' 256 MiB memory limit:
+	// an agent at the cap with every dependency in use peaks at ~150 MiB
+	// while /metrics is scraped (BenchmarkAgentAtTheCap; at 10,000,
+	// 276 MiB: README "Sizing").
+	DefaultMaxDependencies = 5000
 	// DefaultMaxSessions is the default of Config.MaxSessions.
 	DefaultMaxSessions   = 1024
 	DefaultKeyringReload = 10 * time.Second
@@ -89,7 +97,7 @@ type Config struct {
 	// speak for a member).
 	InsecureGossip bool
 	// MaxDependencies caps how many dependencies this agent tracks (optional,
-	// default 10000).
+	// default DefaultMaxDependencies, 5000).
 	MaxDependencies int
 	// MaxRowsPerNode caps the rows (one per dependency) this agent keeps
 	// from any one other agent (optional, default 1000); more are dropped
@@ -117,6 +125,25 @@ type Config struct {
 	// one more is refused with ResourceExhausted (optional, default
 	// DefaultMaxSessions).
 	MaxSessions int
+	// MaxSessionBytes bounds the dependency state one session holds: each
+	// dependency it follows counts its name and 256 bytes; one more is
+	// refused (reason session_bytes) and its deltas with it (optional,
+	// default DefaultMaxSessionBytes).
+	MaxSessionBytes int
+	// MaxSessionsBytes bounds the same for all sessions together
+	// (optional, default DefaultMaxSessionsBytes).
+	MaxSessionsBytes int
+	// IdleRetention is how long a dependency whose breaker ever moved is
+	// kept while no agent reports traffic for it; then every agent forgets
+	// it, whatever its record, and refuses copies of that record for as
+	// long again (optional, default 1h; a dependency whose breaker never
+	// moved is forgotten after 2×window).
+	IdleRetention time.Duration
+	// MaxReportRate bounds the outcomes one session, and all Report calls
+	// together, may report for one dependency per second (a second's worth
+	// at once); a delta past it is refused whole (reason rate_exceeded),
+	// never capped (optional, default DefaultMaxReportRate).
+	MaxReportRate int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -146,8 +173,42 @@ type Config struct {
 	// apply without a restart (optional, default 10s).
 	KeyringReloadInterval time.Duration
 
+	// Proxy configures the HTTP egress proxy for services in any language
+	// (README "Services in other languages"; package agent/proxy).
+	Proxy ProxyConfig
+
 	// maxStateBytes overrides the push-pull state budget (tests).
 	maxStateBytes int
+}
+
+// ProxyConfig configures the agent's HTTP egress proxy.
+type ProxyConfig struct {
+	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services use
+	// it as HTTP_PROXY=http://ADDR (optional, default off). It must be
+	// loopback unless Insecure.
+	Addr string
+	// Insecure allows a non-loopback Addr (optional, default false: the
+	// proxy has no authentication, so whoever reaches it makes this host
+	// call any upstream AllowHosts admits).
+	Insecure bool
+	// AllowHosts, when set, are the only upstream hosts the proxy
+	// forwards to: names, *.domain, IPs, CIDR prefixes (optional, default
+	// any host but the agent's own listeners).
+	AllowHosts []string
+	// Routes map upstreams to dependencies, each
+	// [SCHEME://]HOST[:PORT]=DEPENDENCY; scheme https makes the proxy
+	// originate TLS, h2c speak HTTP/2 without TLS (optional).
+	Routes []string
+	// MaxConns caps the proxy's client connections (optional, default 1024).
+	MaxConns int
+	// MaxHeaderBytes caps a request's line and headers (optional, default 64 KiB).
+	MaxHeaderBytes int
+	// MaxBodyBuffer is the largest request body kept for retries (optional,
+	// default 1 MiB).
+	MaxBodyBuffer int
+	// CAFile is a PEM bundle of the CAs of upstreams the proxy originates
+	// TLS to (optional, default the system's).
+	CAFile string
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -169,6 +230,10 @@ func DefaultConfig() Config {
 		ProposerDelay:    sharedstate.DefaultProposerDelay,
 		RejoinInterval:   2 * time.Second,
 		MaxSessions:      DefaultMaxSessions,
+		MaxSessionBytes:  DefaultMaxSessionBytes,
+		MaxSessionsBytes: DefaultMaxSessionsBytes,
+		MaxReportRate:    DefaultMaxReportRate,
+		IdleRetention:    sharedstate.DefaultIdleRetention,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -180,6 +245,8 @@ func DefaultConfig() Config {
 		MemberTTL:        DefaultMemberTTL,
 
 		KeyringReloadInterval: DefaultKeyringReload,
+		Proxy: ProxyConfig{MaxConns: proxy.DefaultMaxConns, MaxHeaderBytes: proxy.DefaultMaxHeaderBytes,
+			MaxBodyBuffer: proxy.DefaultMaxBodyBuffer},
 	}
 }
 
@@ -261,6 +328,15 @@ func (c Config) validate(inProcessAPI bool) error {
 	if c.MaxSessions <= 0 {
 		bad("max-sessions", "must be > 0, got %d", c.MaxSessions)
 	}
+	if c.MaxSessionBytes < 1024 {
+		bad("max-session-bytes", "must be at least 1024, got %d", c.MaxSessionBytes)
+	}
+	if c.MaxSessionsBytes < c.MaxSessionBytes {
+		bad("max-sessions-bytes", "must be at least --max-session-bytes (%d), got %d", c.MaxSessionBytes, c.MaxSessionsBytes)
+	}
+	if c.MaxReportRate <= 0 {
+		bad("max-report-rate", "must be > 0, got %d", c.MaxReportRate)
+	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("agent config: "+v))
 	}
@@ -278,11 +354,48 @@ func (c Config) validate(inProcessAPI bool) error {
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
 	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
 	positive("rejoin-interval", c.RejoinInterval, 10*time.Millisecond)
+	positive("idle-retention", c.IdleRetention, 100*time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}
+	errs = append(errs, c.Proxy.violations()...)
 	return errors.Join(errs...)
 }
 
 // etcdOptions are the etcd client settings of c.
 func (c Config) etcdOptions() store.ClientOptions { return store.ClientOptionsFor(c.Etcd, c.EtcdAuth) }
+
+// violations are the problems of the proxy's settings, named by flag.
+func (c ProxyConfig) violations() []error {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("agent config: %s: "+format, append([]any{field}, args...)...))
+	}
+	if c.Addr != "" {
+		if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+			bad("proxy-addr", "must be host:port, got %q", c.Addr)
+		} else if !c.Insecure && !cliflag.IsLoopback(c.Addr) {
+			errs = append(errs, fmt.Errorf("agent config: proxy-addr %s is not loopback and the proxy has no authentication "+
+				"(whoever reaches it makes this host call any upstream): give --insecure-proxy to serve it there, "+
+				"and limit its upstreams with --proxy-allow-hosts", c.Addr))
+		}
+	}
+	for _, h := range c.AllowHosts {
+		if _, err := proxy.ParseAllowHost(h); err != nil {
+			bad("proxy-allow-hosts", "%v", err)
+		}
+	}
+	if err := proxy.ValidateRoutes(c.Routes); err != nil {
+		bad("proxy-routes", "%v", err)
+	}
+	if c.MaxConns <= 0 {
+		bad("proxy-max-conns", "must be > 0, got %d", c.MaxConns)
+	}
+	if c.MaxHeaderBytes <= 0 {
+		bad("proxy-max-header-bytes", "must be > 0, got %d", c.MaxHeaderBytes)
+	}
+	if c.MaxBodyBuffer < 0 {
+		bad("proxy-max-body-buffer", "must be >= 0, got %d", c.MaxBodyBuffer)
+	}
+	return errs
+}

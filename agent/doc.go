@@ -83,6 +83,15 @@
 // maxDependencies) come back as DependencyError messages, never as
 // unbounded memory. The server also serves grpc.health.v1 and reflection.
 //
+// # Egress proxy
+//
+// With Config.Proxy.Addr (--proxy-addr, off by default, loopback unless
+// --insecure-proxy) the agent also serves package agent/proxy: services
+// in any language send their HTTP calls to it (HTTP_PROXY) and get the
+// breaker, budget and retries clientlib applies, decided in process on the
+// agent's engine (egressEngine: the proxy counts as one more client of the
+// dependencies it calls). ProxyAddr returns its address.
+//
 // # Policies and the cache
 //
 // Policies and overrides come from etcd through sharedstate/store's
@@ -99,7 +108,7 @@
 // Close (and SIGTERM in fusebox-agent) turns health to NOT_SERVING, ends
 // every Session with codes.Unavailable and ShutdownMessage (clientlib then
 // falls back to its local breaker and reconnects with backoff), stops the
-// gRPC servers, leaves the gossip cluster, stops the etcd watch and revokes
+// gRPC servers, stops the egress proxy, leaves the gossip cluster, stops the etcd watch and revokes
 // the registration, stops HTTP and removes the socket, all within
 // Config.ShutdownTimeout (default 5 s).
 //

@@ -2,14 +2,17 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
@@ -67,14 +70,14 @@ func (a *Agent) loadCache() {
 	if c == nil {
 		return
 	}
-	st := store.State{Revision: c.Revision, Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
+	st := store.State{Revision: c.Revision, ClusterID: c.ClusterID, Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
 	for name, raw := range c.Policies {
 		patch, err := sharedstate.ParsePolicyPatch(raw)
 		if err != nil {
 			a.lg.Warn("policy cache: entry skipped", "policy", name, "err", err)
 			continue
 		}
-		st.Policies[name] = store.PolicyEntry{Name: name, Patch: patch, Value: raw}
+		st.Policies[name] = store.PolicyEntry{Name: name, Patch: patch, Value: raw, ModRevision: c.PolicyRevisions[name]}
 	}
 	for dep, raw := range c.Overrides {
 		o, err := sharedstate.ParseOverride(raw)
@@ -82,7 +85,7 @@ func (a *Agent) loadCache() {
 			a.lg.Warn("policy cache: override skipped", "dependency", dep, "err", err)
 			continue
 		}
-		st.Overrides[dep] = store.OverrideEntry{Dependency: dep, Override: o}
+		st.Overrides[dep] = store.OverrideEntry{Dependency: dep, Override: o, ModRevision: c.OverrideRevisions[dep]}
 	}
 	a.syncState(st, sourceCache)
 	a.policiesLoaded.Store(true)
@@ -178,10 +181,12 @@ func (p *policyState) counts() (policies, overrides int, rev int64, src policySo
 func (a *Agent) saveCache() {
 	p := &a.policies
 	p.mu.Lock()
-	c := &policyCache{Revision: p.st.Revision, Saved: time.Now().UTC(),
-		Policies: map[string]json.RawMessage{}, Overrides: map[string]json.RawMessage{}}
+	c := &policyCache{Revision: p.st.Revision, ClusterID: p.st.ClusterID, Saved: time.Now().UTC(),
+		Policies: map[string]json.RawMessage{}, Overrides: map[string]json.RawMessage{},
+		PolicyRevisions: map[string]int64{}, OverrideRevisions: map[string]int64{}}
 	for name, e := range p.st.Policies {
 		c.Policies[name] = e.Value
+		c.PolicyRevisions[name] = e.ModRevision
 	}
 	var encErr error
 	for dep, e := range p.st.Overrides {
@@ -191,6 +196,7 @@ func (a *Agent) saveCache() {
 			continue
 		}
 		c.Overrides[dep] = b
+		c.OverrideRevisions[dep] = e.ModRevision
 	}
 	p.mu.Unlock()
 	if encErr != nil {
@@ -202,11 +208,14 @@ func (a *Agent) saveCache() {
 	}
 }
 
-// watchHandler adapts store.WatchingHandler to the agent. Its methods run
-// on the watcher's goroutine, one at a time.
+// watchHandler adapts store.WatchingHandler and store.RewindHandler to the
+// agent. Its methods run on the watcher's goroutine, one at a time.
 type watchHandler Agent
 
-var _ store.WatchingHandler = (*watchHandler)(nil)
+var (
+	_ store.WatchingHandler = (*watchHandler)(nil)
+	_ store.RewindHandler   = (*watchHandler)(nil)
+)
 
 func (h *watchHandler) Sync(st store.State) {
 	a := (*Agent)(h)
@@ -214,8 +223,23 @@ func (h *watchHandler) Sync(st store.State) {
 	a.saveCache()
 	first := !a.policiesLoaded.Swap(true)
 	a.m.etcdSynced.Set(1)
-	a.lg.Info("policies synced from etcd", "revision", st.Revision, "policies", len(st.Policies),
+	a.lg.Info("policies synced from etcd", "revision", st.Revision, "cluster", st.ClusterID, "policies", len(st.Policies),
 		"overrides", len(st.Overrides), "first", first)
+	a.etcdSyncChanged()
+}
+
+// Rewound: etcd no longer holds the history the agent followed (restored
+// from a snapshot, wiped, another cluster): not synced until the watcher's
+// list from scratch (the next Sync) replaces everything, the disk cache
+// included.
+func (h *watchHandler) Rewound(r store.Rewind) {
+	a := (*Agent)(h)
+	a.m.etcdSynced.Set(0)
+	a.m.etcdRewinds.WithLabelValues(string(r.Reason)).Inc()
+	a.lg.Warn("etcd's history went back (a restore, a wipe or another cluster?): listing policies and overrides again from scratch",
+		"reason", string(r.Reason), "from_revision", r.FromRevision, "to_revision", r.ToRevision,
+		"from_cluster", r.FromCluster, "to_cluster", r.ToCluster)
+	a.etcdSyncChanged()
 }
 
 func (h *watchHandler) Apply(rev int64, events []store.Event) {
@@ -264,7 +288,9 @@ func (h *watchHandler) Invalid(err *store.InvalidValueError) {
 // Watching: the watch runs again after an Error (or first runs after a
 // Sync), so the agent follows etcd again.
 func (h *watchHandler) Watching(int64) {
-	(*Agent)(h).m.etcdSynced.Set(1)
+	a := (*Agent)(h)
+	a.m.etcdSynced.Set(1)
+	a.etcdSyncChanged()
 }
 
 func (h *watchHandler) Error(err error) {
@@ -275,28 +301,58 @@ func (h *watchHandler) Error(err error) {
 	a.m.etcdWatchErrors.Inc()
 	a.m.etcdSynced.Set(0)
 	a.lg.Warn("etcd watch error, retrying with backoff", "err", err)
+	a.etcdSyncChanged()
 }
 
 // watchLoop follows policies/ and overrides/ until Close. The store's
 // watcher lists, watches from the revision, re-lists on compaction and
-// retries forever with backoff; its Initial is the applied (cached) state,
-// so a key that is invalid in etcd keeps its cached value.
+// on a rewind, and retries forever with backoff; its Initial is the
+// applied (cached) state, so a key that is invalid in etcd keeps its
+// cached value, unless the cache turns out to come from another history.
 func (a *Agent) watchLoop() {
 	a.policies.mu.Lock()
 	init := a.policies.st.Clone()
 	a.policies.mu.Unlock()
 	w := a.store.Watch(a.ctx, (*watchHandler)(a), store.WatchOptions{Initial: &init, ListTimeout: 3 * time.Second})
+	a.watcher.Store(w)
 	<-a.ctx.Done()
 	w.Close()
 }
 
+// etcdSync is how the agent follows etcd, as its registration publishes
+// it: the watcher's status without the revision (which changes with every
+// write). Not synced before the watcher starts.
+func (a *Agent) etcdSync() *store.SyncStatus {
+	st := store.SyncStatus{}
+	if w := a.watcher.Load(); w != nil {
+		st = w.Status()
+	}
+	st.Revision = 0
+	return &st
+}
+
+// etcdSyncChanged asks registerLoop to publish etcdSync.
+func (a *Agent) etcdSyncChanged() {
+	select {
+	case a.regKick <- struct{}{}:
+	default:
+	}
+}
+
+// member is the agent's registration in etcd.
+func (a *Agent) member() store.Member {
+	return store.Member{Node: a.cfg.Name, Role: string(gossip.RoleAgent), Zone: a.cfg.Zone, Version: Version,
+		GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr(), Etcd: a.etcdSync(),
+		PublicKey: gossip.EncodeKey(a.signer.Public().(ed25519.PublicKey)), Wire: int(protocol.MaxVersion)}
+}
+
 // registerLoop keeps members/<name> registered on a concurrency.Session
-// lease, registering again (with backoff) whenever the lease is lost.
+// lease, registering again (with backoff) whenever the lease is lost, and
+// updates the registration when etcdSync changes.
 func (a *Agent) registerLoop() {
 	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
 	for a.ctx.Err() == nil {
-		m := store.Member{Node: a.cfg.Name, Role: string(gossip.RoleAgent), Zone: a.cfg.Zone, Version: Version,
-			GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr()}
+		m := a.member()
 		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
 		reg, err := a.store.Register(ctx, m, store.WithMemberTTL(a.cfg.MemberTTL))
 		cancel()
@@ -313,14 +369,45 @@ func (a *Agent) registerLoop() {
 		a.lg.Debug("registered in etcd", "key", reg.Key())
 		// A registration may have made this agent findable: try the registry.
 		a.kickJoin()
-		select {
-		case <-a.ctx.Done():
+		if !a.keepRegistration(reg, m) {
 			a.closeRegistration(reg)
 			return
-		case <-reg.Done():
-			a.lg.Warn("etcd registration lost, registering again")
-			reg.Close()
 		}
+		a.lg.Warn("etcd registration lost, registering again")
+		reg.Close()
+	}
+}
+
+// keepRegistration updates reg whenever the agent's etcdSync differs from
+// what it holds (written: the member last written), until the lease is
+// lost (true) or the agent closes (false). A failed update is tried again
+// a second later.
+func (a *Agent) keepRegistration(reg *store.Registration, written store.Member) bool {
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return false
+		case <-reg.Done():
+			return true
+		case <-a.regKick:
+		case <-retry.C:
+		}
+		m := a.member()
+		if reflect.DeepEqual(m, written) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
+		err := reg.Update(ctx, m)
+		cancel()
+		if err != nil {
+			a.lg.Debug("etcd registration not updated, trying again", "err", err)
+			retry.Reset(time.Second)
+			continue
+		}
+		written = m
 	}
 }
 
@@ -374,6 +461,8 @@ func (a *Agent) joinTargets() []string {
 		cancel()
 		if err != nil && len(members) == 0 {
 			a.lg.Debug("etcd members list failed", "err", err)
+		} else {
+			a.keys.Replace(keyEntries(members))
 		}
 		for _, m := range members {
 			if m.Node == a.cfg.Name || m.GossipAddr == "" || seen[m.GossipAddr] {
@@ -381,6 +470,27 @@ func (a *Agent) joinTargets() []string {
 			}
 			seen[m.GossipAddr] = true
 			out = append(out, m.GossipAddr)
+		}
+	}
+	return out
+}
+
+// lookupKey reads one node's key from its etcd member entry (the gossip
+// layer asks for nodes it has not seen listed yet).
+func (a *Agent) lookupKey(ctx context.Context, node string) (gossip.KeyEntry, bool, error) {
+	m, found, err := a.store.GetMember(ctx, node)
+	if err != nil || !found {
+		return gossip.KeyEntry{}, false, err
+	}
+	e, ok := gossip.RegisteredKey(m.Node, m.PublicKey)
+	return e, ok, nil
+}
+
+func keyEntries(members []store.MemberEntry) []gossip.KeyEntry {
+	out := make([]gossip.KeyEntry, 0, len(members))
+	for _, m := range members {
+		if e, ok := gossip.RegisteredKey(m.Node, m.PublicKey); ok {
+			out = append(out, e)
 		}
 	}
 	return out

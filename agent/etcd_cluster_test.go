@@ -59,4 +59,10 @@ func TestEtcdQuorumLossAndBack(t *testing.T) {
 	sstest.Eventually(t, 10*time.Second, "the agent to apply the policy written after the quorum came back", func() bool {
 		return a.eng.Policy(dep).Retry.MaxAttempts == 3
 	})
+	// A quorum lost and back is no rewind: etcd kept its history.
+	for _, r := range store.RewindReasons() {
+		if n := a.rewinds(t, r); n != 0 {
+			t.Errorf("rewinds{%s} = %v after a quorum loss, want 0", r, n)
+		}
+	}
 }

@@ -73,6 +73,10 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.RejoinInterval, "rejoin-interval", cfg.RejoinInterval, "how often agents of --join and the etcd registry that gossip does not list as alive are joined again (partition heal)")
 	fs.DurationVar(&cfg.ProposerDelay, "proposer-delay", cfg.ProposerDelay, "how long each further rank group waits for a trip record before proposing it")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", cfg.MaxSessions, "most client sessions open at once; more are refused (ResourceExhausted)")
+	fs.IntVar(&cfg.MaxSessionBytes, "max-session-bytes", cfg.MaxSessionBytes, "most bytes of dependency state one client session holds (a followed dependency: its name + 256); more dependencies are refused")
+	fs.IntVar(&cfg.MaxSessionsBytes, "max-sessions-bytes", cfg.MaxSessionsBytes, "most bytes of dependency state all client sessions hold together")
+	fs.DurationVar(&cfg.IdleRetention, "idle-retention", cfg.IdleRetention, "how long a dependency whose breaker ever moved is kept without traffic anywhere before every agent forgets it")
+	fs.IntVar(&cfg.MaxReportRate, "max-report-rate", cfg.MaxReportRate, "most outcomes a second one client session (and all Report calls together) may report for one dependency; a delta past it is refused")
 	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
 	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn or error")
 	fs.DurationVar(&cfg.GossipInterval, "gossip-interval", cfg.GossipInterval, "memberlist gossip interval")
@@ -83,6 +87,14 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful shutdown")
 	fs.DurationVar(&cfg.MemberTTL, "member-ttl", cfg.MemberTTL, "TTL of the agent's etcd registration lease")
 	fs.DurationVar(&cfg.KeyringReloadInterval, "keyring-reload-interval", cfg.KeyringReloadInterval, "how often --keyring-file is re-read (rotation without restart)")
+	fs.StringVar(&cfg.Proxy.Addr, "proxy-addr", cfg.Proxy.Addr, "serve the HTTP egress proxy for services in any language on this address, e.g. "+DefaultProxyAddr+" (HTTP_PROXY=http://ADDR; empty: off)")
+	fs.BoolVar(&cfg.Proxy.Insecure, "insecure-proxy", cfg.Proxy.Insecure, "allow a non-loopback --proxy-addr (the proxy has no authentication: limit who reaches it, and its upstreams with --proxy-allow-hosts)")
+	fs.Var(listValue{&cfg.Proxy.AllowHosts}, "proxy-allow-hosts", "comma-separated upstream hosts the proxy may call: names, *.domain, IPs, CIDR prefixes (default: any host but the agent's own listeners)")
+	fs.Var(listValue{&cfg.Proxy.Routes}, "proxy-routes", "comma-separated [SCHEME://]HOST[:PORT]=DEPENDENCY: the dependency requests to HOST count under; scheme https: the proxy speaks TLS to it, h2c: HTTP/2 without TLS")
+	fs.IntVar(&cfg.Proxy.MaxConns, "proxy-max-conns", cfg.Proxy.MaxConns, "most client connections the proxy keeps open; one more is answered 503")
+	fs.IntVar(&cfg.Proxy.MaxHeaderBytes, "proxy-max-header-bytes", cfg.Proxy.MaxHeaderBytes, "largest request line and headers the proxy accepts; larger is answered 431")
+	fs.IntVar(&cfg.Proxy.MaxBodyBuffer, "proxy-max-body-buffer", cfg.Proxy.MaxBodyBuffer, "largest request body (bytes) the proxy keeps for retries; a larger one gets a single attempt")
+	fs.StringVar(&cfg.Proxy.CAFile, "proxy-ca-file", cfg.Proxy.CAFile, "PEM bundle of the CAs of upstreams the proxy speaks TLS to (default: the system's)")
 	return fs
 }
 

@@ -31,8 +31,11 @@ func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w := r.GetWelcome(); w.GetDefaultBreaker().GetMinimumRequests() != 10 || w.GetDefaultRetry().GetMaxAttempts() != 3 {
-		t.Fatalf("welcome %v: want the test default (minimumRequests 10, maxAttempts 3)", w)
+	if d := r.GetWelcome().GetDefaultSnapshot(); d.GetDependency() != sharedstate.DefaultPolicyName ||
+		d.GetBreaker().GetMinimumRequests() != 10 || d.GetRetry().GetMaxAttempts() != 3 ||
+		d.GetMode() != fuseboxv1.Mode_MODE_ENFORCE || d.GetScope() != fuseboxv1.Scope_SCOPE_FLEET ||
+		d.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_CLOSED {
+		t.Fatalf("welcome %v: want the test default as a closed snapshot (minimumRequests 10, maxAttempts 3, enforce, fleet)", d)
 	}
 	// next returns the next snapshot of dep the agent pushes.
 	next := func() *fuseboxv1.DecisionSnapshot {
@@ -72,14 +75,19 @@ func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
 	if s.GetBreaker().GetMinimumRequests() != 5 {
 		t.Fatalf("after the policy change: breaker %v, want minimumRequests 5", s.GetBreaker())
 	}
-	got := convert.PolicyFromSnapshot(sharedstate.Policy{}, s)
-	got.Schema = sharedstate.PolicySchema
+	// The snapshot carries the effective policy's breaker and retry
+	// settings, each once: mode, scope and slow-call duration at the top,
+	// the trip rule and timings in breaker. (Throttle and concurrency are
+	// not carried: the snapshot carries what the agents make of them.)
 	eff := a.eng.Policy(dep)
-	// Not carried: a snapshot carries what they come to (the throttle
-	// probability, the concurrency limit), decided by the agents.
-	got.Throttle, got.Concurrency = eff.Throttle, eff.Concurrency
-	if got != eff {
-		t.Errorf("policy from the pushed snapshot:\n got %+v\nwant %+v", got, eff)
+	got := convert.PolicyWithBreaker(sharedstate.Policy{}, s.GetBreaker()).Breaker
+	snap := convert.SnapshotFromProto(s)
+	got.Mode, got.Scope, got.SlowCallDuration = snap.Mode, snap.Scope, sharedstate.Duration(snap.SlowCallDuration)
+	if got != eff.Breaker {
+		t.Errorf("breaker settings of the pushed snapshot:\n got %+v\nwant %+v", got, eff.Breaker)
+	}
+	if snap.Retry != convert.RetryFromPolicy(eff) {
+		t.Errorf("retry settings of the pushed snapshot: %+v, want %+v", snap.Retry, convert.RetryFromPolicy(eff))
 	}
 
 	def := testPolicy()

@@ -1,11 +1,5 @@
 package agent
 
-import (
-	"github.com/fusebox-dev/fusebox/protocol/convert"
-	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
-	"github.com/fusebox-dev/fusebox/sharedstate"
-)
-
 // The agent's part of the concurrency limit: it sums the in-flight counts
 // its sessions report into the node's (Engine.SetInFlight, which travels
 // with the node's rows), and shares the node's share of the limit evenly
@@ -84,16 +78,6 @@ func (a *Agent) processShare(dep string, nodeShare int) uint32 {
 	return uint32(max(1, nodeShare/max(1, a.hub.followers(dep))))
 }
 
-// snapshotForClient converts dep's snapshot for a client: the node's
-// concurrency share becomes the process's.
-func (a *Agent) snapshotForClient(snap *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
-	m := convert.SnapshotToProto(snap)
-	if m != nil {
-		m.ConcurrencyLimit = a.processShare(snap.Dependency, snap.ConcurrencyLimit)
-	}
-	return m
-}
-
 // reportInFlight records a session's in-flight report for dep.
 func (s *session) reportInFlight(dep string, n uint64) {
 	s.mu.Lock()
@@ -122,6 +106,7 @@ func (s *session) close() {
 	}
 	inFlight := s.inFlight
 	s.inFlight = nil
+	s.releaseBytes()
 	s.mu.Unlock()
 	for dep, t := range s.a.hub.leave(follows, inFlight) {
 		_ = s.a.eng.SetInFlight(dep, t)

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Class says what a call site may safely repeat.
@@ -55,7 +55,6 @@ type Attempt struct {
 	Deadline time.Time
 
 	owner string
-	clock Clock
 }
 
 // Header names clientlib reads and writes.
@@ -82,8 +81,8 @@ func (a Attempt) SetHeaders(h http.Header) {
 	if a.owner != "" {
 		h.Set(HeaderRetryOwner, a.owner)
 	}
-	if !a.Deadline.IsZero() && a.clock != nil {
-		h.Set(HeaderTimeoutMs, timeoutMs(a.Deadline.Sub(a.clock.Now())))
+	if !a.Deadline.IsZero() {
+		h.Set(HeaderTimeoutMs, timeoutMs(time.Until(a.Deadline)))
 	}
 	if a.IdempotencyKey != "" {
 		h.Set(HeaderIdempotencyKey, a.IdempotencyKey)
@@ -344,7 +343,6 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		}
 	}
 	c := st.c
-	clock := c.clock
 	dec := st.dec.Load()
 	maxAttempts := dec.retry.maxAttempts
 	if cfg.maxAttempts > 0 {
@@ -432,12 +430,12 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		start := c.mono()
 		actx := ctx
 		var cancel context.CancelFunc
-		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner, clock: clock}
+		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner}
 		if perAttempt > 0 {
 			// Under an earlier caller deadline this is a plain cancel
 			// context (context.WithDeadline's rule), so the attempt times
 			// out on its own only when its timeout is the earlier one.
-			actx, cancel = clock.WithTimeout(ctx, perAttempt)
+			actx, cancel = context.WithTimeout(ctx, perAttempt)
 			a.Deadline, _ = actx.Deadline()
 		} else if hasParentDeadline {
 			a.Deadline = parentDeadline
@@ -453,7 +451,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 
 		if err == nil {
 			sp.record(false, slow)
-			st.finishProbe(g, true)
+			st.finishProbe(g, true, slow)
 			return nil
 		}
 		lastErr = err
@@ -463,7 +461,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			// says nothing about it.
 			if cerr == context.DeadlineExceeded {
 				sp.record(true, slow)
-				st.finishProbe(g, false)
+				st.finishProbe(g, false, slow)
 			}
 			return errors.Join(cerr, err)
 		}
@@ -475,7 +473,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			cl = classify(err)
 		}
 		sp.record(cl.Failure, slow)
-		st.finishProbe(g, !cl.Failure)
+		st.finishProbe(g, !cl.Failure, slow)
 		if !cl.Retryable || n >= maxAttempts {
 			return err
 		}
@@ -493,7 +491,6 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duration, cl Classification, perAttempt time.Duration,
 	parentDeadline time.Time, hasParentDeadline bool, lastErr error) (time.Duration, error) {
 	c := st.c
-	clock := c.clock
 	dec := st.dec.Load()
 	wait := dec.retry.backoff.Wait(n-1, *prevWait, backoff.Uniform(c.random()))
 	*prevWait = wait
@@ -501,7 +498,7 @@ func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duratio
 		wait = cl.RetryAfter
 	}
 	if hasParentDeadline {
-		next := clock.Now().Add(wait)
+		next := time.Now().Add(wait)
 		if perAttempt > 0 {
 			next = next.Add(perAttempt)
 			if next.After(parentDeadline) {
@@ -512,9 +509,9 @@ func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duratio
 		}
 	}
 	if wait > 0 {
-		t := clock.NewTimer(wait)
+		t := time.NewTimer(wait)
 		select {
-		case <-t.C():
+		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			return wait, errors.Join(ctx.Err(), lastErr)

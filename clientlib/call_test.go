@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -49,7 +50,7 @@ func TestDoRetriesByClass(t *testing.T) {
 			errs: []error{errors.New("mine")}, attempts: 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := localClient(t)
+			c := localClient(t)
 			dep := c.Dependency("svc")
 			n := 0
 			err := dep.Do(context.Background(), tc.class, func(ctx context.Context, a Attempt) error {
@@ -76,7 +77,7 @@ func TestDoRetriesByClass(t *testing.T) {
 }
 
 func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	dep := c.Dependency("payments")
 	var keys []string
 	err := dep.Do(context.Background(), IdempotentWithKey, func(ctx context.Context, a Attempt) error {
@@ -114,40 +115,36 @@ func TestIdempotencyKeySameOnEveryAttempt(t *testing.T) {
 }
 
 // A 1 s deadline with 900 ms attempts leaves no room for a second attempt.
+// (Tests that move time run in a synctest bubble: time passes only when
+// every goroutine of the bubble waits.)
 func TestDeadlineOneSecondWith900msAttempts(t *testing.T) {
-	c, clk := localClient(t)
-	dep := c.Dependency("slow")
-	ctx, cancel := clk.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n := 0
-	err := dep.Do(ctx, Idempotent, func(ctx context.Context, a Attempt) error {
-		n++
-		if want := clk.Now().Add(900 * time.Millisecond); !a.Deadline.Equal(want) {
-			t.Errorf("attempt deadline %v, want %v", a.Deadline, want)
-		}
-		clk.Advance(900 * time.Millisecond) // the dependency takes the whole attempt
-		timer := time.NewTimer(10 * time.Second)
-		defer timer.Stop()
-		select {
-		case <-ctx.Done():
+	synctest.Test(t, func(t *testing.T) {
+		c := localClient(t)
+		dep := c.Dependency("slow")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		n := 0
+		err := dep.Do(ctx, Idempotent, func(ctx context.Context, a Attempt) error {
+			n++
+			if want := time.Now().Add(900 * time.Millisecond); !a.Deadline.Equal(want) {
+				t.Errorf("attempt deadline %v, want %v", a.Deadline, want)
+			}
+			time.Sleep(950 * time.Millisecond) // the dependency outlasts the attempt
 			return ctx.Err()
-		case <-timer.C:
-			t.Error("the attempt's context did not end within 10 s of the clock passing its 900ms timeout")
-			return errors.New("attempt context never ended")
+		}, WithAttemptTimeout(900*time.Millisecond))
+		if n != 1 {
+			t.Errorf("%d attempts, want 1", n)
 		}
-	}, WithAttemptTimeout(900*time.Millisecond))
-	if n != 1 {
-		t.Errorf("%d attempts, want 1", n)
-	}
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want DeadlineExceeded", err)
-	}
-	if ctx.Err() != nil {
-		t.Errorf("the caller's context ended (%v): the call should stop before", ctx.Err())
-	}
-	if s := c.Dependency("slow").st.sum(); s.failure != 1 || s.slow != 1 {
-		t.Errorf("counted %+v, want one slow failure (the attempt's own timeout)", s)
-	}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want DeadlineExceeded", err)
+		}
+		if ctx.Err() != nil {
+			t.Errorf("the caller's context ended (%v): the call should stop before", ctx.Err())
+		}
+		if s := c.Dependency("slow").st.sum(); s.failure != 1 || s.slow != 1 {
+			t.Errorf("counted %+v, want one slow failure (the attempt's own timeout)", s)
+		}
+	})
 
 	// The policy lint warns about the same arithmetic ahead of time.
 	p := sharedstate.DefaultPolicy()
@@ -160,114 +157,107 @@ func TestDeadlineOneSecondWith900msAttempts(t *testing.T) {
 
 // With room for three 900 ms attempts, the attempt's own timeout is retried.
 func TestAttemptTimeoutRetriedWithinDeadline(t *testing.T) {
-	c, clk := localClient(t)
-	ctx, cancel := clk.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	n := 0
-	err := c.Dependency("slow").Do(ctx, Idempotent, func(ctx context.Context, a Attempt) error {
-		n++
-		clk.Advance(900 * time.Millisecond)
-		return ctx.Err()
-	}, WithAttemptTimeout(900*time.Millisecond))
-	if n != 3 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("%d attempts, err %v; want 3 and the last attempt's timeout", n, err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := localClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		n := 0
+		err := c.Dependency("slow").Do(ctx, Idempotent, func(ctx context.Context, a Attempt) error {
+			n++
+			time.Sleep(950 * time.Millisecond)
+			return ctx.Err()
+		}, WithAttemptTimeout(900*time.Millisecond))
+		if n != 3 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%d attempts, err %v; want 3 and the last attempt's timeout", n, err)
+		}
+	})
 }
 
 // When the caller's deadline passes during an attempt, the call ends with
 // errors.Join(ctx.Err(), lastErr).
 func TestCallerDeadlineWins(t *testing.T) {
-	c, clk := localClient(t)
-	ctx, cancel := clk.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	n := 0
-	errDep := errors.New("dependency hung up")
-	err := c.Dependency("x").Do(ctx, Idempotent, func(actx context.Context, a Attempt) error {
-		n++
-		clk.Advance(300 * time.Millisecond)
-		return errDep
+	synctest.Test(t, func(t *testing.T) {
+		c := localClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		n := 0
+		errDep := errors.New("dependency hung up")
+		err := c.Dependency("x").Do(ctx, Idempotent, func(actx context.Context, a Attempt) error {
+			n++
+			time.Sleep(350 * time.Millisecond) // past the caller's deadline
+			return errDep
+		})
+		if n != 1 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errDep) {
+			t.Errorf("%d attempts, err %v; want 1 and DeadlineExceeded joined with the attempt's error", n, err)
+		}
 	})
-	if n != 1 || !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errDep) {
-		t.Errorf("%d attempts, err %v; want 1 and DeadlineExceeded joined with the attempt's error", n, err)
-	}
 }
 
 func TestCancelStopsBackoffSleep(t *testing.T) {
-	clk := NewManualClock(time.Unix(1_700_000_000, 0))
-	c := newClient(t, Config{NoAgent: true, Clock: clk, Random: func() uint64 { return ^uint64(0) }})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Dependency("x").Do(ctx, Idempotent, func(context.Context, Attempt) error { return errUnavailable },
-			WithAttemptTimeout(0))
-	}()
-	if err := clk.BlockUntil(context.Background(), 1); err != nil { // the backoff timer
-		t.Fatal(err)
-	}
-	cancel()
-	err := <-done
-	if !errors.Is(err, context.Canceled) || !errors.Is(err, errUnavailable) {
-		t.Errorf("err = %v, want Canceled joined with the last error", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		c := newClient(t, Config{NoAgent: true, Random: func() uint64 { return ^uint64(0) }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() {
+			done <- c.Dependency("x").Do(ctx, Idempotent, func(context.Context, Attempt) error { return errUnavailable },
+				WithAttemptTimeout(0))
+		}()
+		synctest.Wait() // the call sleeps its backoff
+		start := time.Now()
+		cancel()
+		err := <-done
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, errUnavailable) {
+			t.Errorf("err = %v, want Canceled joined with the last error", err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the call returned %v after the cancel, want at once", d)
+		}
+	})
 }
 
 // The backoff is drawn from the policy (full jitter: U[0, base·2^n)) and
-// slept on the client's clock.
-func TestBackoffOnClock(t *testing.T) {
-	clk := NewManualClock(time.Unix(1_700_000_000, 0))
-	half := uint64(1) << 63 // Uniform(half) = 0.5
-	c := newClient(t, Config{NoAgent: true, Clock: clk, Random: func() uint64 { return half }})
-	var (
-		mu    sync.Mutex
-		times []time.Time
-	)
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Dependency("x").Do(context.Background(), Idempotent, func(context.Context, Attempt) error {
-			mu.Lock()
-			times = append(times, clk.Now())
-			mu.Unlock()
+// slept.
+func TestBackoffSlept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		half := uint64(1) << 63 // Uniform(half) = 0.5
+		c := newClient(t, Config{NoAgent: true, Random: func() uint64 { return half }})
+		var times []time.Time
+		err := c.Dependency("x").Do(context.Background(), Idempotent, func(context.Context, Attempt) error {
+			times = append(times, time.Now())
 			return errUnavailable
 		}, WithAttemptTimeout(0))
-	}()
-	// Default policy: base 100ms, so waits of 0.5×100ms and 0.5×200ms.
-	for _, want := range []time.Duration{50 * time.Millisecond, 100 * time.Millisecond} {
-		if err := clk.BlockUntil(context.Background(), 1); err != nil {
-			t.Fatal(err)
+		if !errors.Is(err, errUnavailable) {
+			t.Fatalf("err = %v", err)
 		}
-		next, _ := clk.Next()
-		if got := next.Sub(clk.Now()); got != want {
-			t.Errorf("backoff %v, want %v", got, want)
+		// Default policy: base 100ms, so waits of 0.5×100ms and 0.5×200ms.
+		if len(times) != 3 || times[1].Sub(times[0]) != 50*time.Millisecond || times[2].Sub(times[1]) != 100*time.Millisecond {
+			t.Errorf("attempts at %v, want 3 attempts, 50ms then 100ms apart", times)
 		}
-		clk.Set(next)
-	}
-	if err := <-done; !errors.Is(err, errUnavailable) {
-		t.Fatalf("err = %v", err)
-	}
-	if len(times) != 3 || times[2].Sub(times[0]) != 150*time.Millisecond {
-		t.Errorf("attempts at %v, want 3 attempts 150ms apart in total", times)
-	}
+	})
 }
 
 func TestRetryAfterBeyondDeadlineStops(t *testing.T) {
-	c, clk := localClient(t)
-	ctx, cancel := clk.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	n := 0
-	err := c.Dependency("x").Do(ctx, Idempotent, func(context.Context, Attempt) error {
-		n++
-		return &HTTPStatusError{StatusCode: 503, RetryAfter: 5 * time.Second}
+	synctest.Test(t, func(t *testing.T) {
+		c := localClient(t)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		n := 0
+		start := time.Now()
+		err := c.Dependency("x").Do(ctx, Idempotent, func(context.Context, Attempt) error {
+			n++
+			return &HTTPStatusError{StatusCode: 503, RetryAfter: 5 * time.Second}
+		})
+		if n != 1 || !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("%d attempts, err %v; want 1 attempt and DeadlineExceeded", n, err)
+		}
+		if d := time.Since(start); d != 0 {
+			t.Errorf("the call took %v: it should not sleep", d)
+		}
 	})
-	if n != 1 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("%d attempts, err %v; want 1 attempt and DeadlineExceeded", n, err)
-	}
-	if clk.Pending() != 1 { // the caller's deadline only
-		t.Errorf("%d timers pending: the call should not sleep", clk.Pending())
-	}
 }
 
 func TestNegativePushbackNotRetried(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	n := 0
 	_ = c.Dependency("x").Do(context.Background(), Idempotent, func(context.Context, Attempt) error {
 		n++
@@ -279,7 +269,7 @@ func TestNegativePushbackNotRetried(t *testing.T) {
 }
 
 func TestNestedCallsMakeOneAttempt(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	ctx := ContextWithRetryOwner(context.Background(), "frontend")
 	for _, tc := range []struct {
 		opts []CallOption
@@ -310,7 +300,7 @@ func TestNestedCallsMakeOneAttempt(t *testing.T) {
 }
 
 func TestInvalidUses(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	called := false
 	fn := func(context.Context, Attempt) error { called = true; return nil }
 	if err := c.Dependency("bad name!").Do(context.Background(), Idempotent, fn); !errors.Is(err, ErrInvalidDependency) {
@@ -337,7 +327,7 @@ func TestInvalidUses(t *testing.T) {
 }
 
 func TestCallAndFallbacks(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	dep := c.Dependency("inventory")
 	v, err := Call(context.Background(), dep, Idempotent, func(ctx context.Context, a Attempt) (int, error) {
 		if a.Number < 2 {
@@ -367,7 +357,11 @@ func TestCallAndFallbacks(t *testing.T) {
 }
 
 func TestAllowDone(t *testing.T) {
-	c, clk := localClient(t)
+	synctest.Test(t, testAllowDone)
+}
+
+func testAllowDone(t *testing.T) {
+	c := localClient(t)
 	dep := c.Dependency("stream")
 	for _, o := range []Outcome{Success, Failure, Timeout, Abandoned} {
 		done, err := dep.Allow(First)
@@ -375,7 +369,7 @@ func TestAllowDone(t *testing.T) {
 			t.Fatal(err)
 		}
 		if o == Failure {
-			clk.Advance(3 * time.Second) // slower than the default slowCallDuration (2s)
+			time.Sleep(3 * time.Second) // slower than the default slowCallDuration (2s)
 		}
 		done(o)
 		done(o) // a second call is ignored
@@ -403,7 +397,7 @@ func TestAllowDone(t *testing.T) {
 
 // Concurrent use of one handle from many goroutines keeps exact counts.
 func TestConcurrentCounts(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	dep := c.Dependency("busy")
 	var wg sync.WaitGroup
 	var fails atomic.Int64
@@ -434,7 +428,7 @@ func TestConcurrentCounts(t *testing.T) {
 }
 
 func TestDoneContextMakesNoAttempt(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	called := false

@@ -9,12 +9,13 @@ import (
 	"net/url"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Classification is what a Classifier says about one failed attempt.
@@ -181,29 +182,8 @@ func CheckResponse(resp *http.Response) error {
 	}
 }
 
-// parseRetryAfter reads delay-seconds or an HTTP-date; 0 when absent,
-// invalid or in the past.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if secs <= 0 {
-			return 0
-		}
-		if secs > int64(24*time.Hour/time.Second) {
-			secs = int64(24 * time.Hour / time.Second)
-		}
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		if d := t.Sub(now); d > 0 {
-			return d
-		}
-	}
-	return 0
-}
+// parseRetryAfter reads delay-seconds or an HTTP-date (backoff.ParseRetryAfter).
+func parseRetryAfter(v string, now time.Time) time.Duration { return backoff.ParseRetryAfter(v, now) }
 
 // RetryAfterError carries a server's wish about the next attempt: wait at
 // least After, or (After < 0) do not retry at all. The gRPC interceptor wraps

@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
 	"runtime"
 	"sync"
@@ -27,8 +28,6 @@ const Version = "clientlib/0.1"
 // shutdown. All methods are safe for concurrent use.
 type Client struct {
 	cfg      Config
-	clock    Clock
-	sysClock bool      // clock is SystemClock: read the monotonic clock alone
 	epoch    time.Time // mono() origin
 	service  string
 	random   func() uint64
@@ -69,12 +68,11 @@ func New(cfg Config) (c *Client, err error) {
 		return nil, err
 	}
 	c = &Client{
-		cfg: cfg, clock: cfg.Clock, service: cfg.Service, random: cfg.Random,
+		cfg: cfg, service: cfg.Service, random: cfg.Random,
 		nstripes: stripeCount(), flushStop: make(chan struct{}), flushDone: make(chan struct{}),
 		done: make(chan struct{}),
 	}
-	_, c.sysClock = c.clock.(SystemClock)
-	c.epoch = c.clock.Now()
+	c.epoch = time.Now()
 	empty := map[string]*depState{}
 	c.deps.Store(&empty)
 	c.tokens.New = c.newToken
@@ -83,7 +81,7 @@ func New(cfg Config) (c *Client, err error) {
 	}
 	c.engine, err = sharedstate.NewEngine(sharedstate.EngineConfig{
 		Node:            cfg.Instance,
-		Clock:           cfg.Clock,
+		Clock:           sharedstate.SystemClock{},
 		MaxDependencies: cfg.MaxDependencies,
 		OnChange:        c.onEngineChange,
 	})
@@ -139,13 +137,8 @@ func New(cfg Config) (c *Client, err error) {
 }
 
 // mono returns the time since the client's epoch: one monotonic clock read
-// with the system clock (time.Now reads two clocks), for measuring attempts.
-func (c *Client) mono() time.Duration {
-	if c.sysClock {
-		return time.Since(c.epoch)
-	}
-	return c.clock.Now().Sub(c.epoch)
-}
+// (time.Now reads two clocks), for measuring attempts.
+func (c *Client) mono() time.Duration { return time.Since(c.epoch) }
 
 func stripeCount() int {
 	n := 4
@@ -153,6 +146,14 @@ func stripeCount() int {
 		n *= 2
 	}
 	return n
+}
+
+// logger is Config.Logger, else the default logger of the moment.
+func (c *Client) logger() *slog.Logger {
+	if c.cfg.Logger != nil {
+		return c.cfg.Logger
+	}
+	return slog.Default()
 }
 
 // Close stops the client, in this order: the flusher stops after a last
@@ -314,7 +315,12 @@ func (c *Client) flushLoop() {
 // AcquireProbe count the retries, probes and refusals they decide.
 func (c *Client) flush() {
 	connected := c.sess.isConnected()
+	now := time.Now().UnixNano()
 	c.each(func(st *depState) {
+		if u := st.keptUntil.Load(); u != 0 && now >= u { // a kept throttle probability expired
+			st.keptUntil.Store(0)
+			st.publish()
+		}
 		t := st.sum()
 		la, ll := st.sentAgent, st.sentLocal
 		st.sentAgent, st.sentLocal = t, t
@@ -331,14 +337,14 @@ func (c *Client) flush() {
 			_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
 		}
 		if connected {
-			agent := &fuseboxv1.Counts{
+			agent := sharedstate.Counts{
 				FirstAttempts: t.first - la.first,
 				Successes:     t.success - la.success,
 				Failures:      t.failure - la.failure,
 				SlowCalls:     t.slow - la.slow,
 				Rejected:      t.rejected - la.rejected,
 			}
-			if agent.FirstAttempts|agent.Successes|agent.Failures|agent.SlowCalls|agent.Rejected != 0 {
+			if !agent.IsZero() {
 				c.sess.addDeltas(st, agent)
 			}
 			// In-flight calls, while there is a limit (and once more
@@ -376,17 +382,9 @@ func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
 		} else {
 			p = c.engine.Policy(st.name)
 		}
-		st.fallbackSnap = snapshotFromPolicy(st.name, p)
+		st.fallbackSnap = convert.PolicySnapshot(st.name, p)
 	}
 	return st.fallbackSnap
-}
-
-func snapshotFromPolicy(name string, p sharedstate.Policy) *sharedstate.Snapshot {
-	return &sharedstate.Snapshot{
-		Dependency: name, State: Closed, LocalState: Closed,
-		Mode: p.Breaker.Mode, Scope: p.Breaker.Scope, SlowCallDuration: p.Breaker.SlowCallDuration.Std(),
-		Retry: convert.RetryFromPolicy(p),
-	}
 }
 
 // ensureLocalPolicy gives the local engine st's last seen policy before it

@@ -3,6 +3,7 @@ package clientlib
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -73,8 +74,12 @@ type Config struct {
 	// OnAgentChange is called when the connection to the agent is
 	// established or lost (optional). Same calling rules as OnStateChange.
 	OnAgentChange func(AgentEvent)
-	// Clock is the time source of calls (optional, default SystemClock{}).
-	Clock Clock
+	// Logger receives one line per change of mode, never one per call: a
+	// warning when the client falls back to local decisions (the agent is
+	// unreachable, or refused a dependency name), an info line when the
+	// agent is reachable again (optional, default slog.Default() as it is
+	// when the line is written).
+	Logger *slog.Logger
 	// Random returns 64 uniformly random bits for backoff jitter; it must
 	// be safe for concurrent use (optional, default math/rand/v2.Uint64).
 	Random func() uint64
@@ -131,9 +136,6 @@ func (c *Config) fillDefaults() {
 		}
 		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
 	}
-	if c.Clock == nil {
-		c.Clock = SystemClock{}
-	}
 	if c.Random == nil {
 		c.Random = rand.Uint64
 	}
@@ -178,9 +180,6 @@ func (c Config) Validate() error {
 		if err := sharedstate.ValidateDependencyName(d); err != nil {
 			bad("Dependencies", "%v", err)
 		}
-	}
-	if c.Clock == nil {
-		bad("Clock", "must not be nil")
 	}
 	if c.Random == nil {
 		bad("Random", "must not be nil")

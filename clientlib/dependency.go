@@ -6,8 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Dependency is a handle on one dependency of this service. Get it once with
@@ -34,7 +34,8 @@ func (d *Dependency) With(opts ...CallOption) *Dependency {
 	return &Dependency{st: d.st, defaults: merged}
 }
 
-// Status returns the breaker as this client currently decides from it.
+// Status returns the breaker as this client currently decides from it (see
+// Status for what each field says).
 func (d *Dependency) Status() Status { return d.st.dec.Load().status(d.st.name) }
 
 // BreakerState is a breaker's state: Closed, Open or HalfOpen.
@@ -53,21 +54,53 @@ const (
 	ForcedClosed = sharedstate.ForcedClosed
 )
 
-// Status is a dependency's breaker as one client sees it.
+// Status is a dependency's breaker as one client decides from it now:
+// the agent's last pushed snapshot while FromAgent is true, the client's
+// local fallback breaker while it is false. A first attempt is refused
+// (Rejecting) when Override is ForcedOpen, or, without an override and
+// outside shadow mode, when State or LocalState is not Closed.
+//
+// For example {State:open LocalState:closed FromAgent:true} is the fleet's
+// breaker open (every host refuses); {State:closed LocalState:open
+// FromAgent:true} is this host's own breaker open while the fleet's is
+// closed (only this host's calls fail: its network, its DNS); and
+// {State:open LocalState:closed FromAgent:false} is the agent away and
+// this process's local breaker open on its own calls' failures.
 type Status struct {
+	// Dependency is the dependency's name.
 	Dependency string
-	// State is the governing (fleet, zone or node-scope) breaker's state.
+	// State is the state of the breaker that governs the dependency. With
+	// FromAgent, the one the policy's scope names, as the agent last pushed
+	// it: the fleet's (scope fleet), the zone's (scope zone) or the agent
+	// host's own (scope node). Without, the local fallback breaker's, which
+	// counts only this process's calls.
 	State BreakerState
-	// LocalState is the host's own breaker (the agent's node-local breaker,
-	// scope fleet/zone): Open or HalfOpen when only this host's traffic fails.
+	// LocalState is the agent host's node-local breaker under scope fleet
+	// or zone: Open or HalfOpen when this host's traffic to the dependency
+	// fails while the fleet's (or zone's) does not; it refuses this host's
+	// first attempts while State is Closed. Closed under scope node (State
+	// is that breaker). Without FromAgent it is the local fallback's own
+	// node-local breaker: with this process as the local breaker's only
+	// node, State trips first and LocalState normally stays Closed.
 	LocalState BreakerState
-	Override   OverrideState
-	// Shadow: the policy's mode is shadow; nothing is rejected.
-	Shadow     bool
+	// Override is an operator's override (fuseboxctl force-open,
+	// force-closed): ForcedOpen refuses every first attempt, ForcedClosed
+	// none, whatever State and LocalState say. The client keeps it, with
+	// its expiry, while the agent is away.
+	Override OverrideState
+	// Shadow is true when the policy's mode is shadow: transitions are
+	// computed and reported, nothing is refused.
+	Shadow bool
+	// Generation is the generation of the governing breaker's record: one
+	// more with each fleet (or zone) transition. 0 under scope node, and
+	// for the local fallback breaker until it first trips.
 	Generation uint64
-	Since      time.Time
-	// FromAgent is true when the agent's snapshot decides, false when the
-	// local fallback breaker does (agent away, or not yet pushed).
+	// Since is when State last changed (zero when it never did).
+	Since time.Time
+	// FromAgent is true when the agent's pushed snapshot decides, false
+	// when the local fallback breaker does: the agent is away (not yet
+	// connected, restarting, unreachable), refused the dependency's name,
+	// or has not pushed the dependency's snapshot yet.
 	FromAgent bool
 }
 
@@ -222,10 +255,22 @@ type depState struct {
 	// on the stream; a pushed snapshot older than it is late.
 	agentSnapAnswer bool
 	localPol        *sharedstate.Policy   // the last policy seen, for the local breaker
+	localOverride   *sharedstate.Override // the agent's last override, for the local breaker
 	fallbackSnap    *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
 	refusedMsg      string                // why the agent refused this name
+	kept            keptShaping           // the agent's last shaping, while the local breaker decides
 
 	refused atomic.Bool // the agent refused this name: decide locally
+	// keptUntil is kept.throttleUntil in Unix nanoseconds (0: none), for
+	// the flusher to republish when it passes without taking mu.
+	keptUntil atomic.Int64
+
+	// syncMu orders the updates of the local engine (policy, override):
+	// whoever holds it applies the latest ones (see syncLocal).
+	syncMu       sync.Mutex
+	syncedPol    *sharedstate.Policy   // what the engine was last given (guarded by syncMu)
+	syncedOv     *sharedstate.Override // likewise
+	syncedOvOnce bool                  // syncedOv has been applied once
 
 	// Owned by the flusher goroutine.
 	sentAgent, sentLocal totals
@@ -287,7 +332,52 @@ func (st *depState) sum() totals {
 	return t
 }
 
-// publish recomputes the decision from the current sources. Caller holds st.mu.
+// keptShaping is what the agent's last snapshot shaped traffic with, kept
+// for the local fallback when the agent goes away (keepShaping): the
+// process's concurrency share until the agent decides again, the throttle
+// probability until throttleUntil.
+type keptShaping struct {
+	throttle      float64
+	throttleUntil time.Time
+	limit         int
+}
+
+// keepShaping keeps the shaping of the agent's snapshot before the local
+// fallback takes over: the concurrency share (a capacity does not change
+// because an agent restarts) until the agent decides again, and the
+// throttle probability for one breaker window, the span it was computed
+// over (later it would describe traffic no window holds any more). Caller
+// holds st.mu.
+func (st *depState) keepShaping() {
+	s := st.agentSnap
+	if s == nil {
+		return
+	}
+	st.kept = keptShaping{limit: s.ConcurrencyLimit, throttle: s.ThrottleProbability}
+	st.keptUntil.Store(0)
+	if s.ThrottleProbability > 0 {
+		var window time.Duration
+		if st.localPol != nil {
+			window = st.localPol.Breaker.Window.Std()
+		} else {
+			window = st.c.engine.Policy(st.name).Breaker.Window.Std() // the fleet default's
+		}
+		st.kept.throttleUntil = time.Now().Add(window)
+		st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
+	}
+}
+
+// forgetShaping drops the kept shaping: the agent decides again. Caller
+// holds st.mu.
+func (st *depState) forgetShaping() {
+	st.kept = keptShaping{}
+	st.keptUntil.Store(0)
+}
+
+// publish recomputes the decision from the current sources: the agent's
+// snapshot while the session is up and the agent pushed one, else the local
+// breaker's, with the shaping kept from the agent's last snapshot. Caller
+// holds st.mu.
 func (st *depState) publishLocked() {
 	var (
 		snap      *sharedstate.Snapshot
@@ -298,20 +388,31 @@ func (st *depState) publishLocked() {
 	} else {
 		snap = st.c.localSnapshot(st)
 	}
+	throttle, limit := snap.ThrottleProbability, snap.ConcurrencyLimit
+	if !fromAgent {
+		k := &st.kept
+		if limit == 0 {
+			limit = k.limit
+		}
+		if throttle == 0 && k.throttle > 0 && snap.Override == OverrideNone && time.Now().Before(k.throttleUntil) {
+			throttle = k.throttle
+		}
+	}
+	var tc, sc uint64
+	var lim int64
+	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
+		tc, lim = throttleCut(throttle), int64(max(limit, 0))
+	} else {
+		sc = throttleCut(throttle)
+	}
 	old := st.dec.Load()
-	if old != nil && old.snap == snap && old.fromAgent == fromAgent {
+	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.limit == lim {
 		return
 	}
 	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Retry),
-		slow: snap.SlowCallDuration, fromAgent: fromAgent}
+		slow: snap.SlowCallDuration, fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, limit: lim}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
-	}
-	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
-		d.throttleCut = throttleCut(snap.ThrottleProbability)
-		d.limit = int64(max(snap.ConcurrencyLimit, 0))
-	} else {
-		d.shadowCut = throttleCut(snap.ThrottleProbability)
 	}
 	st.dec.Store(d)
 	if old != nil && d.limit != old.limit {

@@ -148,7 +148,8 @@
 // when retries end, the last response is returned as a normal response.
 // The per-attempt timeout covers an HTTP attempt until its response
 // headers; a good body is read under the request's context. Options:
-// HTTPDependency(name) (default: the request's host:port),
+// HTTPDependency(name) (default: the URL's host, with its port when the URL
+// names one: two ports of one host are two dependencies),
 // HTTPDependencyFunc, HTTPCallOptions.
 //
 // Client.UnaryClientInterceptor(opts...) does the same for unary gRPC calls.
@@ -183,13 +184,23 @@
 // (every breaker threshold and retry setting of the dependency's effective
 // policy; the fleet default's, from the agent's Welcome, for dependencies
 // it never pushed; the built-in defaults before any agent was seen).
-// Overrides are the agent's: they do not survive its absence. Retries and
-// probes asked of an unreachable or slow agent are decided locally after at
-// most AgentWait. The client reconnects with jittered exponential backoff (ReconnectMin to
-// ReconnectMax) and says so: fusebox_client_agent_connected, the
-// OnAgentChange callback, Client.AgentConnected, Status.FromAgent. Counts
-// made while the agent is away stay local (they would distort the agent's
-// current window); pushed snapshots of the previous session are dropped at
+//
+// What the fleet decided is kept too, so that an agent restarting during an
+// incident does not reopen the flood: the last operator override the agent
+// pushed (forced open or forced closed) holds until its expiry, or until
+// the agent is back and says otherwise; the process's concurrency share
+// holds until the agent is back; the throttle probability holds for one
+// breaker window after the agent went away (it describes that window's
+// traffic), then the local breaker alone decides.
+//
+// Retries and probes asked of an unreachable or slow agent are decided
+// locally after at most AgentWait. The client reconnects with jittered
+// exponential backoff (ReconnectMin to ReconnectMax) and says so: one
+// warning through Config.Logger when it falls back, one info line when the
+// agent is back, fusebox_client_agent_connected, the OnAgentChange
+// callback, Client.AgentConnected, Status.FromAgent. Counts made while the
+// agent is away stay local (they would distort the agent's current
+// window); pushed snapshots of the previous session stop deciding at
 // disconnection.
 //
 // # Counting
@@ -212,8 +223,8 @@
 //   - Dependencies: names announced at connection; default none.
 //   - Registerer: default none (no metrics registered). OnStateChange,
 //     OnAgentChange: default none; called in order from one goroutine.
-//   - Clock: default SystemClock{} (tests: NewManualClock). Random: default
-//     math/rand/v2.Uint64.
+//     Logger: default slog.Default(); one line per change of mode.
+//   - Random: default math/rand/v2.Uint64.
 //   - FlushInterval: default 50ms (at most 50ms). AgentWait: default 50ms.
 //     ReconnectMin/ReconnectMax: default 100ms/5s. MaxDependencies: default
 //     1000. DialOptions: default none.
@@ -243,9 +254,11 @@
 //
 // Config.AgentAddress points a client at any agent (a real one in a
 // t.TempDir() socket); Client.AgentConnected, Dependency.Status and the two
-// callbacks tell a test what the client sees; ManualClock drives attempt
-// deadlines, backoff and slow-call measurement (start it at time.Now() when
-// calls leave the process: gRPC reads deadlines against the real clock).
+// callbacks tell a test what the client sees. clientlib reads the time
+// package's clock (attempt deadlines, backoff sleeps, slow-call measurement,
+// the local breaker): a test that moves time runs a NoAgent client in a
+// testing/synctest bubble, where time passes only when every goroutine of
+// the bubble waits (a connection to a real agent would keep it still).
 //
 // clientlib imports grpc, protobuf, client_golang and package sharedstate
 // only — never etcd or memberlist (`make verify` checks it).

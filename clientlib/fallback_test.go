@@ -38,9 +38,10 @@ func TestLocalFallbackAdoptsPushedPolicy(t *testing.T) {
 		t.Fatalf("built-in minimumRequests %d: the test assumes 20", got)
 	}
 	f := newFakeAgent(t)
-	welcome := sharedstate.DefaultPolicy().Breaker
-	welcome.MinimumRequests = 7
-	f.welcomeBreaker = convert.BreakerToProto(welcome)
+	def := sharedstate.DefaultPolicy()
+	def.Breaker.MinimumRequests = 7
+	f.welcome = convert.SnapshotToProto(convert.PolicySnapshot(sharedstate.DefaultPolicyName, def))
+	f.welcome.Breaker = convert.BreakerToProto(def.Breaker)
 	c := agentClient(t, f, Config{})
 	dep, retried := c.Dependency(name), c.Dependency(other)
 

@@ -46,16 +46,15 @@ type hedgeDone struct {
 // returned: attempt functions must return when their context is cancelled.
 func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedgeRound {
 	c := st.c
-	clock := c.clock
 	rctx, cancelAll := context.WithCancel(ctx)
 	defer cancelAll()
 	results := make(chan hedgeDone, 1+h.maxHedges)
 	start := func(n int, slot bool) {
-		a := Attempt{Number: n, IdempotencyKey: h.key, owner: h.owner, clock: clock}
+		a := Attempt{Number: n, IdempotencyKey: h.key, owner: h.owner}
 		go func() {
 			actx, cancel := rctx, context.CancelFunc(func() {})
 			if h.perAttempt > 0 {
-				actx, cancel = clock.WithTimeout(rctx, h.perAttempt)
+				actx, cancel = context.WithTimeout(rctx, h.perAttempt)
 				a.Deadline, _ = actx.Deadline()
 			} else {
 				a.Deadline = h.parentDeadline
@@ -74,9 +73,9 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 		hedges   = 0
 		settled  bool // a success, or a failure that ends the call: the rest are losers
 	)
-	timer := clock.NewTimer(h.delay)
+	timer := time.NewTimer(h.delay)
 	defer timer.Stop()
-	timerC := timer.C()
+	timerC := timer.C
 	for inFlight > 0 {
 		select {
 		case d := <-results:
@@ -141,8 +140,8 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 			start(res.attempts, slot)
 			if hedges < h.maxHedges && res.attempts < h.maxAttempts {
 				timer.Stop()
-				timer = clock.NewTimer(h.delay)
-				timerC = timer.C()
+				timer = time.NewTimer(h.delay)
+				timerC = timer.C
 			}
 		}
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // maxErrorBody is how much of a failed attempt's body is kept (for the
@@ -27,8 +29,11 @@ type HTTPOption struct {
 }
 
 // HTTPDependency names the dependency every request of the RoundTripper
-// belongs to (optional, default: the request's host:port, characters
-// outside [A-Za-z0-9._:/-] replaced by '_').
+// belongs to (optional, default: the request URL's host with its port when
+// the URL names one, as URL.Host gives them: "api.example.com",
+// "10.0.0.5:8080"; two ports of one host are two dependencies, since two
+// servers on one host fail apart; characters outside [A-Za-z0-9._:/-]
+// become '_', "[::1]:8080" is "__::1_:8080").
 func HTTPDependency(name string) HTTPOption { return HTTPOption{name: name} }
 
 // HTTPDependencyFunc names the dependency of each request (optional).
@@ -124,23 +129,9 @@ func (t *roundTripper) depName(req *http.Request) string {
 	return sanitizeName(req.URL.Host)
 }
 
-// sanitizeName maps a host:port to a valid dependency name.
-func sanitizeName(s string) string {
-	if s == "" {
-		return "unknown-host"
-	}
-	if len(s) > 128 {
-		s = s[:128]
-	}
-	return strings.Map(func(r rune) rune {
-		switch {
-		case 'a' <= r && r <= 'z', 'A' <= r && r <= 'Z', '0' <= r && r <= '9',
-			r == '.', r == '_', r == ':', r == '/', r == '-':
-			return r
-		}
-		return '_'
-	}, s)
-}
+// sanitizeName maps a host:port to a valid dependency name
+// (sharedstate.HostDependencyName, as the agent's egress proxy names it).
+func sanitizeName(s string) string { return sharedstate.HostDependencyName(s) }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
@@ -200,7 +191,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			rcancel(nil)
 			last = resp
 			return &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
-				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), t.c.clock.Now())}
+				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 		}
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: rcancel}
 		last = resp

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -87,7 +88,7 @@ func TestHTTPMethodsAndKeys(t *testing.T) {
 		{name: "GET made non-retryable by context", method: "GET", ctxClass: ptr(NonRetryable), wantHits: 1, wantFinal: 503},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, _ := localClient(t)
+			c := localClient(t)
 			s := &scripted{statuses: []int{503}}
 			srv := serve(t, s)
 			hc := newHTTPClient(t, c)
@@ -148,7 +149,7 @@ func TestHTTPScriptedStatuses(t *testing.T) {
 		{[]int{201}, 1, 201, 0},
 	} {
 		t.Run(strconv.Itoa(tc.script[0]), func(t *testing.T) {
-			c, _ := localClient(t)
+			c := localClient(t)
 			s := &scripted{statuses: tc.script}
 			srv := serve(t, s)
 			resp, err := newHTTPClient(t, c, HTTPDependency("api")).Get(srv.URL)
@@ -166,50 +167,45 @@ func TestHTTPScriptedStatuses(t *testing.T) {
 	}
 }
 
+// handlerTransport serves requests with a handler in process: no
+// connection, so that a synctest bubble's time can move.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil {
+		r.Body = http.NoBody
+	}
+	w := httptest.NewRecorder()
+	t.h.ServeHTTP(w, r)
+	return w.Result(), nil
+}
+
 func TestHTTPRetryAfterHonoured(t *testing.T) {
-	c, clk := localClient(t)
-	s := &scripted{statuses: []int{503, 200}, header: http.Header{"Retry-After": {"2"}}}
-	start := clk.Now()
-	var arrivals []time.Time
-	var mu sync.Mutex
-	srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		arrivals = append(arrivals, clk.Now())
-		mu.Unlock()
-		s.ServeHTTP(w, r)
-	}))
-	hc := newHTTPClient(t, c, HTTPCallOptions(WithAttemptTimeout(0)))
-	done := make(chan *http.Response, 1)
-	go func() {
-		resp, err := hc.Get(srv.URL)
+	synctest.Test(t, func(t *testing.T) {
+		c := localClient(t)
+		s := &scripted{statuses: []int{503, 200}, header: http.Header{"Retry-After": {"2"}}}
+		var arrivals []time.Time
+		hc := &http.Client{Transport: c.RoundTripper(handlerTransport{http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrivals = append(arrivals, time.Now())
+			s.ServeHTTP(w, r)
+		})}, HTTPCallOptions(WithAttemptTimeout(0)))}
+		resp, err := hc.Get("http://api.test/")
 		if err != nil {
-			t.Error(err)
+			t.Fatal(err)
 		}
-		done <- resp
-	}()
-	if err := clk.BlockUntil(context.Background(), 1); err != nil { // the sleep before the retry
-		t.Fatal(err)
-	}
-	next, _ := clk.Next()
-	if wait := next.Sub(clk.Now()); wait != 2*time.Second {
-		t.Errorf("waits %v before the retry, want Retry-After's 2s (the jittered backoff is 0)", wait)
-	}
-	clk.Set(next)
-	resp := <-done
-	if resp == nil {
-		return
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 || len(arrivals) != 2 || arrivals[1].Sub(start) < 2*time.Second {
-		t.Errorf("status %d, arrivals %v: want 200 on the second attempt, 2s later", resp.StatusCode, arrivals)
-	}
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(arrivals) != 2 || arrivals[1].Sub(arrivals[0]) != 2*time.Second {
+			t.Errorf("status %d, arrivals %v: want 200 on the second attempt, Retry-After's 2s later (the jittered backoff is 0)",
+				resp.StatusCode, arrivals)
+		}
+	})
 }
 
 func TestHTTPRetryAfterBeyondDeadline(t *testing.T) {
-	c, clk := localClient(t)
+	c := localClient(t)
 	s := &scripted{statuses: []int{503, 200}, header: http.Header{"Retry-After": {"30"}}}
 	srv := serve(t, s)
-	ctx, cancel := clk.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
 	resp, err := newHTTPClient(t, c).Do(req)
@@ -292,7 +288,7 @@ func TestHTTPTimeoutPropagates(t *testing.T) {
 }
 
 func TestHTTPBreakerOpenRefusesWithoutRequest(t *testing.T) {
-	c, _ := localClient(t)
+	c := localClient(t)
 	s := &scripted{statuses: []int{200}}
 	srv := serve(t, s)
 	forceOpen(t, c, "api")
@@ -314,4 +310,35 @@ func forceOpen(t *testing.T, c *Client, dep string) {
 		t.Fatal(err)
 	}
 	sstest.Eventually(t, 10*time.Second, "the forced-open override", func() bool { return d.Status().Override == ForcedOpen })
+}
+
+// Without HTTPDependency, a request's dependency is its URL's host with
+// the port the URL names: two servers on two ports of one host are two
+// dependencies (one can fail while the other serves); a URL without a port
+// is named by its host alone.
+func TestHTTPDefaultDependencyName(t *testing.T) {
+	c := localClient(t)
+	a, b := serve(t, &scripted{statuses: []int{200}}), serve(t, &scripted{statuses: []int{200}})
+	hc := newHTTPClient(t, c)
+	for _, srv := range []*httptest.Server{a, b} {
+		resp, err := hc.Get(srv.URL + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	local := &http.Client{Transport: c.RoundTripper(handlerTransport{&scripted{statuses: []int{200}}})}
+	resp, err := local.Get("http://catalog.internal/items")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, name := range []string{strings.TrimPrefix(a.URL, "http://"), strings.TrimPrefix(b.URL, "http://"), "catalog.internal"} {
+		if st := c.lookup(name); st == nil || st.sum().success != 1 {
+			t.Errorf("dependency %q: %v, want one success counted under that name", name, st)
+		}
+	}
+	if n := len(*c.deps.Load()); n != 3 {
+		t.Errorf("%d dependencies, want 3", n)
+	}
 }

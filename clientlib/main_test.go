@@ -14,9 +14,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -44,12 +47,9 @@ func newClient(t testing.TB, cfg Config) *Client {
 	return c
 }
 
-// localClient is a client without an agent, on a manual clock, whose
-// backoffs are all zero. The clock starts at the real time because gRPC
-// reads context deadlines against the real clock.
-func localClient(t testing.TB) (*Client, *ManualClock) {
-	clk := NewManualClock(time.Now())
-	return newClient(t, Config{NoAgent: true, Clock: clk, Random: zeroRandom}), clk
+// localClient is a client without an agent whose backoffs are all zero.
+func localClient(t testing.TB) *Client {
+	return newClient(t, Config{NoAgent: true, Random: zeroRandom})
 }
 
 var errUnavailable = status.Error(codes.Unavailable, "try again")
@@ -59,29 +59,65 @@ var errUnavailable = status.Error(codes.Unavailable, "try again")
 type fakeAgent struct {
 	fuseboxv1.UnimplementedAgentServer
 	t    testing.TB
-	path string
+	path string // its unix socket ("" in memory)
 	srv  *grpc.Server
+	mem  *bufconn.Listener // in memory: the current listener
 
-	mu          sync.Mutex
-	hellos      []*fuseboxv1.Hello
-	counts      map[string]*fuseboxv1.Counts
-	inFlight    map[string]uint64 // the last in_flight reported per dependency
-	probes      []*fuseboxv1.ProbeResult
-	subscribed  []string
-	sessions    map[chan *fuseboxv1.SessionResponse]bool
-	snaps       map[string]*fuseboxv1.DecisionSnapshot // pushed at hello too
-	retryCalls  int
-	probeCalls  int
-	checkCalls  int
-	onRetry     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
-	onProbe     func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
-	onCheck     func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
-	welcomeWith *fuseboxv1.RetrySettings
-	// welcomeBreaker is the Welcome's default_breaker.
-	welcomeBreaker *fuseboxv1.BreakerSettings
+	mu         sync.Mutex
+	hellos     []*fuseboxv1.Hello
+	counts     map[string]sharedstate.Counts
+	inFlight   map[string]uint64 // the last in_flight reported per dependency
+	probes     []*fuseboxv1.ProbeResult
+	subscribed []string
+	sessions   map[chan *fuseboxv1.SessionResponse]bool
+	snaps      map[string]*fuseboxv1.DecisionSnapshot // pushed at hello too
+	retryCalls int
+	probeCalls int
+	checkCalls int
+	onRetry    func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onProbe    func(context.Context, *fuseboxv1.AcquireRequest) (*fuseboxv1.Decision, error)
+	onCheck    func(context.Context, *fuseboxv1.CheckRequest) (*fuseboxv1.Decision, error)
+	// welcome is the Welcome's default_snapshot.
+	welcome *fuseboxv1.DecisionSnapshot
 }
 
 func newFakeAgent(t testing.TB) *fakeAgent {
+	f := &fakeAgent{t: t, path: socketPath(t)}
+	f.init()
+	return f
+}
+
+// newMemoryAgent is a fake agent on an in-memory connection, for tests
+// in a synctest bubble (a socket's reader would keep its time still):
+// call it in the bubble, and connect clients with memoryClient.
+func newMemoryAgent(t testing.TB) *fakeAgent {
+	f := &fakeAgent{t: t}
+	f.init()
+	return f
+}
+
+func (f *fakeAgent) init() {
+	f.counts, f.inFlight = map[string]sharedstate.Counts{}, map[string]uint64{}
+	f.sessions, f.snaps = map[chan *fuseboxv1.SessionResponse]bool{}, map[string]*fuseboxv1.DecisionSnapshot{}
+	f.start()
+	f.t.Cleanup(f.stop)
+}
+
+// dial connects to the in-memory agent, as it is now.
+func (f *fakeAgent) dial(ctx context.Context, _ string) (net.Conn, error) {
+	f.mu.Lock()
+	lis := f.mem
+	f.mu.Unlock()
+	return lis.DialContext(ctx)
+}
+
+// memoryClient connects a client to the in-memory agent f, like agentClient.
+func memoryClient(t testing.TB, f *fakeAgent, cfg Config) *Client {
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithContextDialer(f.dial))
+	return agentClient(t, f, cfg)
+}
+
+func socketPath(t testing.TB) string {
 	dir := t.TempDir()
 	if len(dir) > 90 { // unix socket paths are limited to 108 bytes
 		var err error
@@ -90,25 +126,36 @@ func newFakeAgent(t testing.TB) *fakeAgent {
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
 	}
-	f := &fakeAgent{t: t, path: filepath.Join(dir, "agent.sock"),
-		counts: map[string]*fuseboxv1.Counts{}, inFlight: map[string]uint64{}, sessions: map[chan *fuseboxv1.SessionResponse]bool{},
-		snaps: map[string]*fuseboxv1.DecisionSnapshot{}}
-	f.start()
-	t.Cleanup(f.stop)
-	return f
+	return filepath.Join(dir, "agent.sock")
 }
 
-func (f *fakeAgent) address() string { return "unix://" + f.path }
+// address is what clients dial: the socket, or (in memory) a loopback
+// address their dialer ignores.
+func (f *fakeAgent) address() string {
+	if f.path == "" {
+		return "127.0.0.1:1"
+	}
+	return "unix://" + f.path
+}
 
+// start (re)starts the agent on its socket, or on a new in-memory listener.
 func (f *fakeAgent) start() {
-	lis, err := net.Listen("unix", f.path)
-	if err != nil {
-		f.t.Fatalf("listen: %v", err)
+	var lis net.Listener
+	if f.path == "" {
+		lis = bufconn.Listen(1 << 20)
+	} else {
+		var err error
+		if lis, err = net.Listen("unix", f.path); err != nil {
+			f.t.Fatalf("listen: %v", err)
+		}
 	}
 	srv := grpc.NewServer()
 	fuseboxv1.RegisterAgentServer(srv, f)
 	f.mu.Lock()
 	f.srv = srv
+	if b, ok := lis.(*bufconn.Listener); ok {
+		f.mem = b
+	}
 	f.mu.Unlock()
 	go srv.Serve(lis)
 }
@@ -136,7 +183,7 @@ func (f *fakeAgent) Session(stream grpc.BidiStreamingServer[fuseboxv1.SessionReq
 	out := make(chan *fuseboxv1.SessionResponse, 64)
 	f.mu.Lock()
 	f.hellos = append(f.hellos, hello)
-	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultRetry: f.welcomeWith, DefaultBreaker: f.welcomeBreaker}
+	welcome := &fuseboxv1.Welcome{Node: "fake-node", DefaultSnapshot: f.welcome}
 	var initial []*fuseboxv1.DecisionSnapshot
 	for _, d := range hello.GetDependencies() {
 		if s := f.snaps[d]; s != nil {
@@ -193,21 +240,10 @@ func (f *fakeAgent) record(d *fuseboxv1.CountDeltas) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, dc := range d.GetDeltas() {
-		c := f.counts[dc.GetDependency()]
-		if c == nil {
-			c = &fuseboxv1.Counts{}
-			f.counts[dc.GetDependency()] = c
-		}
+		f.counts[dc.GetDependency()] = f.counts[dc.GetDependency()].Plus(convert.CountsFromProto(dc.GetCounts()))
 		if dc.InFlight != nil {
 			f.inFlight[dc.GetDependency()] = dc.GetInFlight()
 		}
-		n := dc.GetCounts()
-		c.FirstAttempts += n.GetFirstAttempts()
-		c.Retries += n.GetRetries()
-		c.Successes += n.GetSuccesses()
-		c.Failures += n.GetFailures()
-		c.SlowCalls += n.GetSlowCalls()
-		c.Rejected += n.GetRejected()
 	}
 	f.probes = append(f.probes, d.GetProbeResults()...)
 	f.subscribed = append(f.subscribed, d.GetSubscribe()...)
@@ -226,17 +262,12 @@ func (f *fakeAgent) push(snaps ...*fuseboxv1.DecisionSnapshot) {
 }
 
 // agentCounts is what the fake agent summed for one dependency.
-type agentCounts struct {
-	FirstAttempts, Retries, Successes, Failures, SlowCalls, Rejected uint64
-}
+type agentCounts = sharedstate.Counts
 
 func (f *fakeAgent) countsOf(dep string) agentCounts {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if c := f.counts[dep]; c != nil {
-		return agentCounts{c.FirstAttempts, c.Retries, c.Successes, c.Failures, c.SlowCalls, c.Rejected}
-	}
-	return agentCounts{}
+	return f.counts[dep]
 }
 
 func (f *fakeAgent) helloCount() int {
@@ -324,9 +355,12 @@ func (f *fakeAgent) waitInFlight(t testing.TB, dep string, n uint64) {
 	})
 }
 
+// snapshot is a snapshot of dep as an agent pushes it, with the default
+// policy's retry settings and slow-call duration, without breaker settings.
 func snapshot(dep string, state fuseboxv1.BreakerState) *fuseboxv1.DecisionSnapshot {
 	return &fuseboxv1.DecisionSnapshot{
-		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE,
+		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE, Scope: fuseboxv1.Scope_SCOPE_FLEET,
+		LocalState: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
 		Retry: &fuseboxv1.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: durationpb.New(500 * time.Millisecond),
 			BackoffBase: durationpb.New(100 * time.Millisecond), BackoffMax: durationpb.New(5 * time.Second),
 			Jitter: fuseboxv1.Jitter_JITTER_FULL, BudgetRatio: 0.1, BudgetMinRetriesPerSecond: 10},

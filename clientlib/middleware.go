@@ -39,7 +39,7 @@ func validOwner(o string) bool { return o != "" && len(o) <= 256 && headerSafe(o
 //     context on which nested clientlib calls make a single attempt and fail
 //     fast upward (NestedRetries(true) opts a call out);
 //   - a request carrying Fusebox-Timeout-Ms gets that deadline (measured on
-//     the client's Clock from arrival) on its context.
+//     from its arrival) on its context.
 func (c *Client) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
@@ -51,7 +51,7 @@ func (c *Client) Middleware(next http.Handler) http.Handler {
 		if v := r.Header.Get(HeaderTimeoutMs); v != "" {
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 && time.Duration(ms) <= maxPropagatedTimeout/time.Millisecond {
 				var cancel context.CancelFunc
-				ctx, cancel = c.clock.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
+				ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 				defer cancel()
 				changed = true
 			}

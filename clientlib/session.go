@@ -9,10 +9,10 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/fusebox-dev/fusebox/clientlib/internal/backoff"
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 const (
@@ -44,7 +44,7 @@ type session struct {
 	loopDone  chan struct{}
 
 	mu           sync.Mutex
-	pending      map[*depState]*fuseboxv1.Counts
+	pending      map[*depState]sharedstate.Counts
 	inFlight     map[*depState]uint64 // gauges to send with the next deltas
 	probes       []*fuseboxv1.ProbeResult
 	subs         []string
@@ -56,7 +56,7 @@ type session struct {
 }
 
 func newSession(c *Client) *session {
-	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]*fuseboxv1.Counts{}, inFlight: map[*depState]uint64{},
+	return &session{c: c, wake: make(chan struct{}, 1), pending: map[*depState]sharedstate.Counts{}, inFlight: map[*depState]uint64{},
 		finishing: make(chan struct{}), loopDone: make(chan struct{})}
 }
 
@@ -73,18 +73,9 @@ func (s *session) subscribe(st *depState) {
 	s.kick()
 }
 
-func (s *session) addDeltas(st *depState, d *fuseboxv1.Counts) {
+func (s *session) addDeltas(st *depState, d sharedstate.Counts) {
 	s.mu.Lock()
-	if p := s.pending[st]; p != nil {
-		p.FirstAttempts += d.FirstAttempts
-		p.Retries += d.Retries
-		p.Successes += d.Successes
-		p.Failures += d.Failures
-		p.SlowCalls += d.SlowCalls
-		p.Rejected += d.Rejected
-	} else {
-		s.pending[st] = d
-	}
+	s.pending[st] = s.pending[st].Plus(d)
 	s.mu.Unlock()
 }
 
@@ -95,10 +86,10 @@ func (s *session) setInFlight(st *depState, n uint64) {
 	s.mu.Unlock()
 }
 
-func (s *session) addProbeResult(dep string, gen uint64, success bool) {
+func (s *session) addProbeResult(dep string, gen uint64, success, slow bool) {
 	s.mu.Lock()
 	if len(s.probes) < maxPendingProbeResults {
-		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: dep, Generation: gen, Success: success})
+		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: dep, Generation: gen, Success: success, Slow: slow})
 	}
 	s.mu.Unlock()
 	s.kick()
@@ -131,7 +122,7 @@ func (s *session) take() *fuseboxv1.CountDeltas {
 	}
 	m := &fuseboxv1.CountDeltas{ProbeResults: s.probes, Subscribe: s.subs}
 	for st, c := range s.pending {
-		dc := &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: c}
+		dc := &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: convert.CountsToProto(c)}
 		if n, ok := s.inFlight[st]; ok {
 			dc.InFlight = &n
 			delete(s.inFlight, st)
@@ -139,9 +130,9 @@ func (s *session) take() *fuseboxv1.CountDeltas {
 		m.Deltas = append(m.Deltas, dc)
 	}
 	for st, n := range s.inFlight {
-		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: &fuseboxv1.Counts{}, InFlight: &n})
+		m.Deltas = append(m.Deltas, &fuseboxv1.DependencyCounts{Dependency: st.name, Counts: convert.CountsToProto(sharedstate.Counts{}), InFlight: &n})
 	}
-	s.pending = make(map[*depState]*fuseboxv1.Counts, len(s.pending))
+	s.pending = make(map[*depState]sharedstate.Counts, len(s.pending))
 	clear(s.inFlight)
 	s.probes, s.subs = nil, nil
 	s.sendingSince = time.Now()
@@ -192,6 +183,9 @@ func (s *session) loop(ctx context.Context) {
 		if s.reported != -1 { // say once that the agent is not there
 			s.reported = -1
 			s.c.emit(AgentEvent{Connected: false, Err: err})
+			s.c.logger().Warn("clientlib: agent unreachable; deciding locally until it is back "+
+				"(local breaker and budget, last pushed policies, overrides and shaping)",
+				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
 		wait := backoff.Policy{Base: delay, Max: delay, Jitter: backoff.Equal}.Wait(0, 0, backoff.Uniform(s.c.random()))
 		t := time.NewTimer(wait)
@@ -243,12 +237,18 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	s.mu.Lock()
 	s.stop = cancel
 	s.node = w.GetNode()
-	s.pending = map[*depState]*fuseboxv1.Counts{}
+	s.pending = map[*depState]sharedstate.Counts{}
 	s.probes = nil
 	s.sendingSince = time.Time{}
 	s.mu.Unlock()
 	s.connected.Store(true)
 	c.metrics.sessions.Add(1)
+	if s.reported == -1 {
+		c.logger().Info("clientlib: agent reachable again; deciding from its snapshots",
+			"agent", c.cfg.AgentAddress, "service", c.service, "node", w.GetNode())
+	} else {
+		c.logger().Debug("clientlib: connected to the agent", "agent", c.cfg.AgentAddress, "service", c.service, "node", w.GetNode())
+	}
 	s.reported = 1
 	c.emit(AgentEvent{Connected: true, Node: w.GetNode()})
 
@@ -320,6 +320,7 @@ func (s *session) disconnect() {
 	s.connected.Store(false)
 	c.each(func(st *depState) {
 		st.mu.Lock()
+		st.keepShaping()
 		st.agentSnap = nil
 		st.publishLocked()
 		st.mu.Unlock()
@@ -327,22 +328,35 @@ func (s *session) disconnect() {
 	})
 }
 
-// applyWelcome makes the fleet default policy's retry and breaker settings
-// the local default.
+// applyWelcome makes the fleet default (the Welcome's default snapshot)
+// the local breaker's default policy.
 func (c *Client) applyWelcome(w *fuseboxv1.Welcome) {
-	if w.GetDefaultRetry() == nil && w.GetDefaultBreaker() == nil {
+	ps := w.GetDefaultSnapshot()
+	if ps == nil {
 		return
 	}
-	p := c.engine.Policy(sharedstate.DefaultPolicyName)
-	p.Dependency = sharedstate.DefaultPolicyName
-	p = convert.PolicyWithBreaker(p, w.GetDefaultBreaker())
-	p = convert.PolicyWithRetry(p, w.GetDefaultRetry())
+	p := fallbackPolicy(c.engine.Policy(sharedstate.DefaultPolicyName), convert.SnapshotFromProto(ps), ps.GetBreaker())
 	_ = c.engine.SetDefaultPolicy(p) // an invalid default is ignored: the previous one stays
 }
 
-// applyAgentSnapshot installs a snapshot from the agent, and gives its
-// policy (breaker thresholds and retry settings) to the local fallback
-// breaker, which decides with it whenever the agent is away.
+// fallbackPolicy is the policy the local breaker decides by while the
+// agent is away, made of what a snapshot carries: its breaker settings (the
+// trip rule and timings), its own mode, scope and slow-call duration, and
+// its retry settings; base gives the rest (throttle and concurrency: a
+// snapshot carries what the agents make of them, which the local fallback
+// keeps apart). The result is not validated.
+func fallbackPolicy(base sharedstate.Policy, s *sharedstate.Snapshot, b *fuseboxv1.BreakerSettings) sharedstate.Policy {
+	p := convert.PolicyWithBreaker(base, b)
+	p.Breaker.Mode, p.Breaker.Scope, p.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
+	p.Retry = convert.RetryPolicyFrom(s.Retry)
+	return p
+}
+
+// applyAgentSnapshot installs a snapshot from the agent: the hot path
+// decides from it as it is. A pushed snapshot also carries the breaker
+// settings of the effective policy: with its own mode, scope, slow-call
+// duration and retry settings they make the local fallback breaker's
+// policy (fallbackPolicy), which decides whenever the agent is away.
 //
 // pushed says where ps comes from. The Session stream is ordered, so a
 // pushed snapshot is the agent's latest and is installed, except one older
@@ -363,41 +377,76 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		st.mu.Unlock()
 		return
 	}
-	var base sharedstate.Policy
-	if st.localPol != nil {
-		base = *st.localPol
-	} else {
-		base = c.engine.Policy(st.name)
-	}
-	pol := convert.PolicyFromSnapshot(base, ps)
-	pol.Dependency = st.name
-	polChanged := (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
-	if polChanged {
-		st.localPol = &pol
-		st.fallbackSnap = nil
-	}
 	snap := convert.SnapshotFromProto(ps)
-	// What an older agent leaves out comes from the policy.
-	if ps.GetRetry() == nil {
-		snap.Retry = convert.RetryFromPolicy(pol)
+	var (
+		pol        sharedstate.Policy
+		polChanged bool
+	)
+	if b := ps.GetBreaker(); b != nil { // pushed snapshots carry them, answers not
+		base := st.localPol
+		if base == nil {
+			p := c.engine.Policy(st.name)
+			base = &p
+		}
+		pol = fallbackPolicy(*base, snap, b)
+		pol.Dependency = st.name
+		polChanged = (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
+		if polChanged {
+			st.localPol = &pol
+			st.fallbackSnap = nil
+		}
 	}
-	if ps.GetSlowCallDuration() == nil {
-		snap.SlowCallDuration = pol.Breaker.SlowCallDuration.Std()
-	}
-	if snap.Mode == "" {
-		snap.Mode = pol.Breaker.Mode
-	}
-	if snap.Scope == "" {
-		snap.Scope = pol.Breaker.Scope
-	}
+	// An operator's override goes to the local breaker too, with its
+	// expiry, so that it holds while the agent is away.
+	ov := overrideOf(snap)
+	ovChanged := !sameOverride(st.localOverride, ov)
+	st.localOverride = ov
 	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
 	st.refusedMsg = ""
 	st.refused.Store(false)
+	st.forgetShaping()
 	st.publishLocked()
 	st.mu.Unlock()
-	if polChanged {
-		_ = c.engine.SetPolicy(st.name, pol)
+	if polChanged || ovChanged {
+		c.syncLocal(st)
+	}
+}
+
+// overrideOf is the override a snapshot reports (nil for none).
+func overrideOf(s *sharedstate.Snapshot) *sharedstate.Override {
+	if s.Override == OverrideNone {
+		return nil
+	}
+	return &sharedstate.Override{State: s.Override, Reason: s.OverrideReason, Expires: s.OverrideExpires}
+}
+
+func sameOverride(a, b *sharedstate.Override) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.State == b.State && a.Reason == b.Reason && a.Expires.Equal(b.Expires)
+}
+
+// syncLocal gives the local breaker st's latest policy and override. Any
+// goroutine may call it after changing them; syncMu makes the last one to
+// run apply the latest of both, in that order (an override would make the
+// engine track the dependency under the default policy).
+func (c *Client) syncLocal(st *depState) {
+	st.syncMu.Lock()
+	defer st.syncMu.Unlock()
+	st.mu.Lock()
+	pol, ov := st.localPol, st.localOverride
+	st.mu.Unlock()
+	if pol != nil && pol != st.syncedPol {
+		st.syncedPol = pol
+		_ = c.engine.SetPolicy(st.name, *pol) // validated when stored
+	}
+	if !st.syncedOvOnce || !sameOverride(ov, st.syncedOv) {
+		st.syncedOv, st.syncedOvOnce = ov, true
+		// A reason too long for the engine (the agent enforces the same
+		// bound) leaves the previous override.
+		_ = c.engine.SetOverride(st.name, ov)
 	}
 }
 
@@ -405,7 +454,7 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 // epoch (see applyAgentSnapshot), if that session is still up.
 func (c *Client) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
 	ps := d.GetSnapshot()
-	if ps == nil || ps.GetDependency() != st.name || ps.GetVersion() == 0 {
+	if ps == nil || ps.GetDependency() != st.name {
 		return
 	}
 	if !c.sess.isConnected() || c.sess.epoch.Load() != epoch {
@@ -421,7 +470,12 @@ func (c *Client) applyDependencyError(e *fuseboxv1.DependencyError) {
 		return
 	}
 	st.mu.Lock()
+	if st.refusedMsg == "" { // once per refusal, not per message
+		c.logger().Warn("clientlib: the agent refused a dependency; deciding it locally",
+			"dependency", st.name, "service", c.service, "reason", e.GetMessage())
+	}
 	st.refusedMsg = e.GetMessage()
+	st.keepShaping()
 	st.agentSnap = nil
 	st.publishLocked()
 	st.mu.Unlock()
@@ -557,14 +611,16 @@ func (st *depState) check(ctx context.Context) (sharedstate.Decision, bool) {
 	return c.engine.Decide(st.name, sharedstate.FirstAttempt), false
 }
 
-// finishProbe reports a probe's result to whoever granted it.
-func (st *depState) finishProbe(g grant, success bool) {
+// finishProbe reports a probe's result to whoever granted it: whether it
+// succeeded and whether it took at least slowCallDuration (half-open judges
+// a slow probe by the policy's slow-call rule).
+func (st *depState) finishProbe(g grant, success, slow bool) {
 	if !g.probe {
 		return
 	}
 	if g.byAgent {
-		st.c.sess.addProbeResult(st.name, g.generation, success)
+		st.c.sess.addProbeResult(st.name, g.generation, success, slow)
 		return
 	}
-	st.c.engine.ProbeResult(st.name, success)
+	st.c.engine.ProbeOutcome(st.name, sharedstate.OutcomeOf(!success, slow))
 }

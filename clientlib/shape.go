@@ -230,7 +230,7 @@ func (st *depState) acquireSlot(ctx context.Context, sp *stripe, wait time.Durat
 	s := &st.slots
 	s.waiters.Add(1)
 	defer s.waiters.Add(-1)
-	t := st.c.clock.NewTimer(wait)
+	t := time.NewTimer(wait)
 	defer t.Stop()
 	for {
 		// Re-read the limit: a new share may have made room.
@@ -246,7 +246,7 @@ func (st *depState) acquireSlot(ctx context.Context, sp *stripe, wait time.Durat
 		}
 		select {
 		case <-s.freed:
-		case <-t.C():
+		case <-t.C:
 			return false, st.rejLimit
 		case <-ctx.Done():
 			return false, st.rejLimit

@@ -250,7 +250,8 @@ func nullToNil(b []byte) []byte {
 
 // ListMembers merges the gossip view (status alive, suspect, dead or left)
 // with the registrations in etcd: a registered node the observer does not
-// see in the gossip is listed with status "registered".
+// see in the gossip is listed with status "registered". How a node follows
+// etcd (Member.etcd) comes from its registration.
 func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersRequest) (*fuseboxv1.ListMembersResponse, error) {
 	members := a.c.view.Members()
 	regs, _, err := a.c.store.ListMembers(ctx)
@@ -266,16 +267,19 @@ func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersR
 	}
 	for _, r := range regs {
 		if m, ok := seen[r.Node]; ok {
+			m.Etcd = etcdSyncProto(r.Etcd)
 			if m.ApiAddr == "" {
 				m.ApiAddr = r.APIAddr
 			}
 			if m.Zone == "" {
 				m.Zone = r.Zone
 			}
+			m.Signs = r.PublicKey != "" // the registration, not the gossip, says whose key counts
 			continue
 		}
 		members = append(members, &fuseboxv1.Member{Node: r.Node, Role: r.Role, Zone: r.Zone, Version: r.Version,
-			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered"})
+			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered", Etcd: etcdSyncProto(r.Etcd),
+			WireVersion: uint32(r.Wire), Signs: r.PublicKey != ""})
 	}
 	sortMembers(members)
 	return &fuseboxv1.ListMembersResponse{Members: members}, nil
@@ -283,6 +287,12 @@ func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersR
 
 func (a *adminServer) GetFleet(_ context.Context, req *fuseboxv1.GetFleetRequest) (*fuseboxv1.FleetSnapshot, error) {
 	return a.c.fleetSnapshot(req.GetDependency())
+}
+
+// SimulatePolicy replays the history of a dependency under its current
+// policy and a proposed one (see whatif.go).
+func (a *adminServer) SimulatePolicy(ctx context.Context, req *fuseboxv1.SimulatePolicyRequest) (*fuseboxv1.SimulatePolicyResponse, error) {
+	return a.c.simulate(ctx, req)
 }
 
 // fleetSnapshot is GetFleet's answer, shared with /api/v1/fleet.
@@ -296,6 +306,7 @@ func (c *Coordinator) fleetSnapshot(dep string) (*fuseboxv1.FleetSnapshot, error
 	if dep != "" && len(snap.Dependencies) == 0 {
 		return nil, fmt.Errorf("%w: dependency %q: no policy, override or traffic", ErrNotFound, dep)
 	}
+	snap.Etcd = etcdSyncProto(c.cache.etcdStatus())
 	return snap, nil
 }
 

@@ -21,19 +21,20 @@ import (
 const cacheStartTimeout = 15 * time.Second
 
 // cache follows the policies and overrides in etcd (store.Watch: list,
-// then watch from the next revision, re-list on compaction) for the fleet
-// view and the events stream. It keeps the last good effective policy of
+// then watch from the next revision, re-list on compaction and on a rewind)
+// for the fleet view and the events stream. It keeps the last good effective policy of
 // every dependency: an invalid value in etcd is logged, counted and
 // ignored. Admin reads go to etcd directly; the cache serves the fleet view,
 // which must not wait for etcd.
 //
-// It implements fleet.Source and store.Handler. Its methods are safe for
-// concurrent use; the Handler methods are called by the watcher's single
-// goroutine.
+// It implements fleet.Source and store.RewindHandler. Its methods are safe
+// for concurrent use; the Handler methods are called by the watcher's
+// single goroutine.
 type cache struct {
 	log     *slog.Logger
 	publish func(events.Event)
 	invalid func(kind string)
+	rewinds func(reason store.RewindReason)
 	clock   sharedstate.Clock
 
 	mu        sync.RWMutex
@@ -41,15 +42,17 @@ type cache struct {
 	def       sharedstate.Policy
 	effective map[string]sharedstate.Policy // last good effective policy per dependency
 	synced    bool
+	rewound   bool // the next Sync follows a rewind: publish all it holds
 
 	syncedCh chan struct{}
 	restarts func()
 	watcher  *store.Watcher
 }
 
-func newCache(log *slog.Logger, publish func(events.Event), invalid func(kind string), clock sharedstate.Clock) *cache {
+func newCache(log *slog.Logger, publish func(events.Event), invalid func(kind string), rewinds func(store.RewindReason),
+	clock sharedstate.Clock) *cache {
 	return &cache{
-		log: log, publish: publish, invalid: invalid, clock: clock,
+		log: log, publish: publish, invalid: invalid, rewinds: rewinds, clock: clock,
 		def:       sharedstate.DefaultPolicy(),
 		effective: map[string]sharedstate.Policy{},
 		syncedCh:  make(chan struct{}),
@@ -79,15 +82,26 @@ func (c *cache) close() {
 	}
 }
 
+// etcdStatus is how the cache follows etcd (nil before start).
+func (c *cache) etcdStatus() *store.SyncStatus {
+	if c == nil || c.watcher == nil {
+		return nil
+	}
+	st := c.watcher.Status()
+	return &st
+}
+
 // ---- store.Handler ----
 
 // Sync replaces the state. After the first one (a re-list after a
-// compaction or a lost watch) it publishes what changed meanwhile.
+// compaction, a lost watch or a rewind) it publishes what changed
+// meanwhile; after a rewind, everything it holds (a mod revision equal to
+// one of the old history proves nothing).
 func (c *cache) Sync(st store.State) {
 	c.mu.Lock()
-	old, first := c.st, !c.synced
+	old, first, rewound := c.st, !c.synced, c.rewound
 	c.st = st
-	c.synced = true
+	c.synced, c.rewound = true, false
 	c.recomputeLocked()
 	c.mu.Unlock()
 	if first {
@@ -98,7 +112,7 @@ func (c *cache) Sync(st store.State) {
 		c.restarts()
 	}
 	for name, e := range st.Policies {
-		if o, ok := old.Policies[name]; !ok || o.ModRevision != e.ModRevision {
+		if o, ok := old.Policies[name]; rewound || !ok || o.ModRevision != e.ModRevision {
 			c.publishEvent(store.Event{Kind: store.PolicyPut, Name: name, Revision: e.ModRevision, Policy: e})
 		}
 	}
@@ -108,7 +122,7 @@ func (c *cache) Sync(st store.State) {
 		}
 	}
 	for name, e := range st.Overrides {
-		if o, ok := old.Overrides[name]; !ok || o.ModRevision != e.ModRevision {
+		if o, ok := old.Overrides[name]; rewound || !ok || o.ModRevision != e.ModRevision {
 			c.publishEvent(store.Event{Kind: store.OverridePut, Name: name, Revision: e.ModRevision, Override: e})
 		}
 	}
@@ -148,6 +162,21 @@ func (c *cache) Apply(rev int64, evs []store.Event) {
 	c.mu.Unlock()
 	for _, e := range evs {
 		c.publishEvent(e)
+	}
+}
+
+// Rewound logs and counts a rewind: etcd no longer holds the history the
+// cache followed (restored, wiped, another cluster). The watcher's next
+// Sync replaces everything.
+func (c *cache) Rewound(r store.Rewind) {
+	c.mu.Lock()
+	c.rewound = true
+	c.mu.Unlock()
+	c.log.Warn("etcd's history went back (a restore, a wipe or another cluster?): listing policies and overrides again from scratch",
+		"reason", string(r.Reason), "from_revision", r.FromRevision, "to_revision", r.ToRevision,
+		"from_cluster", r.FromCluster, "to_cluster", r.ToCluster)
+	if c.rewinds != nil {
+		c.rewinds(r.Reason)
 	}
 }
 
@@ -267,6 +296,27 @@ func (c *cache) Dependencies() []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// storedPolicy returns the policy stored for dependency (its patch), if any.
+func (c *cache) storedPolicy(dependency string) (store.PolicyEntry, bool) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	e, ok := c.st.Policies[dependency]
+	return e, ok
+}
+
+// overridesInForce returns the overrides in force at now.
+func (c *cache) overridesInForce(now time.Time) []store.OverrideEntry {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []store.OverrideEntry
+	for _, e := range c.st.Overrides {
+		if e.ActiveAt(now) {
+			out = append(out, e)
+		}
+	}
 	return out
 }
 

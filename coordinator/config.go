@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -116,6 +117,16 @@ type Config struct {
 	// MaxDependencies caps how many dependencies the fleet view tracks
 	// (optional, default 10000); more are dropped and counted.
 	MaxDependencies int
+	// HistoryFine and HistoryCoarse are how long the what-if history keeps
+	// each dependency's counts at window/100 (at least 100 ms) and at 1 s
+	// (optional, defaults 15m and 3h; at most a week, coarse at least
+	// fine). HistoryMaxDependencies caps the dependencies it keeps (optional,
+	// default 64; past it the history of further ones is refused and
+	// counted). A dependency with traffic all the time costs about 1 MiB at
+	// the defaults (README, "What-if: replaying a policy"); the history is
+	// in memory and lost when the coordinator restarts.
+	HistoryFine, HistoryCoarse time.Duration
+	HistoryMaxDependencies     int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -137,9 +148,13 @@ func DefaultConfig() Config {
 		GossipAddr:      DefaultGossipAddr,
 		RejoinInterval:  2 * time.Second,
 		MaxDependencies: 10000,
+		HistoryFine:     history.DefaultFineHorizon,
+		HistoryCoarse:   history.DefaultCoarseHorizon,
 		LogFormat:       "text",
 		LogLevel:        "info",
 		ShutdownTimeout: 5 * time.Second,
+
+		HistoryMaxDependencies: history.DefaultMaxDependencies,
 	}
 }
 
@@ -245,6 +260,15 @@ func (c Config) Validate() error {
 	}
 	if c.MaxDependencies <= 0 {
 		bad("max-dependencies", "must be > 0, got %d", c.MaxDependencies)
+	}
+	if c.HistoryFine < history.MinFineStep || c.HistoryFine > history.MaxHorizon {
+		bad("history-fine", "must be between %v and %v, got %v", history.MinFineStep, history.MaxHorizon, c.HistoryFine)
+	}
+	if c.HistoryCoarse < c.HistoryFine || c.HistoryCoarse > history.MaxHorizon {
+		bad("history-coarse", "must be between --history-fine (%v) and %v, got %v", c.HistoryFine, history.MaxHorizon, c.HistoryCoarse)
+	}
+	if c.HistoryMaxDependencies <= 0 {
+		bad("history-max-dependencies", "must be > 0, got %d", c.HistoryMaxDependencies)
 	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("coordinator config: "+v))

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -29,6 +30,15 @@ func TestConfigValidate(t *testing.T) {
 		},
 		{name: "plaintext gossip off loopback by choice", mod: func(c *Config) { c.GossipAddr, c.InsecureGossip = "0.0.0.0:7947", true }},
 		{name: "encrypted gossip off loopback", mod: func(c *Config) { c.GossipAddr, c.KeyringFile = "10.0.0.1:7947", "keyring" }},
+		{
+			name: "history",
+			mod: func(c *Config) {
+				c.HistoryFine, c.HistoryCoarse, c.HistoryMaxDependencies = time.Hour, time.Minute, 0
+			},
+			want: []string{"history-coarse: must be between --history-fine (1h0m0s)", "history-max-dependencies: must be > 0"},
+		},
+		{name: "history fine too short", mod: func(c *Config) { c.HistoryFine = time.Millisecond },
+			want: []string{"history-fine: must be between 100ms"}},
 		{
 			name: "everything wrong",
 			mod: func(c *Config) {

@@ -22,6 +22,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
@@ -45,11 +46,14 @@ type Coordinator struct {
 	broker  *events.Broker
 	view    *fleet.View
 	cache   *cache
+	history *history.History
+	simSem  chan struct{} // a slot per simulation running
 
 	etcdSrv *embedded.Server // nil with an external etcd
 	cli     *store.Client
 	store   *store.Store
 	reg8n   *store.Registration
+	keys    *gossip.KeyDirectory // the etcd member entries' keys, for the observer
 
 	gossipMu sync.Mutex
 	gossip   *gossip.Gossip
@@ -160,14 +164,22 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	// kept from before a restart is then never one of this process's, and
 	// Watch says so instead of resuming at the wrong place.
 	c.broker = events.NewBroker(256, 512, uint64(max(time.Now().UnixMicro(), 0)), func() { c.metrics.sseDropped.Inc() })
+	c.history = history.New(history.Config{
+		FineHorizon: c.cfg.HistoryFine, CoarseHorizon: c.cfg.HistoryCoarse, MaxDependencies: c.cfg.HistoryMaxDependencies,
+		OnDrop: func(reason string) { c.metrics.historyDropped.WithLabelValues(reason).Inc() },
+	})
+	c.simSem = make(chan struct{}, maxSimulations)
 	c.view = fleet.New(fleet.Config{
 		MaxDependencies: c.cfg.MaxDependencies,
 		HistoryInterval: c.opts.historyEvery,
 		Clock:           c.clock,
 		OnTransition:    c.publishTransition,
 		OnRefused:       func(reason string) { c.metrics.gossipRefused.WithLabelValues(reason).Inc() },
+		OnRow:           c.observeRow,
+		OnRecord:        func(r sharedstate.BreakerRecord, at time.Time) { c.history.ObserveRecord(at, r) },
 	})
-	c.cache = newCache(c.log, c.publish, func(kind string) { c.metrics.invalidValues.WithLabelValues(kind).Inc() }, c.clock)
+	c.cache = newCache(c.log, c.publish, func(kind string) { c.metrics.invalidValues.WithLabelValues(kind).Inc() },
+		func(r store.RewindReason) { c.metrics.rewinds.WithLabelValues(string(r)).Inc() }, c.clock)
 	if c.metrics, err = newMetrics(c.reg, c); err != nil {
 		return fmt.Errorf("coordinator: metrics: %w", err)
 	}
@@ -178,6 +190,7 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	if err := c.cache.start(ctx, c.store, func() { c.metrics.watchRestarts.Inc() }); err != nil {
 		return err
 	}
+	c.seedHistory()
 
 	if c.grpcLn, err = net.Listen("tcp", c.cfg.GRPCAddr); err != nil {
 		return fmt.Errorf("coordinator: grpc-addr: %w", err)
@@ -311,6 +324,9 @@ func (c *Coordinator) shutdown() {
 		}
 		if c.reg8n != nil {
 			_ = c.reg8n.Close()
+		}
+		if c.keys != nil {
+			c.keys.Close()
 		}
 		if c.cache != nil {
 			c.cache.close()

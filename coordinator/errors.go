@@ -12,6 +12,8 @@ import (
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/replay"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -44,7 +46,10 @@ var (
 //	sharedstate.ErrInvalidPolicy/Override/DependencyName,
 //	ErrInvalidRequest                           → InvalidArgument
 //	store.ErrConflict                           → Aborted
-//	store.ErrNotFound, ErrNotFound              → NotFound
+//	store.ErrNotFound, ErrNotFound,
+//	history.ErrNoHistory                        → NotFound
+//	errSimulationsBusy                          → ResourceExhausted
+//	replay.ErrTooLong                           → InvalidArgument
 //	events.ErrFellBehind (a slow Watch)         → ResourceExhausted
 //	*events.ReplayError (Watch's after_id)      → OutOfRange
 //	events.ErrClosed, ErrClosed                 → Unavailable
@@ -60,7 +65,7 @@ func toStatus(err error) error {
 	var (
 		verr    *sharedstate.ValidationError
 		invalid *store.InvalidValueError
-		replay  *events.ReplayError
+		behind  *events.ReplayError
 	)
 	switch {
 	case errors.Is(err, auth.ErrUnauthenticated):
@@ -76,15 +81,17 @@ func toStatus(err error) error {
 	case errors.Is(err, sharedstate.ErrInvalidPolicy),
 		errors.Is(err, sharedstate.ErrInvalidOverride),
 		errors.Is(err, sharedstate.ErrInvalidDependencyName),
-		errors.Is(err, ErrInvalidRequest):
+		errors.Is(err, ErrInvalidRequest), errors.Is(err, replay.ErrTooLong):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, store.ErrConflict):
 		return status.Error(codes.Aborted, err.Error())
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, ErrNotFound), errors.Is(err, history.ErrNoHistory):
 		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, errSimulationsBusy):
+		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.Is(err, events.ErrFellBehind):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.As(err, &replay):
+	case errors.As(err, &behind):
 		return status.Error(codes.OutOfRange, err.Error())
 	case errors.Is(err, events.ErrClosed), errors.Is(err, ErrClosed):
 		return status.Error(codes.Unavailable, err.Error())

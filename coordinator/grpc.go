@@ -41,6 +41,7 @@ var adminRoles = map[string]auth.Role{
 	fuseboxv1.Admin_ListMembers_FullMethodName:    auth.RoleViewer,
 	fuseboxv1.Admin_GetFleet_FullMethodName:       auth.RoleViewer,
 	fuseboxv1.Admin_Watch_FullMethodName:          auth.RoleViewer,
+	fuseboxv1.Admin_SimulatePolicy_FullMethodName: auth.RoleViewer,
 }
 
 // MaxSnapshotBytes bounds an Admin response (GetFleet of every dependency

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
@@ -185,4 +186,17 @@ func metricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[st
 	}
 	t.Fatalf("no series %s%v", name, labels)
 	return 0
+}
+
+// seedHistory gives dep a history, as if a node had reported it for two
+// seconds (the coordinator just started, so its first row counts for
+// nothing: the history exists, nearly empty).
+func seedHistory(c *Coordinator, dep string) {
+	now := c.clock.Now()
+	for i := range 20 {
+		r := sharedstate.NodeWindow{Node: "seed-node", Dependency: dep, Seq: uint64(i + 1),
+			Counts: sharedstate.Counts{FirstAttempts: uint64(10 * i), Successes: uint64(10 * i)}}
+		r.Recent[sharedstate.FastHorizons-1].Successes = uint32(10 * i)
+		c.history.ObserveRow(now.Add(-time.Duration(20-i)*100*time.Millisecond), r, 10*time.Second)
+	}
 }

@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/dashboard"
@@ -33,9 +35,12 @@ type route struct {
 	name    string // the handler label of the request metric
 	// role is what the caller needs (see authorized); RoleNone only with
 	// open set, for what holds no data: /metrics, /healthz, the page.
-	role    auth.Role
-	open    bool
-	handler http.Handler
+	role auth.Role
+	open bool
+	// readOnly marks a POST that writes nothing (its request is a
+	// document too large for a URL): it may need role viewer.
+	readOnly bool
+	handler  http.Handler
 }
 
 // routes is every HTTP endpoint with its role: reads need viewer, writes
@@ -52,6 +57,10 @@ func (c *Coordinator) routes() []route {
 		{pattern: "GET /api/v1/overrides", name: "overrides", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleListOverrides)},
 		{pattern: "GET /api/v1/policies", name: "policies", role: auth.RoleViewer, handler: http.HandlerFunc(c.handlePolicies)},
 		{pattern: "GET /api/v1/whoami", name: "whoami", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleWhoami)},
+		{pattern: "GET /api/v1/policies/{dependency...}", name: "policy_get", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleGetPolicy)},
+		{pattern: "GET /api/v1/series", name: "series", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleSeries)},
+		{pattern: "POST /api/v1/simulate", name: "simulate", role: auth.RoleViewer, readOnly: true, handler: http.HandlerFunc(c.handleSimulate)},
+		{pattern: "PUT /api/v1/policies/{dependency...}", name: "policy_put", role: auth.RoleAdmin, handler: http.HandlerFunc(c.handlePutPolicy)},
 		{pattern: "POST /api/v1/overrides/{dependency...}", name: "override_set", role: auth.RoleAdmin, handler: http.HandlerFunc(c.handleSetOverride)},
 		{pattern: "DELETE /api/v1/overrides/{dependency...}", name: "override_clear", role: auth.RoleAdmin, handler: http.HandlerFunc(c.handleClearOverride)},
 		{pattern: "GET /metrics", name: "metrics", open: true, handler: metrics},
@@ -70,6 +79,10 @@ func (c *Coordinator) routes() []route {
 //	GET    /api/v1/overrides                           the overrides in force
 //	GET    /api/v1/policies                            the effective policies the fleet view uses
 //	GET    /api/v1/whoami                              the caller's identity and role
+//	GET    /api/v1/policies/{dependency}               the stored policy document and its mod revision
+//	GET    /api/v1/series?dependency=NAME[&since=15m]  the what-if history: counts in at most 600 points, the breaker's states
+//	POST   /api/v1/simulate                            replay a proposed policy ({dependency, policy, since}; reads only)
+//	PUT    /api/v1/policies/{dependency}               write a policy, with a compare-and-swap on its revision (admin)
 //	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
 //	DELETE /api/v1/overrides/{dependency}              clear an override (admin)
 //	GET    /metrics                                    Prometheus, the coordinator's own registry
@@ -233,10 +246,19 @@ func isLoopbackHostHeader(host string) bool {
 
 // errorBody is the JSON body of every /api/v1 error: {"error": "...",
 // "code": "InvalidArgument"}, code being the gRPC code the Admin API
-// would have returned (absent for errors of the HTTP layer itself).
+// would have returned (absent for errors of the HTTP layer itself). An
+// invalid policy also lists its violations, each with its JSON path
+// ("breaker.minimumRequests").
 type errorBody struct {
-	Error string `json:"error"`
-	Code  string `json:"code,omitempty"`
+	Error      string          `json:"error"`
+	Code       string          `json:"code,omitempty"`
+	Violations []violationJSON `json:"violations,omitempty"`
+}
+
+// violationJSON is one violation of a refused policy.
+type violationJSON struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
 }
 
 func httpError(w http.ResponseWriter, code int, msg string) {
@@ -252,7 +274,15 @@ func writeError(w http.ResponseWriter, err error) {
 	if !ok {
 		code = http.StatusInternalServerError
 	}
-	writeJSON(w, code, errorBody{Error: st.Message(), Code: st.Code().String()})
+	body := errorBody{Error: st.Message(), Code: st.Code().String()}
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, fv := range br.GetFieldViolations() {
+				body.Violations = append(body.Violations, violationJSON{Field: fv.GetField(), Message: fv.GetDescription()})
+			}
+		}
+	}
+	writeJSON(w, code, body)
 }
 
 // httpCodes maps the gRPC codes toStatus returns to HTTP statuses.
@@ -262,6 +292,7 @@ var httpCodes = map[codes.Code]int{
 	codes.Unauthenticated:    http.StatusUnauthorized,
 	codes.PermissionDenied:   http.StatusForbidden,
 	codes.Aborted:            http.StatusConflict,
+	codes.ResourceExhausted:  http.StatusTooManyRequests,     // simulations busy
 	codes.FailedPrecondition: http.StatusInternalServerError, // bad data already in etcd
 	codes.Unavailable:        http.StatusServiceUnavailable,
 	codes.DeadlineExceeded:   http.StatusGatewayTimeout,
@@ -286,7 +317,12 @@ func (c *Coordinator) handleFleet(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Has("compact") { // the dashboard polls it: 1,000 dependencies are megabytes indented
 		mo.Indent = ""
 	}
-	b, err := mo.Marshal(snap)
+	writeProto(w, mo, snap)
+}
+
+// writeProto answers m as protojson.
+func writeProto(w http.ResponseWriter, mo protojson.MarshalOptions, m proto.Message) {
+	b, err := mo.Marshal(m)
 	if err != nil {
 		httpError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -370,8 +406,21 @@ func (c *Coordinator) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 	fmt.Fprintln(w, "ok")
 }
 
-// publish hands an event to the SSE subscribers and counts it.
+// publish hands an event to the SSE subscribers and counts it; overrides
+// and policy changes also go into the what-if history.
 func (c *Coordinator) publish(e events.Event) {
+	switch e.Type {
+	case events.TypeOverride:
+		var st sharedstate.OverrideState
+		_ = st.UnmarshalText([]byte(e.State)) // "none" when cleared
+		var exp time.Time
+		if e.Expires != nil {
+			exp = *e.Expires
+		}
+		c.history.ObserveOverride(e.At, e.Dependency, st, e.Reason, exp)
+	case events.TypePolicy:
+		c.history.ObservePolicy(e.At, e.Dependency)
+	}
 	e = c.broker.Publish(e)
 	c.metrics.events.WithLabelValues(e.Type).Inc()
 }

@@ -4,8 +4,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // MetricNames lists every metric the coordinator exports, so the README's
@@ -21,6 +23,7 @@ var MetricNames = []string{
 	"fusebox_coordinator_sse_clients",
 	"fusebox_coordinator_etcd_invalid_values_total",
 	"fusebox_coordinator_etcd_watch_restarts_total",
+	"fusebox_coordinator_etcd_rewinds_total",
 	"fusebox_coordinator_policies",
 	"fusebox_coordinator_overrides",
 	"fusebox_coordinator_gossip_refused_total",
@@ -31,6 +34,11 @@ var MetricNames = []string{
 	"fusebox_coordinator_rows",
 	"fusebox_coordinator_members",
 	"fusebox_coordinator_breakers",
+	"fusebox_coordinator_history_dropped_total",
+	"fusebox_coordinator_history_dependencies",
+	"fusebox_coordinator_history_bytes",
+	"fusebox_coordinator_simulations_total",
+	"fusebox_coordinator_simulation_duration_seconds",
 }
 
 // metrics are the coordinator's own series, registered on its registry.
@@ -43,7 +51,12 @@ type metrics struct {
 	sseDropped    prometheus.Counter
 	invalidValues *prometheus.CounterVec
 	watchRestarts prometheus.Counter
+	rewinds       *prometheus.CounterVec
 	gossipRefused *prometheus.CounterVec
+	// What-if: the history's drops and the simulations.
+	historyDropped *prometheus.CounterVec
+	simulations    *prometheus.CounterVec
+	simDuration    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
@@ -79,12 +92,35 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"kind"}),
 		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_etcd_watch_restarts_total",
-			Help: "Times the etcd watch of policies and overrides re-listed (compaction, lost connection).",
+			Help: "Times the etcd watch of policies and overrides re-listed (compaction, lost connection, rewind).",
 		}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_etcd_rewinds_total",
+			Help: "Times etcd was found not to hold the history the coordinator's watch followed (a snapshot restore, a wiped etcd, another cluster), which then listed policies and overrides again from scratch, by reason (new_cluster, revision_went_back, history_changed, compacted).",
+		}, []string{"reason"}),
 		gossipRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_gossip_refused_total",
 			Help: "Gossip rows and records the fleet view refused, by reason (invalid, too_many_deps, too_many_rows, not_an_agent, too_many_zones).",
 		}, []string{"reason"}),
+		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_history_dropped_total",
+			Help: "Counts, rows and records the what-if history did not keep, by reason (too_many_dependencies: past --history-max-dependencies; too_many_nodes; too_many_records: the oldest record made room; gap: a node's rows more than 64 sub-buckets apart; late: dated before the fine horizon).",
+		}, []string{"reason"}),
+		simulations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_simulations_total",
+			Help: "Policy simulations (SimulatePolicy, POST /api/v1/simulate) by result (ok, no_history, busy: refused while the most run at once, error).",
+		}, []string{"result"}),
+		simDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "fusebox_coordinator_simulation_duration_seconds",
+			Help:    "Time a policy simulation takes (two replays and their comparison).",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
+	}
+	for _, r := range history.DropReasons {
+		m.historyDropped.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "no_history", "busy", "error"} {
+		m.simulations.WithLabelValues(r)
 	}
 	for _, r := range []string{"unauthenticated", "permission_denied"} {
 		for _, api := range []string{"grpc", "http"} {
@@ -97,14 +133,29 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, k := range []string{"policy", "override"} {
 		m.invalidValues.WithLabelValues(k)
 	}
+	for _, r := range store.RewindReasons() {
+		m.rewinds.WithLabelValues(string(r))
+	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.invalidValues, m.watchRestarts, m.gossipRefused, &stateCollector{c: c}}
+		m.sseDropped, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
 	}
+	if err := registerAll(reg, m.historyDropped, m.simulations, m.simDuration); err != nil { // what-if
+		return nil, err
+	}
 	return m, nil
+}
+
+func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
+	for _, col := range cs {
+		if err := reg.Register(col); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // stateCollector reports gauges read from the coordinator's parts at scrape
@@ -124,11 +175,13 @@ var (
 	descGossipDrop   = prometheus.NewDesc("fusebox_coordinator_gossip_dropped_total", "Gossip frames and items the observer dropped, by reason.", []string{"reason"}, nil)
 	descGossipMsgs   = prometheus.NewDesc("fusebox_coordinator_gossip_messages_received_total", "Gossip messages received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
 	descGossipBytesR = prometheus.NewDesc("fusebox_coordinator_gossip_received_bytes_total", "Gossip bytes received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
+	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the what-if history keeps (at most --history-max-dependencies).", nil, nil)
+	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the what-if history holds: slots, node trackers, records.", nil, nil)
 )
 
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descSSEClients, descPolicies, descOverrides, descDeps, descRows,
-		descMembers, descBreakers, descGossipDrop, descGossipMsgs, descGossipBytesR} {
+		descMembers, descBreakers, descGossipDrop, descGossipMsgs, descGossipBytesR, descHistoryDeps, descHistoryBytes} {
 		ch <- d
 	}
 }
@@ -152,6 +205,9 @@ func (s *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for state, n := range st.States {
 		ch <- prometheus.MustNewConstMetric(descBreakers, prometheus.GaugeValue, float64(n), state)
 	}
+	hs := c.history.Stats()
+	ch <- prometheus.MustNewConstMetric(descHistoryDeps, prometheus.GaugeValue, float64(hs.Dependencies))
+	ch <- prometheus.MustNewConstMetric(descHistoryBytes, prometheus.GaugeValue, float64(hs.Bytes))
 	var gs gossip.Stats
 	if g := c.gossipNode(); g != nil {
 		gs = g.Stats()

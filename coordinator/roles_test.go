@@ -23,7 +23,7 @@ import (
 // readPrefixes name the Admin methods that only read; every other method
 // writes and must need role admin. A new method is a write unless its
 // name says otherwise.
-var readPrefixes = []string{"Get", "List", "Validate", "Watch"}
+var readPrefixes = []string{"Get", "List", "Validate", "Watch", "Simulate"}
 
 func isRead(method string) bool {
 	for _, p := range readPrefixes {
@@ -59,7 +59,15 @@ func adminCalls() map[string]adminCall {
 		}
 	}
 	override := &fuseboxv1.SetOverrideRequest{Dependency: roleDep, Reason: "roles test", Ttl: durationpb.New(time.Minute)}
+	withHistory := func(ctx context.Context, t *testing.T, c *Coordinator) {
+		seedHistory(c, roleDep)
+	}
 	return map[string]adminCall{
+		"SimulatePolicy": {setup: withHistory, call: func(ctx context.Context, a fuseboxv1.AdminClient) error {
+			_, err := a.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: roleDep, PolicyJson: rolePolicy,
+				Since: durationpb.New(time.Minute)})
+			return err
+		}},
 		"GetPolicy": {setup: putPolicy, call: func(ctx context.Context, a fuseboxv1.AdminClient) error {
 			_, err := a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: roleDep})
 			return err
@@ -252,8 +260,9 @@ func TestAdminMethodWithoutARoleIsRefused(t *testing.T) {
 
 // TestEveryRouteHasARole walks the HTTP routes: each has a role or is
 // explicitly open, no /api/v1 route is open, every route that is not a
-// GET needs admin, and a viewer is refused each write (403) that an admin
-// may make.
+// GET needs admin unless it is a POST marked read-only (which must then
+// move nothing in etcd), and a viewer is refused each write (403) that an
+// admin may make.
 func TestEveryRouteHasARole(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.TokensFile = writeTokens(t, testTokens)
@@ -271,16 +280,46 @@ func TestEveryRouteHasARole(t *testing.T) {
 			t.Errorf("route %q: role %s, open %v; want exactly one of a role or open", rt.pattern, rt.role, rt.open)
 		case rt.open && strings.HasPrefix(path, "/api/"):
 			t.Errorf("route %q is open: every /api/ route needs a role", rt.pattern)
-		case method != http.MethodGet && rt.role != auth.RoleAdmin:
+		case rt.readOnly && method != http.MethodPost:
+			t.Errorf("route %q is read-only but not a POST", rt.pattern)
+		case method != http.MethodGet && !rt.readOnly && rt.role != auth.RoleAdmin:
 			t.Errorf("route %q writes but needs role %s, want admin", rt.pattern, rt.role)
 		}
 		if method == http.MethodGet {
 			continue
 		}
 		url := base + strings.ReplaceAll(path, "{dependency...}", roleDep)
-		body := ""
-		if method == http.MethodPost {
-			body = `{"state":"forced-open","ttl":"1m","reason":"roles test"}`
+		body := map[string]string{
+			"POST /api/v1/overrides/{dependency...}": `{"state":"forced-open","ttl":"1m","reason":"roles test"}`,
+			"PUT /api/v1/policies/{dependency...}":   `{"policy":` + string(rolePolicy) + `}`,
+			"POST /api/v1/simulate":                  `{"dependency":"` + roleDep + `","policy":` + string(rolePolicy) + `,"since":"1m"}`,
+		}[rt.pattern]
+		if rt.readOnly {
+			seedHistory(c, roleDep)
+			cli, err := clientFor(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The coordinator's own registration may write meanwhile: a
+			// read-only route moves etcd on none of three calls.
+			moved := 0
+			var before, after int64
+			for range 3 {
+				b, _ := cli.Get(ctx, "fusebox-roles-test-revision")
+				code, resp := httpDo(t, method, url, viewerToken, body, nil)
+				a, _ := cli.Get(ctx, "fusebox-roles-test-revision")
+				if code != http.StatusOK {
+					t.Errorf("%s (read-only) as a viewer: status %d: %s", rt.pattern, code, resp)
+				}
+				if before, after = b.Header.Revision, a.Header.Revision; after != before {
+					moved++
+				}
+			}
+			cli.Close()
+			if moved == 3 {
+				t.Errorf("%s is marked read-only but moved etcd at every call (last from revision %d to %d)", rt.pattern, before, after)
+			}
+			continue
 		}
 		if method == http.MethodDelete {
 			if _, err := c.Store().SetOverride(ctx, roleDep, store.OverrideSpec{State: sharedstate.ForcedOpen, TTL: time.Minute},

@@ -227,6 +227,12 @@ func fuseboxListeners(t *testing.T, where, binary string, vals, defaults map[str
 	case "fusebox-agent":
 		add("gossip", "gossip-addr", tcp, udp)
 		add("http", "http-addr", tcp)
+		if v := vals["proxy-addr"]; v != "" { // off by default: the port is the documented one
+			if p := port(t, where, v); p != port(t, where, agent.DefaultProxyAddr) {
+				t.Errorf("%s: --proxy-addr=%s: port %d, the documented one is %s", where, v, p, agent.DefaultProxyAddr)
+			}
+			add("proxy", "proxy-addr", tcp)
+		}
 		if a := vals["advertise-addr"]; a != "" && port(t, where, a) != port(t, where, vals["gossip-addr"]) {
 			t.Errorf("%s: --advertise-addr %s and --gossip-addr %s differ in port", where, a, vals["gossip-addr"])
 		}

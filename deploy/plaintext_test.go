@@ -27,6 +27,16 @@ var plaintextRules = []plaintextRule{
 		},
 	},
 	{
+		flag:     "insecure-proxy",
+		binaries: []string{"fusebox-agent"},
+		needed: func(v map[string]string) string {
+			if a := v["proxy-addr"]; a != "" && !isLoopback(host(a)) {
+				return fmt.Sprintf("--proxy-addr=%s is not loopback (the proxy has no authentication)", a)
+			}
+			return ""
+		},
+	},
+	{
 		flag:     "insecure-embedded-etcd",
 		binaries: []string{"fusebox-coordinator"},
 		needed: func(v map[string]string) string {
@@ -40,12 +50,13 @@ var plaintextRules = []plaintextRule{
 }
 
 // TestPlaintextFlagsExactlyWhereNeeded checks every container that runs a
-// Fusebox binary: a flag that allows plaintext (--insecure-gossip,
-// --insecure-embedded-etcd) is passed exactly where the binary would
-// refuse to start without it, and nowhere else: a manifest that has the
-// keyring or TLS does not also switch the check off. Every manifest
-// gossips with the keyring; the dev overlay's embedded etcd deliberately
-// has no TLS. A binary without the flag has no such refusal yet: the rule
+// Fusebox binary: a flag that allows plaintext or an unauthenticated
+// listener (--insecure-gossip, --insecure-embedded-etcd, --insecure-proxy)
+// is passed exactly where the binary would refuse to start without it, and
+// nowhere else: a manifest that has the keyring or TLS does not also switch
+// the check off. Every manifest gossips with the keyring; the dev
+// overlay's embedded etcd deliberately has no TLS, and its agents serve
+// the egress proxy on the pod network (components/egress-proxy). A binary without the flag has no such refusal yet: the rule
 // is logged, not enforced, until the flag exists.
 func TestPlaintextFlagsExactlyWhereNeeded(t *testing.T) {
 	each(t, func(t *testing.T, r *rendering) {

@@ -106,7 +106,8 @@ func execStart(t *testing.T, where string, u unitFile) (words []string, env map[
 
 // TestSystemdUnits checks the units: hardening (a dedicated user, no new
 // privileges, a read-only system, no capabilities), the socket in the
-// RuntimeDirectory and the data in the StateDirectory, and every flag
+// RuntimeDirectory and the data in the StateDirectory, the agent's egress
+// proxy on loopback, and every flag
 // (ExecStart, the EnvironmentFile it uses, the agent's YAML file) against
 // the real flag sets, with the binaries' default ports.
 func TestSystemdUnits(t *testing.T) {
@@ -158,6 +159,11 @@ func TestSystemdUnits(t *testing.T) {
 				}
 				if vals["data-dir"] != "/var/lib/"+state {
 					t.Errorf("--data-dir=%s is not StateDirectory=%s (/var/lib/%s)", vals["data-dir"], state, state)
+				}
+				// The egress proxy has no authentication: on a plain host
+				// only the host's own services may reach it.
+				if p := vals["proxy-addr"]; p == "" || !isLoopback(host(p)) || vals["insecure-proxy"] == "true" {
+					t.Errorf("--proxy-addr=%q --insecure-proxy=%s: serve the egress proxy on loopback", p, vals["insecure-proxy"])
 				}
 			default:
 				var ok bool

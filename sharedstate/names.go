@@ -73,3 +73,30 @@ func nameByte(c byte) bool {
 	}
 	return false
 }
+
+// HostDependencyName is the dependency name of calls to an upstream
+// host[:port] that nobody named: the host[:port] as written, every byte
+// outside [A-Za-z0-9._:/-] replaced by '_', cut to MaxDependencyNameLen;
+// "unknown-host" for "". clientlib's RoundTripper and the agent's egress
+// proxy both name calls this way, so that their callers of one upstream
+// share one breaker.
+func HostDependencyName(hostport string) string {
+	if hostport == "" {
+		return "unknown-host"
+	}
+	if len(hostport) > MaxDependencyNameLen {
+		hostport = hostport[:MaxDependencyNameLen]
+	}
+	for i := 0; i < len(hostport); i++ {
+		if !nameByte(hostport[i]) {
+			b := []byte(hostport)
+			for j := i; j < len(b); j++ {
+				if !nameByte(b[j]) {
+					b[j] = '_'
+				}
+			}
+			return string(b)
+		}
+	}
+	return hostport
+}

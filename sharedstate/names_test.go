@@ -77,3 +77,22 @@ func TestMaxDependencies(t *testing.T) {
 		t.Errorf("Dependencies = %v", got)
 	}
 }
+
+func TestHostDependencyName(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                       "unknown-host",
+		"shipping.internal":      "shipping.internal",
+		"127.0.0.1:8080":         "127.0.0.1:8080",
+		"[::1]:8080":             "_::1_:8080",
+		"héllo":                  "h__llo",
+		strings.Repeat("a", 200): strings.Repeat("a", MaxDependencyNameLen),
+	} {
+		got := HostDependencyName(in)
+		if got != want {
+			t.Errorf("HostDependencyName(%q) = %q, want %q", in, got, want)
+		}
+		if in != "" && ValidateDependencyName(got) != nil {
+			t.Errorf("HostDependencyName(%q) = %q, which is not a valid name", in, got)
+		}
+	}
+}

@@ -1,25 +1,25 @@
 package idempotency_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency/internal/storetest"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMemoryStoreContract(t *testing.T) {
-	clocks := map[idempotency.Store]*clientlib.ManualClock{}
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) idempotency.Store {
-			clk := clientlib.NewManualClock(time.Unix(1_700_000_000, 0))
-			s := mustMemoryStore(t, idempotency.MemoryConfig{Clock: clk})
-			clocks[s] = clk
-			return s
+		New:      func(t *testing.T) idempotency.Store { return mustMemoryStore(t, idempotency.MemoryConfig{}) },
+		ShortTTL: 50 * time.Millisecond,
+		Expire: func(t *testing.T, s idempotency.Store, key string) {
+			sstest.Eventually(t, 10*time.Second, "the reservation to expire", func() bool {
+				rec, err := s.Get(context.Background(), key)
+				return rec == nil && err == nil
+			})
 		},
-		ShortTTL: time.Second,
-		Expire:   func(t *testing.T, s idempotency.Store, key string) { clocks[s].Advance(time.Second) },
 	})
 }
 

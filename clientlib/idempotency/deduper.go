@@ -78,7 +78,6 @@ type config struct {
 	httpScope                          func(*http.Request) string
 	grpcScope                          func(context.Context) string
 	storeErrors                        StoreErrorPolicy
-	clock                              clientlib.Clock
 	registerer                         prometheus.Registerer
 	errs                               []string
 }
@@ -172,17 +171,6 @@ func OnStoreError(p StoreErrorPolicy) Option {
 	}
 }
 
-// WithClock sets the clock of the duplicates' polling (optional, default
-// clientlib.SystemClock).
-func WithClock(clk clientlib.Clock) Option {
-	return func(c *config) {
-		if clk == nil {
-			c.errs = append(c.errs, "WithClock: must not be nil")
-		}
-		c.clock = clk
-	}
-}
-
 // WithRegisterer registers the Deduper's metrics (optional, default none).
 func WithRegisterer(r prometheus.Registerer) Option {
 	return func(c *config) { c.registerer = r }
@@ -220,7 +208,7 @@ func New(store Store, opts ...Option) (*Deduper, error) {
 		headers:     []string{"Content-Type", "Content-Encoding", "Content-Language", "Location", "Etag", "Last-Modified"},
 		httpScope:   func(r *http.Request) string { return r.Header.Get(clientlib.HeaderRetryOwner) },
 		grpcScope:   grpcOwner,
-		storeErrors: FailClosed, clock: clientlib.SystemClock{}}
+		storeErrors: FailClosed}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -287,7 +275,7 @@ const (
 // begin reserves key, or waits for the request holding it.
 func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *Record, error) {
 	var (
-		giveUp  clientlib.Timer // MaxWait, started at the first wait
+		giveUp  *time.Timer // MaxWait, started at the first wait
 		wait    = 5 * time.Millisecond
 		expired bool
 	)
@@ -300,10 +288,7 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 	for {
 		token, rec, err := d.store.Reserve(ctx, key, fp, d.cfg.reservationTTL)
 		if err != nil {
-			if ctx.Err() != nil {
-				return inProgress, "", nil, ctx.Err()
-			}
-			return d.storeFailed(err)
+			return d.storeFailed(ctx, err)
 		}
 		for rec != nil {
 			if rec.Fingerprint != fp {
@@ -317,23 +302,25 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 			}
 			if giveUp == nil {
 				d.m.waiting.Inc()
-				giveUp = d.cfg.clock.NewTimer(d.cfg.maxWait)
+				giveUp = time.NewTimer(d.cfg.maxWait)
 			}
-			timer := d.cfg.clock.NewTimer(wait)
+			timer := time.NewTimer(wait)
 			select {
-			case <-timer.C():
-			case <-giveUp.C():
+			case <-timer.C:
+			case <-giveUp.C:
 				expired = true
 			case <-ctx.Done():
 				expired = true
 			}
 			timer.Stop()
+			if ctx.Err() != nil {
+				// The caller's deadline passed while the first request
+				// still held the key: nothing more to learn in time.
+				return inProgress, "", rec, ctx.Err()
+			}
 			wait = min(2*wait, 100*time.Millisecond)
 			if rec, err = d.store.Get(ctx, key); err != nil {
-				if ctx.Err() != nil {
-					return inProgress, "", nil, ctx.Err()
-				}
-				return d.storeFailed(err)
+				return d.storeFailed(ctx, err)
 			}
 		}
 		if token != "" {
@@ -343,9 +330,13 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 	}
 }
 
-func (d *Deduper) storeFailed(err error) (verdict, string, *Record, error) {
+// storeFailed answers a store failure: unavailable (503), or with FailOpen
+// an unrecorded run. A store error is never read as "in progress", even
+// when it comes after the caller's deadline (a store that did not answer
+// in time failed); a caller whose context is done is not run unrecorded.
+func (d *Deduper) storeFailed(ctx context.Context, err error) (verdict, string, *Record, error) {
 	d.m.storeErrors.Inc()
-	if d.cfg.storeErrors == FailOpen && !errors.Is(err, ErrStoreFull) {
+	if d.cfg.storeErrors == FailOpen && !errors.Is(err, ErrStoreFull) && ctx.Err() == nil {
 		return runUnkeyed, "", nil, err
 	}
 	return unavailable, "", nil, err

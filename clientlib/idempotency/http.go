@@ -29,7 +29,9 @@ const retryAfterSeconds = "1"
 //     does not pin that answer: the key is released and a retry runs again;
 //   - a key that is not 1–1024 bytes of printable ASCII gets 400, a body
 //     over MaxRequestBytes 413, and a failing store 503 with Retry-After
-//     (FailClosed) or an unrecorded run (FailOpen).
+//     and Fusebox-Idempotency: store-unavailable (FailClosed; also when
+//     the store's failure comes after the request's deadline) or an
+//     unrecorded run (FailOpen, while the request's context is live).
 //
 // Put it inside clientlib's Middleware so that the duplicate's wait ends at
 // the caller's propagated deadline.

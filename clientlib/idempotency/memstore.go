@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fusebox-dev/fusebox/clientlib"
 )
 
 // Defaults of MemoryConfig.
@@ -32,8 +30,6 @@ type MemoryConfig struct {
 	// and bodies, plus a fixed overhead per entry (optional, default
 	// DefaultMaxBytes, 64 MiB).
 	MaxBytes int64
-	// Clock tells the time for TTLs (optional, default clientlib.SystemClock).
-	Clock clientlib.Clock
 	// Registerer receives the store's metrics (optional, default none).
 	Registerer prometheus.Registerer
 }
@@ -62,7 +58,6 @@ func (c MemoryConfig) Validate() error {
 type MemoryStore struct {
 	maxEntries int
 	maxBytes   int64
-	clock      clientlib.Clock
 
 	mu      sync.Mutex
 	entries map[string]*list.Element // of *memEntry
@@ -87,16 +82,13 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &MemoryStore{maxEntries: cfg.MaxEntries, maxBytes: cfg.MaxBytes, clock: cfg.Clock,
+	s := &MemoryStore{maxEntries: cfg.MaxEntries, maxBytes: cfg.MaxBytes,
 		entries: map[string]*list.Element{}}
 	if s.maxEntries == 0 {
 		s.maxEntries = DefaultMaxEntries
 	}
 	if s.maxBytes == 0 {
 		s.maxBytes = DefaultMaxBytes
-	}
-	if s.clock == nil {
-		s.clock = clientlib.SystemClock{}
 	}
 	s.evicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "fusebox_idempotency_memory_evicted_total",
 		Help: "Completed records the in-memory idempotency store evicted before their TTL to make room."})
@@ -126,7 +118,7 @@ func (s *MemoryStore) Usage() (entries int, bytes int64) {
 
 // Reserve implements Store.
 func (s *MemoryStore) Reserve(_ context.Context, key, fingerprint string, ttl time.Duration) (string, *Record, error) {
-	now := s.clock.Now()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if el, ok := s.entries[key]; ok {
@@ -201,7 +193,7 @@ func (s *MemoryStore) holding(key, token string, now time.Time) (*list.Element, 
 // Complete implements Store. The body is copied. When the record does not
 // fit even after eviction it is kept without its body (Response.Omitted).
 func (s *MemoryStore) Complete(_ context.Context, key, token string, rec *Record, ttl time.Duration) error {
-	now := s.clock.Now()
+	now := time.Now()
 	stored := *rec
 	stored.Completed = true
 	stored.Response.Body = append([]byte(nil), rec.Response.Body...)
@@ -226,7 +218,7 @@ func (s *MemoryStore) Complete(_ context.Context, key, token string, rec *Record
 
 // Release implements Store.
 func (s *MemoryStore) Release(_ context.Context, key, token string) error {
-	now := s.clock.Now()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el, err := s.holding(key, token, now)
@@ -240,7 +232,7 @@ func (s *MemoryStore) Release(_ context.Context, key, token string) error {
 // Get implements Store. The returned record shares its body and header
 // with the store: callers must not modify them.
 func (s *MemoryStore) Get(_ context.Context, key string) (*Record, error) {
-	now := s.clock.Now()
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	el, ok := s.entries[key]

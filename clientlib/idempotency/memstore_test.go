@@ -6,12 +6,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-
-	"github.com/fusebox-dev/fusebox/clientlib"
 )
 
 func TestMemoryConfigValidate(t *testing.T) {
@@ -30,11 +29,15 @@ func TestMemoryConfigValidate(t *testing.T) {
 // completed records, and refuses new keys only when every slot is a
 // running request.
 func TestMemoryStoreStaysBounded(t *testing.T) {
+	// In a bubble: time moves only when the test sleeps.
+	synctest.Test(t, testMemoryStoreStaysBounded)
+}
+
+func testMemoryStoreStaysBounded(t *testing.T) {
 	ctx := context.Background()
 	reg := prometheus.NewRegistry()
-	clk := clientlib.NewManualClock(time.Unix(1_700_000_000, 0))
 	const maxEntries, maxBytes = 1000, 200 << 10
-	s := memStore(t, MemoryConfig{MaxEntries: maxEntries, MaxBytes: maxBytes, Clock: clk, Registerer: reg})
+	s := memStore(t, MemoryConfig{MaxEntries: maxEntries, MaxBytes: maxBytes, Registerer: reg})
 	d := newDeduper(t, s)
 	body := strings.Repeat("b", 300)
 	mw := d.Middleware(&sideEffect{})
@@ -64,7 +67,7 @@ fusebox_idempotency_memory_entries `+strconv.Itoa(n)+`
 	}
 
 	// Filled with reservations only, it refuses and counts.
-	full := memStore(t, MemoryConfig{MaxEntries: 3, Clock: clk})
+	full := memStore(t, MemoryConfig{MaxEntries: 3})
 	for i := range 3 {
 		if tok, _, err := full.Reserve(ctx, strconv.Itoa(i), "fp", time.Minute); tok == "" || err != nil {
 			t.Fatal(tok, err)
@@ -78,7 +81,7 @@ fusebox_idempotency_memory_entries `+strconv.Itoa(n)+`
 		t.Fatalf("refused counter %v, want 1", v)
 	}
 	// Expired reservations make room again.
-	clk.Advance(time.Minute)
+	time.Sleep(time.Minute)
 	if tok, _, err := full.Reserve(ctx, "one more", "fp", time.Minute); tok == "" || err != nil {
 		t.Fatalf("Reserve after the reservations expired = %q, %v", tok, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/agenttest"
 	"github.com/fusebox-dev/fusebox/coordinator"
@@ -276,6 +278,19 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 		}
 		return nil
 	})
+	// A leader killed is no rewind: etcd kept its history.
+	for _, a := range agents {
+		if n := counterSum(t, a, "fusebox_agent_etcd_rewinds_total"); n != 0 {
+			t.Errorf("%s counted %v etcd rewinds after a leader kill, want 0", a.Name(), n)
+		}
+	}
+	m := grepLines(scrape(t, c), "fusebox_coordinator_etcd_rewinds_total{")
+	for _, l := range strings.Split(m, "\n") {
+		if !strings.HasSuffix(l, "} 0") {
+			t.Errorf("the coordinator's rewinds after a leader kill:\n%s\nwant every reason at 0", m)
+			break
+		}
+	}
 }
 
 // runPolicySet runs `fuseboxctl policy set NAME -f -` against the
@@ -284,7 +299,7 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 func runPolicySet(addr, name, doc string) policyWrite {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", name, "-f", "-", "-o", "json")
+	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", "--yes", name, "-f", "-", "-o", "json")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "USER=tester", "FUSEBOX_COORDINATOR=" + addr}
 	cmd.Stdin = strings.NewReader(doc)
 	var out bytes.Buffer
@@ -306,14 +321,23 @@ func runPolicySet(addr, name, doc string) policyWrite {
 // registry, -1 when there is none.
 func metricValue(t *testing.T, a *agent.Agent, name string) float64 {
 	t.Helper()
+	if ms := metricSeries(t, a, name); len(ms) == 1 && ms[0].GetGauge() != nil {
+		return ms[0].GetGauge().GetValue()
+	}
+	return -1
+}
+
+// metricSeries returns the series of the metric name in a's registry.
+func metricSeries(t *testing.T, a *agent.Agent, name string) []*dto.Metric {
+	t.Helper()
 	mfs, err := a.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, mf := range mfs {
-		if mf.GetName() == name && len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
-			return mf.GetMetric()[0].GetGauge().GetValue()
+		if mf.GetName() == name {
+			return mf.GetMetric()
 		}
 	}
-	return -1
+	return nil
 }

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,8 +14,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 const (
@@ -33,7 +38,7 @@ func TestPolicyCommands(t *testing.T) {
 	bad := writeFile(t, "bad.json", badPolicy)
 
 	ctl(t, c, nil, "policy", "get", "shipping").want(t, 1, nil, []string{"not found"})
-	r := ctl(t, c, nil, "policy", "set", "-f", good)
+	r := ctl(t, c, nil, "policy", "set", "--yes", "-f", good)
 	r.want(t, 0, []string{"policy shipping written at revision"}, nil)
 
 	r = ctl(t, c, nil, "policy", "get", "shipping", "-o", "json")
@@ -58,7 +63,7 @@ func TestPolicyCommands(t *testing.T) {
 	ctl(t, c, nil, "policy", "get").want(t, 0, []string{"NAME", "REVISION", "shipping"}, nil)
 
 	// Three violations: all three on stderr, exit 2, etcd unchanged.
-	r = ctl(t, c, nil, "policy", "set", "-f", bad)
+	r = ctl(t, c, nil, "policy", "set", "--yes", "-f", bad)
 	r.want(t, 2, nil, []string{"3 violation(s)", "breaker.failureRateThreshold", "breaker.minimumRequests", "retry.maxAttempts"})
 	if n := strings.Count(r.stderr, "\n"); n != 4 {
 		t.Errorf("want a header and one line per violation on stderr, got %d lines: %s", n, r.stderr)
@@ -72,20 +77,20 @@ func TestPolicyCommands(t *testing.T) {
 	}
 
 	// A stale --expected-revision conflicts: exit 3.
-	ctl(t, c, nil, "policy", "set", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision-1)).
+	ctl(t, c, nil, "policy", "set", "--yes", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision-1)).
 		want(t, 3, nil, []string{"conflict"})
-	ctl(t, c, nil, "policy", "set", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision)).
+	ctl(t, c, nil, "policy", "set", "--yes", "shipping", "-f", good, "--expected-revision", fmt.Sprint(doc.ModRevision)).
 		want(t, 0, []string{"written"}, nil)
 	// NAME and the file's dependency field must agree.
-	ctl(t, c, nil, "policy", "set", "billing", "-f", good).want(t, 2, nil, []string{"dependency"})
+	ctl(t, c, nil, "policy", "set", "--yes", "billing", "-f", good).want(t, 2, nil, []string{"dependency"})
 
 	// Decoding problems and rule violations, all in one refusal with their paths.
 	messy := writeFile(t, "messy.json", messyPolicy)
-	ctl(t, c, nil, "policy", "set", "-f", messy).want(t, 2, nil, messyProblems)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", messy).want(t, 2, nil, messyProblems)
 
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"policy shipping deleted"}, nil)
 	ctl(t, c, nil, "policy", "rm", "shipping").want(t, 0, []string{"nothing deleted"}, nil)
-	ctl(t, c, nil, "policy", "set").want(t, 1, nil, []string{"file"})
+	ctl(t, c, nil, "policy", "set", "--yes").want(t, 1, nil, []string{"file"})
 }
 
 func TestPolicyLintOffline(t *testing.T) {
@@ -123,7 +128,7 @@ func TestPolicyLintOffline(t *testing.T) {
 func TestConcurrentEditsOneWins(t *testing.T) {
 	c := startCoordinator(t, false)
 	base := writeFile(t, "base.json", `{"dependency":"db","retry":{"maxAttempts":2}}`)
-	ctl(t, c, nil, "policy", "set", "-f", base).want(t, 0, nil, nil)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", base).want(t, 0, nil, nil)
 	r := ctl(t, c, nil, "policy", "get", "db", "-o", "json")
 	var doc policyDoc
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
@@ -141,7 +146,7 @@ func TestConcurrentEditsOneWins(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			results[i] = ctl(t, c, nil, "policy", "set", "-f", files[i], "--expected-revision", rev, "--actor", []string{"ann", "ben"}[i])
+			results[i] = ctl(t, c, nil, "policy", "set", "--yes", "-f", files[i], "--expected-revision", rev, "--actor", []string{"ann", "ben"}[i])
 		}()
 	}
 	wg.Wait()
@@ -178,7 +183,7 @@ func TestConcurrentEditsOneWins(t *testing.T) {
 	ctl(t, c, nil, "policy", "get", "db").want(t, 0, []string{`"maxAttempts": 7`}, nil)
 	ctl(t, c, []string{"EDITOR=sh " + editor}, "policy", "edit", "db").want(t, 0, []string{"unchanged"}, nil)
 
-	racer := writeFile(t, "racer.sh", fmt.Sprintf("#!/bin/sh\n%s policy set -f %s >/dev/null || exit 9\nsed -i 's/\"maxAttempts\": [0-9]*/\"maxAttempts\": 8/' \"$1\"\n",
+	racer := writeFile(t, "racer.sh", fmt.Sprintf("#!/bin/sh\n%s policy set --yes -f %s >/dev/null || exit 9\nsed -i 's/\"maxAttempts\": [0-9]*/\"maxAttempts\": 8/' \"$1\"\n",
 		ctlBinary, files[0]))
 	r = ctl(t, c, []string{"EDITOR=sh " + racer}, "policy", "edit", "db")
 	r.want(t, 3, nil, []string{"conflict", "your edit is kept in"})
@@ -268,11 +273,25 @@ func TestFleetViews(t *testing.T) {
 	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: "eu-1a", Software: "1.2.3"}
 	gc.Handler, gc.Logger = h, discardLogger()
 	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+	// It signs its own rows and records, with the key of its etcd entry.
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc.Signer = key
 	g, err := gossip.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Close(0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, err := c.Store().Register(ctx, store.Member{Node: "web-1", Role: "agent", GossipAddr: g.Addr(),
+		PublicKey: gossip.EncodeKey(key.Public().(ed25519.PublicKey)), Wire: int(protocol.MaxVersion)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
 	if _, err := g.Join([]string{c.GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +334,7 @@ func TestFleetViews(t *testing.T) {
 	// the fleet's throttle probability and in-flight calls against the limit.
 	shaped := writeFile(t, "shaped.json", `{"dependency": "shipping", "throttle": {"enabled": true, "k": 2, "minRequests": 10},
 		"concurrency": {"maxInFlight": 20}}`)
-	ctl(t, c, nil, "policy", "set", "-f", shaped).want(t, 0, nil, nil)
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", shaped).want(t, 0, nil, nil)
 	// 40 requests, 10 accepts: (40 − 2·10)/41 = 48.8%.
 	deadline = time.Now().Add(10 * time.Second)
 	for {
@@ -329,7 +348,7 @@ func TestFleetViews(t *testing.T) {
 	}
 	r.want(t, 0, []string{"In flight:    5 of 20 (25.0% of the fleet limit)"}, nil)
 	ctl(t, c, nil, "dep", "show", "nothing-here").want(t, 1, nil, []string{"nothing-here"})
-	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer"}, nil)
+	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "WIRE", "SIGNS", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer", "yes"}, nil)
 	ctl(t, c, nil, "status").want(t, 0, []string{"1 agent(s) alive in zones eu-1a, 1 observer(s)", "1 open", "shipping"}, nil)
 
 	// watch: start it, wait until the coordinator subscribed it, then
@@ -346,7 +365,7 @@ func TestFleetViews(t *testing.T) {
 	}
 	waitLine(t, bufio.NewReader(stderr), "watching", 10*time.Second)
 	a := adminConn(t, c)
-	ctx := t.Context()
+	ctx = t.Context()
 	if _, err := a.ForceClosed(ctx, &fuseboxv1.SetOverrideRequest{Dependency: "shipping", Reason: "known noisy", Ttl: durationpb.New(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}

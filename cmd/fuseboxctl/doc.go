@@ -8,7 +8,10 @@
 //	fuseboxctl deps                                 every dependency: state, rates, budget
 //	fuseboxctl dep show NAME                        one dependency, fleet + per-zone + per-node
 //	fuseboxctl policy get [NAME]                    a policy document (or the list)
-//	fuseboxctl policy set [NAME] -f FILE [--expected-revision N]
+//	fuseboxctl policy set [NAME] -f FILE [--yes] [--expected-revision N]
+//	                                                shows the changes and a replay, asks, then writes (CAS)
+//	fuseboxctl policy simulate -f FILE [--dependency NAME] [--since 1h]
+//	                                                replay the history under the current and a proposed policy
 //	fuseboxctl policy edit NAME                     $EDITOR, then compare-and-swap on the revision read
 //	fuseboxctl policy lint FILE [--deadline 2s]     offline check, no coordinator needed
 //	fuseboxctl policy rm NAME [--expected-revision N]
@@ -39,6 +42,8 @@
 //	4  coordinator unreachable: the message names the address
 //	5  credentials refused: missing or unknown token (unauthenticated), or a
 //	   viewer token asking for a write (permission denied)
+//	6  not written: policy set was declined at its prompt, or had no terminal
+//	   to ask on (stdin not a terminal, or -f -) and no --yes
 //
 // Errors go to stderr prefixed "fuseboxctl: ". A failure of the
 // coordinator's etcd is exit 1, not 4: the coordinator answered.

@@ -19,6 +19,7 @@ const (
 	exitConflict    = 3 // the expected revision did not match (someone else wrote first)
 	exitUnreachable = 4 // the coordinator could not be reached (the message names the address)
 	exitAuth        = 5 // the coordinator refused the credentials (missing/unknown token or role too low)
+	exitNotWritten  = 6 // a write that needs a confirmation got none: declined, or no terminal to ask and no --yes
 )
 
 // cliError is an error with its exit code and the lines to print on stderr.

@@ -232,18 +232,69 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 }
 
 type memberDoc struct {
-	Node       string `json:"node"`
-	Role       string `json:"role"`
-	Zone       string `json:"zone"`
-	Version    string `json:"version"`
-	GossipAddr string `json:"gossipAddr"`
-	APIAddr    string `json:"apiAddr"`
-	Status     string `json:"status"`
+	Node       string       `json:"node"`
+	Role       string       `json:"role"`
+	Zone       string       `json:"zone"`
+	Version    string       `json:"version"`
+	GossipAddr string       `json:"gossipAddr"`
+	APIAddr    string       `json:"apiAddr"`
+	Status     string       `json:"status"`
+	Etcd       *etcdSyncDoc `json:"etcd,omitempty"`
+	// Wire is the highest gossip frame version the member speaks (0:
+	// unknown); Signs, whether it signs its gossip.
+	Wire  uint32 `json:"wire"`
+	Signs bool   `json:"signs"`
 }
 
 func memberOf(m *fuseboxv1.Member) memberDoc {
 	return memberDoc{Node: m.GetNode(), Role: m.GetRole(), Zone: m.GetZone(), Version: m.GetVersion(),
-		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus()}
+		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus(), Etcd: etcdSyncOf(m.GetEtcd()),
+		Wire: m.GetWireVersion(), Signs: m.GetSigns()}
+}
+
+// etcdSyncDoc is how a component follows etcd: the coordinator's own in
+// status, an agent's (from its registration) in members.
+type etcdSyncDoc struct {
+	Synced     bool           `json:"synced"`
+	ClusterID  string         `json:"clusterId,omitempty"`
+	Revision   int64          `json:"revision,omitempty"`
+	Rewinds    uint64         `json:"rewinds"`
+	LastRewind *etcdRewindDoc `json:"lastRewind,omitempty"`
+}
+
+type etcdRewindDoc struct {
+	Reason        string     `json:"reason"`
+	At            *time.Time `json:"at,omitempty"`
+	FromRevision  int64      `json:"fromRevision"`
+	ToRevision    int64      `json:"toRevision"`
+	FromClusterID string     `json:"fromClusterId"`
+	ToClusterID   string     `json:"toClusterId"`
+}
+
+func etcdSyncOf(e *fuseboxv1.EtcdSync) *etcdSyncDoc {
+	if e == nil {
+		return nil
+	}
+	d := &etcdSyncDoc{Synced: e.GetSynced(), ClusterID: e.GetClusterId(), Revision: e.GetRevision(), Rewinds: e.GetRewinds()}
+	if r := e.GetLastRewind(); r != nil {
+		d.LastRewind = &etcdRewindDoc{Reason: r.GetReason(), At: tsPtr(r.GetAt()), FromRevision: r.GetFromRevision(),
+			ToRevision: r.GetToRevision(), FromClusterID: r.GetFromClusterId(), ToClusterID: r.GetToClusterId()}
+	}
+	return d
+}
+
+// String is a rewind in one line: "2026-12-01T10:02:03Z revision_went_back:
+// revision 5120 -> 12" (and the cluster IDs when they differ).
+func (r *etcdRewindDoc) String() string {
+	at := "?"
+	if r.At != nil {
+		at = r.At.Format(time.RFC3339)
+	}
+	s := fmt.Sprintf("%s %s: revision %d -> %d", at, r.Reason, r.FromRevision, r.ToRevision)
+	if r.FromClusterID != r.ToClusterID {
+		s += fmt.Sprintf(", cluster %s -> %s", r.FromClusterID, r.ToClusterID)
+	}
+	return s
 }
 
 type overrideDoc struct {

@@ -7,7 +7,7 @@ import (
 func newPolicyCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Get, set, edit, lint or remove policies",
+		Short: "Get, set, edit, lint, simulate or remove policies",
 		Long: `Policies are JSON documents stored in etcd (policies/<dependency>, and
 policies/_default for the fleet default). A dependency's policy sets only the
 fields it changes; the rest comes from _default, field by field.`,
@@ -18,6 +18,7 @@ fields it changes; the rest comes from _default, field by field.`,
 		newPolicySetCommand(g),
 		newPolicyEditCommand(g),
 		newPolicyLintCommand(g),
+		newPolicySimulateCommand(g),
 		newPolicyRmCommand(g),
 	)
 	return cmd

@@ -43,7 +43,7 @@ func TestEveryWriteCommandNeedsAnAdmin(t *testing.T) {
 	policy := writeFile(t, "policy.json", `{"dependency":"`+dep+`","breaker":{"minimumRequests":50}}`)
 	editor := writeFile(t, "editor.sh", "#!/bin/sh\nsed -i 's/\"minimumRequests\": [0-9]*/\"minimumRequests\": 60/' \"$1\"\n")
 	writes := []ctlWrite{
-		{path: "policy set", args: []string{"-f", policy}},
+		{path: "policy set", args: []string{"--yes", "-f", policy}},
 		{path: "policy edit", args: []string{dep}, env: []string{"EDITOR=sh " + editor}},
 		{path: "policy rm", args: []string{dep}},
 		{path: "force-open", args: []string{dep, "--ttl", "1m", "--reason", "roles test"}},
@@ -51,14 +51,15 @@ func TestEveryWriteCommandNeedsAnAdmin(t *testing.T) {
 		{path: "clear", args: []string{dep}},
 	}
 	reads := map[string][]string{
-		"status":      nil,
-		"deps":        nil,
-		"dep show":    {dep},
-		"policy get":  nil,
-		"policy lint": {policy},
-		"members":     nil,
-		"audit":       nil,
-		"watch":       nil, // run below: it streams until --count events
+		"status":          nil,
+		"deps":            nil,
+		"dep show":        {dep},
+		"policy get":      nil,
+		"policy lint":     {policy},
+		"policy simulate": {"-f", policy},
+		"members":         nil,
+		"audit":           nil,
+		"watch":           nil, // run below: it streams until --count events
 	}
 	known := map[string]bool{}
 	for _, w := range writes {

@@ -41,7 +41,7 @@ open or closed through a coordinator's Admin API.
 
 Exit codes: 0 ok, 1 other error (usage errors included), 2 invalid policy
 (every violation on stderr), 3 revision conflict, 4 coordinator unreachable,
-5 credentials refused.`,
+5 credentials refused, 6 not written: "policy set" was not confirmed.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -23,15 +24,21 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 		Short: "Show the fleet at a glance: members, breakers, overrides",
 		Long: `status summarises the fleet: the members the coordinator's observer sees,
 how many breakers are closed, open and half-open, the overrides in force, and
-every dependency that is not simply closed.`,
+every dependency that is not simply closed. It also says how the coordinator
+and the agents follow etcd: synced or not, and the last time etcd's history
+went back under them (a snapshot restore, a wiped etcd, another cluster), which
+they noticed and answered by listing policies and overrides again from scratch.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 }
 
 type statusDoc struct {
-	Coordinator  string          `json:"coordinator"`
-	At           *time.Time      `json:"at,omitempty"`
+	Coordinator string     `json:"coordinator"`
+	At          *time.Time `json:"at,omitempty"`
+	// Etcd is how the coordinator follows etcd; each member's etcd (from
+	// its registration) how it does.
+	Etcd         *etcdSyncDoc    `json:"etcd,omitempty"`
 	Members      []memberDoc     `json:"members"`
 	Dependencies []dependencyDoc `json:"dependencies"`
 	Overrides    []overrideDoc   `json:"overrides"`
@@ -46,6 +53,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 	var (
 		snap *fuseboxv1.FleetSnapshot
 		ovs  *fuseboxv1.ListOverridesResponse
+		regs *fuseboxv1.ListMembersResponse
 	)
 	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
 		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
@@ -59,10 +67,22 @@ func (o *statusOptions) run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
-	doc := statusDoc{Coordinator: o.coordinator, At: tsPtr(snap.GetAt()), Members: []memberDoc{},
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		regs, err = a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
+		return err
+	}); err != nil {
+		return err
+	}
+	etcdOf := map[string]*fuseboxv1.EtcdSync{} // by node, from the registrations
+	for _, m := range regs.GetMembers() {
+		etcdOf[m.GetNode()] = m.GetEtcd()
+	}
+	doc := statusDoc{Coordinator: o.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()), Members: []memberDoc{},
 		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}}
 	for _, m := range snap.GetMembers() {
-		doc.Members = append(doc.Members, memberOf(m))
+		d := memberOf(m)
+		d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
+		doc.Members = append(doc.Members, d)
 	}
 	for _, d := range snap.GetDependencies() {
 		doc.Dependencies = append(doc.Dependencies, dependencyOf(d, false))
@@ -110,6 +130,7 @@ func (o *statusOptions) run(ctx context.Context) error {
 	fmt.Fprintf(w, "Dependencies:  %d: %d closed, %d open, %d half-open\n",
 		len(doc.Dependencies), states["closed"], states["open"], states["half-open"])
 	fmt.Fprintf(w, "Overrides:     %d forced-open, %d forced-closed\n", forced["forced-open"], forced["forced-closed"])
+	printEtcd(w, doc)
 	if len(attention) == 0 {
 		fmt.Fprintln(w, "\nEvery breaker is closed and none is overridden.")
 		return nil
@@ -125,4 +146,67 @@ func (o *statusOptions) run(ctx context.Context) error {
 			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
 	}
 	return t.flush()
+}
+
+// printEtcd writes the status lines about etcd: how the coordinator follows
+// it, its last rewind, and how the alive agents follow it (from their
+// registrations).
+func printEtcd(w io.Writer, doc statusDoc) {
+	if e := doc.Etcd; e != nil {
+		synced := "synced"
+		if !e.Synced {
+			synced = "NOT synced (listing or watching failed, or a rewind is being handled)"
+		}
+		fmt.Fprintf(w, "Etcd:          cluster %s at revision %d; the coordinator is %s\n", e.ClusterID, e.Revision, synced)
+		if e.LastRewind != nil {
+			fmt.Fprintf(w, "Etcd rewind:   %s (%d since the coordinator started): etcd's history went back (a restore, a wipe?); the coordinator listed everything again\n",
+				e.LastRewind, e.Rewinds)
+		}
+	}
+	var synced, unsynced, unknown, rewound int
+	var notSynced []string
+	var last *etcdRewindDoc
+	for _, m := range doc.Members {
+		if m.Role != "agent" || (m.Status != "alive" && m.Status != "suspect") {
+			continue
+		}
+		switch {
+		case m.Etcd == nil:
+			unknown++
+		case m.Etcd.Synced:
+			synced++
+		default:
+			unsynced++
+			notSynced = append(notSynced, m.Node)
+		}
+		if r := m.Etcd.lastRewind(); r != nil {
+			rewound++
+			if last == nil || (r.At != nil && last.At != nil && r.At.After(*last.At)) {
+				last = r
+			}
+		}
+	}
+	line := fmt.Sprintf("Agents' etcd:  %d synced, %d not synced, %d unknown (no registration)", synced, unsynced, unknown)
+	if len(notSynced) > 0 {
+		line += " — not synced: " + strings.Join(firstN(notSynced, 5), ", ")
+	}
+	if rewound > 0 {
+		line += fmt.Sprintf("; %d saw a rewind, the last %s", rewound, last)
+	}
+	fmt.Fprintln(w, line)
+}
+
+func (d *etcdSyncDoc) lastRewind() *etcdRewindDoc {
+	if d == nil {
+		return nil
+	}
+	return d.LastRewind
+}
+
+// firstN returns the first n of s, and "…" when there were more.
+func firstN(s []string, n int) []string {
+	if len(s) <= n {
+		return s
+	}
+	return append(slices.Clone(s[:n]), "…")
 }

@@ -11,6 +11,6 @@
 //	msg := convert.SnapshotToProto(engine.Snapshot("shipping-api"))
 //	msg.Breaker = convert.BreakerToProto(engine.Policy("shipping-api").Breaker)
 //	…
-//	snap := convert.SnapshotFromProto(msg)        // decides exactly as the agent's
-//	pol := convert.PolicyFromSnapshot(last, msg)  // the policy it was made under
+//	snap := convert.SnapshotFromProto(msg)                // decides exactly as the agent's
+//	pol := convert.PolicyWithBreaker(last, msg.Breaker)   // its trip rule and timings over last
 package convert

@@ -139,12 +139,36 @@ func RetryFromPolicy(p sharedstate.Policy) sharedstate.RetrySettings {
 	}
 }
 
-// BreakerToProto converts the breaker part of a policy.
+// RetryPolicyFrom returns the retry part of a policy that gives r: the
+// inverse of RetryFromPolicy.
+func RetryPolicyFrom(r sharedstate.RetrySettings) sharedstate.RetryPolicy {
+	return sharedstate.RetryPolicy{
+		MaxAttempts:       r.MaxAttempts,
+		PerAttemptTimeout: sharedstate.Duration(r.PerAttemptTimeout),
+		Backoff: sharedstate.BackoffPolicy{Base: sharedstate.Duration(r.BackoffBase),
+			Max: sharedstate.Duration(r.BackoffMax), Jitter: r.Jitter},
+		Budget: sharedstate.BudgetPolicy{Ratio: r.BudgetRatio, MinRetriesPerSecond: r.MinRetriesPerSecond},
+		Hedge:  sharedstate.HedgePolicy{Delay: sharedstate.Duration(r.HedgeDelay), MaxHedges: r.MaxHedges},
+	}
+}
+
+// PolicySnapshot is the snapshot of a dependency under p that no engine
+// tracks yet (or of the fleet default, name "_default"): closed, without an
+// override, with p's mode, scope, slow-call duration and retry settings.
+func PolicySnapshot(name string, p sharedstate.Policy) *sharedstate.Snapshot {
+	return &sharedstate.Snapshot{
+		Dependency: name, State: sharedstate.Closed, LocalState: sharedstate.Closed,
+		Mode: p.Breaker.Mode, Scope: p.Breaker.Scope, SlowCallDuration: p.Breaker.SlowCallDuration.Std(),
+		Retry: RetryFromPolicy(p),
+	}
+}
+
+// BreakerToProto converts the breaker part of a policy but its mode, scope
+// and slow-call duration, which a DecisionSnapshot carries itself.
 func BreakerToProto(b sharedstate.BreakerPolicy) *fuseboxv1.BreakerSettings {
 	return &fuseboxv1.BreakerSettings{
 		FailureRateThreshold:  b.FailureRateThreshold,
 		SlowCallRateThreshold: b.SlowCallRateThreshold,
-		SlowCallDuration:      durationpb.New(b.SlowCallDuration.Std()),
 		MinimumRequests:       u32(b.MinimumRequests),
 		MinFailingNodes:       u32(b.MinFailingNodes),
 		Window:                durationpb.New(b.Window.Std()),
@@ -153,17 +177,19 @@ func BreakerToProto(b sharedstate.BreakerPolicy) *fuseboxv1.BreakerSettings {
 		HalfOpenProbes:        u32(b.HalfOpenProbes),
 		ProbeSuccessThreshold: u32(b.ProbeSuccessThreshold),
 		ProbeTimeout:          durationpb.New(b.ProbeTimeout.Std()),
-		Scope:                 Scope(b.Scope),
-		Mode:                  Mode(b.Mode),
 		Confidence:            &b.Confidence,
 		FastPath:              &b.FastPath,
+		FleetMaxOpenDuration:  durationpb.New(b.FleetMaxOpenDuration.Std()),
+		RampDuration:          durationpb.New(b.RampDuration.Std()),
+		RampStart:             b.RampStart,
 	}
 }
 
-// PolicyWithBreaker returns p with every breaker setting m carries: a zero
-// (or unset) field is one m does not carry, since no valid setting is zero,
-// except confidence and fast_path, which are carried when present.
-// With a nil m it returns p. The result is not validated.
+// PolicyWithBreaker returns p with every breaker setting m carries (all
+// but mode, scope and slow-call duration): a zero (or unset) field is one m
+// does not carry, since no valid setting is zero, except confidence,
+// fast_path and ramp_duration, which are carried when present. With a nil m
+// it returns p. The result is not validated.
 func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) sharedstate.Policy {
 	if m == nil {
 		return p
@@ -171,7 +197,6 @@ func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) share
 	b := &p.Breaker
 	setFloat(&b.FailureRateThreshold, m.GetFailureRateThreshold())
 	setFloat(&b.SlowCallRateThreshold, m.GetSlowCallRateThreshold())
-	setDuration(&b.SlowCallDuration, m.GetSlowCallDuration())
 	setInt(&b.MinimumRequests, m.GetMinimumRequests())
 	setInt(&b.MinFailingNodes, m.GetMinFailingNodes())
 	setDuration(&b.Window, m.GetWindow())
@@ -180,74 +205,18 @@ func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) share
 	setInt(&b.HalfOpenProbes, m.GetHalfOpenProbes())
 	setInt(&b.ProbeSuccessThreshold, m.GetProbeSuccessThreshold())
 	setDuration(&b.ProbeTimeout, m.GetProbeTimeout())
-	if s := ScopeFromProto(m.GetScope()); s != "" {
-		b.Scope = s
-	}
-	if md := ModeFromProto(m.GetMode()); md != "" {
-		b.Mode = md
-	}
 	if m.Confidence != nil {
 		b.Confidence = m.GetConfidence()
 	}
 	if m.FastPath != nil {
 		b.FastPath = m.GetFastPath()
 	}
+	setDuration(&b.FleetMaxOpenDuration, m.GetFleetMaxOpenDuration())
+	if d := m.GetRampDuration(); d != nil {
+		b.RampDuration = sharedstate.Duration(d.AsDuration())
+	}
+	setFloat(&b.RampStart, m.GetRampStart())
 	return p
-}
-
-// PolicyWithRetry returns p with the retry settings m carries. A present m
-// carries the budget (whose zero values are valid) and every duration it
-// sets; max_attempts 0 and jitter unspecified are not carried. With a nil m
-// it returns p. The result is not validated.
-func PolicyWithRetry(p sharedstate.Policy, m *fuseboxv1.RetrySettings) sharedstate.Policy {
-	if m == nil {
-		return p
-	}
-	r := &p.Retry
-	setInt(&r.MaxAttempts, m.GetMaxAttempts())
-	if d := m.GetPerAttemptTimeout(); d != nil {
-		r.PerAttemptTimeout = sharedstate.Duration(d.AsDuration())
-	}
-	if d := m.GetBackoffBase(); d != nil {
-		r.Backoff.Base = sharedstate.Duration(d.AsDuration())
-	}
-	if d := m.GetBackoffMax(); d != nil {
-		r.Backoff.Max = sharedstate.Duration(d.AsDuration())
-	}
-	if j := JitterFromProto(m.GetJitter()); j != "" {
-		r.Backoff.Jitter = j
-	}
-	r.Budget.Ratio = m.GetBudgetRatio()
-	r.Budget.MinRetriesPerSecond = m.GetBudgetMinRetriesPerSecond()
-	// Hedging is off unless the message carries it (zero is a value here).
-	r.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(duration(m.GetHedgeDelay())), MaxHedges: int(m.GetMaxHedges())}
-	return p
-}
-
-// PolicyFromSnapshot returns the policy a pushed snapshot describes, over
-// base for what the message does not carry: the breaker settings (or, from
-// an agent that sends none, the snapshot's own mode, scope and slow-call
-// duration), the retry settings and the dependency name. The throttle and
-// concurrency sections are not carried (the snapshot carries what the agents
-// make of them: a throttle probability and a concurrency limit); they stay
-// base's. The result is not validated.
-func PolicyFromSnapshot(base sharedstate.Policy, m *fuseboxv1.DecisionSnapshot) sharedstate.Policy {
-	p := base
-	if m == nil {
-		return p
-	}
-	if d := m.GetDependency(); d != "" {
-		p.Dependency = d
-	}
-	setDuration(&p.Breaker.SlowCallDuration, m.GetSlowCallDuration())
-	if s := ScopeFromProto(m.GetScope()); s != "" {
-		p.Breaker.Scope = s
-	}
-	if md := ModeFromProto(m.GetMode()); md != "" {
-		p.Breaker.Mode = md
-	}
-	p = PolicyWithBreaker(p, m.GetBreaker())
-	return PolicyWithRetry(p, m.GetRetry())
 }
 
 func duration(d *durationpb.Duration) time.Duration {

@@ -12,9 +12,7 @@ import (
 // the Snapshot travels, so SnapshotFromProto rebuilds it exactly (times to
 // the nanosecond, in UTC). The message's breaker settings are not part of a
 // Snapshot: the agent adds them with BreakerToProto(policy.Breaker).
-//
-// node_local_open is still set (LocalState is not Closed) for clients that
-// predate local_state.
+// node_local_open is set when LocalState is not Closed.
 func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 	if s == nil {
 		return nil
@@ -49,12 +47,8 @@ func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 
 // SnapshotFromProto rebuilds a Snapshot from the wire (nil for nil): the
 // inverse of SnapshotToProto, so the result decides (DecideFirst) exactly
-// as the agent's. Times come back in UTC without a monotonic reading.
-//
-// From an agent that predates local_state, the node-local breaker is read
-// from node_local_open: open, or half-open when the fleet breaker is closed
-// and this node holds a probe permit (the only way it can hold one then).
-// An unspecified or unknown state is Closed.
+// as the agent's. Times come back in UTC without a monotonic reading. An
+// unspecified or unknown state is Closed.
 func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 	if m == nil {
 		return nil
@@ -84,12 +78,6 @@ func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 	}
 	if t := m.GetOverrideExpires(); t != nil {
 		s.OverrideExpires = t.AsTime()
-	}
-	if m.GetLocalState() == fuseboxv1.BreakerState_BREAKER_STATE_UNSPECIFIED && m.GetNodeLocalOpen() {
-		s.LocalState = sharedstate.Open
-		if s.State == sharedstate.Closed && s.ProbePermit {
-			s.LocalState = sharedstate.HalfOpen
-		}
 	}
 	return s
 }

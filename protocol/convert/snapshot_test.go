@@ -155,8 +155,8 @@ func TestSnapshotRoundTripOfReachableStates(t *testing.T) {
 			if _, ok := e.ProbeResult(dep, false); !ok {
 				t.Fatal("a failed probe did not reopen")
 			}
-			clock.Advance(10*time.Second + 5*time.Second) // 2×openDuration, then one probeTimeout
-			fail(t, e, 1)                                 // own traffic: this node ranks for a permit
+			clock.Advance(5*time.Second + 5*time.Second) // openDuration (the fleet's does not double by default), then one probeTimeout
+			fail(t, e, 1)                                // own traffic: this node ranks for a permit
 			e.Tick()
 			s := e.Snapshot(dep)
 			if s.OpenCount != 2 || s.ProbeRound != 1 || s.Generation != 2 {
@@ -249,8 +249,8 @@ func TestSnapshotRoundTripOfReachableStates(t *testing.T) {
 }
 
 // Snapshots no single engine publishes (a node-local half-open without a
-// permit, combinations of an override with every state, an agent that
-// predates local_state) decide the same after the round trip.
+// permit, combinations of an override with every state) decide the same
+// after the round trip.
 func TestSnapshotRoundTripOfEveryCombination(t *testing.T) {
 	states := []sharedstate.BreakerState{sharedstate.Closed, sharedstate.Open, sharedstate.HalfOpen}
 	for _, state := range states {
@@ -276,24 +276,18 @@ func TestSnapshotRoundTripOfEveryCombination(t *testing.T) {
 	}
 }
 
-// A message from an agent that predates local_state: node_local_open alone
-// says the node-local breaker is open, or half-open with a permit.
-func TestSnapshotFromOlderAgent(t *testing.T) {
-	for _, tc := range []struct {
-		permit bool
-		want   sharedstate.BreakerState
-	}{{false, sharedstate.Open}, {true, sharedstate.HalfOpen}} {
-		m := &fuseboxv1.DecisionSnapshot{Dependency: dep, State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
-			NodeLocalOpen: true, ProbePermit: tc.permit}
-		if s := SnapshotFromProto(m); s.LocalState != tc.want || s.Version != 0 {
-			t.Errorf("permit %v: local state %v, want %v", tc.permit, s.LocalState, tc.want)
-		}
-	}
+// nil converts to nil; an unknown state, and a local state left out, are
+// Closed (node_local_open, a flag for other clients, is not read back).
+func TestSnapshotEdges(t *testing.T) {
 	if SnapshotFromProto(nil) != nil || SnapshotToProto(nil) != nil {
 		t.Error("nil did not convert to nil")
 	}
 	if s := SnapshotFromProto(&fuseboxv1.DecisionSnapshot{State: fuseboxv1.BreakerState(42)}); s.State != sharedstate.Closed {
 		t.Errorf("an unknown state came back as %v, want closed", s.State)
+	}
+	m := &fuseboxv1.DecisionSnapshot{Dependency: dep, State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED, NodeLocalOpen: true}
+	if s := SnapshotFromProto(m); s.LocalState != sharedstate.Closed {
+		t.Errorf("local state %v from node_local_open alone, want closed (local_state tells it)", s.LocalState)
 	}
 }
 
@@ -341,8 +335,9 @@ func TestSnapshotRoundTripProperty(t *testing.T) {
 	})
 }
 
-// The breaker and retry settings of any valid policy survive the wire, and
-// a snapshot message carries its policy over any base.
+// The breaker and retry settings of any valid policy survive the wire, each
+// carried once: the trip rule and timings in BreakerSettings; mode, scope,
+// slow-call duration and retry settings at the top of the snapshot.
 func TestPolicyRoundTrip(t *testing.T) {
 	p := sharedstate.DefaultPolicy()
 	p.Dependency = dep
@@ -352,6 +347,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 		OpenDuration: sharedstate.Duration(2 * time.Second), MaxOpenDuration: sharedstate.Duration(time.Minute),
 		HalfOpenProbes: 2, ProbeSuccessThreshold: 4, ProbeTimeout: sharedstate.Duration(3 * time.Second),
 		Scope: sharedstate.ScopeZone, Mode: sharedstate.ModeShadow,
+		FleetMaxOpenDuration: sharedstate.Duration(7 * time.Second), RampDuration: sharedstate.Duration(3 * time.Second), RampStart: 0.25,
 	}
 	p.Retry.MaxAttempts = 2
 	p.Retry.Backoff.Base = 0 // valid, and carried although zero
@@ -361,18 +357,9 @@ func TestPolicyRoundTrip(t *testing.T) {
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := PolicyWithBreaker(sharedstate.Policy{}, BreakerToProto(p.Breaker)).Breaker; got != p.Breaker {
-		t.Errorf("breaker round trip:\n got %+v\nwant %+v", got, p.Breaker)
-	}
-	// The classic rule (confidence 0, no fast path) travels too: its zeros are not "unset".
-	classic := p.Breaker
-	classic.Confidence, classic.FastPath = 0, false
-	if got := PolicyWithBreaker(sharedstate.DefaultPolicy(), BreakerToProto(classic)).Breaker; got != classic {
-		t.Errorf("classic breaker round trip:\n got %+v\nwant %+v", got, classic)
-	}
-
-	m := &fuseboxv1.DecisionSnapshot{Dependency: dep, Breaker: BreakerToProto(p.Breaker),
-		Retry: RetryToProto(RetryFromPolicy(p))}
+	base := sharedstate.DefaultPolicy() // ratio 0.1, base 100ms, …: all replaced
+	m := SnapshotToProto(PolicySnapshot(dep, p))
+	m.Breaker = BreakerToProto(p.Breaker)
 	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatal(err)
@@ -381,25 +368,34 @@ func TestPolicyRoundTrip(t *testing.T) {
 	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	base := sharedstate.DefaultPolicy() // ratio 0.1, base 100ms, …: all replaced
-	if got := PolicyFromSnapshot(base, &back); got != p {
+	got := PolicyWithBreaker(base, back.GetBreaker())
+	s := SnapshotFromProto(&back)
+	if got.Breaker.Mode != base.Breaker.Mode || got.Breaker.Scope != base.Breaker.Scope ||
+		got.Breaker.SlowCallDuration != base.Breaker.SlowCallDuration {
+		t.Errorf("BreakerSettings carried mode, scope or slow-call duration: %+v", got.Breaker)
+	}
+	got.Breaker.Mode, got.Breaker.Scope, got.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
+	got.Retry = RetryPolicyFrom(s.Retry)
+	got.Dependency = s.Dependency
+	if got != p {
 		t.Errorf("policy from the snapshot:\n got %+v\nwant %+v", got, p)
+	}
+	if s.State != sharedstate.Closed || s.Override != sharedstate.OverrideNone || s.Dependency != dep {
+		t.Errorf("policy snapshot %+v: want closed, without override", *s)
 	}
 	if got := RetryFromProto(RetryToProto(RetryFromPolicy(p))); got != RetryFromPolicy(p) {
 		t.Errorf("retry round trip: %+v", got)
 	}
-
-	// Nothing carried: the base stays, whatever it is.
-	if got := PolicyFromSnapshot(base, &fuseboxv1.DecisionSnapshot{}); got != base {
-		t.Errorf("an empty message changed the base: %+v", got)
+	// The classic rule (confidence 0, no fast path) travels too: its zeros are not "unset".
+	classic := p.Breaker
+	classic.Confidence, classic.FastPath = 0, false
+	classic.RampDuration = 0 // no ramp: a zero that travels as well
+	if got := PolicyWithBreaker(p, BreakerToProto(classic)).Breaker; got != classic {
+		t.Errorf("classic breaker round trip:\n got %+v\nwant %+v", got, classic)
 	}
-	// An older agent: no breaker settings, but the snapshot's own mode and
-	// slow-call duration.
-	old := &fuseboxv1.DecisionSnapshot{Mode: fuseboxv1.Mode_MODE_SHADOW, SlowCallDuration: BreakerToProto(p.Breaker).GetSlowCallDuration()}
-	got := PolicyFromSnapshot(base, old)
-	if got.Breaker.Mode != sharedstate.ModeShadow || got.Breaker.SlowCallDuration != p.Breaker.SlowCallDuration ||
-		got.Breaker.MinimumRequests != base.Breaker.MinimumRequests {
-		t.Errorf("older agent's snapshot: %+v", got.Breaker)
+	// Nothing carried: the base stays, whatever it is.
+	if got := PolicyWithBreaker(base, &fuseboxv1.BreakerSettings{}); got != base {
+		t.Errorf("empty breaker settings changed the base: %+v", got)
 	}
 }
 

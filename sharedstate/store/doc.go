@@ -52,6 +52,27 @@
 // the last good value. Every call of the Handler comes from one goroutine;
 // nothing is queued by this package.
 //
+// # etcd history that goes back
+//
+// etcd restored from a snapshot, or wiped and started empty, numbers its
+// revisions from the snapshot's (or 1) again, and etcd's client resumes a
+// watch at the revision it had reached: the changes of the new history
+// would not arrive until it got that far. The watcher checks that etcd
+// still holds its history: every WatchOptions.CheckInterval a linearizable
+// read of one key (another cluster ID: RewindNewCluster; a revision below
+// its own: RewindRevisionWentBack; a watch response that shows either
+// triggers the read, since a lagging member may answer a watch with a
+// lower revision); when the client's connection is back after it was lost,
+// or a watch resumes after an error, the same plus the keys at its
+// revision compared with its own (RewindHistoryChanged); a watch that needs
+// a revision compacted beyond any it knew etcd had reached
+// (RewindCompacted). WatchOptions.Initial is checked at the first list.
+// On a rewind the watcher tells a RewindHandler (Rewound) and lists again
+// from scratch. Watcher.Status says how it follows etcd; agents publish it
+// in their registration (Member.Etcd). A compare-and-swap whose expected
+// revision is above etcd's revision is refused with a ConflictError whose
+// FromAnotherHistory is true.
+//
 // # Reads and writes around a leader change
 //
 // Reads of several keys at one revision (the first step of every write)

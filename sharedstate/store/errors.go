@@ -27,9 +27,24 @@ type ConflictError struct {
 	Key      string // the etcd key
 	Expected int64  // the mod revision the caller expected
 	Current  int64  // the mod revision found
+	// Revision is etcd's revision when the key was read (0 if unknown).
+	// An Expected above it cannot come from etcd's present history: see
+	// FromAnotherHistory.
+	Revision int64
 }
 
+// FromAnotherHistory reports whether the expected revision is above every
+// revision etcd has: it was read before etcd's history went back (a
+// snapshot restore, a wiped etcd), so the caller's view of the key is from
+// a history that no longer exists.
+func (e *ConflictError) FromAnotherHistory() bool { return e.Revision > 0 && e.Expected > e.Revision }
+
 func (e *ConflictError) Error() string {
+	if e.FromAnotherHistory() {
+		return fmt.Sprintf("store: conflict on %s: expected mod revision %d, but etcd is only at revision %d (current %s): "+
+			"the expected revision is not from etcd's present history (read before a restore from a snapshot or a wipe of etcd?); read the key again",
+			e.Key, e.Expected, e.Revision, revString(e.Current))
+	}
 	return fmt.Sprintf("store: conflict on %s: expected mod revision %s, current %s",
 		e.Key, revString(e.Expected), revString(e.Current))
 }

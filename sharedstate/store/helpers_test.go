@@ -72,6 +72,9 @@ type recorder struct {
 	events  []store.Event
 	invalid []*store.InvalidValueError
 	errs    []error
+	rewinds []store.Rewind
+	calls   []string    // "sync", "apply", "rewound", in order
+	state   store.State // the last Sync with the events since applied
 	changed chan struct{}
 
 	// syncHook, when set, runs inside Sync (before recording), on the
@@ -98,6 +101,8 @@ func (r *recorder) Sync(st store.State) {
 	}
 	r.mu.Lock()
 	r.syncs = append(r.syncs, st)
+	r.state = st.Clone()
+	r.calls = append(r.calls, "sync")
 	r.mu.Unlock()
 	r.notify()
 }
@@ -105,6 +110,27 @@ func (r *recorder) Sync(st store.State) {
 func (r *recorder) Apply(_ int64, events []store.Event) {
 	r.mu.Lock()
 	r.events = append(r.events, events...)
+	for _, e := range events {
+		switch e.Kind {
+		case store.PolicyPut:
+			r.state.Policies[e.Name] = e.Policy
+		case store.PolicyDeleted:
+			delete(r.state.Policies, e.Name)
+		case store.OverridePut:
+			r.state.Overrides[e.Name] = e.Override
+		case store.OverrideDeleted:
+			delete(r.state.Overrides, e.Name)
+		}
+	}
+	r.calls = append(r.calls, "apply")
+	r.mu.Unlock()
+	r.notify()
+}
+
+func (r *recorder) Rewound(rw store.Rewind) {
+	r.mu.Lock()
+	r.rewinds = append(r.rewinds, rw)
+	r.calls = append(r.calls, "rewound")
 	r.mu.Unlock()
 	r.notify()
 }
@@ -141,8 +167,8 @@ func (r *recorder) waitFor(t *testing.T, what string, cond func(r *recorder) boo
 		case <-deadline.C:
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			t.Fatalf("timed out waiting for %s; syncs=%d events=%d invalid=%v errs=%v",
-				what, len(r.syncs), len(r.events), r.invalid, r.errs)
+			t.Fatalf("timed out waiting for %s; syncs=%d events=%d invalid=%v errs=%v rewinds=%v",
+				what, len(r.syncs), len(r.events), r.invalid, r.errs, r.rewinds)
 		}
 	}
 }

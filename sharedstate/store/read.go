@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -21,14 +22,28 @@ func (s *Store) rangeAll(ctx context.Context, prefix string, rev int64, fn func(
 }
 
 func rangeKeys(ctx context.Context, kv clientv3.KV, from, end string, rev int64, fn func(*mvccpb.KeyValue)) (int64, error) {
+	rev, _, err := rangePages(ctx, kv, from, end, rev, fn)
+	return rev, err
+}
+
+// rangePages reads [from, end) a page at a time, all at one revision (rev
+// if non-zero, else the first page's), calls fn for every key in key order
+// and returns that revision and the first page's header (which says the
+// cluster, and etcd's revision at the time). extra options apply to every
+// page (WithKeysOnly).
+func rangePages(ctx context.Context, kv clientv3.KV, from, end string, rev int64, fn func(*mvccpb.KeyValue), extra ...clientv3.OpOption) (int64, *etcdserverpb.ResponseHeader, error) {
+	var hdr *etcdserverpb.ResponseHeader
 	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(rangePage)}
+		opts := append([]clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(rangePage)}, extra...)
 		if rev != 0 {
 			opts = append(opts, clientv3.WithRev(rev))
 		}
 		resp, err := kv.Get(ctx, from, opts...)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
+		}
+		if hdr == nil {
+			hdr = resp.Header
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
@@ -37,7 +52,7 @@ func rangeKeys(ctx context.Context, kv clientv3.KV, from, end string, rev int64,
 			fn(kv)
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, nil
+			return rev, hdr, nil
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}

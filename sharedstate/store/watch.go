@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -23,6 +25,9 @@ import (
 type State struct {
 	// Revision is the etcd revision the state reflects.
 	Revision int64
+	// ClusterID is the etcd cluster the state was listed from (0 when
+	// unknown).
+	ClusterID ClusterID
 	// Policies by name; the fleet default is under
 	// sharedstate.DefaultPolicyName.
 	Policies map[string]PolicyEntry
@@ -32,7 +37,7 @@ type State struct {
 
 // Clone returns a deep-enough copy of st: new maps, shared immutable values.
 func (st State) Clone() State {
-	return State{Revision: st.Revision, Policies: maps.Clone(st.Policies), Overrides: maps.Clone(st.Overrides)}
+	return State{Revision: st.Revision, ClusterID: st.ClusterID, Policies: maps.Clone(st.Policies), Overrides: maps.Clone(st.Overrides)}
 }
 
 // Default returns the fleet default in force: the stored one, or
@@ -103,8 +108,8 @@ type Event struct {
 // call the Watcher's Close (that would wait for itself).
 type Handler interface {
 	// Sync delivers the complete state after every (re)list: the first one,
-	// after a compaction, or after a resumed watch could not continue. It
-	// replaces everything the handler had. st is the handler's to keep.
+	// after a compaction, or after a rewind (RewindHandler). It replaces
+	// everything the handler had. st is the handler's to keep.
 	Sync(st State)
 	// Apply delivers the changes of one watch response, in revision order,
 	// after the watcher's state has been updated; rev is the revision the
@@ -179,8 +184,28 @@ type WatchOptions struct {
 	// Initial seeds the last good values (optional), e.g. with the state an
 	// agent cached on disk: a key that is invalid in etcd at the first list
 	// keeps its value from Initial. Initial is not delivered by itself.
+	// Its Revision and ClusterID are checked against the first list: a
+	// cluster ID that differs, or a list revision below Initial's, is a
+	// rewind, and then nothing of Initial is kept. So is an entry whose key
+	// etcd does not hold at Initial's revision, or holds with a lower mod
+	// revision than the entry's (etcd restored or wiped, and written past
+	// that revision since), unless that revision is compacted. (A higher
+	// one is the same history: a value that was invalid, the entry its
+	// last good one.)
 	Initial *State
+
+	// CheckInterval is how often the watcher asks etcd, with one
+	// linearizable read of one key, whether it still holds the history the
+	// watcher follows (its cluster ID, and a revision not below the
+	// watcher's), and asks for a progress notification (optional, default
+	// DefaultCheckInterval). Besides, after every reconnection to etcd
+	// and every watch resumed after an error, the watcher compares the
+	// keys etcd holds at the watcher's revision with its own.
+	CheckInterval time.Duration
 }
+
+// DefaultCheckInterval is WatchOptions.CheckInterval's default.
+const DefaultCheckInterval = 5 * time.Second
 
 // DefaultBackoff waits 100ms × 2^(attempt-1), capped at 10s, with full
 // jitter.
@@ -200,7 +225,17 @@ func DefaultBackoff(attempt int) time.Duration {
 // up while etcd is away; etcd's client resumes a broken watch by itself when
 // etcd comes back.
 //
-// One goroutine does all the work; Close stops it and waits for it.
+// etcd's client resumes a watch from the next revision it needs even when
+// the etcd it reconnects to has another history (restored from a
+// snapshot, or wiped): that watch would wait for a revision that history
+// may reach much later, and the changes before it would never arrive. So
+// the watcher checks that etcd still holds its history (see
+// WatchOptions.CheckInterval, and RewindReason for what it detects); when
+// it does not, it reports a Rewind (RewindHandler) and lists again from
+// scratch.
+//
+// Two goroutines: one does all the work and calls the Handler, one
+// follows the client's connection; Close stops both and waits for them.
 type Watcher struct {
 	s    *Store
 	h    Handler
@@ -211,12 +246,22 @@ type Watcher struct {
 	done   chan struct{}
 	once   sync.Once
 
-	mu  sync.Mutex
-	err error // why it stopped; set before done is closed
+	kick chan struct{}  // the connection to etcd is back: check etcd's history
+	wg   sync.WaitGroup // the connection follower
+
+	mu     sync.Mutex
+	err    error      // why it stopped; set before done is closed
+	status SyncStatus // what Status returns
 
 	// Owned by the goroutine.
-	state State
-	rev   int64 // the last revision delivered
+	state   State
+	rev     int64            // the last revision delivered
+	cluster ClusterID        // the cluster listed from (Initial's before the first list)
+	keys    map[string]int64 // every key of the watched range at rev, with its mod revision
+	head    int64            // the highest revision etcd is known to have reached in this history
+	verify  bool             // compare etcd's keys at rev with keys at the next check
+	compact int64            // the compaction revision of the last compacted watch
+	initial *State           // WatchOptions.Initial until the first list
 }
 
 // Watch starts a Watcher that calls h until ctx is done or Close is called.
@@ -228,10 +273,13 @@ func (s *Store) Watch(ctx context.Context, h Handler, opts WatchOptions) *Watche
 	if opts.ListTimeout <= 0 {
 		opts.ListTimeout = s.timeout
 	}
+	if opts.CheckInterval <= 0 {
+		opts.CheckInterval = DefaultCheckInterval
+	}
 	wctx, cancel := context.WithCancel(ctx)
 	w := &Watcher{
-		s: s, h: h, opts: opts, ctx: wctx, cancel: cancel, done: make(chan struct{}),
-		state: State{Policies: map[string]PolicyEntry{}, Overrides: map[string]OverrideEntry{}},
+		s: s, h: h, opts: opts, ctx: wctx, cancel: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
+		state: emptyState(),
 	}
 	if opts.Initial != nil {
 		init := opts.Initial.Clone()
@@ -241,9 +289,40 @@ func (s *Store) Watch(ctx context.Context, h Handler, opts WatchOptions) *Watche
 		if init.Overrides != nil {
 			w.state.Overrides = init.Overrides
 		}
+		w.rev, w.cluster = init.Revision, init.ClusterID
+		w.initial = &init
+	}
+	if conn := s.cli.ActiveConnection(); conn != nil {
+		w.wg.Add(1)
+		go w.followConn(conn)
 	}
 	go w.run()
 	return w
+}
+
+func emptyState() State {
+	return State{Policies: map[string]PolicyEntry{}, Overrides: map[string]OverrideEntry{}}
+}
+
+// Status returns how the watcher follows etcd now. It is safe for
+// concurrent use; called from a Handler method, it already reflects the
+// call (after Sync: synced, at the new revision; after Rewound: not synced,
+// the rewind counted).
+func (w *Watcher) Status() SyncStatus {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	st := w.status
+	if st.LastRewind != nil {
+		r := *st.LastRewind
+		st.LastRewind = &r
+	}
+	return st
+}
+
+func (w *Watcher) setStatus(f func(*SyncStatus)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	f(&w.status)
 }
 
 // Done is closed when the watcher has stopped.
@@ -258,7 +337,7 @@ func (w *Watcher) Err() error {
 	return w.err
 }
 
-// Close stops the watcher and waits for its goroutine. It is idempotent.
+// Close stops the watcher and waits for its goroutines. It is idempotent.
 func (w *Watcher) Close() {
 	w.once.Do(func() {
 		w.setErr(ErrClosed)
@@ -277,35 +356,62 @@ func (w *Watcher) setErr(err error) {
 
 // run is the watcher's goroutine.
 func (w *Watcher) run() {
-	defer close(w.done)
-	defer w.cancel()
+	defer func() {
+		w.cancel()
+		w.wg.Wait()
+		close(w.done)
+	}()
 	needList := true
+	scratch := false // the next list keeps no last good value: after a rewind
 	attempt := 0     // consecutive failures, for the backoff
 	compactions := 0 // consecutive compactions with nothing delivered between
+	rewinds := 0     // consecutive rewinds with nothing delivered between
 	for {
 		if w.stopping() {
 			return
 		}
 		var err error
 		if needList {
-			if err = w.list(); err == nil {
-				needList = false
+			if err = w.list(scratch); err == nil {
+				needList, scratch = false, false
 			}
 		}
 		if err == nil {
 			delivered := false
-			err = w.watch(&delivered)
+			var rw *Rewind
+			rw, err = w.watch(&delivered)
 			if delivered {
-				attempt, compactions = 0, 0
+				attempt, compactions, rewinds = 0, 0, 0
+			}
+			if rw != nil {
+				// etcd lost the history we follow: list from scratch, at
+				// once, unless it keeps changing (endpoints of two
+				// clusters in one client).
+				w.rewound(*rw)
+				needList, scratch = true, true
+				if rewinds++; rewinds < 2 {
+					continue
+				}
+				err = fmt.Errorf("store: etcd's history changed again (%s); listing again after a backoff", rw)
 			}
 			if errors.Is(err, rpctypes.ErrCompacted) {
 				// The revision we need is gone: list again, at once,
 				// unless compaction keeps outrunning us.
 				needList = true
-				w.h.Error(fmt.Errorf("%w; listing again", err))
+				w.report(fmt.Errorf("%w; listing again", err))
+				if w.compact > w.head {
+					// Beyond anything we knew etcd had reached: not routine
+					// retention, but history we never saw.
+					w.rewound(Rewind{Reason: RewindCompacted, FromRevision: w.rev, ToRevision: w.compact,
+						FromCluster: w.cluster, ToCluster: w.cluster})
+				}
 				if compactions++; compactions < 3 {
 					continue
 				}
+			} else if err != nil && !needList {
+				// The next watch resumes from w.rev without a list: check
+				// that etcd's history is still ours once it runs.
+				w.verify = true
 			}
 		}
 		if w.stopping() {
@@ -313,10 +419,124 @@ func (w *Watcher) run() {
 		}
 		attempt++
 		if !errors.Is(err, rpctypes.ErrCompacted) {
-			w.h.Error(err)
+			w.report(err)
 		}
 		if !w.sleep(w.opts.Backoff(attempt)) {
 			return
+		}
+	}
+}
+
+// report hands a failure to the handler.
+func (w *Watcher) report(err error) {
+	w.setStatus(func(s *SyncStatus) { s.Synced = false })
+	w.h.Error(err)
+}
+
+// rewound records a rewind and tells the handler.
+func (w *Watcher) rewound(r Rewind) {
+	r.At = w.s.now()
+	w.setStatus(func(s *SyncStatus) {
+		s.Synced = false
+		s.Rewinds++
+		s.LastRewind = &r
+	})
+	if rh, ok := w.h.(RewindHandler); ok {
+		rh.Rewound(r)
+	}
+}
+
+// compare returns the rewind that a response header of etcd shows against
+// what the watcher follows, or nil: another cluster, or a revision below
+// the watcher's. Only a linearizable read proves a rewind: a member that
+// lags behind the one the watcher heard from last may answer a watch with
+// a lower revision.
+func (w *Watcher) compare(cluster ClusterID, rev int64) *Rewind {
+	r := Rewind{FromRevision: w.rev, ToRevision: rev, FromCluster: w.cluster, ToCluster: cluster}
+	switch {
+	case cluster != 0 && w.cluster != 0 && cluster != w.cluster:
+		r.Reason = RewindNewCluster
+	case rev < w.rev:
+		r.Reason = RewindRevisionWentBack
+	default:
+		return nil
+	}
+	return &r
+}
+
+// errInconclusive: a deep check found w.rev compacted, so nothing to
+// compare with. The watch that needs a compacted revision fails and says
+// so; until then the check is owed.
+var errInconclusive = errors.New("store: check etcd's history: the watcher's revision is compacted")
+
+// check asks etcd, with a linearizable read, whether it still holds the
+// history the watcher follows; with deep, it also compares the keys etcd
+// holds at w.rev with w.keys (a rewound etcd may have been written past
+// w.rev already). It returns the rewind found, or nil.
+//
+// Only a check while the watcher is not in doubt (not deep) raises w.head:
+// after a reconnection etcd may show a revision bumped by a restore, which
+// must not make the compaction that comes with it look routine.
+func (w *Watcher) check(deep bool) (*Rewind, error) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.opts.ListTimeout)
+	defer cancel()
+	resp, err := w.s.cli.Get(ctx, w.s.PolicyKey(sharedstate.DefaultPolicyName), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, fmt.Errorf("store: check etcd's history: %w", err)
+	}
+	cluster, head := ClusterID(resp.Header.ClusterId), resp.Header.Revision
+	if rw := w.compare(cluster, head); rw != nil {
+		return rw, nil
+	}
+	if !deep {
+		w.head = max(w.head, head)
+		return nil, nil
+	}
+	from, end := w.watchRange()
+	n, same := 0, true
+	_, _, err = rangePages(ctx, w.s.cli, from, end, w.rev, func(kv *mvccpb.KeyValue) {
+		n++
+		if mod, ok := w.keys[string(kv.Key)]; !ok || mod != kv.ModRevision {
+			same = false
+		}
+	}, clientv3.WithKeysOnly())
+	changed := Rewind{Reason: RewindHistoryChanged, FromRevision: w.rev, ToRevision: head, FromCluster: w.cluster, ToCluster: cluster}
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return nil, errInconclusive
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		changed.Reason = RewindRevisionWentBack // between the two reads
+		return &changed, nil
+	case err != nil:
+		return nil, fmt.Errorf("store: check etcd's history at revision %d: %w", w.rev, err)
+	case !same || n != len(w.keys):
+		return &changed, nil
+	}
+	return nil, nil
+}
+
+// followConn kicks the watcher each time the client's connection to etcd
+// is ready again after it was lost (etcd restarted, or the client moved to
+// another member): etcd may have come back with another history, which
+// the client's resumed watch does not reveal.
+func (w *Watcher) followConn(conn *grpc.ClientConn) {
+	defer w.wg.Done()
+	st := conn.GetState()
+	lost := false
+	for conn.WaitForStateChange(w.ctx, st) {
+		if st == connectivity.Ready {
+			lost = true // it left Ready, if only for a moment
+		}
+		st = conn.GetState()
+		if st == connectivity.Shutdown {
+			return
+		}
+		if st == connectivity.Ready && lost {
+			lost = false
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
 		}
 	}
 }
@@ -357,13 +577,18 @@ func (w *Watcher) watchRange() (from, end string) {
 	return w.s.prefix + overridesDir, prefixEnd(w.s.prefix + policiesDir)
 }
 
-// list reads everything at one revision and delivers it with Sync.
-func (w *Watcher) list() error {
+// list reads everything at one revision and delivers it with Sync. With
+// scratch (after a rewind), or when the list itself shows a rewind
+// (against the previous list, or WatchOptions.Initial), it keeps no last
+// good value of a key that is invalid in etcd.
+func (w *Watcher) list(scratch bool) error {
 	ctx, cancel := context.WithTimeout(w.ctx, w.opts.ListTimeout)
 	defer cancel()
 	from, end := w.watchRange()
 	var policies, overrides []*mvccpb.KeyValue
-	rev, err := rangeKeys(ctx, w.s.cli, from, end, 0, func(kv *mvccpb.KeyValue) {
+	keys := map[string]int64{}
+	rev, hdr, err := rangePages(ctx, w.s.cli, from, end, 0, func(kv *mvccpb.KeyValue) {
+		keys[string(kv.Key)] = kv.ModRevision
 		switch k := string(kv.Key); {
 		case strings.HasPrefix(k, w.s.prefix+policiesDir):
 			policies = append(policies, kv)
@@ -374,14 +599,32 @@ func (w *Watcher) list() error {
 	if err != nil {
 		return fmt.Errorf("store: list policies and overrides: %w", err)
 	}
+	cluster := ClusterID(hdr.ClusterId)
+	if !scratch {
+		rw := w.compare(cluster, rev)
+		if rw == nil && w.initial != nil {
+			if rw, err = w.checkInitial(ctx, cluster, rev); err != nil {
+				return err
+			}
+		}
+		if rw != nil {
+			w.rewound(*rw)
+			scratch = true
+		}
+	}
+	last := w.state // the last good values
+	if scratch {
+		last = emptyState()
+		w.head = 0
+	}
 
-	next := State{Revision: rev, Policies: make(map[string]PolicyEntry, len(policies)), Overrides: make(map[string]OverrideEntry, len(overrides))}
+	next := State{Revision: rev, ClusterID: cluster, Policies: make(map[string]PolicyEntry, len(policies)), Overrides: make(map[string]OverrideEntry, len(overrides))}
 	// The default first: dependency policies are checked against it.
 	defKey := w.s.PolicyKey(sharedstate.DefaultPolicyName)
 	for _, kv := range policies {
 		if string(kv.Key) == defKey {
 			e, err := w.s.decodePolicy(kv, sharedstate.Policy{})
-			w.keepOrReport(next.Policies, sharedstate.DefaultPolicyName, e, err)
+			w.keepOrReport(next.Policies, last.Policies, sharedstate.DefaultPolicyName, e, err)
 		}
 	}
 	def := next.Default()
@@ -389,7 +632,7 @@ func (w *Watcher) list() error {
 		if string(kv.Key) != defKey {
 			name := strings.TrimPrefix(string(kv.Key), w.s.prefix+policiesDir)
 			e, err := w.s.decodePolicy(kv, def)
-			w.keepOrReport(next.Policies, name, e, err)
+			w.keepOrReport(next.Policies, last.Policies, name, e, err)
 		}
 	}
 	for _, kv := range overrides {
@@ -400,25 +643,66 @@ func (w *Watcher) list() error {
 			continue
 		}
 		w.reportInvalid(err)
-		if old, ok := w.state.Overrides[dep]; ok {
+		if old, ok := last.Overrides[dep]; ok {
 			next.Overrides[dep] = old
 		}
 	}
-	w.state = next
-	w.rev = rev
+	w.state, w.rev, w.cluster, w.keys, w.initial = next, rev, cluster, keys, nil
+	w.head, w.verify = max(w.head, rev), false
+	w.setStatus(func(s *SyncStatus) { s.Synced, s.ClusterID, s.Revision = true, cluster, rev })
 	w.h.Sync(next.Clone())
 	return nil
 }
 
+// checkInitial compares WatchOptions.Initial's entries that have a mod
+// revision with what etcd holds at Initial's revision, and returns the
+// rewind (history_changed) when a key is missing there or has a lower mod
+// revision than its entry. A compacted revision compares nothing.
+func (w *Watcher) checkInitial(ctx context.Context, cluster ClusterID, head int64) (*Rewind, error) {
+	init := w.initial
+	want := map[string]int64{}
+	for name, e := range init.Policies {
+		if e.ModRevision > 0 {
+			want[w.s.PolicyKey(name)] = e.ModRevision
+		}
+	}
+	for dep, e := range init.Overrides {
+		if e.ModRevision > 0 {
+			want[w.s.OverrideKey(dep)] = e.ModRevision
+		}
+	}
+	if len(want) == 0 || init.Revision <= 0 {
+		return nil, nil
+	}
+	got := map[string]int64{}
+	from, end := w.watchRange()
+	_, _, err := rangePages(ctx, w.s.cli, from, end, init.Revision, func(kv *mvccpb.KeyValue) {
+		got[string(kv.Key)] = kv.ModRevision
+	}, clientv3.WithKeysOnly())
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: check the initial state at revision %d: %w", init.Revision, err)
+	}
+	for key, mod := range want {
+		if got[key] < mod {
+			return &Rewind{Reason: RewindHistoryChanged, FromRevision: init.Revision, ToRevision: head,
+				FromCluster: init.ClusterID, ToCluster: cluster}, nil
+		}
+	}
+	return nil, nil
+}
+
 // keepOrReport stores a decoded policy in m, or reports the decoding error
-// and keeps the last good value of name, if any.
-func (w *Watcher) keepOrReport(m map[string]PolicyEntry, name string, e PolicyEntry, err error) {
+// and keeps the last good value of name from last, if any.
+func (w *Watcher) keepOrReport(m, last map[string]PolicyEntry, name string, e PolicyEntry, err error) {
 	if err == nil {
 		m[name] = e
 		return
 	}
 	w.reportInvalid(err)
-	if old, ok := w.state.Policies[name]; ok {
+	if old, ok := last[name]; ok {
 		m[name] = old
 	}
 }
@@ -431,49 +715,117 @@ func (w *Watcher) reportInvalid(err error) {
 	w.h.Invalid(iv)
 }
 
-// watch watches from w.rev+1 until the watch fails; it applies and
-// delivers what arrives, and sets *delivered when something arrived.
-func (w *Watcher) watch(delivered *bool) error {
+// watch watches from w.rev+1 until the watch fails or etcd shows a
+// rewind; it applies and delivers what arrives, checks etcd's history
+// (check) every CheckInterval, after a reconnection and when a response
+// looks wrong, and sets *delivered when something arrived.
+func (w *Watcher) watch(delivered *bool) (*Rewind, error) {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(w.ctx))
 	defer cancel()
 	from, end := w.watchRange()
 	ch := w.s.cli.Watch(ctx, from, clientv3.WithRange(end), clientv3.WithRev(w.rev+1), clientv3.WithProgressNotify(),
 		clientv3.WithCreatedNotify())
-	for resp := range ch {
-		if err := resp.Err(); err != nil {
-			return fmt.Errorf("store: watch from revision %d: %w", w.rev+1, err)
+	tick := time.NewTicker(w.opts.CheckInterval)
+	defer tick.Stop()
+	for {
+		check, err := w.next(ctx, ch, tick.C, delivered)
+		if err != nil {
+			return nil, err
 		}
+		if !check {
+			continue
+		}
+		rw, err := w.check(w.verify)
+		if err != nil {
+			continue // tried again at the next tick; the watch fails by itself if etcd does
+		}
+		if rw != nil {
+			return rw, nil
+		}
+		w.verify = false
+	}
+}
+
+// next waits for one thing to handle in watch and handles it: a watch
+// response (delivered), a reconnection, or a tick. It reports whether
+// etcd's history must be checked now, or the error that ends the watch.
+func (w *Watcher) next(ctx context.Context, ch clientv3.WatchChan, tick <-chan time.Time, delivered *bool) (bool, error) {
+	// A reconnection first: check before anything that came over the new
+	// connection is applied.
+	select {
+	case <-w.kick:
+		w.verify = true
+		return true, nil
+	default:
+	}
+	select {
+	case <-w.kick:
+		w.verify = true
+		return true, nil
+	case <-tick:
+		// A progress notification moves w.rev to etcd's revision when
+		// nothing changed, so that a deep check compares keys there.
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = w.s.cli.RequestProgress(pctx)
+		cancel()
+		return true, nil
+	case resp, ok := <-ch:
+		if !ok {
+			if w.ctx.Err() != nil {
+				return false, w.ctx.Err()
+			}
+			return false, fmt.Errorf("store: watch from revision %d: channel closed", w.rev+1)
+		}
+		if err := resp.Err(); err != nil {
+			w.compact = resp.CompactRevision
+			return false, fmt.Errorf("store: watch from revision %d: %w", w.rev+1, err)
+		}
+		// Another cluster, or a revision below ours: a rewind, or a member
+		// that lags behind the one we heard from last; a linearizable read
+		// tells.
+		check := w.compare(ClusterID(resp.Header.ClusterId), resp.Header.Revision) != nil
 		if resp.Created {
 			// etcd accepted the watch (a resumed stream inside etcd's
 			// client sends none). Not a delivery: the backoff keeps
 			// growing while watches are created and then fail.
+			w.setStatus(func(s *SyncStatus) { s.Synced = true })
 			if wh, ok := w.h.(WatchingHandler); ok {
 				wh.Watching(w.rev)
 			}
-			continue
+			return check || w.verify, nil
 		}
 		*delivered = true
-		if resp.IsProgressNotify() {
-			// Everything up to the header revision has been delivered.
-			w.rev = max(w.rev, resp.Header.Revision)
-			continue
-		}
-		var events []Event
-		for _, ev := range resp.Events {
-			if e, ok := w.applyEvent(ev); ok {
-				events = append(events, e)
-			}
-			w.rev = max(w.rev, ev.Kv.ModRevision)
-		}
-		w.state.Revision = w.rev
-		if len(events) > 0 {
-			w.h.Apply(w.rev, events)
-		}
+		w.deliver(resp)
+		return check, nil
 	}
-	if w.ctx.Err() != nil {
-		return w.ctx.Err()
+}
+
+// deliver applies one watch response (events, or a progress notification)
+// and hands the events to the handler.
+func (w *Watcher) deliver(resp clientv3.WatchResponse) {
+	var events []Event
+	if resp.IsProgressNotify() {
+		// Everything up to the header revision has been delivered.
+		w.rev = max(w.rev, resp.Header.Revision)
 	}
-	return fmt.Errorf("store: watch from revision %d: channel closed", w.rev+1)
+	for _, ev := range resp.Events {
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(w.keys, string(ev.Kv.Key))
+		} else {
+			w.keys[string(ev.Kv.Key)] = ev.Kv.ModRevision
+		}
+		if e, ok := w.applyEvent(ev); ok {
+			events = append(events, e)
+		}
+		w.rev = max(w.rev, ev.Kv.ModRevision)
+	}
+	w.head = max(w.head, w.rev)
+	w.state.Revision = w.rev
+	rev := w.rev
+	w.setStatus(func(s *SyncStatus) { s.Revision = rev })
+	if len(events) > 0 {
+		w.h.Apply(w.rev, events)
+	}
 }
 
 // applyEvent updates the state with one etcd event and returns the Event

@@ -18,10 +18,14 @@ type history struct {
 	calls    []historyCall
 	errs     int
 	watching []int64 // the revisions of the Watching calls
+	rewinds  []store.Rewind
 	changed  chan struct{}
 }
 
-var _ store.WatchingHandler = (*history)(nil)
+var (
+	_ store.WatchingHandler = (*history)(nil)
+	_ store.RewindHandler   = (*history)(nil)
+)
 
 type historyCall struct {
 	sync   *store.State // a Sync, or
@@ -53,6 +57,8 @@ func (h *history) Invalid(*store.InvalidValueError) {}
 func (h *history) Error(error) { h.record(func() { h.errs++ }) }
 
 func (h *history) Watching(rev int64) { h.record(func() { h.watching = append(h.watching, rev) }) }
+
+func (h *history) Rewound(r store.Rewind) { h.record(func() { h.rewinds = append(h.rewinds, r) }) }
 
 // replay returns what the handler was told, name → mod revision, and the
 // revision it reached; it reports a change delivered twice or out of order.
@@ -240,6 +246,11 @@ func checkFollowed(t *testing.T, ctx context.Context, w *policyWriter, watchers 
 		}
 		h.mu.Lock()
 		t.Logf("%s: %d deliveries, %d watch errors", who, len(h.calls), h.errs)
+		// A leader change, a member lost, a reconnection to another
+		// member: none is a rewind.
+		if len(h.rewinds) > 0 {
+			t.Errorf("%s reported rewinds %v in a cluster that kept its history", who, h.rewinds)
+		}
 		h.mu.Unlock()
 	}
 }

@@ -283,6 +283,16 @@ func TestWatchSurvivesEtcdStopAndRestart(t *testing.T) {
 			return r.hasEvent(store.OverridePut, "after-restart")
 		})
 	}
+	// A restart on the same data, and a reconnection, are no rewind: each
+	// watcher checked etcd's history when its connection came back, and
+	// found it its own.
+	for n, r := range []*recorder{cut, direct} {
+		r.mu.Lock()
+		if len(r.rewinds) != 0 {
+			t.Errorf("watcher %d reported rewinds %v for a restart on the same data", n, r.rewinds)
+		}
+		r.mu.Unlock()
+	}
 }
 
 func TestWatcherCloseAndContext(t *testing.T) {

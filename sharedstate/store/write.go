@@ -114,7 +114,7 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 			cur = prev.ModRevision
 		}
 		if want, ok := c.opts.Expect.ModRevision(); ok && want != cur {
-			return 0, nil, &ConflictError{Key: c.key, Expected: want, Current: cur}
+			return 0, nil, &ConflictError{Key: c.key, Expected: want, Current: cur, Revision: read.Header.Revision}
 		}
 		value := c.value
 		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(c.key), "=", cur)}

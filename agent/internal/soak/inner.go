@@ -539,7 +539,7 @@ func (r *soakRun) writer(ctx context.Context, t0 time.Time) {
 		var stdin string
 		switch w.Op {
 		case WritePolicy:
-			args = append(args, "policy", "set", DepOps, "-f", "-")
+			args = append(args, "policy", "set", DepOps, "-f", "-", "--yes")
 			stdin = fmt.Sprintf(`{"breaker": {"minimumRequests": %d}}`, w.MinimumRequests)
 		case WriteForceOpen, WriteForceClosed:
 			args = append(args, string(w.Op), DepOps, "--reason", w.Reason)

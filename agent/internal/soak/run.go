@@ -19,7 +19,7 @@ import (
 // Config configures a soak run.
 type Config struct {
 	// Duration is the whole run, from the moment the fleet is up and the
-	// traffic starts (required, at least Warmup + Settle + 1 minute).
+	// traffic starts (required, at least Warmup + Settle + 30 s).
 	Duration time.Duration
 	// Seed draws the schedule (optional; 0 draws a seed, which the run
 	// prints: give it back to reproduce the schedule).
@@ -27,9 +27,10 @@ type Config struct {
 	// Agents is the number of agents (optional, default 8, at least 4);
 	// the first Sentinels (optional, default 2) are never killed.
 	Agents, Sentinels int
-	// Warmup is the faultless start (optional, default 60 s): the dead
-	// dependency dies in its middle. Settle is the faultless end (optional,
-	// default 90 s, longer than every bound), so the run ends converged.
+	// Warmup is the faultless start (optional, default 60 s; 30 s for a
+	// Duration under ShortRun): the dead dependency dies in its middle.
+	// Settle is the faultless end (optional, default 90 s; 45 s under
+	// ShortRun; longer than every bound), so the run ends converged.
 	Warmup, Settle time.Duration
 	// Rate is each agent's calls per second to each dependency (optional,
 	// default 2); CallDeadline each call's deadline (optional, default 1 s).
@@ -59,11 +60,18 @@ func (c Config) withDefaults() Config {
 	if c.Sentinels == 0 {
 		c.Sentinels = 2
 	}
+	short := c.Duration < ShortRun
 	if c.Warmup == 0 {
 		c.Warmup = time.Minute
+		if short {
+			c.Warmup = 30 * time.Second
+		}
 	}
 	if c.Settle == 0 {
 		c.Settle = 90 * time.Second
+		if short {
+			c.Settle = 45 * time.Second
+		}
 	}
 	if c.Rate == 0 {
 		c.Rate = 2
@@ -84,8 +92,8 @@ func (c Config) withDefaults() Config {
 func (c Config) Validate() error {
 	c = c.withDefaults()
 	var errs []error
-	if c.Duration < c.Warmup+c.Settle+time.Minute {
-		errs = append(errs, fmt.Errorf("soak: duration %v is too short: at least warm-up (%v) + settle (%v) + 1m", c.Duration, c.Warmup, c.Settle))
+	if c.Duration < c.Warmup+c.Settle+30*time.Second {
+		errs = append(errs, fmt.Errorf("soak: duration %v is too short: at least warm-up (%v) + settle (%v) + 30s", c.Duration, c.Warmup, c.Settle))
 	}
 	if c.Settle < max(DeadFaultBound, WriteBound, MembershipBound)+10*time.Second {
 		errs = append(errs, fmt.Errorf("soak: settle %v must exceed the longest bound (%v) by 10s", c.Settle, max(DeadFaultBound, WriteBound, MembershipBound)))
@@ -113,6 +121,11 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// ShortRun: a run shorter than this (a quick check, `make soak
+// DURATION=2m`) gets a shorter warm-up and settle, leaving it time for
+// faults.
+const ShortRun = 5 * time.Minute
 
 // plan is the schedule's plan for c.
 func (c Config) plan() Plan {

@@ -108,3 +108,14 @@ func freePort(t testing.TB) string {
 
 // prefix is a fresh key prefix, so tests sharing a server do not meet.
 func prefix() string { return "test:" + rand.Text() + ":" }
+
+// pause stops the server without ending it (SIGSTOP): connections stay
+// open and nothing answers, as across a dropped link. It is continued at
+// cleanup, before stop.
+func (s *redisServer) pause(t testing.TB) {
+	t.Helper()
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.cmd.Process.Signal(syscall.SIGCONT) })
+}

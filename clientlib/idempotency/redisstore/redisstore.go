@@ -2,7 +2,7 @@
 // instance of a service sees the same records: a retry that lands on
 // another instance behind the load balancer is deduplicated too.
 //
-//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"})
+//	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379", ContextTimeoutEnabled: true})
 //	dd, err := idempotency.New(redisstore.New(rdb))
 //	…
 //	http.Handle("/orders", dd.Middleware(orders))
@@ -15,6 +15,10 @@
 // that act only while the reservation still carries their token. A
 // completed record is "C" + its JSON. Needs Redis ≥ 2.6.12 (tested with
 // 7.0).
+//
+// Set ContextTimeoutEnabled in the client's options, so that a Redis that
+// stops answering fails a request at its deadline (then the Deduper
+// answers 503) rather than after go-redis's read timeout.
 package redisstore
 
 import (

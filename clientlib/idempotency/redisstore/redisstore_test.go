@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency/internal/storetest"
 	"github.com/fusebox-dev/fusebox/clientlib/idempotency/redisstore"
@@ -265,6 +266,64 @@ func TestRedisUnreachable(t *testing.T) {
 		t.Fatalf("a request without a key: %v %v", resp, err)
 	}
 	resp.Body.Close()
+}
+
+// TestRedisDownUnderPropagatedDeadline: a keyed request that arrives with
+// clientlib's default propagated deadline (Fusebox-Timeout-Ms: 500) while
+// Redis is gone (the server ended: refused at once) or hung (the server
+// stopped: the call fails at the deadline, with go-redis's
+// ContextTimeoutEnabled) gets 503 store-unavailable, which clientlib
+// retries, not 409 in-progress, which it does not; the handler never runs.
+func TestRedisDownUnderPropagatedDeadline(t *testing.T) {
+	fb, err := clientlib.New(clientlib.Config{NoAgent: true, Service: "orders", Instance: "orders-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fb.Close() })
+	for _, tc := range []struct {
+		name string
+		down func(t *testing.T, rs *redisServer)
+	}{
+		{"ended", func(t *testing.T, rs *redisServer) { rs.stop() }},
+		{"hung", func(t *testing.T, rs *redisServer) { rs.pause(t) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := startRedis(t, false)
+			rdb := redis.NewClient(&redis.Options{Network: "unix", Addr: rs.sock, ContextTimeoutEnabled: true})
+			t.Cleanup(func() { rdb.Close() })
+			dd, err := idempotency.New(redisstore.New(rdb, redisstore.WithPrefix(prefix())))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := &orders{}
+			srv := httptest.NewServer(fb.Middleware(dd.Middleware(h)))
+			t.Cleanup(srv.Close)
+			client := httpClient(t)
+			send := func(key string) answer {
+				req, _ := http.NewRequest(http.MethodPost, srv.URL+"/orders", strings.NewReader("x"))
+				req.Header.Set("Idempotency-Key", key)
+				req.Header.Set("Fusebox-Retry-Owner", "checkout")
+				req.Header.Set("Fusebox-Timeout-Ms", "500")
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("POST: %v", err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				return answer{resp.StatusCode, string(b), false, resp.Header.Get(idempotency.HeaderStatus)}
+			}
+			if ans := send("before"); ans.code != http.StatusCreated {
+				t.Fatalf("with Redis up: %+v", ans)
+			}
+			tc.down(t, rs)
+			if ans := send("new-key"); ans.code != http.StatusServiceUnavailable || ans.reason != "store-unavailable" {
+				t.Fatalf("Redis %s: %+v, want 503 store-unavailable", tc.name, ans)
+			}
+			if n := h.created.Load(); n != 1 {
+				t.Fatalf("%d orders, want 1: the handler ran without its record", n)
+			}
+		})
+	}
 }
 
 // TestLargePayloads: a body under the limit is stored in Redis and

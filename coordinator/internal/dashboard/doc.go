@@ -18,9 +18,18 @@
 //     dependency page's chart; after that the page appends a point per poll
 //     and per event, client-side, and forgets points older than 5 minutes;
 //   - GET /api/v1/policies (windows for requests/s, thresholds),
-//     /api/v1/whoami, and on the dependency page /api/v1/audit and
-//     /api/v1/overrides;
-//   - POST and DELETE /api/v1/overrides/NAME for the override form.
+//     /api/v1/whoami, and on the dependency page /api/v1/audit,
+//     /api/v1/overrides, /api/v1/series?dependency=NAME&since=15m (the
+//     what-if history: rates and the breaker's states, drawn as SVG by the
+//     page itself, refreshed every 15 s and after the dependency's
+//     transitions) and /api/v1/policies/NAME (the stored policy and its
+//     revision);
+//   - POST and DELETE /api/v1/overrides/NAME for the override form;
+//   - for an admin, POST /api/v1/simulate (a proposed policy replayed over
+//     the history, 0.8 s after the last keystroke in the editor or on
+//     Simulate) and PUT /api/v1/policies/NAME (Save: a compare-and-swap on
+//     the revision the editor was loaded from; a write by someone else
+//     meanwhile is a conflict, never overwritten).
 //
 // Rendering stays cheap at 1,000 dependencies and more: data updates a
 // model and marks rows dirty; one requestAnimationFrame callback writes the
@@ -67,10 +76,29 @@
 //   - #conn says "live" (text and data-state) while the event stream is
 //     connected; otherwise connecting, reconnecting, unauthorized or
 //     offline.
+//   - While a breaker is not closed, its row's state cell has an element
+//     with class "why" after the badge, whose text and data-why say what
+//     holds it: "failures", "slow calls" (the trip's or failed probe's
+//     reason) or "forced" (an override); the dependency page's header
+//     likewise.
 //   - The dependency page is "/#/dep/NAME" (NAME URL-encoded). Its per-node
 //     rows are tr[data-node="NODE"] in #dep-nodes, its zones
 //     tr[data-zone="ZONE"] in #dep-zones, its audit trail rows
 //     tr[data-revision] in #dep-audit.
+//   - The history plot is svg#dep-history: one rect.band[data-state] in
+//     g.reality per stretch the fleet's breaker was not closed, the
+//     failure rate as polyline.line, a proposed policy's replay as
+//     rect.band[data-state] in g.overlay (none until a simulation). The
+//     range is #hist-since (15m, 1h, 3h).
+//   - #policy-current holds the stored policy for everyone. Only for an
+//     admin token the page renders #policy-editor: #policy-json (the
+//     document), #policy-simulate-btn, #policy-save-btn,
+//     #policy-reload-btn, #policy-status (data-result pending, ok, error
+//     or conflict; text starting "ok:", "error:" or "conflict:"),
+//     #policy-violations li[data-field="JSON.PATH"], #policy-diff
+//     li[data-field] (the changed fields) and #policy-sim
+//     tr[data-side="fleet|current|proposed"] (the summary). For any other
+//     token none of these exist.
 //
 // # Security
 //

@@ -71,6 +71,13 @@ type Config struct {
 	// Refused* reasons, possibly under the View's lock: keep it cheap
 	// (a counter). Optional.
 	OnRefused func(reason string)
+	// OnRow is called with every row the view took (newer than the one it
+	// held), received at at; OnRecord with every record that changed the
+	// merged record it holds, merged. Both outside the View's lock, from
+	// the goroutine that delivered them (a memberlist goroutine), possibly
+	// concurrently. Optional; must not block.
+	OnRow    func(r sharedstate.NodeWindow, at time.Time)
+	OnRecord func(r sharedstate.BreakerRecord, at time.Time)
 }
 
 // Source supplies what etcd holds. Implementations must be safe for
@@ -183,12 +190,20 @@ func (v *View) LocalState(bool) *fuseboxv1.PushPullState { return nil }
 func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerRecord) int {
 	now := v.cfg.Clock.Now()
 	refused := 0
-	var transitions []Transition
+	var (
+		transitions []Transition
+		took        []*fuseboxv1.NodeWindow
+		merged      []sharedstate.BreakerRecord
+	)
 	v.mu.Lock()
 	for _, r := range rows {
-		if reason := v.applyRowLocked(r, now); reason != "" {
+		reason, ok := v.applyRowLocked(r, now)
+		if reason != "" {
 			refused++
 			v.refuse(reason)
+		}
+		if ok && v.cfg.OnRow != nil {
+			took = append(took, r)
 		}
 	}
 	for _, pr := range records {
@@ -220,19 +235,28 @@ func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerR
 			v.refuse(RefusedTooManyZone)
 			continue
 		}
-		merged := rec
+		m := rec
 		if ok {
-			merged = sharedstate.Merge(old, rec)
+			m = sharedstate.Merge(old, rec)
 		}
-		byZone[rec.Zone] = merged
-		if !ok || !sharedstate.SameRecord(old, merged) {
+		byZone[rec.Zone] = m
+		if !ok || !sharedstate.SameRecord(old, m) {
+			merged = append(merged, m)
 			// The policy is not at hand here: Tick derives half-open.
-			if t, changed := v.deriveLocked(recKey{rec.Dependency, rec.Zone}, merged, merged.State, now); changed {
+			if t, changed := v.deriveLocked(recKey{rec.Dependency, rec.Zone}, m, m.State, now); changed {
 				transitions = append(transitions, t)
 			}
 		}
 	}
 	v.mu.Unlock()
+	for _, r := range took {
+		v.cfg.OnRow(convert.RowFromProto(r), now)
+	}
+	if v.cfg.OnRecord != nil {
+		for _, r := range merged {
+			v.cfg.OnRecord(r, now)
+		}
+	}
 	v.emit(transitions)
 	return refused
 }
@@ -260,33 +284,35 @@ func (v *View) deriveLocked(key recKey, rec sharedstate.BreakerRecord, state sha
 		Origin: rec.Origin, Reason: rec.Reason, At: now}, true
 }
 
-func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) string {
+// applyRowLocked takes one row: it returns the reason of a refusal, or
+// whether the row was new (older or the same ones are neither).
+func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) (string, bool) {
 	dep, node := r.GetDependency(), r.GetNode()
 	if sharedstate.ValidateDependencyName(dep) != nil || node == "" ||
 		len(node) > sharedstate.MaxNodeNameLen || len(r.GetZone()) > sharedstate.MaxNodeNameLen {
-		return RefusedInvalid
+		return RefusedInvalid, false
 	}
 	if m, ok := v.members[node]; ok && m.MetaErr == nil && m.Meta.Role != "" && !m.Meta.IsAgent() {
-		return RefusedNotAnAgent
+		return RefusedNotAnAgent, false
 	}
 	byNode, ok := v.rows[dep]
 	if !ok {
 		if !v.knownLocked(dep) && v.depsLocked() >= v.cfg.MaxDependencies {
-			return RefusedTooManyDeps
+			return RefusedTooManyDeps, false
 		}
 		byNode = map[string]*row{}
 		v.rows[dep] = byNode
 	}
 	cur, ok := byNode[node]
 	if ok && cur.seq >= r.GetSeq() {
-		return "" // older or the same: not new, not an error
+		return "", false // older or the same: not new, not an error
 	}
 	if !ok {
 		if v.nrows >= v.cfg.MaxRows {
 			if len(byNode) == 0 {
 				delete(v.rows, dep)
 			}
-			return RefusedTooManyRows
+			return RefusedTooManyRows, false
 		}
 		cur = &row{}
 		byNode[node] = cur
@@ -294,7 +320,7 @@ func (v *View) applyRowLocked(r *fuseboxv1.NodeWindow, now time.Time) string {
 	}
 	*cur = row{zone: r.GetZone(), seq: r.GetSeq(), counts: convert.CountsFromProto(r.GetCounts()),
 		local: r.GetNodeLocalOpen(), inFlight: r.GetInFlight(), received: now}
-	return ""
+	return "", true
 }
 
 // knownLocked reports whether dep already takes a slot.
@@ -392,6 +418,7 @@ func (v *View) membersLocked() []*fuseboxv1.Member {
 		out = append(out, &fuseboxv1.Member{
 			Node: m.Name, Role: role, Zone: m.Meta.Zone, Version: m.Meta.Software,
 			GossipAddr: m.Addr, ApiAddr: m.Meta.GRPCAddr, Status: m.State,
+			WireVersion: uint32(m.Meta.WireVersion()), Signs: m.PublicKey != nil,
 		})
 	}
 	slices.SortFunc(out, func(a, b *fuseboxv1.Member) int {

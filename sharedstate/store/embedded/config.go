@@ -34,6 +34,13 @@ type Config struct {
 	// is the right choice unless you grow the cluster by hand.
 	PeerURL string
 
+	// ClusterToken is etcd's initial cluster token (optional, default
+	// DefaultClusterToken), read only when the data directory is created:
+	// the member and cluster IDs derive from it and from PeerURL (not
+	// from Name), so two embedded etcds with the same token and peer URL
+	// have the same cluster ID.
+	ClusterToken string
+
 	// TickMs is the raft heartbeat interval in milliseconds (optional,
 	// default 100; tests use 10).
 	TickMs uint
@@ -100,6 +107,7 @@ const (
 	DefaultName         = "fusebox"
 	DefaultClientURL    = "http://127.0.0.1:0"
 	DefaultPeerURL      = "http://127.0.0.1:0"
+	DefaultClusterToken = "etcd-cluster" // etcd's own default
 	DefaultTickMs       = 100
 	DefaultElectionMs   = 1000
 	DefaultLogLevel     = "error"
@@ -122,6 +130,7 @@ func DefaultConfig() Config {
 		Name:         DefaultName,
 		ClientURL:    DefaultClientURL,
 		PeerURL:      DefaultPeerURL,
+		ClusterToken: DefaultClusterToken,
 		TickMs:       DefaultTickMs,
 		ElectionMs:   DefaultElectionMs,
 		LogLevel:     DefaultLogLevel,
@@ -157,6 +166,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PeerURL == "" {
 		c.PeerURL = d.PeerURL
+	}
+	if c.ClusterToken == "" {
+		c.ClusterToken = d.ClusterToken
 	}
 	if c.TickMs == 0 {
 		c.TickMs = d.TickMs

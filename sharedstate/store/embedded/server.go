@@ -90,6 +90,7 @@ func (s *Server) startLocked(ctx context.Context) (err error) {
 	ec.ListenPeerUrls = []url.URL{s.peerURL}
 	ec.AdvertisePeerUrls = []url.URL{s.peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(ec.Name)
+	ec.InitialClusterToken = s.cfg.ClusterToken
 	ec.TickMs = s.cfg.TickMs
 	ec.ElectionMs = s.cfg.ElectionMs
 	ec.LogLevel = s.cfg.LogLevel
@@ -167,6 +168,16 @@ func (s *Server) Endpoints() []string {
 
 // DataDir returns the data directory.
 func (s *Server) DataDir() string { return s.cfg.Dir }
+
+// Config returns the configuration the server runs with: its defaults
+// filled in, ClientURL with the port the kernel picked at the first start.
+func (s *Server) Config() Config {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cfg := s.cfg
+	cfg.ClientURL = s.clientURL.String()
+	return cfg
+}
 
 // ClientConfig returns a client configuration for this server: its
 // endpoints, a 5 s dial timeout, the server's logger (so a quiet server has

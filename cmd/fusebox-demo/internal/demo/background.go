@@ -37,10 +37,9 @@ func (d *Demo) startTraffic() {
 				rate = d.cfg.CatalogRate
 			}
 			workers, interval := pace(rate)
-			handle := s.client.Dependency(dep.name)
 			for range workers {
 				d.trafficWG.Add(1)
-				go s.worker(trafficCtx, &d.trafficWG, handle, dep.URL(), interval, d.ctrs[i])
+				go s.worker(trafficCtx, &d.trafficWG, dep.name, dep.URL(), interval, d.ctrs[i])
 			}
 		}
 	}

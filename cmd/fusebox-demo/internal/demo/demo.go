@@ -29,6 +29,11 @@ var (
 	serviceNames = []string{"checkout", "orders", "returns"}
 )
 
+// proxiedService is the demo fleet's service that links no clientlib, as
+// one in another language: it calls both dependencies through its agent's
+// egress proxy (HTTP_PROXY). With Config.Agent every service uses clientlib.
+const proxiedService = "returns"
+
 // AdminIdentity is the name of the demo's admin token in the coordinator's
 // audit log.
 const AdminIdentity = "demo-admin"

@@ -9,12 +9,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // HeaderProbe marks a request that is a half-open probe ("1"): the demo's
-// services set it from clientlib's Attempt.Probe, and the dependency counts
-// the probes it is serving at once.
+// clientlib services set it from clientlib's Attempt.Probe (the egress
+// proxy sets Fusebox-Probe itself), and the dependency counts the probes
+// it is serving at once.
 const HeaderProbe = "X-Fusebox-Demo-Probe"
 
 // HeaderService names the calling service (for the curious reader of a
@@ -82,7 +84,7 @@ func (d *dependency) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	n := d.requests.Add(1)
 	k := d.sched.index(now)
-	if r.Header.Get(HeaderProbe) == "1" {
+	if r.Header.Get(HeaderProbe) == "1" || r.Header.Get(proxy.HeaderProbe) == "1" {
 		d.probeStarted(k)
 		defer d.inFlight.Add(-1)
 	}

@@ -2,8 +2,11 @@
 // (`make run`) and for end-to-end tests: an embedded etcd holding a demo
 // policy, a coordinator (dashboard, JSON API, Admin API, metrics), three
 // agents gossiping over loopback in three zones, two HTTP dependencies on
-// 127.0.0.1 and three services calling them through clientlib, each
-// connected to a different agent's unix socket.
+// 127.0.0.1 and three services calling them, each on a different agent: a
+// mixed fleet, where checkout and orders link clientlib (the agent's unix
+// socket) and returns, as a service in another language would, sends its
+// requests through its agent's egress proxy (HTTP_PROXY), which applies
+// the same breaker, budget and retries.
 //
 // shipping-api cycles through four phases of Config.PhaseDuration each:
 // healthy → failing (every request 503) → slow (300ms answers, slower than
@@ -31,7 +34,8 @@
 //	for _, tr := range sum.TransitionsOf(demo.ShippingAPI) { … }
 //
 // With Config.Agent set, the demo runs only the two dependencies and the
-// three services, whose clients talk to that external agent (an agent on
+// three services, all through clientlib, whose clients talk to that
+// external agent (an agent on
 // the node, as an application pod would): no etcd, coordinator or agents
 // of its own; the agent's policies apply; Config.HTTPAddr serves /healthz
 // and /readyz; the transitions are those the clients see.

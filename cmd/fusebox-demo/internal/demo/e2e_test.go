@@ -17,9 +17,11 @@ import (
 //   - the breaker of shipping-api opens on all three agents while it fails;
 //   - half-open lets at most halfOpenProbes probes reach it at once,
 //     fleet-wide, counted at the dependency itself;
-//   - it closes on every agent once shipping-api answers again (never while
-//     it fails), and ends closed;
-//   - the retries made during the outage stay within the fleet retry budget.
+//   - it closes on every agent once shipping-api answers fast again (never
+//     while it fails, nor while it answers slower than slowCallDuration:
+//     half-open judges a slow probe as a failed one), and ends closed;
+//   - the retries made during the outage stay within the fleet retry budget;
+//   - the service behind agent-c's egress proxy counts in agent-c's window.
 func TestFailureCycle(t *testing.T) {
 	const phase = 4 * time.Second
 	cfg := testConfig(t, phase)
@@ -34,6 +36,7 @@ func TestFailureCycle(t *testing.T) {
 		t.Fatalf("Wait: %v", err)
 	}
 	failing := d.Phase(0, demo.Failing)
+	slow := d.Phase(0, demo.Slow)
 	recovering := d.Phase(0, demo.Recovering)
 	trs := sum.TransitionsOf(demo.ShippingAPI)
 	agents := d.Agents()
@@ -56,6 +59,32 @@ func TestFailureCycle(t *testing.T) {
 		}
 	})
 
+	t.Run("a service behind the egress proxy is part of the fleet", func(t *testing.T) {
+		// returns@agent-c links no clientlib: its calls went through
+		// agent-c's proxy into agent-c's window.
+		var n float64
+		mfs, err := agents[2].Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "fusebox_agent_outcomes_total" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "source" && l.GetValue() == "proxy" {
+						n += m.GetCounter().GetValue()
+					}
+				}
+			}
+		}
+		if n == 0 {
+			t.Errorf("%s counted no outcome from its egress proxy", agents[2].Name())
+		}
+		t.Logf("%s: %.0f outcomes through its egress proxy", agents[2].Name(), n)
+	})
+
 	t.Run("half-open admits at most halfOpenProbes probes fleet-wide", func(t *testing.T) {
 		p := d.Probes(demo.ShippingAPI)
 		if p.Requests == 0 {
@@ -70,11 +99,10 @@ func TestFailureCycle(t *testing.T) {
 	})
 
 	t.Run("closes after recovery", func(t *testing.T) {
-		// It may close in the slow phase already (slow answers are
-		// successful probes; the slow-call rate then trips it again, or
-		// not, depending on how much of the phase is left), or early in the
-		// recovering phase, but never while shipping-api fails, and it ends
-		// closed.
+		// It stays open (or half-open) through the slow phase, whose
+		// probes answer after 300ms against the policy's 200ms
+		// slowCallDuration and fail by the slow-call rule, and closes in
+		// the recovering phase; it ends closed.
 		for _, a := range agents {
 			var last demo.Transition
 			for _, tr := range trs {
@@ -84,6 +112,9 @@ func TestFailureCycle(t *testing.T) {
 				last = tr
 				if tr.To == "closed" && !tr.At.Before(failing.Start) && tr.At.Before(failing.End) {
 					t.Errorf("%s: closed while %s was failing: %v", a.Name(), demo.ShippingAPI, tr)
+				}
+				if tr.To == "closed" && !tr.At.Before(slow.Start) && tr.At.Before(slow.End) {
+					t.Errorf("%s: closed while %s answered slowly: %v", a.Name(), demo.ShippingAPI, tr)
 				}
 			}
 			if last.To != "closed" || last.At.Before(failing.End) {

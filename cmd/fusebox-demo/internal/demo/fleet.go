@@ -112,6 +112,7 @@ func (d *Demo) startAgents(ctx context.Context) error {
 		ac.PushPullInterval = 5 * time.Second
 		ac.ShutdownTimeout = 3 * time.Second
 		ac.MemberTTL = 5 * time.Second
+		ac.Proxy.Addr = "127.0.0.1:0" // the egress proxy, for proxiedService
 		a, err := agent.New(ac,
 			agent.WithLogger(d.cfg.Logger.With("component", "agent")),
 			agent.WithDefaultPolicy(d.policy))
@@ -136,6 +137,10 @@ func (d *Demo) startAgents(ctx context.Context) error {
 
 func (d *Demo) startServices(ctx context.Context) error {
 	for i, name := range serviceNames {
+		if name == proxiedService { // a mixed fleet: one service in "another language"
+			d.services = append(d.services, newProxiedService(name, d.agents[i].Name(), d.agents[i].ProxyAddr()))
+			continue
+		}
 		s, err := newService(name, d.agents[i].Name(), "unix://"+d.agents[i].SocketPath(), nil, nil)
 		if err != nil {
 			return err

@@ -7,12 +7,15 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/url"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
@@ -67,13 +70,25 @@ func (c *counters) load() Counts {
 }
 
 // service is one simulated service: a clientlib client connected to one
-// agent's socket, and workers calling the dependencies at a steady pace.
+// agent's socket (or, for a service as one in another language would be,
+// only its agent's egress proxy), and workers calling the dependencies at
+// a steady pace.
 type service struct {
 	name   string
 	agent  string
-	client *clientlib.Client
+	client *clientlib.Client    // nil for a service behind the proxy
 	reg    *prometheus.Registry // the client's metrics
 	http   *http.Client
+	proxy  string // the agent's egress proxy (HTTP_PROXY), for a service without clientlib
+}
+
+// newProxiedService is a service that links no clientlib: its requests go
+// through the egress proxy at addr (host:port) as HTTP_PROXY, which
+// applies the agent's breaker, budget and retries to them.
+func newProxiedService(name, agentName, addr string) *service {
+	u := &url.URL{Scheme: "http", Host: addr}
+	tr := &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
+	return &service{name: name, agent: agentName, http: &http.Client{Transport: tr}, proxy: addr}
 }
 
 // newService connects a service's client to the agent at address;
@@ -104,6 +119,9 @@ func newService(name, agentName, address string, onChange func(clientlib.StateCh
 // ready reports whether the client decides from its agent's snapshots for
 // every dependency.
 func (s *service) ready() bool {
+	if s.client == nil {
+		return true // the proxy decides with the agent's engine itself
+	}
 	if !s.client.AgentConnected() {
 		return false
 	}
@@ -116,7 +134,9 @@ func (s *service) ready() bool {
 }
 
 func (s *service) close() {
-	_ = s.client.Close()
+	if s.client != nil {
+		_ = s.client.Close()
+	}
 	s.http.CloseIdleConnections()
 }
 
@@ -124,6 +144,9 @@ func (s *service) close() {
 // client decided locally, by call (acquire_retry, acquire_probe, check).
 func (s *service) fallbacks() map[string]uint64 {
 	out := map[string]uint64{}
+	if s.reg == nil {
+		return out
+	}
 	mfs, err := s.reg.Gather()
 	if err != nil {
 		return out
@@ -146,8 +169,13 @@ func (s *service) fallbacks() map[string]uint64 {
 // worker calls dep at url once per interval until ctx is done. A call
 // slower than the interval delays the next one (ticks are dropped), as a
 // real worker pool of that size would.
-func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep *clientlib.Dependency, url string, interval time.Duration, c *counters) {
+func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep, url string, interval time.Duration, c *counters) {
 	defer wg.Done()
+	call := func(ctx context.Context) { s.callProxy(ctx, dep, url, c) }
+	if s.client != nil {
+		handle := s.client.Dependency(dep)
+		call = func(ctx context.Context) { s.call(ctx, handle, url, c) }
+	}
 	// Spread the workers over the interval.
 	if !ctxtime.Sleep(ctx, rand.N(interval)) {
 		return
@@ -155,7 +183,7 @@ func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep *clientlib
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		s.call(ctx, dep, url, c)
+		call(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -210,6 +238,57 @@ func (s *service) call(ctx context.Context, dep *clientlib.Dependency, url strin
 		c.failed.Add(1)
 	}
 	if errors.Is(err, clientlib.ErrBudgetExhausted) {
+		c.budgetDenied.Add(1)
+	}
+}
+
+// callProxy makes one call through the agent's egress proxy, as a
+// service in another language would (an idempotent GET: the proxy retries
+// it as the policy and the budget allow), and counts it from the proxy's
+// answer headers.
+func (s *service) callProxy(ctx context.Context, dep, url string, c *counters) {
+	cctx, cancel := context.WithTimeout(ctx, DefaultCallTimeout+time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, url, nil)
+	if err != nil {
+		return
+	}
+	req.Header.Set(proxy.HeaderDependency, dep)
+	req.Header.Set(proxy.HeaderService, s.name)
+	req.Header.Set(proxy.HeaderTimeoutMs, strconv.FormatInt(DefaultCallTimeout.Milliseconds(), 10))
+	req.Header.Set(HeaderService, s.name)
+	resp, err := s.http.Do(req)
+	if ctx.Err() != nil {
+		if err == nil {
+			resp.Body.Close()
+		}
+		return // the demo is stopping
+	}
+	c.calls.Add(1)
+	if err != nil { // the proxy itself is away
+		c.failed.Add(1)
+		return
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	attempts, _ := strconv.Atoi(resp.Header.Get(proxy.HeaderAttempts))
+	if attempts > 0 {
+		c.first.Add(1)
+		c.retries.Add(uint64(attempts - 1))
+	}
+	if resp.Header.Get(proxy.HeaderProbe) == "1" {
+		c.probes.Add(1)
+	}
+	rejected := resp.Header.Get(proxy.HeaderRejected)
+	switch {
+	case resp.StatusCode < 400:
+		c.succeeded.Add(1)
+	case attempts == 0 && rejected != "":
+		c.rejected.Add(1)
+	default:
+		c.failed.Add(1)
+	}
+	if rejected == "budget-exhausted" {
 		c.budgetDenied.Add(1)
 	}
 }

@@ -203,9 +203,10 @@
   // ---- HTTP ----
 
   class ApiError extends Error {
-    constructor(status, message) {
+    constructor(status, message, body) {
       super(message);
       this.status = status;
+      this.body = body || null;
     }
   }
 
@@ -231,7 +232,7 @@
     if (!resp.ok) {
       const msg = (body && body.error) || (resp.status + ' ' + resp.statusText);
       if (resp.status === 401) authProblem(msg);
-      throw new ApiError(resp.status, msg);
+      throw new ApiError(resp.status, msg, body);
     }
     return body;
   }
@@ -334,10 +335,12 @@
       el.title = el.textContent + (w.role === 'admin' ? ': may read and override' : ': may read; overrides need an admin token');
       $('coordinator').textContent = w.coordinator + ' · ' + w.version;
       clearBanner('auth');
+      if (route.dep) renderPolicyBox();
     } catch (e) {
       model.who = null;
       el.textContent = e.status === 401 ? 'no valid token' : '';
       el.title = '';
+      if (route.dep) renderPolicyBox();
     }
   }
 
@@ -402,13 +405,17 @@
     if (e.type === 'policy') {
       loadPolicies();
       refreshSoon();
-      if (route.dep === e.dependency) loadDepExtras();
+      if (route.dep === e.dependency) {
+        loadDepExtras();
+        loadStoredPolicy(false);
+      }
       return;
     }
     if (!e.dependency || e.dependency === '_default') return;
     let d = model.deps.get(e.dependency);
     if (!d) d = addDep(e.dependency);
     if (e.type === 'transition') {
+      if (route.dep === d.name) historySoon();
       if (e.zone) { // scope "zone": the snapshot says which zone's record shows
         refreshSoon(0);
         return;
@@ -548,6 +555,17 @@
     return parts.join(' · ');
   }
 
+  // whyOf names what holds a breaker open: "forced" (an operator), "slow
+  // calls" or "failures" (the trip's or the failed probe's reason); '' while
+  // it is closed.
+  function whyOf(d) {
+    if (d.override === 'forced-open') return 'forced';
+    if (d.breaker === 'closed' || d.override === 'forced-closed') return '';
+    const r = (d.v && d.v.reason) || '';
+    if (/slow/i.test(r)) return 'slow calls';
+    return r ? 'failures' : '';
+  }
+
   const nodeList = (xs, n) => xs.length <= n ? xs.join(', ') : xs.slice(0, n).join(', ') + ' +' + (xs.length - n);
 
   // ---- the fleet table ----
@@ -583,7 +601,7 @@
     d.cells = {
       state: c[1], badge: c[1].firstElementChild, fr: c[2], sr: c[3], rps: c[4],
       meter: c[5].firstElementChild, pct: c[5].lastElementChild, nodes: c[6], zones: c[7], probers: c[8],
-      bands: svg.children[0], line: svg.children[1], marks: svg.children[2], local: null, would: null,
+      bands: svg.children[0], line: svg.children[1], marks: svg.children[2], local: null, would: null, why: null,
     };
     d.r = {};
     d.row = tr;
@@ -618,6 +636,23 @@
     if (d.r.stateTitle !== st) {
       d.r.stateTitle = st;
       c.badge.title = st;
+    }
+    // Why the breaker is not closed: failures, slow calls, or forced.
+    const why = whyOf(d);
+    if (why) {
+      if (!c.why) {
+        c.why = el('span', 'why');
+        c.badge.after(c.why);
+        d.r.why = undefined;
+      }
+      if (d.r.why !== why) {
+        d.r.why = why;
+        c.why.textContent = why;
+        c.why.dataset.why = why;
+      }
+    } else if (c.why) {
+      c.why.remove();
+      c.why = null;
     }
     // Node-local opens: present only while some node is open on its own.
     if (d.localOpen.length) {
@@ -804,7 +839,14 @@
     }
     let alive = 0, gone = 0;
     const zones = new Map();
+    // Software and gossip frame versions of the alive members (a rolling
+    // upgrade shows two), e.g. "0.2.0-dev (wire 2)".
+    const versions = new Map();
     for (const m of model.members) {
+      if (m.status === 'alive' || m.status === 'suspect') {
+        const v = (m.version || '?') + ' (wire ' + (m.wireVersion || '?') + (m.signs ? ', signed' : '') + ')';
+        versions.set(v, (versions.get(v) || 0) + 1);
+      }
       if (m.role !== 'agent') continue;
       if (m.status === 'alive' || m.status === 'suspect') {
         alive++;
@@ -813,7 +855,7 @@
         gone++;
       }
     }
-    const key = JSON.stringify([model.deps.size, counts, alive, gone, [...zones]]);
+    const key = JSON.stringify([model.deps.size, counts, alive, gone, [...zones], [...versions]]);
     if (key !== lastSummary) {
       lastSummary = key;
       const chips = [];
@@ -828,7 +870,9 @@
       }
       $('summary').replaceChildren(...chips);
       const zs = [...zones].sort().map(([z, n]) => z + ' ' + n).join(', ');
-      $('members').textContent = alive + (alive === 1 ? ' agent' : ' agents') + ' alive' + (zs ? ' (' + zs + ')' : '') + (gone ? ', ' + gone + ' gone' : '');
+      const vs = [...versions].sort().map(([v, n]) => v + ' ×' + n).join(', ');
+      $('members').textContent = alive + (alive === 1 ? ' agent' : ' agents') + ' alive' + (zs ? ' (' + zs + ')' : '') + (gone ? ', ' + gone + ' gone' : '') +
+        (vs ? ' · ' + vs : '');
     }
     if (model.at) $('members').title = 'as of ' + fmtTime(model.at);
   }
@@ -868,6 +912,7 @@
     const d = model.deps.get(name);
     if (d && !d.seeded) enqueueSeed(d);
     loadDepExtras();
+    enterWhatif(name);
   }
 
   function fact(list, label, value) {
@@ -889,6 +934,12 @@
     }
     if (!d.seeded) enqueueSeed(d);
     const head = [badge(d.shown)];
+    const why = whyOf(d);
+    if (why) {
+      const w = el('span', 'why', why);
+      w.dataset.why = why;
+      head.push(w);
+    }
     if (d.localOpen.length) head.push(el('span', 'local-open', 'local-open ' + d.localOpen.length));
     if (d.shown === 'shadow' && d.breaker !== 'closed') head.push(el('span', 'would', 'would be ' + d.breaker));
     $('dep-state').replaceChildren(...head);
@@ -1053,6 +1104,331 @@
     note.textContent = entries.length ? 'Newest first (at most 50). Overrides that expire by their TTL leave no entry.' : '';
   }
 
+  // ---- history and what-if (the dependency page) ----
+  //
+  // GET /api/v1/series draws the dependency's history (failure and
+  // slow-call rates, the breaker's states as bands); an admin edits the
+  // policy in #policy-json, POST /api/v1/simulate replays it (its states
+  // overlaid under the plot, its summary in #policy-sim, violations by
+  // JSON path in #policy-violations), and PUT /api/v1/policies/NAME writes
+  // it with a compare-and-swap on the revision loaded. A viewer gets the
+  // stored policy to read: the editor is not rendered at all.
+
+  // rev is the stored policy's latest revision; base the one the editor's
+  // text was loaded from, which a save must still find (compare-and-swap):
+  // a write by someone else meanwhile moves rev, never base.
+  // act counts the editor's actions: a simulation that ends after a later
+  // save (or simulation) leaves the status line to it.
+  const whatif = { name: null, series: null, sim: null, stored: null, rev: 0, base: 0, since: '15m', timer: 0, simTimer: 0, seq: 0, histSeq: 0, act: 0 };
+
+  function enterWhatif(name) {
+    whatif.name = name;
+    whatif.series = null;
+    whatif.sim = null;
+    whatif.stored = null;
+    whatif.rev = 0;
+    whatif.base = 0;
+    $('dep-history').replaceChildren();
+    $('hist-note').textContent = 'loading…';
+    loadHistory();
+    loadStoredPolicy(true);
+    clearInterval(whatif.timer);
+    whatif.timer = setInterval(() => {
+      if (route.dep && !document.hidden) loadHistory();
+    }, 15000);
+  }
+
+  let historyTimer = 0;
+  function historySoon() {
+    clearTimeout(historyTimer);
+    historyTimer = setTimeout(loadHistory, 2500); // the history trails the gossip by a couple of seconds
+  }
+
+  async function loadHistory() {
+    const name = route.dep;
+    if (!name) return;
+    const seq = ++whatif.histSeq;
+    try {
+      const s = await api('/api/v1/series?dependency=' + encodeURIComponent(name) + '&since=' + encodeURIComponent(whatif.since));
+      if (route.dep !== name || seq !== whatif.histSeq) return;
+      whatif.series = s;
+      $('hist-note').textContent = '';
+    } catch (e) {
+      if (route.dep !== name) return;
+      whatif.series = null;
+      $('hist-note').textContent = e.status === 404 ? 'No history: ' + e.message : 'Cannot read the history: ' + e.message;
+    }
+    drawHistory();
+  }
+
+  function drawHistory() {
+    const svg = $('dep-history');
+    const s = whatif.series;
+    if (!s) {
+      svg.replaceChildren();
+      return;
+    }
+    const W = 800, H = 160, LANE = 14;
+    const from = Date.parse(s.from), to = Date.parse(s.to);
+    const span = Math.max(1, to - from);
+    const x = (t) => Math.max(0, Math.min(W, ((t - from) / span) * W));
+    const y = (v) => H - LANE - 2 - Math.max(0, Math.min(1, v)) * (H - LANE - 4);
+    const reality = svgEl('g', { class: 'reality' });
+    for (const iv of s.states || []) {
+      if (iv.state === 'closed') continue;
+      const b = band(x(Date.parse(iv.from)), x(Date.parse(iv.to)), H - LANE, iv.state);
+      b.dataset.state = iv.state;
+      const title = svgEl('title', {});
+      title.textContent = iv.state + ' ' + fmtTime(iv.from) + '–' + fmtTime(iv.to) + (iv.reason ? ': ' + iv.reason : '');
+      b.appendChild(title);
+      reality.appendChild(b);
+    }
+    const fr = [], sr = [];
+    for (const p of s.points || []) {
+      const xi = x(Date.parse(p.at)).toFixed(1);
+      fr.push(xi + ',' + y(num(p.failureRate)).toFixed(1));
+      sr.push(xi + ',' + y(num(p.slowRate)).toFixed(1));
+    }
+    const kids = [reality,
+      svgEl('polyline', { class: 'line slow', points: sr.join(' ') }),
+      svgEl('polyline', { class: 'line', points: fr.join(' ') })];
+    const p = policyOf(route.dep) || {};
+    const thr = p.breaker ? num(p.breaker.failureRateThreshold) : 0;
+    if (thr > 0) kids.push(svgEl('line', { x1: 0, x2: W, y1: y(thr).toFixed(1), y2: y(thr).toFixed(1), class: 'threshold' }));
+    // A proposed policy's replay, in a lane under the plot.
+    const overlay = svgEl('g', { class: 'overlay' });
+    if (whatif.sim && whatif.sim.proposed) {
+      for (const iv of whatif.sim.proposed.states || []) {
+        if (iv.state === 'closed') continue;
+        const r = svgEl('rect', { x: x(Date.parse(iv.from)).toFixed(1), y: H - LANE + 2, width: Math.max(1, x(Date.parse(iv.to)) - x(Date.parse(iv.from))).toFixed(1),
+          height: LANE - 3, class: 'band proposed ' + iv.state });
+        r.dataset.state = iv.state;
+        const title = svgEl('title', {});
+        title.textContent = 'proposed: ' + iv.state + ' ' + fmtTime(iv.from) + '–' + fmtTime(iv.to);
+        r.appendChild(title);
+        overlay.appendChild(r);
+      }
+    }
+    kids.push(overlay);
+    svg.replaceChildren(...kids);
+    const axis = $('hist-axis').children;
+    axis[0].textContent = fmtTime(s.from);
+    axis[1].textContent = fmtTime(s.to) + ' (' + s.step + ' points)';
+    $('hist-legend').textContent = 'line: failure rate · dashed: slow calls' + (thr ? ' · red dashes: threshold ' + pct(thr) : '') +
+      ' · shading: the breaker open, half-open, forced' + (whatif.sim ? ' · lane below: the proposed policy' : '');
+  }
+
+  async function loadStoredPolicy(fillEditor) {
+    const name = route.dep;
+    if (!name) return;
+    try {
+      const e = await api('/api/v1/policies/' + depPath(name));
+      if (route.dep !== name) return;
+      whatif.stored = e.policy;
+      whatif.rev = num(e.modRevision);
+    } catch (err) {
+      if (route.dep !== name) return;
+      whatif.stored = null;
+      whatif.rev = 0; // none stored: the write must find none either
+      if (err.status !== 404) $('policy-note').textContent = 'Cannot read the policy: ' + err.message;
+    }
+    if (fillEditor || !$('policy-json')) whatif.base = whatif.rev;
+    renderPolicyBox(fillEditor);
+  }
+
+  const isAdmin = () => !!(model.who && model.who.role === 'admin');
+
+  function policyText() {
+    if (whatif.stored) return JSON.stringify(whatif.stored, null, 2);
+    return JSON.stringify({ schema: 1, dependency: route.dep }, null, 2);
+  }
+
+  // renderPolicyBox shows the stored policy, and for an admin the editor
+  // (created from its template; removed for anyone else).
+  function renderPolicyBox(fillEditor) {
+    if (!route.dep) return;
+    const box = $('policy-box');
+    $('policy-current').textContent = whatif.stored ? JSON.stringify(whatif.stored, null, 2) :
+      'No policy of its own: ' + route.dep + ' runs on the fleet default.';
+    let ed = $('policy-editor');
+    if (!isAdmin()) {
+      if (ed) ed.remove();
+      $('policy-note').textContent = 'Revision ' + (whatif.rev || '—') + '. Changing the policy needs an admin token.';
+      return;
+    }
+    $('policy-note').textContent = 'Revision ' + (whatif.rev || 'none (the fleet default)') + '.' + (whatif.base !== whatif.rev
+      ? ' The editor holds revision ' + (whatif.base || 'none') + ': someone changed the policy since; Reload to edit theirs.' : '');
+    if (!ed) {
+      whatif.base = whatif.rev;
+      ed = $('policy-editor-template').content.firstElementChild.cloneNode(true);
+      box.appendChild(ed);
+      $('policy-json').value = policyText();
+      $('policy-json').addEventListener('input', () => {
+        clearTimeout(whatif.simTimer);
+        whatif.simTimer = setTimeout(simulatePolicy, 800);
+      });
+      $('policy-simulate-btn').addEventListener('click', () => simulatePolicy());
+      $('policy-save-btn').addEventListener('click', () => savePolicy());
+      $('policy-reload-btn').addEventListener('click', () => {
+        loadStoredPolicy(true).then(() => policyStatus('ok', 'ok: loaded revision ' + (whatif.base || 'none')));
+      });
+    } else if (fillEditor) {
+      $('policy-json').value = policyText();
+    }
+  }
+
+  function policyStatus(result, text) {
+    const s = $('policy-status');
+    if (!s) return;
+    s.dataset.result = result;
+    s.textContent = text;
+    s.title = text;
+  }
+
+  // readEditor parses #policy-json: the document, or null with the
+  // problem shown.
+  function readEditor() {
+    const text = $('policy-json').value;
+    try {
+      return JSON.parse(text);
+    } catch (e) {
+      showViolations([{ field: '$', message: 'not JSON: ' + e.message }]);
+      return null;
+    }
+  }
+
+  function showViolations(vs) {
+    const ul = $('policy-violations');
+    if (!ul) return;
+    ul.replaceChildren(...(vs || []).map((v) => {
+      const li = el('li', '', (v.field ? v.field + ': ' : '') + v.message);
+      li.dataset.field = v.field || '';
+      return li;
+    }));
+  }
+
+  function decodePolicy(b64) {
+    try { return JSON.parse(atob(b64 || '')); } catch (e) { return null; }
+  }
+
+  async function simulatePolicy() {
+    clearTimeout(whatif.simTimer);
+    if (!$('policy-json')) return;
+    const doc = readEditor();
+    if (!doc) return;
+    const name = route.dep;
+    const seq = ++whatif.seq;
+    const act = ++whatif.act;
+    const status = (result, text) => {
+      if (act === whatif.act) policyStatus(result, text);
+    };
+    status('pending', 'simulating over the last ' + whatif.since + '…');
+    try {
+      const r = await api('/api/v1/simulate', { method: 'POST', body: JSON.stringify({ dependency: name, policy: doc, since: whatif.since }) });
+      if (route.dep !== name || seq !== whatif.seq) return;
+      whatif.sim = r;
+      showViolations([]);
+      renderDiff(decodePolicy(r.current && r.current.policyJson), decodePolicy(r.proposed && r.proposed.policyJson));
+      renderSim(r);
+      status('ok', 'ok: simulated ' + fmtTime(r.from) + '–' + fmtTime(r.to));
+    } catch (e) {
+      if (route.dep !== name || seq !== whatif.seq) return;
+      whatif.sim = null;
+      $('policy-sim').replaceChildren();
+      $('policy-diff').replaceChildren();
+      if (e.status === 400 && e.body && e.body.violations) {
+        showViolations(e.body.violations);
+        status('error', 'error: the policy is invalid (' + e.body.violations.length + ' violation(s))');
+      } else {
+        status('error', 'error: ' + e.message);
+      }
+    }
+    drawHistory();
+  }
+
+  function renderDiff(cur, prop) {
+    const box = $('policy-diff');
+    const a = flatten(cur || {}, '', {}), b = flatten(prop || {}, '', {});
+    const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => k !== 'schema' && k !== 'dependency' && a[k] !== b[k]).sort();
+    const ul = el('ul');
+    for (const k of keys) {
+      const li = el('li', '', k + ': ' + (a[k] === undefined ? '—' : a[k]) + ' → ' + (b[k] === undefined ? '—' : b[k]));
+      li.dataset.field = k;
+      ul.appendChild(li);
+    }
+    box.replaceChildren(el('strong', '', keys.length ? 'Changes (effective policy)' : 'No change: the proposed policy is the current one'), ul);
+  }
+
+  function renderSim(r) {
+    const box = $('policy-sim');
+    const t = el('table');
+    const head = el('tr');
+    for (const h of ['', 'Side', 'Opened', 'Closed', 'Opens', 'To open', 'Refused', 'Would fail', 'Failed through', 'Retries']) {
+      head.appendChild(el('th', /^(Opens|Refused|Would|Failed|Retries|To)/.test(h) ? 'num' : '', h));
+    }
+    t.appendChild(head);
+    const row = (label, side, s, tot) => {
+      const tr = el('tr');
+      tr.dataset.side = side;
+      const tt = tot || (s && s.totals) || {};
+      const secs = s && s.secondsToOpen !== undefined && s.secondsToOpen !== null ? num(s.secondsToOpen).toFixed(1) + ' s' : '—';
+      tr.append(el('td', '', label), el('td', '', side), el('td', '', s && s.opened ? fmtTime(s.opened) : '—'),
+        el('td', '', s && s.closed ? fmtTime(s.closed) : '—'), el('td', 'num', String(num(s ? s.opens : tt.opens))),
+        el('td', 'num', tot ? '' : secs), el('td', 'num', String(num(tt.refused))),
+        el('td', 'num', side === 'fleet' ? '—' : String(num(tt.refusedWouldFail))), el('td', 'num', String(num(tt.failedLetThrough))),
+        el('td', 'num', String(num(tt.retriesAllowed))));
+      return tr;
+    };
+    (r.incidents || []).forEach((inc, i) => {
+      const tr = row('#' + (i + 1) + ' ' + fmtTime(inc.from), 'fleet', inc.fleet);
+      tr.classList.add('incident');
+      t.append(tr, row('', 'current', inc.current), row('', 'proposed', inc.proposed));
+    });
+    const total = (side, tt) => {
+      const tr = row(side === 'fleet' ? 'Total' : '', side, null, tt);
+      tr.classList.add('total');
+      return tr;
+    };
+    t.append(total('fleet', r.fleetTotals), total('current', r.current && r.current.totals), total('proposed', r.proposed && r.proposed.totals));
+    const notes = el('ul', 'muted');
+    for (const n of r.notes || []) notes.appendChild(el('li', '', n));
+    box.replaceChildren(el('strong', '', (r.incidents || []).length + ' incident(s) in the replay'), t, notes);
+  }
+
+  async function savePolicy() {
+    clearTimeout(whatif.simTimer);
+    whatif.act++;
+    const doc = readEditor();
+    if (!doc) return;
+    const name = route.dep;
+    policyStatus('pending', 'writing ' + name + ' over revision ' + (whatif.base || 'none') + '…');
+    try {
+      const e = await api('/api/v1/policies/' + depPath(name), {
+        method: 'PUT', body: JSON.stringify({ policy: doc, expectedRevision: whatif.base }),
+      });
+      if (route.dep !== name) return;
+      whatif.stored = e.policy;
+      whatif.rev = whatif.base = num(e.modRevision);
+      showViolations([]);
+      renderPolicyBox(false);
+      policyStatus('ok', 'ok: ' + name + ' written at revision ' + whatif.rev);
+      loadPolicies();
+      loadDepExtras();
+    } catch (e) {
+      if (e.status === 409) {
+        policyStatus('conflict', 'conflict: someone changed the policy of ' + name + ' after revision ' + (whatif.base || 'none') +
+          ' was loaded; nothing written (Reload to see theirs, then save again): ' + e.message);
+      } else if (e.status === 400 && e.body && e.body.violations) {
+        showViolations(e.body.violations);
+        policyStatus('error', 'error: the policy is invalid (' + e.body.violations.length + ' violation(s))');
+      } else if (e.status === 401 || e.status === 403) {
+        policyStatus('error', 'error: ' + e.message + ' (saving needs an admin token)');
+      } else {
+        policyStatus('error', 'error: ' + e.message);
+      }
+    }
+  }
+
   // ---- routing and rendering ----
 
   const route = { dep: null };
@@ -1074,6 +1450,7 @@
     } else {
       document.title = 'Fusebox fleet';
       orderDirty = true;
+      clearInterval(whatif.timer);
     }
     schedule();
   }
@@ -1223,6 +1600,11 @@
     $('force-open-btn').addEventListener('click', () => override('forced-open'));
     $('force-closed-btn').addEventListener('click', () => override('forced-closed'));
     $('clear-btn').addEventListener('click', () => override('clear'));
+    $('hist-since').addEventListener('change', () => {
+      whatif.since = $('hist-since').value;
+      loadHistory();
+      if (whatif.sim) simulatePolicy();
+    });
 
     window.addEventListener('hashchange', parseRoute);
     document.addEventListener('visibilitychange', () => {

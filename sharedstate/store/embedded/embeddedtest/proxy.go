@@ -12,15 +12,16 @@ import (
 // Proxy is a TCP proxy on a loopback port in front of an etcd server, for
 // tests that partition one client from etcd while etcd keeps running:
 // SetCut(true) closes every connection and refuses new ones, SetCut(false)
-// lets clients reconnect. Its methods are safe for concurrent use.
+// lets clients reconnect; SetTarget moves them to another etcd. Its
+// methods are safe for concurrent use.
 type Proxy struct {
-	l      net.Listener
-	target string
+	l net.Listener
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	target string
+	cut    bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 // NewProxy starts a proxy to target ("host:port" or "http://host:port",
@@ -40,6 +41,18 @@ func NewProxy(t testing.TB, target string) *Proxy {
 
 // Endpoint is the client URL that reaches etcd through the proxy.
 func (p *Proxy) Endpoint() string { return "http://" + p.l.Addr().String() }
+
+// SetTarget closes every connection and sends the next ones to target
+// ("host:port" or "http://host:port"): clients reconnect to another etcd
+// at the same address, as when a load balancer's backend is replaced.
+func (p *Proxy) SetTarget(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = strings.TrimPrefix(target, "http://")
+	for c := range p.conns {
+		c.Close()
+	}
+}
 
 // SetCut cuts (true) or restores (false) the proxy.
 func (p *Proxy) SetCut(cut bool) {
@@ -79,7 +92,10 @@ func (p *Proxy) accept() {
 func (p *Proxy) serve(c net.Conn) {
 	defer p.wg.Done()
 	defer p.forget(c)
-	u, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+	p.mu.Lock()
+	target := p.target
+	p.mu.Unlock()
+	u, err := net.DialTimeout("tcp", target, 2*time.Second)
 	if err != nil {
 		return
 	}

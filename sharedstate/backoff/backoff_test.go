@@ -117,3 +117,14 @@ func TestUniformRange(t *testing.T) {
 		t.Errorf("Uniform(max) = %v, want < 1", u)
 	}
 }
+
+func TestJitterNamed(t *testing.T) {
+	for _, j := range []Jitter{Full, Equal, Decorrelated, None} {
+		if got := JitterNamed(j.String()); got != j {
+			t.Errorf("JitterNamed(%q) = %v", j.String(), got)
+		}
+	}
+	if got := JitterNamed("bogus"); got != Full {
+		t.Errorf("JitterNamed(bogus) = %v, want full", got)
+	}
+}

@@ -121,3 +121,15 @@ func scale(d time.Duration, u float64) time.Duration {
 func Uniform(r uint64) float64 {
 	return float64(r>>11) / (1 << 53)
 }
+
+// JitterNamed returns the jitter a policy spells name ("full", "equal",
+// "decorrelated", "none"; sharedstate.Jitter's values), Full for any other
+// name: a policy that passed validation names one of the four.
+func JitterNamed(name string) Jitter {
+	for _, j := range [...]Jitter{Equal, Decorrelated, None} {
+		if j.String() == name {
+			return j
+		}
+	}
+	return Full
+}

@@ -1,0 +1,133 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// MetricDoc describes one metric of the proxy.
+type MetricDoc struct {
+	Name, Type, Help string
+	Labels           []string
+}
+
+const ns = "fusebox_agent_proxy"
+
+// Results of a request (the result label of requests_total).
+const (
+	resultUpstream  = iota // the upstream answered (any status), or the tunnel opened
+	resultRejected         // Fusebox refused it before any attempt
+	resultError            // no answer: the proxy answered 502 or 504
+	resultInvalid          // bad input: a 4xx from the proxy
+	resultForbidden        // the allow-list or the agent's own listeners
+	resultCanceled         // the client went away
+	numResults
+)
+
+var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid", "forbidden", "canceled"}
+
+// rejectReasons are the values of Fusebox-Rejected (the reason label of
+// rejected_total, dashes as underscores).
+var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
+	"budget-exhausted", "too-many-dependencies"}
+
+// invalidReasons are the values of Fusebox-Error for requests the proxy
+// refuses for what they are (the reason label of invalid_requests_total).
+var invalidReasons = []string{"malformed-uri", "bad-upstream", "missing-upstream", "invalid-dependency",
+	"headers-too-large", "bad-timeout", "bad-body", "upgrade-unsupported", "not-allowed", "own-listener"}
+
+// metrics are the proxy's collectors: children of the vectors a request
+// touches are looked up once, so counting costs an atomic add.
+type metrics struct {
+	requests   [numForms][numResults]prometheus.Counter
+	attempts   [3]prometheus.Counter // by sharedstate.AttemptKind
+	rejected   *prometheus.CounterVec
+	invalid    *prometheus.CounterVec
+	unbuffered prometheus.Counter
+	connsRef   prometheus.Counter
+	all        []prometheus.Collector
+	docs       []MetricDoc
+}
+
+// MetricDocs lists every metric of the proxy (on the agent's /metrics when
+// the proxy is on), in the order of the code.
+func MetricDocs() []MetricDoc { return newMetrics(&Proxy{}).docs }
+
+func newMetrics(p *Proxy) *metrics {
+	m := &metrics{}
+	doc := func(name, typ, help string, labels ...string) (string, string) {
+		m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: typ, Help: help, Labels: labels})
+		return name, help
+	}
+	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
+		name, help = doc(name, "counter", help, labels...)
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+		m.all = append(m.all, v)
+		return v
+	}
+	counter := func(name, help string) prometheus.Counter {
+		name, help = doc(name, "counter", help)
+		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
+		m.all = append(m.all, c)
+		return c
+	}
+	gauge := func(name, help string, f func() float64) {
+		name, help = doc(name, "gauge", help)
+		m.all = append(m.all, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f))
+	}
+
+	reqs := counterVec("requests_total",
+		"Requests the proxy handled, by form (forward: absolute URI as HTTP_PROXY; reverse: Fusebox-Upstream or Fusebox-Dependency; connect: CONNECT tunnels) and result (upstream: the upstream answered or the tunnel opened; rejected: refused by Fusebox; error: no answer, 502/504; invalid: bad input, 4xx; forbidden: allow-list or the agent's own listeners; canceled: the client went away).",
+		"form", "result")
+	for f := range numForms {
+		for r := range numResults {
+			m.requests[f][r] = reqs.WithLabelValues(f.String(), resultNames[r])
+		}
+	}
+	att := counterVec("attempts_total",
+		"Attempts sent upstream, by kind (first_attempt, retry, probe).", "kind")
+	for k := range m.attempts {
+		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
+	}
+	m.rejected = counterVec("rejected_total",
+		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry, too_many_dependencies).",
+		"reason")
+	for _, r := range rejectReasons {
+		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first
+	}
+	m.invalid = counterVec("invalid_requests_total",
+		"Requests answered with a 4xx or 5xx naming what was wrong before any decision, by reason (malformed_uri, bad_upstream, missing_upstream, invalid_dependency, headers_too_large, bad_timeout, bad_body, upgrade_unsupported; not_allowed and own_listener: refused as an open relay).",
+		"reason")
+	for _, r := range invalidReasons {
+		m.invalid.WithLabelValues(label(r))
+	}
+	m.unbuffered = counter("unbuffered_bodies_total",
+		"Requests that could have been retried but whose body was larger than the buffer limit: sent to a single attempt (Fusebox-Not-Retried: body-too-large).")
+	m.connsRef = counter("connections_refused_total",
+		"Client connections refused because the connection limit was reached.")
+	gauge("connections", "Client connections open.", func() float64 {
+		if p.ln == nil {
+			return 0
+		}
+		return float64(p.ln.open.Load())
+	})
+	gauge("tunnels", "CONNECT tunnels open.", func() float64 { return float64(p.tunnelCount.Load()) })
+	gauge("in_flight", "Requests being proxied (tunnels aside).", func() float64 { return float64(p.inFlight.Load()) })
+	gauge("dependencies", "Dependencies in the proxy's table.", func() float64 { return float64(p.deps.n.Load()) })
+	return m
+}
+
+func (m *metrics) register(r prometheus.Registerer) error {
+	for _, c := range m.all {
+		if err := r.Register(c); err != nil {
+			return fmt.Errorf("proxy: metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func label(reason string) string { return strings.ReplaceAll(reason, "-", "_") }

@@ -1,0 +1,222 @@
+package proxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrClosed is returned by Serve after Close.
+var ErrClosed = errors.New("proxy: closed")
+
+// Proxy is the agent's HTTP egress proxy. Build it with New (which
+// binds), run it with Serve, stop it with Close. It is an http.Handler.
+type Proxy struct {
+	cfg    Config
+	eng    Engine
+	lg     *slog.Logger
+	random func() uint64
+
+	ln    *limitListener
+	srv   *http.Server
+	rt    *router
+	allow []allowRule
+	guard *guard
+	m     *metrics
+
+	transport *http.Transport // http and https upstreams
+	h2c       *http.Transport // HTTP/2 without TLS
+	dialer    *net.Dialer
+
+	deps     depTable
+	inFlight atomic.Int64
+
+	tunnelMu    sync.Mutex
+	tunnels     map[net.Conn]struct{} // hijacked client connections of open tunnels
+	tunnelCount atomic.Int64
+
+	ctx       context.Context // canceled by Close: the flush loop ends
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // flush loop, tunnels
+	served    atomic.Bool
+	closing   atomic.Bool
+	closeOnce sync.Once
+}
+
+// New validates cfg, reads CAFile, binds Addr and registers the metrics.
+// Nothing is served until Serve. On error nothing stays bound.
+func New(cfg Config) (_ *Proxy, err error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Proxy{cfg: cfg, eng: cfg.Engine, lg: cfg.Logger, random: cfg.Random,
+		tunnels: map[net.Conn]struct{}{}}
+	if p.lg == nil {
+		p.lg = slog.Default()
+	}
+	if p.random == nil {
+		p.random = rand.Uint64
+	}
+	p.rt, _ = newRouter(cfg.Routes) // validated
+	for _, h := range cfg.AllowHosts {
+		r, _ := ParseAllowHost(h)
+		p.allow = append(p.allow, r)
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLS != nil {
+		tlsCfg = cfg.TLS.Clone()
+	}
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("proxy: CA file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("proxy: CA file %s: no PEM certificate in it", cfg.CAFile)
+		}
+		tlsCfg.RootCAs = pool
+	}
+	inner, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listen: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			inner.Close()
+		}
+	}()
+	p.m = newMetrics(p)
+	p.ln = &limitListener{Listener: inner, max: int64(cfg.MaxConns), refused: p.m.connsRef.Inc}
+	p.guard = newGuard(append(append([]string(nil), cfg.Own...), inner.Addr().String()))
+
+	p.dialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.guard.control}
+	p.transport = &http.Transport{
+		Proxy:                 nil, // never the environment's HTTP_PROXY: that may be this proxy
+		DialContext:           p.dialer.DialContext,
+		TLSClientConfig:       tlsCfg,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // Accept-Encoding and the body pass through as they are
+	}
+	var h2 http.Protocols
+	h2.SetUnencryptedHTTP2(true)
+	p.h2c = &http.Transport{
+		Proxy: nil, DialContext: p.dialer.DialContext, Protocols: &h2,
+		MaxIdleConns: 256, IdleConnTimeout: 90 * time.Second, DisableCompression: true,
+	}
+	p.srv = &http.Server{
+		Handler:           p,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		// Twice the limit: the handler answers what lies between with a
+		// named 431 and counts it; net/http cuts off what is far beyond.
+		MaxHeaderBytes: 2 * cfg.MaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(p.lg.Handler(), slog.LevelDebug),
+	}
+	if cfg.Registerer != nil {
+		if err := p.m.register(cfg.Registerer); err != nil {
+			return nil, err
+		}
+	}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	return p, nil
+}
+
+// Addr returns the address the proxy listens on, host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Serve serves until Close; it returns nil after Close and ErrClosed when
+// called after it (or a second time).
+func (p *Proxy) Serve() error {
+	if p.closing.Load() || !p.served.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	p.wg.Add(1)
+	go p.flushLoop()
+	if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Close stops the proxy, in this order: it stops accepting connections,
+// lets the requests in flight finish (at most ShutdownTimeout, then
+// cancels them), closes open CONNECT tunnels, stops the flush loop and
+// hands every dependency back to the engine (in-flight counts to 0,
+// Release). It waits for every goroutine it started and is idempotent.
+func (p *Proxy) Close() error {
+	p.closeOnce.Do(func() {
+		p.closing.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownTimeout)
+		if err := p.srv.Shutdown(ctx); err != nil {
+			p.srv.Close()
+		}
+		cancel()
+		p.ln.Close() // when Serve never ran
+		p.tunnelMu.Lock()
+		for c := range p.tunnels {
+			c.Close()
+		}
+		p.tunnelMu.Unlock()
+		p.cancel()
+		p.wg.Wait()
+		p.transport.CloseIdleConnections()
+		p.h2c.CloseIdleConnections()
+		p.flush(time.Now(), true)
+	})
+	return nil
+}
+
+// ServeHTTP proxies one request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.inFlight.Add(1)
+	defer p.inFlight.Add(-1)
+	t, rerr := p.parseTarget(r)
+	if rerr != nil {
+		p.answerInvalid(w, t.form, rerr)
+		return
+	}
+	if t.form == formConnect {
+		p.serveConnect(w, r, &t)
+		return
+	}
+	p.forward(w, r, &t)
+}
+
+// answerInvalid answers a request the proxy refuses for what it is.
+func (p *Proxy) answerInvalid(w http.ResponseWriter, f form, e *requestError) {
+	result := resultInvalid
+	if e.status == http.StatusForbidden {
+		result = resultForbidden
+	}
+	p.m.requests[f][result].Inc()
+	p.m.invalid.WithLabelValues(label(e.reason)).Inc()
+	h := w.Header()
+	h.Set(HeaderError, e.reason)
+	h.Set(HeaderAttempts, "0")
+	if e.status == http.StatusRequestHeaderFieldsTooLarge {
+		h.Set("Connection", "close")
+	}
+	http.Error(w, e.msg, e.status)
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up.
+func retryAfterSeconds(d time.Duration) string {
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
+}

@@ -1,0 +1,286 @@
+"""Policy settings, decision snapshots and their conversion from the wire.
+
+Durations are float seconds. The defaults are the fleet default policy's
+(sharedstate.DefaultPolicy in the Go tree).
+"""
+
+import dataclasses
+import re
+
+from . import _backoff
+from .v1 import fusebox_pb2 as pb
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half-open"
+
+OVERRIDE_NONE = "none"
+FORCED_OPEN = "forced-open"
+FORCED_CLOSED = "forced-closed"
+
+ENFORCE = "enforce"
+SHADOW = "shadow"
+
+SCOPE_FLEET = "fleet"
+SCOPE_ZONE = "zone"
+SCOPE_NODE = "node"
+
+ALLOW = "allow"
+ALLOW_PROBE = "allow-probe"
+REJECT = "reject"
+
+# Reasons of a refusal, as the Go client's RejectedError.Reason spells them.
+REASON_OPEN = "open"
+REASON_FORCED_OPEN = "forced-open"
+REASON_NO_PERMIT = "half-open-no-permit"
+REASON_BUDGET = "budget-exhausted"
+REASON_THROTTLED = "throttled"
+REASON_CONCURRENCY = "concurrency-limit"
+
+_NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}\Z")
+
+
+def valid_dependency_name(name):
+    """Whether name is 1-128 characters of [A-Za-z0-9._:/-]."""
+    return isinstance(name, str) and _NAME.match(name) is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class BreakerSettings:
+    failure_rate_threshold: float = 0.5
+    slow_call_rate_threshold: float = 1.0
+    slow_call_duration: float = 2.0
+    minimum_requests: int = 20
+    min_failing_nodes: int = 2
+    window: float = 10.0
+    open_duration: float = 5.0
+    max_open_duration: float = 120.0
+    half_open_probes: int = 3
+    probe_success_threshold: int = 3
+    probe_timeout: float = 5.0
+    scope: str = SCOPE_FLEET
+    mode: str = ENFORCE
+    confidence: float = 0.95
+    fast_path: bool = True
+
+    def open_duration_for(self, open_count):
+        """openDuration * 2**(openCount-1), capped at maxOpenDuration."""
+        d = self.open_duration
+        for _ in range(1, max(open_count, 1)):
+            if d >= self.max_open_duration:
+                break
+            d *= 2
+        if self.max_open_duration > 0 and d > self.max_open_duration:
+            d = self.max_open_duration
+        return d
+
+    def problems(self):
+        """What makes these settings unusable (empty when they are fine)."""
+        out = []
+        if not 0 < self.failure_rate_threshold <= 1:
+            out.append("failure_rate_threshold must be in (0, 1]")
+        if not 0 < self.slow_call_rate_threshold <= 1:
+            out.append("slow_call_rate_threshold must be in (0, 1]")
+        if self.minimum_requests < 1:
+            out.append("minimum_requests must be at least 1")
+        for f in ("window", "open_duration", "probe_timeout", "slow_call_duration"):
+            if not getattr(self, f) > 0:
+                out.append(f + " must be positive")
+        if self.max_open_duration < self.open_duration:
+            out.append("max_open_duration must be at least open_duration")
+        if self.probe_success_threshold < 1:
+            out.append("probe_success_threshold must be at least 1")
+        if not 0 <= self.confidence < 1:
+            out.append("confidence must be in [0, 1)")
+        if self.mode not in (ENFORCE, SHADOW):
+            out.append("mode must be enforce or shadow")
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrySettings:
+    max_attempts: int = 3
+    per_attempt_timeout: float = 0.5
+    backoff_base: float = 0.1
+    backoff_max: float = 5.0
+    jitter: str = _backoff.FULL
+    budget_ratio: float = 0.1
+    budget_min_retries_per_second: float = 10.0
+    hedge_delay: float = 0.0
+    max_hedges: int = 0
+
+    def problems(self):
+        out = []
+        if self.max_attempts < 1:
+            out.append("max_attempts must be at least 1")
+        if self.per_attempt_timeout < 0 or self.backoff_base < 0 or self.backoff_max < 0:
+            out.append("durations must not be negative")
+        if self.jitter not in _backoff.JITTERS:
+            out.append("unknown jitter " + repr(self.jitter))
+        if self.budget_ratio < 0 or self.budget_min_retries_per_second < 0:
+            out.append("the budget must not be negative")
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """The parts of a dependency's effective policy a client acts on."""
+    breaker: BreakerSettings = BreakerSettings()
+    retry: RetrySettings = RetrySettings()
+
+    def problems(self):
+        return self.breaker.problems() + self.retry.problems()
+
+
+DEFAULT_POLICY = Policy()
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """One dependency as the deciding side (agent or local breaker) sees it:
+    what decides a first attempt in process. Never modified."""
+    dependency: str
+    state: str = CLOSED
+    local_state: str = CLOSED
+    generation: int = 0
+    version: int = 0
+    open_count: int = 0
+    probe_round: int = 0
+    probe_permit: bool = False
+    since: float = 0.0  # Unix seconds, 0: unknown
+    override: str = OVERRIDE_NONE
+    override_reason: str = ""
+    override_expires: float = 0.0  # Unix seconds, 0: until cleared
+    mode: str = ENFORCE
+    scope: str = SCOPE_FLEET
+    slow_call_duration: float = 2.0
+    retry: RetrySettings = RetrySettings()
+    throttle_probability: float = 0.0
+    concurrency_limit: int = 0
+
+    def decide_first(self):
+        """(verdict, reason) for a first attempt, as sharedstate's
+        Snapshot.DecideFirst: an override wins, then the governing breaker,
+        then this node's own; shadow mode turns a refusal into an allow."""
+        if self.override == FORCED_OPEN:
+            return REJECT, REASON_FORCED_OPEN
+        if self.override == FORCED_CLOSED:
+            return ALLOW, ""
+        if self.state == OPEN:
+            d = (REJECT, REASON_OPEN)
+        elif self.state == HALF_OPEN:
+            d = (ALLOW_PROBE, "") if self.probe_permit else (REJECT, REASON_NO_PERMIT)
+        elif self.local_state == OPEN:
+            d = (REJECT, REASON_OPEN)
+        elif self.local_state == HALF_OPEN:
+            d = (ALLOW_PROBE, "") if self.probe_permit else (REJECT, REASON_NO_PERMIT)
+        else:
+            return ALLOW, ""
+        if self.mode == SHADOW and d[0] == REJECT:
+            return ALLOW, d[1]
+        return d
+
+
+# --- conversions from the wire -------------------------------------------
+
+_STATES = {pb.BREAKER_STATE_CLOSED: CLOSED, pb.BREAKER_STATE_OPEN: OPEN, pb.BREAKER_STATE_HALF_OPEN: HALF_OPEN}
+_OVERRIDES = {pb.OVERRIDE_STATE_FORCED_OPEN: FORCED_OPEN, pb.OVERRIDE_STATE_FORCED_CLOSED: FORCED_CLOSED}
+_MODES = {pb.MODE_ENFORCE: ENFORCE, pb.MODE_SHADOW: SHADOW}
+_SCOPES = {pb.SCOPE_FLEET: SCOPE_FLEET, pb.SCOPE_ZONE: SCOPE_ZONE, pb.SCOPE_NODE: SCOPE_NODE}
+_JITTERS = {pb.JITTER_FULL: _backoff.FULL, pb.JITTER_EQUAL: _backoff.EQUAL,
+            pb.JITTER_DECORRELATED: _backoff.DECORRELATED, pb.JITTER_NONE: _backoff.NONE}
+REASONS = {pb.REJECT_REASON_OPEN: REASON_OPEN, pb.REJECT_REASON_FORCED_OPEN: REASON_FORCED_OPEN,
+           pb.REJECT_REASON_HALF_OPEN_NO_PERMIT: REASON_NO_PERMIT,
+           pb.REJECT_REASON_BUDGET_EXHAUSTED: REASON_BUDGET, pb.REJECT_REASON_THROTTLED: REASON_THROTTLED}
+
+
+def _seconds(d):
+    return d.seconds + d.nanos / 1e9
+
+
+def _timestamp(m, field):
+    if not m.HasField(field):
+        return 0.0
+    t = getattr(m, field)
+    return t.seconds + t.nanos / 1e9
+
+
+def breaker_from_proto(base, m):
+    """base with the breaker settings m carries (a zero field is "not sent").
+    Mode, scope and slow-call duration are not read from here: they come
+    with the snapshot's own fields."""
+    if m is None:
+        return base
+    kw = {}
+    for f in ("failure_rate_threshold", "slow_call_rate_threshold", "minimum_requests",
+              "min_failing_nodes", "half_open_probes", "probe_success_threshold"):
+        v = getattr(m, f)
+        if v:
+            kw[f] = v
+    for f in ("window", "open_duration", "max_open_duration", "probe_timeout"):
+        if m.HasField(f) and _seconds(getattr(m, f)) > 0:
+            kw[f] = _seconds(getattr(m, f))
+    if m.HasField("confidence"):
+        kw["confidence"] = m.confidence
+    if m.HasField("fast_path"):
+        kw["fast_path"] = m.fast_path
+    return dataclasses.replace(base, **kw)
+
+
+def retry_from_proto(base, m):
+    """base with the retry settings m carries: the budget (zero is a value),
+    every duration it sets; max_attempts 0 and an unspecified jitter are not
+    carried. Hedging is off unless carried."""
+    if m is None:
+        return base
+    kw = {"budget_ratio": m.budget_ratio, "budget_min_retries_per_second": m.budget_min_retries_per_second,
+          "hedge_delay": _seconds(m.hedge_delay) if m.HasField("hedge_delay") else 0.0,
+          "max_hedges": m.max_hedges}
+    if m.max_attempts:
+        kw["max_attempts"] = m.max_attempts
+    for f in ("per_attempt_timeout", "backoff_base", "backoff_max"):
+        if m.HasField(f):
+            kw[f] = _seconds(getattr(m, f))
+    if m.jitter in _JITTERS:
+        kw["jitter"] = _JITTERS[m.jitter]
+    return dataclasses.replace(base, **kw)
+
+
+def policy_from_snapshot(base, m):
+    """The policy a pushed snapshot describes, over base for what it does
+    not carry. Mode, scope and slow-call duration come from the snapshot's
+    top-level fields."""
+    b = breaker_from_proto(base.breaker, m.breaker if m.HasField("breaker") else None)
+    kw = {}
+    if m.mode in _MODES:
+        kw["mode"] = _MODES[m.mode]
+    if m.scope in _SCOPES:
+        kw["scope"] = _SCOPES[m.scope]
+    if m.HasField("slow_call_duration") and _seconds(m.slow_call_duration) > 0:
+        kw["slow_call_duration"] = _seconds(m.slow_call_duration)
+    b = dataclasses.replace(b, **kw)
+    r = retry_from_proto(base.retry, m.retry if m.HasField("retry") else None)
+    return Policy(breaker=b, retry=r)
+
+
+def snapshot_from_proto(m, pol):
+    """A Snapshot from the wire; pol (the policy it describes) fills what an
+    older agent leaves out."""
+    state = _STATES.get(m.state, CLOSED)
+    local = _STATES.get(m.local_state, CLOSED)
+    if m.local_state == pb.BREAKER_STATE_UNSPECIFIED and m.node_local_open:
+        local = HALF_OPEN if state == CLOSED and m.probe_permit else OPEN
+    p = m.throttle_probability
+    return Snapshot(
+        dependency=m.dependency, state=state, local_state=local, generation=m.generation,
+        version=m.version, open_count=m.open_count, probe_round=m.probe_round,
+        probe_permit=m.probe_permit, since=_timestamp(m, "since"),
+        override=_OVERRIDES.get(m.override, OVERRIDE_NONE), override_reason=m.override_reason,
+        override_expires=_timestamp(m, "override_expires"),
+        mode=_MODES.get(m.mode, pol.breaker.mode), scope=_SCOPES.get(m.scope, pol.breaker.scope),
+        slow_call_duration=(_seconds(m.slow_call_duration) if m.HasField("slow_call_duration")
+                            else pol.breaker.slow_call_duration),
+        retry=pol.retry,
+        throttle_probability=p if 0 < p <= 1 else 0.0,  # NaN and out-of-range values are dropped
+        concurrency_limit=m.concurrency_limit,
+    )

@@ -1,0 +1,47 @@
+"""The README's Python section: its snippets parse, the names they use
+exist, and the make targets it names are in the Makefile."""
+
+import ast
+import os
+import re
+import unittest
+
+import fusebox
+from fusebox import requests_adapter
+
+from .harness import REPO
+
+
+def python_section():
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("### Python\n")
+    end = text.index("\n## ", start)
+    return text[start:end]
+
+
+class ReadmeTest(unittest.TestCase):
+    def test_snippets_parse_and_name_real_things(self):
+        sec = python_section()
+        blocks = re.findall(r"```python\n(.*?)```", sec, re.S)
+        self.assertGreaterEqual(len(blocks), 2)
+        for b in blocks:
+            ast.parse(b)
+        for name in re.findall(r"`fusebox\.(\w+)", sec):
+            self.assertTrue(hasattr(fusebox, name), "the README names fusebox.%s" % name)
+        for name in ("NON_RETRYABLE", "IDEMPOTENT", "IDEMPOTENT_WITH_KEY", "OpenError", "ForcedOpenError",
+                     "ThrottledError", "ConcurrencyLimitError", "BudgetExhaustedError"):
+            self.assertIn(name, sec)
+            self.assertTrue(hasattr(fusebox, name))
+        self.assertTrue(hasattr(requests_adapter, "FuseboxAdapter"))
+        opts = re.search(r"Options of `call`: (.*?)\.\n", sec, re.S).group(1)
+        code = fusebox.Dependency._loop.__code__
+        params = set(code.co_varnames[:code.co_argcount]) | {"fallback"}
+        for opt in re.findall(r"`(\w+)`", re.sub(r"\(.*?\)", "", opts)):
+            self.assertIn(opt, params, "the README lists a call option %s that does not exist" % opt)
+
+    def test_make_targets_exist(self):
+        with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as f:
+            mk = f.read()
+        for target in set(re.findall(r"`make ([a-z-]+)", python_section())):
+            self.assertRegex(mk, r"(?m)^%s:" % re.escape(target))
