@@ -104,11 +104,11 @@ scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) 
 
 # Real fusebox-agent, etcd and fusebox-coordinator processes in network
 # namespaces under random faults drawn from a seed, with continuous checks
-# (README "How we test", "Soak"). Needs root; not part of `make test`.
+# (deploy/README.md, "Soak under faults"). Needs root; not part of `make test`.
 .PHONY: soak
 soak: ## run Fusebox under random faults for DURATION (10m; SEED=N replays a schedule; root only)
 	@[ "$$(id -u)" = 0 ] || { echo "soak: needs root (network namespaces, nftables): run 'make soak' as root"; exit 2; }
-	@command -v nft >/dev/null || { echo "installing Debian's nftables for the soak"; apt-get update && apt-get install -y nftables; }
+	@command -v nft >/dev/null && command -v ip >/dev/null || { echo "installing Debian's nftables and iproute2 for the soak"; apt-get update && apt-get install -y nftables iproute2; }
 	@mkdir -p $(BIN)
 	cd cmd && $(GO) build -o $(BIN)/ ./fusebox-agent ./fusebox-coordinator ./fuseboxctl
 	cd agent && $(GO) run ./internal/soak/cmd/soak -duration $(DURATION) -seed $(SEED) -bin $(BIN) $(ARGS)

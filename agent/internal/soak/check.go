@@ -102,7 +102,11 @@ type HealthyChecker struct {
 	AllowForcedOpen bool
 
 	tally
-	reported map[string]bool // one violation per agent and state
+	// Refusals counts the refused calls, BadSnapshots the snapshots that
+	// showed the breaker other than closed (each a violation, though only
+	// the first of each agent and state is reported).
+	Refusals, BadSnapshots int
+	reported               map[string]bool // one violation per agent and state
 }
 
 // Snapshot checks one pushed snapshot of agent.
@@ -122,6 +126,7 @@ func (c *HealthyChecker) Snapshot(at time.Time, agent string, b Breaker) []Viola
 	if bad == "" {
 		return nil
 	}
+	c.BadSnapshots++
 	key := agent + "/" + bad
 	if c.reported == nil {
 		c.reported = map[string]bool{}
@@ -143,6 +148,7 @@ func (c *HealthyChecker) Refused(at time.Time, agent, reason, status string) []V
 	if c.AllowForcedOpen && reason == "forced-open" {
 		return nil
 	}
+	c.Refusals++
 	v := Violation{At: at, Check: "healthy-never-refused", Subject: agent,
 		Detail: fmt.Sprintf("%s: a call was refused (%s; client: %s)", c.Dependency, reason, status)}
 	return c.fail(v)
@@ -160,10 +166,9 @@ type agentView struct {
 	snap    Breaker
 	hasSnap bool
 	snapAt  time.Time
-	// mismatchSince is when a check first saw the agent differ from
-	// expected version mismatchVersion (WriteChecker).
-	mismatchSince   time.Time
-	mismatchVersion int
+	// mismatchSince is when a check first saw the agent differ from what
+	// etcd held (WriteChecker); a match resets it.
+	mismatchSince time.Time
 }
 
 // agents is the agent table the bounded checkers share.
@@ -328,11 +333,14 @@ func later(a, b time.Time) time.Time {
 // write dependency (its policy's minimumRequests and its override, read
 // from etcd after each write and every second, so a TTL's expiry is a
 // change too): a running agent's snapshot must show it within Bound of
-// the latest of the change, the agent's start and the end of the last
-// fault on its etcd path (PathEtcd) — not checked while such a fault goes
-// on — and the agent must have differed for Bound (an agent may show a
-// change before the soak has read it from etcd). It also checks that a write fuseboxctl acknowledged is in etcd
-// (Acked).
+// the latest of the first change it has not caught up with, the agent's
+// start and the end of the last fault on its etcd path (PathEtcd) — not
+// checked while such a fault goes on — and the agent must have differed
+// for Bound (an agent may show a change before the soak has read it from
+// etcd). The bound runs from the first change the agent missed, not the
+// latest: writes coming faster than Bound do not restart its clock, so an
+// agent that lags every write, or applies none, is caught. It also checks
+// that a write fuseboxctl acknowledged is in etcd (Acked).
 type WriteChecker struct {
 	Bound time.Duration
 
@@ -340,6 +348,7 @@ type WriteChecker struct {
 	want      Desired
 	wantSince time.Time
 	version   int
+	since     []time.Time // since[v-1]: when version v was read from etcd
 	agents    agents
 	applied   map[string]int // agent → the version its snapshot matched last
 	reported  map[string]int // agent → the version reported
@@ -354,6 +363,7 @@ func (c *WriteChecker) Expect(at time.Time, d Desired) bool {
 	}
 	c.want, c.wantSince = d, at
 	c.version++
+	c.since = append(c.since, at)
 	// Agents that show it already applied it before the soak saw it in
 	// etcd (latency 0).
 	for _, name := range c.agents.sorted() {
@@ -406,14 +416,16 @@ func (c *WriteChecker) Tick(now time.Time, e *Exposure) []Violation {
 			v.mismatchSince = time.Time{}
 			continue
 		}
-		// The bound runs from the change, the start or the fault's end,
-		// and the mismatch must also have lasted that long: an agent may
-		// be ahead of the soak, showing a change the soak has not read
-		// from etcd yet.
-		if v.mismatchSince.IsZero() || v.mismatchVersion != c.version {
-			v.mismatchSince, v.mismatchVersion = now, c.version
+		// The bound runs from the first change the agent has not caught
+		// up with (a later one does not restart it), its start or the
+		// fault's end, and the mismatch must also have lasted that long:
+		// an agent may be ahead of the soak, showing a change the soak
+		// has not read from etcd yet.
+		if v.mismatchSince.IsZero() {
+			v.mismatchSince = now
 		}
-		ref, active := e.Settled(PathEtcd, name, later(c.wantSince, v.upSince), now)
+		missed := c.since[min(c.applied[name]+1, c.version)-1]
+		ref, active := e.Settled(PathEtcd, name, later(missed, v.upSince), now)
 		if active || now.Sub(ref) <= c.Bound || now.Sub(v.mismatchSince) <= c.Bound {
 			continue
 		}
@@ -429,8 +441,8 @@ func (c *WriteChecker) Tick(now time.Time, e *Exposure) []Violation {
 			got = v.snap.desired().String()
 		}
 		viol := Violation{At: now, Check: "writes-reach-every-agent", Subject: name,
-			Detail: fmt.Sprintf("etcd holds %s since %v ago; the agent shows %s (bound %v after the change, the agent's start or the last fault on its etcd path)",
-				c.want, now.Sub(c.wantSince).Round(time.Millisecond), got, c.Bound)}
+			Detail: fmt.Sprintf("etcd holds %s since %v ago (the agent has missed the changes of the last %v); the agent shows %s (bound %v after the first change it missed, the agent's start or the last fault on its etcd path)",
+				c.want, now.Sub(c.wantSince).Round(time.Millisecond), now.Sub(missed).Round(time.Millisecond), got, c.Bound)}
 		c.fail(viol)
 		out = append(out, viol)
 	}

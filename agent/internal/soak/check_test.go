@@ -1,6 +1,7 @@
 package soak
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -36,12 +37,24 @@ func TestHealthyChecker(t *testing.T) {
 	wantViolations(t, "closed again at generation 2", c.Snapshot(at(5), "agent-2", Breaker{State: "closed", Generation: 2}), 1, "generation 2")
 	wantViolations(t, "forced open", c.Snapshot(at(6), "agent-3", Breaker{State: "closed", Override: "forced_open"}), 1, "forced open")
 	wantViolations(t, "a refused call", c.Refused(at(7), "agent-0", "open", "fleet closed"), 1, "refused (open")
+	if c.Refusals != 1 || c.BadSnapshots != 5 {
+		t.Errorf("healthy: %d refusals and %d bad snapshots counted, want 1 and 5 (the repeat counts, unreported)", c.Refusals, c.BadSnapshots)
+	}
+	if got := healthyFigures(c); got != "1 calls refused, 5 snapshots not closed at generation 0" {
+		t.Errorf("healthy: the summary's figures say %q", got)
+	}
+	if got := healthyFigures(&HealthyChecker{}); got != "no refusal, every snapshot closed at generation 0" {
+		t.Errorf("a checker that saw nothing wrong: the summary's figures say %q", got)
+	}
 
 	ops := &HealthyChecker{Dependency: "ops", AllowForcedOpen: true}
 	wantViolations(t, "ops forced open", ops.Snapshot(at(1), "agent-0", Breaker{State: "closed", Override: "forced_open"}), 0, "")
 	wantViolations(t, "ops refused forced-open", ops.Refused(at(2), "agent-0", "forced-open", ""), 0, "")
 	wantViolations(t, "ops refused open", ops.Refused(at(3), "agent-0", "open", ""), 1, "refused (open")
 	wantViolations(t, "ops breaker open", ops.Snapshot(at(4), "agent-0", open), 1, "breaker open")
+	if ops.Refusals != 1 || ops.BadSnapshots != 1 {
+		t.Errorf("ops: %d refusals and %d bad snapshots counted, want 1 and 1 (forced-open aside)", ops.Refusals, ops.BadSnapshots)
+	}
 }
 
 func TestDeadChecker(t *testing.T) {
@@ -147,6 +160,22 @@ func TestWriteChecker(t *testing.T) {
 	wantViolations(t, "agents ahead of the soak", until(113), 0, "")
 	c.Expect(at(113.5), Desired{MinimumRequests: 50}) // the soak read it late
 	wantViolations(t, "the soak caught up", until(130), 0, "")
+
+	// Writes faster than the bound: an agent that applies none of them
+	// is late Bound after the first it missed, though each write is
+	// younger than Bound when the next comes.
+	for i := range 6 {
+		d := Desired{MinimumRequests: uint32(60 + i)}
+		s := 130 + 5*float64(i)
+		c.Expect(at(s), d)
+		c.Snapshot(at(s+0.5), "agent-0", Breaker{State: "closed", MinimumRequests: d.MinimumRequests})
+		got := until(s + 5)
+		if s+5 <= 141 {
+			wantViolations(t, fmt.Sprintf("agent-1 missing writes for %vs", s+5-130), got, 0, "")
+		} else if s+5 == 145 {
+			wantViolations(t, "agent-1 missing writes for 15s, each younger than the bound", got, 1, "missed the changes of the last 1")
+		}
+	}
 
 	// Acked writes must be in etcd.
 	w := Write{Op: WriteForceOpen, Reason: "w9"}

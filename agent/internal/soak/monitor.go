@@ -7,8 +7,8 @@ import (
 	"time"
 )
 
-// The soak's bounds (the README's "Soak" section states them with their
-// reasons).
+// The soak's bounds (deploy/README.md, "Soak under faults", states them
+// with their reasons).
 const (
 	// DeadBound: a dead dependency is refused at every agent this long
 	// after its death: detection (the fast path trips within a second on

@@ -94,8 +94,8 @@ func (r *soakRun) summary(end time.Time, deps map[string]*depServer) string {
 		}
 	}
 	p("| invariant | checks | violations | figures |\n| --- | --- | --- | --- |\n")
-	p("| healthy-never-refused (%s) | %d | %d | no refusal, every snapshot closed at generation 0 |\n", DepHealthy, m.healthy.Checks, countDep(m.violations, "healthy-never-refused", DepHealthy))
-	p("| healthy-never-refused (%s, forced-open allowed) | %d | %d | |\n", DepOps, m.ops.Checks, countDep(m.violations, "healthy-never-refused", DepOps))
+	p("| healthy-never-refused (%s) | %d | %d | %s |\n", DepHealthy, m.healthy.Checks, countDep(m.violations, "healthy-never-refused", DepHealthy), healthyFigures(&m.healthy))
+	p("| healthy-never-refused (%s, forced-open allowed) | %d | %d | %s |\n", DepOps, m.ops.Checks, countDep(m.violations, "healthy-never-refused", DepOps), healthyFigures(&m.ops))
 	p("| dead-open-everywhere (bound %v, %v after a start or a gossip fault) | %d | %d | refusing after the death or the agent's start: %s |\n",
 		DeadBound, DeadFaultBound, m.dead.Checks, count("dead-open-everywhere"), pct(m.dead.Latencies()))
 	p("| writes-reach-every-agent (bound %v) | %d | %d | %d states in etcd; applied: %s |\n",
@@ -142,6 +142,15 @@ func (r *soakRun) summary(end time.Time, deps map[string]*depServer) string {
 	}
 	p("\n%d shorter series (restarted processes) not judged: less than %v after their warm-up.\n", short, TrendMinSpan)
 	return b.String()
+}
+
+// healthyFigures says what c saw: its refused calls and the snapshots
+// that were not closed at generation 0.
+func healthyFigures(c *HealthyChecker) string {
+	if c.Refusals == 0 && c.BadSnapshots == 0 {
+		return "no refusal, every snapshot closed at generation 0"
+	}
+	return fmt.Sprintf("%d calls refused, %d snapshots not closed at generation 0", c.Refusals, c.BadSnapshots)
 }
 
 func trendCell(t Trend, name string) string {
