@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -217,6 +218,13 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.reg = prometheus.NewRegistry()
+	// The Go runtime's and the process's standard series (go_goroutines,
+	// process_resident_memory_bytes, process_open_fds, …) on /metrics too.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := a.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
 	a.m = newMetrics(a)
 	if err := a.m.register(a.reg); err != nil {
 		return nil, err
