@@ -22,6 +22,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -227,7 +228,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			return nil, fmt.Errorf("agent: http-addr: %w", err)
 		}
 	}
-	a.grpcSrv = grpc.NewServer(grpcServerOptions()...)
+	a.grpcSrv = grpc.NewServer(serverlimits.GRPCServerOptions(MaxConcurrentStreams)...)
 	fuseboxv1.RegisterAgentServer(a.grpcSrv, &apiServer{a: a})
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpcSrv, a.health)
@@ -236,7 +237,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	if a.opts.httpTimeouts != nil {
 		timeouts = *a.opts.httpTimeouts
 	}
-	a.httpSrv = timeouts.server(a.httpHandler())
+	a.httpSrv = timeouts.Server(a.httpHandler())
 
 	gc := gossip.DefaultConfig()
 	gc.Name = cfg.Name

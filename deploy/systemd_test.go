@@ -150,7 +150,7 @@ func TestSystemdUnits(t *testing.T) {
 						args[i] = "--config=" + filepath.Join(repoRoot, "deploy", "systemd", path.Base(v))
 					}
 				}
-				vals, defaults = agentFlags(t, name, args, env)
+				vals, defaults = daemonFlags(t, name, binary, args, env)
 				if vals == nil {
 					return
 				}
@@ -166,13 +166,8 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("--proxy-addr=%q --insecure-proxy=%s: serve the egress proxy on loopback", p, vals["insecure-proxy"])
 				}
 			default:
-				var ok bool
-				if vals, ok = checkArgs(t, name, binary, args); !ok {
+				if vals, defaults = daemonFlags(t, name, binary, args, env); vals == nil {
 					return
-				}
-				defaults = map[string]string{}
-				for n, f := range helpOf(t, binary) {
-					defaults[n] = f.def
 				}
 				if vals["data-dir"] != "/var/lib/"+state {
 					t.Errorf("--data-dir=%s is not StateDirectory=%s (/var/lib/%s)", vals["data-dir"], state, state)
