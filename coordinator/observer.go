@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/hashicorp/memberlist"
 )
@@ -33,7 +34,7 @@ func (c *Coordinator) startGossip() error {
 	gc.Relay = false
 	g, err := gossip.New(gc)
 	if err != nil {
-		return fmt.Errorf("coordinator: fleet observer: %w", err)
+		return cliflag.AsListenError("gossip-addr", c.cfg.GossipAddr, fmt.Errorf("coordinator: fleet observer: %w", err))
 	}
 	c.gossipMu.Lock()
 	c.gossip = g

@@ -217,7 +217,9 @@ func (g *Gossip) speaker(name string) string {
 }
 
 // New validates cfg (Config.Validate), creates the memberlist (binding its
-// ports) and starts gossiping. It does not join anyone: call Join.
+// ports) and starts gossiping. It does not join anyone: call Join. A port
+// it cannot bind (TCP or UDP) is an error that wraps the bind's
+// *net.OpError (errors.Is(err, syscall.EADDRINUSE) when taken).
 func New(cfg Config) (*Gossip, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -260,6 +262,11 @@ func New(cfg Config) (*Gossip, error) {
 	mc.Events = (*events)(g)
 	mc.Logger = newMemberlistLogger(cfg.Logger)
 	mc.EnableCompression = false // see guardTransport
+	if cfg.Transport == nil {
+		if err := checkBind(host, port); err != nil {
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+	}
 	if cfg.Keyring == nil && cfg.Transport == nil {
 		gt, err := newGuardTransport(g, host, port, mc.Logger)
 		if err != nil {
@@ -297,6 +304,28 @@ func New(cfg Config) (*Gossip, error) {
 	n := ml.LocalNode()
 	g.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
 	return g, nil
+}
+
+// checkBind binds the TCP and UDP ports of a gossip address and lets them
+// go again. memberlist reports a failed bind in words only; this returns
+// the *net.OpError (errors.Is(err, syscall.EADDRINUSE)), so that a daemon
+// can name the flag of the address.
+func checkBind(host string, port int) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	ln.Close()
+	if port == 0 {
+		return nil // any free port: memberlist picks one for both
+	}
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	pc.Close()
+	return nil
 }
 
 // Join contacts the given gossip addresses (host:port) and merges state

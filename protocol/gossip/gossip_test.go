@@ -6,11 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -587,5 +589,51 @@ func TestStripUserMessages(t *testing.T) {
 		if n != tc.stripped || !bytes.Equal(got, tc.want) || (tc.want == nil) != (got == nil) {
 			t.Errorf("%s: got %v (%d stripped), want %v (%d)", tc.name, got, n, tc.want, tc.stripped)
 		}
+	}
+}
+
+// New on a taken port returns the bind's *net.OpError (wrapped), not only
+// memberlist's words, so a daemon can name the flag of the address: TCP or
+// UDP taken, with gossip's own transport and with a keyring (memberlist's).
+func TestNewOnBusyPort(t *testing.T) {
+	k, err := ParseKeyring([]byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		network string
+		keyring *memberlist.Keyring
+	}{{"tcp", "tcp", nil}, {"udp", "udp", nil}, {"tcp with keyring", "tcp", k}, {"udp with keyring", "udp", k}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var addr string
+			if tc.network == "tcp" {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer ln.Close()
+				addr = ln.Addr().String()
+			} else {
+				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pc.Close()
+				addr = pc.LocalAddr().String()
+			}
+			cfg := testConfig("a", RoleAgent, newRecorder())
+			cfg.BindAddr = addr
+			cfg.Keyring = tc.keyring
+			g, err := New(cfg)
+			if err == nil {
+				_ = g.Close(0)
+				t.Fatalf("New on busy %s port %s succeeded", tc.network, addr)
+			}
+			var op *net.OpError
+			if !errors.As(err, &op) || op.Op != "listen" || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Errorf("New on busy %s port: %v (%T), want a listen *net.OpError", tc.network, err, err)
+			}
+		})
 	}
 }

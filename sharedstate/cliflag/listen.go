@@ -3,6 +3,7 @@ package cliflag
 import (
 	"errors"
 	"net"
+	"net/url"
 	"os"
 )
 
@@ -41,13 +42,31 @@ func Listen(flagName, addr string) (net.Listener, error) {
 }
 
 // AsListenError returns err as a *ListenError for the flag when it is, or
-// wraps, a failed bind (a "listen" *net.OpError); any other error is
-// returned as is.
+// wraps, a failed bind (a "listen" *net.OpError) of the flag's address
+// (host:port or a URL; a bind of another port is not the flag's); any
+// other error is returned as is.
 func AsListenError(flagName, addr string, err error) error {
 	var op *net.OpError
 	var le *ListenError
 	if err == nil || errors.As(err, &le) || !errors.As(err, &op) || op.Op != "listen" {
 		return err
 	}
+	if op.Addr != nil && !samePort(op.Addr.String(), addr) {
+		return err
+	}
 	return &ListenError{Flag: flagName, Addr: addr, Err: err}
+}
+
+// samePort reports whether a bound address has the port of addr
+// (host:port or a URL); any port matches port 0 or an addr without one.
+func samePort(bound, addr string) bool {
+	if u, err := url.Parse(addr); err == nil && u.Host != "" {
+		addr = u.Host
+	}
+	_, want, err := net.SplitHostPort(addr)
+	if err != nil || want == "0" {
+		return true
+	}
+	_, got, err := net.SplitHostPort(bound)
+	return err != nil || got == want
 }

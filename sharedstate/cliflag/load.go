@@ -20,6 +20,13 @@ const EnvPrefix = "FUSEBOX_"
 // file of settings; NewFlagSet registers it.
 const ConfigFlag = "config"
 
+// ClientVariables are the FUSEBOX_* variables the clients read, by flag
+// name: clientlib's FUSEBOX_AGENT and FUSEBOX_SERVICE, fuseboxctl's
+// FUSEBOX_COORDINATOR and FUSEBOX_TOKEN. No daemon has a flag of these
+// names (the daemons' README tests check), so a variable exported for a
+// client never configures a daemon.
+var ClientVariables = []string{"agent", "service", "coordinator", "token"}
+
 // EnvName returns the environment variable that sets the flag name.
 func EnvName(flagName string) string {
 	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))

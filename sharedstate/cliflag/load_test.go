@@ -245,7 +245,54 @@ func TestListenError(t *testing.T) {
 	if other := errors.New("not a bind"); AsListenError("grpc-addr", addr, other) != other || AsListenError("x", "", nil) != nil {
 		t.Errorf("AsListenError changed an error that is no bind failure")
 	}
+	if url := AsListenError("embedded-etcd-url", "http://"+addr, raw); url.Error() != "--embedded-etcd-url http://"+addr+": address already in use" {
+		t.Errorf("AsListenError of a URL flag = %v", url)
+	}
+	if AsListenError("gossip-addr", "127.0.0.1:1", raw) != raw {
+		t.Errorf("AsListenError blamed --gossip-addr for a bind of another port: %v", raw)
+	}
 	if AsListenError("other", addr, err) != err {
 		t.Errorf("AsListenError wrapped a *ListenError again")
+	}
+}
+
+// CheckHelp passes a help that shows every real default and names each
+// flag whose help hides or misstates its default.
+func TestCheckHelp(t *testing.T) {
+	if err := CheckHelp(testCommand); err != nil {
+		t.Errorf("CheckHelp of a right help: %v", err)
+	}
+	bad := testCommand
+	bad.Flags = func(c *testConfig) *flag.FlagSet {
+		fs := NewFlagSet("fusebox-test")
+		fs.StringVar(&c.Addr, "addr", "127.0.0.1:9", "listen address")           // not the configuration's default
+		fs.Var(List(&c.Peers), "peers", "comma-separated peers (default: none)") // right
+		fs.DurationVar(&c.Every, "every", c.Every, "how often (default: never)") // states an empty default, but it is 1s
+		fs.IntVar(&c.N, "n", 0, "how many")                                      // not the configuration's default
+		fs.BoolVar(&c.Off, "off", c.Off, "turn it off")
+		fs.StringVar(&c.Path, "path", c.Path, "a file (default: none)")
+		return fs
+	}
+	err := CheckHelp(bad)
+	if err == nil {
+		t.Fatal("CheckHelp passed a help that misstates three defaults")
+	}
+	for _, want := range []string{"registering the flags changes the default of Addr: 127.0.0.1:1, now 127.0.0.1:9",
+		"registering the flags changes the default of N: 3, now 0",
+		`--every: the help states the default "never", but the default is "1s"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckHelp: %v\nlacks %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "--peers") || strings.Contains(err.Error(), "--off") || strings.Contains(err.Error(), "--config") {
+		t.Errorf("CheckHelp blamed a right flag: %v", err)
+	}
+	withHost := testCommand
+	withHost.Defaults = func() testConfig { c := testDefaults(); c.Path = "host-1"; return c }
+	if err := CheckHelp(withHost, "path"); err != nil {
+		t.Errorf("a computed default stated in words: %v", err)
+	}
+	if err := CheckHelp(withHost); err == nil || !strings.Contains(err.Error(), `--path: the help states the default "none", but the default is "host-1"`) {
+		t.Errorf("a computed default not declared: %v", err)
 	}
 }
