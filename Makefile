@@ -22,6 +22,24 @@ PROTO_OUT := protocol/fuseboxv1
 
 BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 
+# The Go modules, each a folder with its go.mod, the root first (README,
+# "Layout"). Targets that run the go command run it in each, one after
+# another; `make modules-check` (in verify and test) fails when a go.mod
+# exists that this list lacks. No go.work: each module's replace
+# directives name its sibling folders, and every module builds, tests and
+# tidies on its own (GOWORK=off, so a go.work above the checkout changes
+# nothing).
+MODULES := . sharedstate/store protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy
+export GOWORK := off
+
+# $(call each,COMMAND[,FOLDERS]): COMMAND in every module's folder (or in
+# FOLDERS, in that order), every one even after one failed; fails naming
+# those where it did.
+each = fail=""; for m in $(or $(2),$(MODULES)); do \
+	  echo "== $@: $$m"; (cd $$m && $(1)) || fail="$$fail $$m"; \
+	done; \
+	if [ -n "$$fail" ]; then echo "$@: failed in:$$fail"; exit 1; fi
+
 # `make image`: the container image of deploy/docker/Dockerfile.
 IMAGE   ?= fusebox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -32,14 +50,14 @@ N            ?= 40
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
-.PHONY: help build test test-deps bench lint verify proto tools protoc proto-check tidy-check deps-check fmt-check test-waits clean
+.PHONY: help build test test-deps bench lint verify proto tools protoc proto-check tidy tidy-check modules-check deps-check fmt-check test-waits clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | expand -t 14
 
 build: ## build the four binaries into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ $(addprefix ./cmd/,$(BINARIES))
+	cd cmd && $(GO) build -o $(BIN)/ $(addprefix ./,$(BINARIES))
 
 .PHONY: image
 image: ## build the container image $(IMAGE):$(VERSION) (deploy/docker/Dockerfile; needs docker)
@@ -48,11 +66,11 @@ image: ## build the container image $(IMAGE):$(VERSION) (deploy/docker/Dockerfil
 .PHONY: run
 run: ## build and run the demo fleet (flags: make run ARGS='--duration 70s --headless')
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/fusebox-demo ./cmd/fusebox-demo
+	cd cmd && $(GO) build -o $(BIN)/fusebox-demo ./fusebox-demo
 	$(BIN)/fusebox-demo $(ARGS)
 
-test: test-deps ## run every test with -race (fuzz seed corpora included)
-	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+test: test-deps modules-check ## run every module's tests with -race (fuzz seed corpora included)
+	@$(call each,$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...)
 
 # Like `protoc`, installs what is missing with apt-get: Debian's chromium
 # for the dashboard's browser tests (not with FUSEBOX_SKIP_BROWSER=1, nor
@@ -71,7 +89,7 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 
 .PHONY: scale
 scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print the README's Scale table
-	$(GO) run ./agent/internal/scale/cmd/scale -sizes $(SCALE_SIZES)
+	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
 # sockets (an embedded etcd, unix sockets in a temp dir; every agent is
@@ -79,17 +97,16 @@ scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,20
 .PHONY: scale-procs
 scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) and print the Scale table's first columns
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/fusebox-agent ./cmd/fusebox-agent
-	$(GO) run ./agent/internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
+	cd cmd && $(GO) build -o $(BIN)/fusebox-agent ./fusebox-agent
+	cd agent && $(GO) run ./internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
 
 bench: test-deps ## run the benchmarks of the README's Performance section
-	$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...
+	@$(call each,$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...)
 
-lint: tools fmt-check ## gofmt, go vet and staticcheck
-	$(GO) vet ./...
-	$(TOOLS)/staticcheck ./...
+lint: tools fmt-check ## gofmt, go vet and staticcheck (every module)
+	@$(call each,$(GO) vet ./... && $(TOOLS)/staticcheck ./...)
 
-verify: lint test-waits proto-check tidy-check deps-check ## lint + unbounded test waits + stale generated code + go mod tidy
+verify: lint test-waits proto-check modules-check tidy-check deps-check ## lint + unbounded test waits + stale generated code + module list + go mod tidy + import table
 	@echo "verify: ok"
 
 proto: tools protoc ## regenerate protocol/fuseboxv1 from the .proto sources
@@ -130,16 +147,28 @@ proto-check: tools protoc ## fail when the committed generated code is stale
 	done
 	@echo "proto-check: ok"
 
-tidy-check: ## fail when `go mod tidy` would change go.mod or go.sum
-	@cp go.mod /tmp/fusebox-go.mod.bak; cp go.sum /tmp/fusebox-go.sum.bak; \
-	$(GO) mod tidy; \
-	if ! cmp -s go.mod /tmp/fusebox-go.mod.bak || ! cmp -s go.sum /tmp/fusebox-go.sum.bak; then \
-	  cp /tmp/fusebox-go.mod.bak go.mod; cp /tmp/fusebox-go.sum.bak go.sum; \
-	  echo "tidy-check: 'go mod tidy' changes go.mod/go.sum: run it and commit the result"; exit 1; \
-	fi
+# The nested modules first: they see the root go.mod's requirements (they
+# require the root module), so a dependency that moves out of the root
+# keeps its version; the root then drops what it no longer uses.
+tidy: ## run `go mod tidy` in every module (after changing an import or a go.mod)
+	@$(call each,$(GO) mod tidy,$(filter-out .,$(MODULES)) .)
+
+tidy-check: ## fail when `go mod tidy` would change a module's go.mod or go.sum
+	@$(call each,$(GO) mod tidy -diff || { echo "tidy-check: 'go mod tidy' changes $$m's go.mod/go.sum (the diff above): run 'make tidy' and commit the result"; exit 1; })
 	@echo "tidy-check: ok"
 
-deps-check: ## fail when an import breaks DESIGN.md's import table (or a binary links test code)
+modules-check: ## fail when a go.mod exists that MODULES lacks (or MODULES names a folder without one), or a module wants another Go
+	@found=$$(find . -name go.mod -not -path './.*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort); \
+	listed=$$(printf '%s\n' $(MODULES) | sort); \
+	if [ "$$found" != "$$listed" ]; then \
+	  echo "modules-check: the Makefile's MODULES ($$(echo $$listed)) differ from the folders with a go.mod ($$(echo $$found))"; exit 1; fi; \
+	want=$$(grep -m1 '^go ' go.mod); \
+	for m in $(MODULES); do \
+	  [ "$$(grep -m1 '^go ' $$m/go.mod)" = "$$want" ] || { echo "modules-check: $$m/go.mod does not say '$$want' as go.mod does"; exit 1; }; \
+	done
+	@echo "modules-check: ok"
+
+deps-check: ## fail when an import or a module's graph breaks DESIGN.md's import table (or a binary links test code)
 	@GO=$(GO) .ci/deps-check.sh
 
 test-waits: ## fail on a wait in a _test.go file with no deadline (bare <-x.Done(), unbounded for {)

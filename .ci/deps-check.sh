@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
-# deps-check: DESIGN.md's import table ("Layout"), checked with `go list`.
-# Each package's non-test imports must be in its row; a package in no row
-# fails too (add it to the table and here). Prints every violation as
-# "deps-check: <package> imports <import>: <rule>" and exits 1 if any.
+# deps-check: DESIGN.md's import table ("Layout"), checked with `go list` in
+# every module of the repository (each folder with a go.mod; README,
+# "Layout"). Each package's non-test imports must be in its row; a package
+# in no row fails too (add it to the table and here). Each module's graph
+# (`go list -m all`) must lack the modules its row denies; a module in no
+# row fails too. Prints every violation as
+# "deps-check: <package> imports <import>: <rule>" (or "deps-check: module
+# <folder> has <module> in its graph: <rule>") and exits 1 if any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
-mod=$($GO list -m)
+export GOWORK=off
+mod=github.com/fusebox-dev/fusebox
 fail=0
 bad() { echo "deps-check: $1 imports $2: $3"; fail=1; }
+badmod() { echo "deps-check: module $1 has $2 in its graph: $3"; fail=1; }
 
-# The module's packages, relative to the module path ("" is the root).
+# The repository's packages, relative to the root module's path ("" is the
+# root); the import paths of nested modules continue it.
 rel() { local p=${1#"$mod"}; echo "${p#/}"; }
+
+# The modules: the folders holding a go.mod ("." is the root).
+modules=$(find . -name go.mod -not -path './.*' -not -path '*/testdata/*' -printf '%h\n' | sed 's|^\./||' | sort)
 
 PROTO='sharedstate|protocol|protocol/fuseboxv1|protocol/convert'
 
-# rule PKG -> sets ALLOW (regex of module packages it may import, relative)
-# and DENY (regex of other modules' packages it must not import directly),
+# rule PKG -> sets ALLOW (regex of Fusebox packages it may import, relative)
+# and DENY (regex of other projects' packages it must not import directly),
 # and WHY (the row). Returns 1 for packages the table does not cover.
 rule() {
   ALLOW='^$'; DENY='^$'; WHY=''
@@ -77,41 +87,95 @@ rule() {
   esac
 }
 
-while read -r pkg imports; do
-  p=$(rel "$pkg")
-  if ! rule "$p"; then
-    bad "$p" "-" "package is in no row of DESIGN.md's import table"
-    continue
+# modrule DIR -> sets DENYMOD (regex of module paths the graph of the
+# module in DIR must not hold) and WHYMOD (the row). Returns 1 for modules
+# the table does not cover. The Kubernetes API types and kustomize are
+# deploy's (etcd's server brings k8s.io/klog and k8s.io/utils, which are
+# not them).
+K8S='^k8s\.io/(api|apimachinery)$|^sigs\.k8s\.io/kustomize/'
+modrule() {
+  DENYMOD='^$'; WHYMOD=''
+  case "$1" in
+    .)
+      DENYMOD="^go\.etcd\.io/|hashicorp/memberlist|redis/go-redis|chromedp|k8s\.io/|^$mod/"
+      WHYMOD='the root module (sharedstate, protocol, clientlib: what a service links) requires no etcd, bbolt, memberlist, Redis, chromedp, Kubernetes library or other Fusebox module' ;;
+    sharedstate/store)
+      DENYMOD="hashicorp/memberlist|redis/go-redis|chromedp|$K8S|^$mod/"
+      WHYMOD='the store module requires the root module and etcd only' ;;
+    protocol/gossip)
+      DENYMOD="^go\.etcd\.io/|redis/go-redis|chromedp|k8s\.io/|^$mod/"
+      WHYMOD='the gossip module requires the root module and memberlist only' ;;
+    clientlib/idempotency/redisstore)
+      DENYMOD="^go\.etcd\.io/|hashicorp/memberlist|chromedp|k8s\.io/|^$mod/"
+      WHYMOD='the redisstore module requires the root module and go-redis only' ;;
+    agent)
+      DENYMOD="redis/go-redis|chromedp|$K8S|^$mod/(coordinator|cmd|deploy|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the agent module requires the root, store and gossip modules (never coordinator), no Redis, chromedp or Kubernetes API' ;;
+    coordinator)
+      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the coordinator module requires the root, store, gossip and (for its tests) agent modules, no Redis or Kubernetes API' ;;
+    cmd)
+      DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the binaries link no Redis and no Kubernetes API (deploy tests only)' ;;
+    deploy)
+      DENYMOD="redis/go-redis|^$mod/clientlib/idempotency/redisstore\$"
+      WHYMOD='the deploy module (manifests and their tests) requires the agent and coordinator modules, kustomize and k8s.io/api' ;;
+    *) return 1 ;;
+  esac
+}
+
+for m in $modules; do
+  if ! modrule "$m"; then
+    badmod "$m" "-" "module is in no row of deps-check's module table (modrule)"
+  else
+    graph=$(cd "$m" && $GO list -m -f '{{if not .Main}}{{.Path}}{{end}}' all)
+    for d in $(grep -E "$DENYMOD" <<<"$graph" || true); do
+      badmod "$m" "$d" "$WHYMOD"
+    done
   fi
-  for imp in $imports; do
-    case "$imp" in
-      "$mod" | "$mod"/*)
-        r=$(rel "$imp")
-        [[ $r =~ $ALLOW ]] || bad "$p" "$r" "$WHY" ;;
-      *.*/*) # another module
-        if [[ $imp =~ $DENY ]]; then bad "$p" "$imp" "$WHY"; fi ;;
-      *) ;; # the standard library
-    esac
-  done
-done < <($GO list -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
 
-# clientlib pulls in neither etcd nor memberlist, not even indirectly, and
-# Redis only through redisstore.
-while read -r pkg; do
-  for d in $($GO list -deps "$pkg" | grep -E 'go\.etcd\.io|hashicorp/memberlist' || true); do
-    bad "$(rel "$pkg")" "$d" "clientlib must not pull in etcd or memberlist (indirectly either)"
-  done
-  case "$pkg" in */redisstore) continue ;; esac
-  for d in $($GO list -deps "$pkg" | grep -E 'redis' | grep -v "^$mod/" || true); do
-    bad "$(rel "$pkg")" "$d" "Redis only in clientlib/idempotency/redisstore"
-  done
-done < <($GO list ./clientlib/...)
+  # -e: a package whose import does not resolve (a module its go.mod lacks)
+  # is still listed, and judged by its row.
+  imports=$(cd "$m" && $GO list -e -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
+  pkgs=$(cut -d' ' -f1 <<<"$imports")
+  while read -r pkg imps; do
+    [ -n "$pkg" ] || continue # a module without packages
+    p=$(rel "$pkg")
+    if ! rule "$p"; then
+      bad "$p" "-" "package is in no row of DESIGN.md's import table"
+      continue
+    fi
+    for imp in $imps; do
+      case "$imp" in
+        "$mod" | "$mod"/*)
+          r=$(rel "$imp")
+          [[ $r =~ $ALLOW ]] || bad "$p" "$r" "$WHY" ;;
+        *.*/*) # another module
+          if [[ $imp =~ $DENY ]]; then bad "$p" "$imp" "$WHY"; fi ;;
+        *) ;; # the standard library
+      esac
+    done
+  done <<<"$imports"
 
-# No binary links package testing, a test-helper package or the simulated
-# network.
-for b in $($GO list ./cmd/... | grep -v /internal/); do
-  for d in $($GO list -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/protocol/gossip/simnet$' || true); do
-    bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers and the simulated network belong in packages only tests and scale runs import)"
+  # clientlib pulls in neither etcd nor memberlist, not even indirectly, and
+  # Redis only through redisstore.
+  for pkg in $(grep -E "^$mod/clientlib(/|\$)" <<<"$pkgs" || true); do
+    deps=$(cd "$m" && $GO list -e -deps "$pkg")
+    for d in $(grep -E 'go\.etcd\.io|hashicorp/memberlist' <<<"$deps" || true); do
+      bad "$(rel "$pkg")" "$d" "clientlib must not pull in etcd or memberlist (indirectly either)"
+    done
+    case "$pkg" in */redisstore) continue ;; esac
+    for d in $(grep -E 'redis' <<<"$deps" | grep -v "^$mod/" || true); do
+      bad "$(rel "$pkg")" "$d" "Redis only in clientlib/idempotency/redisstore"
+    done
+  done
+
+  # No binary links package testing, a test-helper package or the simulated
+  # network.
+  for b in $(grep -E "^$mod/cmd/" <<<"$pkgs" | grep -v /internal/ || true); do
+    for d in $(cd "$m" && $GO list -e -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/protocol/gossip/simnet$' || true); do
+      bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers and the simulated network belong in packages only tests and scale runs import)"
+    done
   done
 done
 

@@ -2,12 +2,14 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,7 +36,13 @@ import (
 // variable so that builds stamp it: go build -ldflags "-X
 // github.com/fusebox-dev/fusebox/agent.Version=v1.2.3" (the container image
 // does, deploy/docker/Dockerfile).
-var Version = "0.1.0"
+var Version = "0.2.0-dev"
+
+// KeyFileName is the file in Config.DataDir that holds the agent's gossip
+// signing key (created at first start, mode 0600; gossip.LoadOrCreateKey).
+// Keep it with the data directory: the fleet knows the agent by it, and the
+// records the agent proposed verify only with it.
+const KeyFileName = "gossip-ed25519.key"
 
 // ShutdownMessage is the message of the codes.Unavailable status with which
 // the agent ends open Session streams when it shuts down. clientlib treats
@@ -112,6 +120,8 @@ type Agent struct {
 	gossip  *gossip.Gossip
 	gsp     atomic.Pointer[gossip.Gossip] // gossip, for the handler (memberlist may call it before New returns)
 	keyring *memberlist.Keyring           // nil without encryption
+	signer  ed25519.PrivateKey            // signs this agent's rows and records
+	keys    *gossip.KeyDirectory          // the etcd member entries' keys; nil without etcd
 	reg     *prometheus.Registry
 	m       *metrics
 	hub     *hub
@@ -134,6 +144,9 @@ type Agent struct {
 	regKick  chan struct{}                 // etcdSync changed: update the registration
 
 	policies policyState
+
+	sessionBytes atomic.Int64 // dependency state all sessions hold (--max-sessions-bytes)
+	reportRate   reportRates  // Report's rate buckets, per dependency
 
 	ctx      context.Context // canceled by Close
 	cancel   context.CancelFunc
@@ -190,11 +203,15 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			return nil, err
 		}
 	}
+	if a.signer, err = gossip.LoadOrCreateKey(filepath.Join(cfg.DataDir, KeyFileName)); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
 
 	a.hub = newHub()
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
 		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
+		IdleRetention: cfg.IdleRetention,
 		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
 	}
 	if a.eng, err = sharedstate.NewEngine(ec); err != nil {
@@ -240,6 +257,26 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.httpSrv = timeouts.Server(a.httpHandler())
 
+	// etcd before gossip: the member entries are where peers' keys come from.
+	if a.opts.etcdClient != nil {
+		a.etcd = a.opts.etcdClient
+	} else if len(cfg.Etcd) > 0 {
+		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
+			return nil, err
+		}
+		a.ownEtcd = true
+	}
+	if a.etcd != nil {
+		if a.store, err = store.New(store.Config{Client: a.etcd, Prefix: cfg.EtcdPrefix, Clock: a.clock}); err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		a.keys = gossip.NewKeyDirectory(a.lookupKey)
+		a.keys.Set(gossip.KeyEntry{Node: cfg.Name, Key: a.signer.Public().(ed25519.PublicKey)})
+	} else {
+		// No etcd: the cache or the defaults are all the policies there are.
+		a.policiesLoaded.Store(true)
+	}
+
 	gc := gossip.DefaultConfig()
 	gc.Name = cfg.Name
 	gc.BindAddr = cfg.GossipAddr
@@ -255,6 +292,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.Events = (*memberEvents)(a)
 	gc.Logger = a.lg
 	gc.Transport = a.opts.transport
+	gc.Signer = a.signer
+	if a.keys != nil {
+		gc.Keys = a.keys.Key
+	}
 	a.gossip, err = gossip.New(gc)
 	if err != nil {
 		return nil, cliflag.AsListenError("gossip-addr", cfg.GossipAddr, err)
@@ -269,23 +310,6 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			}
 			return nil, fmt.Errorf("agent: proxy-addr: %w", err)
 		}
-	}
-
-	if a.opts.etcdClient != nil {
-		a.etcd = a.opts.etcdClient
-	} else if len(cfg.Etcd) > 0 {
-		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
-			return nil, err
-		}
-		a.ownEtcd = true
-	}
-	if a.etcd != nil {
-		if a.store, err = store.New(store.Config{Client: a.etcd, Prefix: cfg.EtcdPrefix, Clock: a.clock}); err != nil {
-			return nil, fmt.Errorf("agent: %w", err)
-		}
-	} else {
-		// No etcd: the cache or the defaults are all the policies there are.
-		a.policiesLoaded.Store(true)
 	}
 	return a, nil
 }
@@ -450,6 +474,9 @@ func (a *Agent) release() {
 	}
 	if a.sockLn != nil {
 		os.Remove(a.cfg.Socket)
+	}
+	if a.keys != nil {
+		a.keys.Close()
 	}
 	a.closeEtcd()
 }

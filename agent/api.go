@@ -132,6 +132,7 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 	var refused map[string]bool
 	extra := 0
 	refuse := func(dep string, err error) {
+		a.m.refused(err)
 		if refused == nil {
 			refused = map[string]bool{}
 		}
@@ -139,9 +140,8 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 			return
 		}
 		refused[dep] = true
-		a.m.refused(err)
 		if len(resp.Errors) < maxReportErrors {
-			resp.Errors = append(resp.Errors, &fuseboxv1.DependencyError{Dependency: dep, Message: err.Error()})
+			resp.Errors = append(resp.Errors, &fuseboxv1.DependencyError{Dependency: clipName(dep), Message: err.Error()})
 		} else {
 			extra++
 		}
@@ -158,6 +158,10 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 			continue
 		}
 		n := uint64(max(o.GetCount(), 1))
+		if err := a.takeReport(dep, n); err != nil {
+			refuse(dep, err)
+			continue
+		}
 		if err := a.eng.AddCounts(dep, countsFor(convert.AttemptKind(o.GetKind()), oc, n)); err != nil {
 			refuse(dep, err)
 			continue
@@ -200,10 +204,11 @@ func countsFor(kind sharedstate.AttemptKind, o sharedstate.Outcome, n uint64) sh
 	return c
 }
 
-// probeResult feeds a probe's result to the engine; a resulting transition
-// goes straight out.
+// probeResult feeds a probe's result to the engine, slow or not (half-open
+// judges a slow probe by the slow-call rule); a resulting transition goes
+// straight out.
 func (a *Agent) probeResult(p *fuseboxv1.ProbeResult) {
-	if rec, ok := a.eng.ProbeResult(p.GetDependency(), p.GetSuccess()); ok {
+	if rec, ok := a.eng.ProbeOutcome(p.GetDependency(), sharedstate.OutcomeOf(!p.GetSuccess(), p.GetSlow())); ok {
 		a.proposeNow(rec)
 	}
 }
@@ -236,7 +241,7 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 	defer sess.close() // after remove: the remaining sessions are told
 	defer a.hub.remove(sess)
 	a.m.sessionsOpened.Inc()
-	a.lg.Debug("session opened", "service", hello.GetService(), "instance", hello.GetInstance())
+	a.lg.Debug("session opened", "service", clipName(hello.GetService()), "instance", clipName(hello.GetInstance()))
 
 	def := a.eng.Policy(sharedstate.DefaultPolicyName)
 	welcome := &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: &fuseboxv1.Welcome{
@@ -281,7 +286,8 @@ type session struct {
 	subs    map[string]struct{}
 	pending map[string]struct{}
 	errs    []*fuseboxv1.DependencyError
-	refused map[string]bool // names already reported as refused (bounded)
+	refused map[string]bool // names already reported as refused (clipped, bounded)
+	bytes   int64           // dependency state held, against --max-session-bytes (guarded by mu)
 
 	sent map[string]sentSnapshot // owned by the sender
 
@@ -358,31 +364,44 @@ func (s *session) subscribe(deps []string) {
 				continue
 			}
 		}
-		s.follow(dep)
+		if _, err := s.follow(dep); err != nil {
+			s.refuse(dep, err)
+		}
 	}
 	s.signal()
 }
 
-// follow adds dep to the subscriptions (bounded by maxDependencies) and
-// marks it pending. It reports whether dep is followed now (false: past
-// the bound) and whether this call added it.
-func (s *session) follow(dep string) (followed, added bool) {
+// follow adds dep to the subscriptions (bounded by maxDependencies and
+// the session byte bounds) and marks it pending. It returns whether this
+// call added it, or why dep cannot be followed.
+func (s *session) follow(dep string) (added bool, err error) {
 	s.mu.Lock()
-	_, ok := s.subs[dep]
-	if ok || len(s.subs) >= s.a.cfg.MaxDependencies {
+	if _, ok := s.subs[dep]; ok {
 		s.mu.Unlock()
-		return ok, false
+		return false, nil
+	}
+	if len(s.subs) >= s.a.cfg.MaxDependencies {
+		s.mu.Unlock()
+		return false, fmt.Errorf("%w: %s not followed: this session follows --max-dependencies=%d", sharedstate.ErrTooManyDependencies,
+			clipName(dep), s.a.cfg.MaxDependencies)
+	}
+	if err := s.reserve(dep); err != nil {
+		s.mu.Unlock()
+		return false, err
 	}
 	s.subs[dep] = struct{}{}
 	s.pending[dep] = struct{}{}
 	s.mu.Unlock()
 	s.a.hub.follow(dep)
 	s.a.hub.changed(dep) // every follower's process share changed
-	return true, true
+	return true, nil
 }
 
+// refuse reports a refusal to the client once per name (remembered clipped:
+// a name someone else chose is kept by its first 64 bytes at most).
 func (s *session) refuse(dep string, err error) {
 	s.a.m.refused(err)
+	dep = clipName(dep)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refused[dep] {
@@ -400,10 +419,11 @@ func (s *session) refuse(dep string, err error) {
 func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 	a := s.a
 	counted := a.m.outcomes.WithLabelValues("session")
-	// followed holds the dependencies this loop saw followed, so that a
-	// delta of one costs no lock (subscriptions are never removed; this is
-	// a subset of subs, bounded like it).
-	followed := map[string]struct{}{}
+	// followed holds the dependencies this loop saw followed and their
+	// rate buckets, so that a delta of one costs no lock (subscriptions
+	// are never removed; this is a subset of subs, bounded like it).
+	followed := map[string]*rateBucket{}
+	rate := float64(a.cfg.MaxReportRate)
 	for {
 		req, err := stream.Recv()
 		if err != nil {
@@ -415,24 +435,48 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 		}
 		var outcomes uint64
 		newDeps := false
+		now := a.clock.Now()
 		for _, dc := range d.GetDeltas() {
 			dep := dc.GetDependency()
 			c := convert.CountsFromProto(dc.GetCounts())
+			b, ok := followed[dep]
+			if !ok {
+				// A dependency new to this loop: a valid name, and room in
+				// the session's state, before anything is counted.
+				if err := sharedstate.ValidateDependencyName(dep); err != nil {
+					s.refuse(dep, err)
+					newDeps = true
+					continue
+				}
+				added, err := s.follow(dep)
+				if err != nil {
+					s.refuse(dep, err)
+					newDeps = true
+					continue
+				}
+				b = &rateBucket{}
+				followed[dep] = b
+				newDeps = newDeps || added
+			}
+			if err := c.CheckDelta(); err != nil {
+				s.refuse(dep, err)
+				newDeps = true
+				continue
+			}
+			n := c.Requests() + c.Rejected
+			if !b.take(now, n, rate) {
+				s.refuse(dep, a.rateErr(dep, n))
+				newDeps = true
+				continue
+			}
 			if err := a.eng.AddCounts(dep, c); err != nil {
 				s.refuse(dep, err)
 				newDeps = true
 				continue
 			}
-			outcomes += c.Requests() + c.Rejected
+			outcomes += n
 			if dc.InFlight != nil {
 				s.reportInFlight(dep, dc.GetInFlight())
-			}
-			if _, ok := followed[dep]; !ok {
-				ok, added := s.follow(dep)
-				if ok {
-					followed[dep] = struct{}{}
-				}
-				newDeps = newDeps || added || !ok
 			}
 		}
 		for _, p := range d.GetProbeResults() {

@@ -365,6 +365,101 @@ func TestClientlibThroughRealAgents(t *testing.T) {
 		}
 	})
 
+	// (f) A dependency that answers every call, at 1.5 × slowCallDuration:
+	// its slow calls trip the breaker, and half-open judges the probes by
+	// the same rule. clientlib reports each probe slow, the agent reopens
+	// the breaker on it (never closing it while the calls are slow), and it
+	// closes once the calls are fast again.
+	t.Run("slow probes keep the breaker open", func(t *testing.T) {
+		const (
+			name = "pricing-api"
+			slow = 75 * time.Millisecond // 1.5 × slowCallDuration
+		)
+		w.putPolicy(t, name, `{"breaker":{"slowCallDuration":"50ms","slowCallRateThreshold":0.5,"openDuration":"500ms","maxOpenDuration":"500ms",`+
+			`"fleetMaxOpenDuration":"500ms","probeSuccessThreshold":1,"probeTimeout":"5s","rampDuration":"0s"}}`, func(p sharedstate.Policy) bool {
+			return p.Breaker.SlowCallDuration == sharedstate.Duration(50*time.Millisecond) && p.Breaker.OpenDuration == sharedstate.Duration(500*time.Millisecond)
+		})
+		deps := make([]*clientlib.Dependency, len(w.agents))
+		for i, a := range w.agents {
+			deps[i] = newClient(t, a, fmt.Sprintf("catalog-%d", i), func(c *clientlib.Config) {
+				c.Dependencies = []string{name}
+				c.AgentWait = 5 * time.Second // every probe is the agent's decision
+			}).Dependency(name)
+		}
+		fromAgent(t, deps...)
+		var latency atomic.Int64
+		latency.Store(int64(slow))
+		var probes, slowProbes atomic.Int64
+		call := func(d *clientlib.Dependency) error {
+			return d.Do(context.Background(), clientlib.NonRetryable, func(ctx context.Context, a clientlib.Attempt) error {
+				l := time.Duration(latency.Load())
+				if a.Probe {
+					probes.Add(1)
+					if l >= slow {
+						slowProbes.Add(1)
+					}
+				}
+				tm := time.NewTimer(l) // the dependency's answer time
+				defer tm.Stop()
+				select {
+				case <-tm.C:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			})
+		}
+		// Traffic from every client until stop: slow, then fast.
+		ctx, stop := context.WithCancel(context.Background())
+		var wg sync.WaitGroup
+		for _, d := range deps {
+			for range 2 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					pace := time.NewTimer(0)
+					defer pace.Stop()
+					for ctx.Err() == nil {
+						err := call(d)
+						if err != nil && !errors.Is(err, clientlib.ErrOpen) {
+							t.Errorf("call: %v", err)
+							return
+						}
+						pace.Reset(5 * time.Millisecond) // a caller's pace, so that refusals do not spin
+						select {
+						case <-pace.C:
+						case <-ctx.Done():
+						}
+					}
+				}()
+			}
+		}
+		defer func() { stop(); wg.Wait() }()
+		eng := w.agents[0].Engine()
+		sstest.Eventually(t, 20*time.Second, "slow calls open the breaker and slow probes reopen it twice", func() bool {
+			s := eng.Snapshot(name)
+			return s != nil && s.State != sharedstate.Closed && s.OpenCount >= 3
+		})
+		// Every transition since the trip was a reopen: a close would have
+		// reset the open count (a trip starts it at 1).
+		if s := eng.Snapshot(name); s.OpenCount != uint32(s.Generation) {
+			t.Errorf("generation %d, open count %d: the breaker closed while every call was slow", s.Generation, s.OpenCount)
+		}
+		if slowProbes.Load() == 0 {
+			t.Fatalf("%d probes, none slow: half-open was not exercised", probes.Load())
+		}
+		latency.Store(int64(time.Millisecond))
+		sstest.Eventually(t, 20*time.Second, "fast calls close the breaker on every agent", func() bool {
+			for _, a := range w.agents {
+				if s := a.Engine().Snapshot(name); s == nil || s.State != sharedstate.Closed {
+					return false
+				}
+			}
+			return true
+		})
+		t.Logf("%d probes, %d of them slow", probes.Load(), slowProbes.Load())
+	})
+
 	// (e) Two services chained over HTTP, each on its own agent: the top
 	// one owns retries, the middle one makes single attempts, so one user
 	// request reaches the bottom dependency 3 times (maxAttempts), not 9.

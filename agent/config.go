@@ -34,7 +34,11 @@ const (
 	DefaultTickInterval    = 100 * time.Millisecond
 	DefaultShutdownTimeout = 5 * time.Second
 	DefaultMemberTTL       = 10 * time.Second
-	DefaultMaxDependencies = 10000
+	// DefaultMaxDependencies fits the manifests' 256 MiB memory limit:
+	// an agent at the cap with every dependency in use peaks at ~150 MiB
+	// while /metrics is scraped (BenchmarkAgentAtTheCap; at 10,000,
+	// 276 MiB: README "Sizing").
+	DefaultMaxDependencies = 5000
 	// DefaultMaxSessions is the default of Config.MaxSessions.
 	DefaultMaxSessions   = 1024
 	DefaultKeyringReload = 10 * time.Second
@@ -93,7 +97,7 @@ type Config struct {
 	// speak for a member).
 	InsecureGossip bool
 	// MaxDependencies caps how many dependencies this agent tracks (optional,
-	// default 10000).
+	// default DefaultMaxDependencies, 5000).
 	MaxDependencies int
 	// MaxRowsPerNode caps the rows (one per dependency) this agent keeps
 	// from any one other agent (optional, default 1000); more are dropped
@@ -121,6 +125,25 @@ type Config struct {
 	// one more is refused with ResourceExhausted (optional, default
 	// DefaultMaxSessions).
 	MaxSessions int
+	// MaxSessionBytes bounds the dependency state one session holds: each
+	// dependency it follows counts its name and 256 bytes; one more is
+	// refused (reason session_bytes) and its deltas with it (optional,
+	// default DefaultMaxSessionBytes).
+	MaxSessionBytes int
+	// MaxSessionsBytes bounds the same for all sessions together
+	// (optional, default DefaultMaxSessionsBytes).
+	MaxSessionsBytes int
+	// IdleRetention is how long a dependency whose breaker ever moved is
+	// kept while no agent reports traffic for it; then every agent forgets
+	// it, whatever its record, and refuses copies of that record for as
+	// long again (optional, default 1h; a dependency whose breaker never
+	// moved is forgotten after 2×window).
+	IdleRetention time.Duration
+	// MaxReportRate bounds the outcomes one session, and all Report calls
+	// together, may report for one dependency per second (a second's worth
+	// at once); a delta past it is refused whole (reason rate_exceeded),
+	// never capped (optional, default DefaultMaxReportRate).
+	MaxReportRate int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -207,6 +230,10 @@ func DefaultConfig() Config {
 		ProposerDelay:    sharedstate.DefaultProposerDelay,
 		RejoinInterval:   2 * time.Second,
 		MaxSessions:      DefaultMaxSessions,
+		MaxSessionBytes:  DefaultMaxSessionBytes,
+		MaxSessionsBytes: DefaultMaxSessionsBytes,
+		MaxReportRate:    DefaultMaxReportRate,
+		IdleRetention:    sharedstate.DefaultIdleRetention,
 		LogFormat:        "text",
 		LogLevel:         "info",
 		GossipInterval:   gossip.DefaultGossipInterval,
@@ -301,6 +328,15 @@ func (c Config) validate(inProcessAPI bool) error {
 	if c.MaxSessions <= 0 {
 		bad("max-sessions", "must be > 0, got %d", c.MaxSessions)
 	}
+	if c.MaxSessionBytes < 1024 {
+		bad("max-session-bytes", "must be at least 1024, got %d", c.MaxSessionBytes)
+	}
+	if c.MaxSessionsBytes < c.MaxSessionBytes {
+		bad("max-sessions-bytes", "must be at least --max-session-bytes (%d), got %d", c.MaxSessionBytes, c.MaxSessionsBytes)
+	}
+	if c.MaxReportRate <= 0 {
+		bad("max-report-rate", "must be > 0, got %d", c.MaxReportRate)
+	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("agent config: "+v))
 	}
@@ -318,6 +354,7 @@ func (c Config) validate(inProcessAPI bool) error {
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
 	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
 	positive("rejoin-interval", c.RejoinInterval, 10*time.Millisecond)
+	positive("idle-retention", c.IdleRetention, 100*time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)
 	}

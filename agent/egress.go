@@ -46,9 +46,9 @@ func (e egressEngine) Record(dep string, kind sharedstate.AttemptKind, o shareds
 	}
 }
 
-// ProbeResult implements proxy.Engine: a transition goes straight out.
-func (e egressEngine) ProbeResult(dep string, success bool) {
-	if rec, ok := e.a.eng.ProbeResult(dep, success); ok {
+// ProbeOutcome implements proxy.Engine: a transition goes straight out.
+func (e egressEngine) ProbeOutcome(dep string, o sharedstate.Outcome) {
+	if rec, ok := e.a.eng.ProbeOutcome(dep, o); ok {
 		e.a.proposeNow(rec)
 	}
 }

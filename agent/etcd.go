@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
@@ -340,7 +342,8 @@ func (a *Agent) etcdSyncChanged() {
 // member is the agent's registration in etcd.
 func (a *Agent) member() store.Member {
 	return store.Member{Node: a.cfg.Name, Role: string(gossip.RoleAgent), Zone: a.cfg.Zone, Version: Version,
-		GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr(), Etcd: a.etcdSync()}
+		GossipAddr: a.GossipAddr(), APIAddr: a.GRPCAddr(), Etcd: a.etcdSync(),
+		PublicKey: gossip.EncodeKey(a.signer.Public().(ed25519.PublicKey)), Wire: int(protocol.MaxVersion)}
 }
 
 // registerLoop keeps members/<name> registered on a concurrency.Session
@@ -458,6 +461,8 @@ func (a *Agent) joinTargets() []string {
 		cancel()
 		if err != nil && len(members) == 0 {
 			a.lg.Debug("etcd members list failed", "err", err)
+		} else {
+			a.keys.Replace(keyEntries(members))
 		}
 		for _, m := range members {
 			if m.Node == a.cfg.Name || m.GossipAddr == "" || seen[m.GossipAddr] {
@@ -465,6 +470,27 @@ func (a *Agent) joinTargets() []string {
 			}
 			seen[m.GossipAddr] = true
 			out = append(out, m.GossipAddr)
+		}
+	}
+	return out
+}
+
+// lookupKey reads one node's key from its etcd member entry (the gossip
+// layer asks for nodes it has not seen listed yet).
+func (a *Agent) lookupKey(ctx context.Context, node string) (gossip.KeyEntry, bool, error) {
+	m, found, err := a.store.GetMember(ctx, node)
+	if err != nil || !found {
+		return gossip.KeyEntry{}, false, err
+	}
+	e, ok := gossip.RegisteredKey(m.Node, m.PublicKey)
+	return e, ok, nil
+}
+
+func keyEntries(members []store.MemberEntry) []gossip.KeyEntry {
+	out := make([]gossip.KeyEntry, 0, len(members))
+	for _, m := range members {
+		if e, ok := gossip.RegisteredKey(m.Node, m.PublicKey); ok {
+			out = append(out, e)
 		}
 	}
 	return out

@@ -262,6 +262,12 @@ func failures(dep string, n uint32) *fuseboxv1.ReportRequest {
 		Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: n}}}
 }
 
+func successes(dep string, n uint32) *fuseboxv1.ReportRequest {
+	r := failures(dep, n)
+	r.Outcomes[0].Outcome = fuseboxv1.Outcome_OUTCOME_SUCCESS
+	return r
+}
+
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
 
 // value reads the value of a single-series counter or gauge.

@@ -3,6 +3,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -157,6 +158,10 @@ func (m *metrics) refused(err error) {
 		reason = "invalid_name"
 	case errors.Is(err, sharedstate.ErrInvalidDelta):
 		reason = "invalid_delta"
+	case errors.Is(err, ErrRateExceeded):
+		reason = "rate_exceeded"
+	case errors.Is(err, ErrSessionBytes):
+		reason = "session_bytes"
 	}
 	m.refusedDeps.WithLabelValues(reason).Inc()
 }
@@ -172,6 +177,8 @@ type collector struct {
 	local, fleet, fleetNodes, state, localOpen, forced, generation   *prometheus.Desc
 	budget, budgetUsed, permit                                       *prometheus.Desc
 	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
+	wireVersion, memberWire, unknownVersion, badSignatures, sigs     *prometheus.Desc
+	sessionBytes                                                     *prometheus.Desc
 }
 
 func newCollector(a *Agent, m *metrics) *collector {
@@ -197,24 +204,32 @@ func newCollector(a *Agent, m *metrics) *collector {
 		gossipMsgs:        d("gossip_messages_total", "Gossip frames, by direction (in, out) and kind (message, push_pull).", "direction", "kind"),
 		gossipDropped:     d("gossip_dropped_total", "Received gossip frames or items dropped, by reason.", "reason"),
 		queue:             d("gossip_broadcast_queue", "Broadcasts waiting in the transmit queue.", nil...),
-		policies:          d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
-		overrides:         d("overrides", "Overrides in force from etcd or the cache.", nil...),
-		revision:          d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
-		source:            d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
-		local:             d("window_local", "This agent's own counts over the window, by dependency and kind.", "dependency", "kind"),
-		fleet:             d("window_fleet", "The fleet's counts over the window as this agent sees them, by dependency and kind.", "dependency", "kind"),
-		fleetNodes:        d("window_fleet_nodes", "Nodes with counts for the dependency over the window.", "dependency"),
-		state:             d("breaker_state", "1 for the breaker state governing this agent (closed, open, half_open).", "dependency", "state"),
-		localOpen:         d("breaker_local_open", "1 while this node's own breaker for the dependency is open or half-open.", "dependency"),
-		forced:            d("breaker_override", "1 while an operator override is in force (forced_open, forced_closed).", "dependency", "override"),
-		generation:        d("breaker_generation", "Generation of the breaker record in force.", "dependency"),
-		budget:            d("retry_budget", "Retries the fleet (or zone) may make over the window.", "dependency"),
-		budgetUsed:        d("retry_budget_used_ratio", "Retries made over the window divided by the retry budget.", "dependency"),
-		permit:            d("probe_permit", "1 while this agent holds a half-open probe permit.", "dependency"),
+		wireVersion: d("gossip_wire_version", "The gossip frame version this agent sends: its own, or the lowest an alive member speaks "+
+			"when that is lower (a rolling upgrade).", nil...),
+		memberWire:     d("gossip_member_wire_versions", "Alive gossip members by the highest frame version they speak (1: 0.1.x).", "wire"),
+		unknownVersion: d("gossip_unknown_version_frames_total", "Gossip frames refused because this build does not speak their version, by version.", "version"),
+		badSignatures: d("gossip_bad_signatures_total", "Signed gossip rows and records whose signature is not their claimed origin's, "+
+			"by claimed origin (at most 64 names, the rest as other).", "origin"),
+		sigs:       d("gossip_signatures_total", "Ed25519 signatures this agent made (sign) and checked (verify) for gossip rows and records.", "op"),
+		policies:   d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
+		overrides:  d("overrides", "Overrides in force from etcd or the cache.", nil...),
+		revision:   d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
+		source:     d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
+		local:      d("window_local", "This agent's own counts over the window, by dependency and kind.", "dependency", "kind"),
+		fleet:      d("window_fleet", "The fleet's counts over the window as this agent sees them, by dependency and kind.", "dependency", "kind"),
+		fleetNodes: d("window_fleet_nodes", "Nodes with counts for the dependency over the window.", "dependency"),
+		state:      d("breaker_state", "1 for the breaker state governing this agent (closed, open, half_open).", "dependency", "state"),
+		localOpen:  d("breaker_local_open", "1 while this node's own breaker for the dependency is open or half-open.", "dependency"),
+		forced:     d("breaker_override", "1 while an operator override is in force (forced_open, forced_closed).", "dependency", "override"),
+		generation: d("breaker_generation", "Generation of the breaker record in force.", "dependency"),
+		budget:     d("retry_budget", "Retries the fleet (or zone) may make over the window.", "dependency"),
+		budgetUsed: d("retry_budget_used_ratio", "Retries made over the window divided by the retry budget.", "dependency"),
+		permit:     d("probe_permit", "1 while this agent holds a half-open probe permit.", "dependency"),
 		throttle: d("throttle_probability", "Adaptive throttling: the probability the policy's formula gives over the fleet's (zone's) window "+
 			"at the last tick, applied to first attempts while the breaker is closed (in shadow mode only reported); 0 when throttling is off.", "dependency"),
 		concurrencyLimit: d("concurrency_limit", "This node's share of the policy's concurrency.maxInFlight (0: no limit).", "dependency"),
 		inFlight:         d("in_flight", "Calls in flight to the dependency: this node's clients' (scope node) and the fleet's (scope fleet, as the rows report them).", "dependency", "scope"),
+		sessionBytes:     d("session_bytes", "Bytes of dependency state the client sessions hold, as --max-session-bytes and --max-sessions-bytes count them.", nil...),
 	}
 }
 
@@ -222,7 +237,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.ready, c.deps, c.depsMax, c.depsEvicted, c.depsRefusedEngine,
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
 		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
-		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight} {
+		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight,
+		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes} {
 		ch <- d
 	}
 }
@@ -256,20 +272,27 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.depsEvicted, float64(st.Evicted))
 	counter(c.depsRefusedEngine, float64(st.RefusedDependencies))
 	gauge(c.sessions, float64(a.hub.count()))
+	gauge(c.sessionBytes, float64(a.sessionBytes.Load()))
 
 	if a.gossip != nil {
 		type key struct{ role, state string }
 		members := map[key]int{}
+		wires := map[int]int{}
 		for _, m := range a.gossip.Members() {
 			role := string(m.Meta.Role)
 			if role != string(gossip.RoleAgent) && role != string(gossip.RoleObserver) {
 				role = "unknown"
 			}
 			members[key{role, m.State}]++
+			wires[min(m.Meta.WireVersion(), 255)]++
 		}
 		for k, n := range members {
 			gauge(c.members, float64(n), k.role, k.state)
 		}
+		for w, n := range wires {
+			gauge(c.memberWire, float64(n), strconv.Itoa(w))
+		}
+		gauge(c.wireVersion, float64(a.gossip.SendVersion()))
 		gs := a.gossip.Stats()
 		for _, kind := range gossip.Kinds {
 			counter(c.gossipBytes, float64(gs.BytesIn[kind]), "in", kind)
@@ -280,6 +303,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		for _, r := range gossip.DropReasons {
 			counter(c.gossipDropped, float64(gs.Dropped[r]), r)
 		}
+		for v, n := range gs.UnknownVersions {
+			counter(c.unknownVersion, float64(n), v)
+		}
+		for o, n := range gs.BadSignatures {
+			counter(c.badSignatures, float64(n), o)
+		}
+		counter(c.sigs, float64(gs.Signed), "sign")
+		counter(c.sigs, float64(gs.Verified), "verify")
 		gauge(c.queue, float64(a.gossip.QueuedBroadcasts()))
 	}
 

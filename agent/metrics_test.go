@@ -112,7 +112,7 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"fusebox_agent_gossip_messages_total", map[string]string{"direction": "in", "kind": "push_pull"}, func(v float64) bool { return v >= 1 }},
 		{"fusebox_agent_gossip_dropped_total", map[string]string{"reason": "malformed"}, func(v float64) bool { return v == 0 }},
 		{"fusebox_agent_dependencies", nil, func(v float64) bool { return v == 1 }},
-		{"fusebox_agent_dependencies_max", nil, func(v float64) bool { return v == 10000 }},
+		{"fusebox_agent_dependencies_max", nil, func(v float64) bool { return v == DefaultMaxDependencies }},
 		{"fusebox_agent_sessions", nil, func(v float64) bool { return v == 0 }},
 		{"fusebox_agent_policy_source", map[string]string{"source": "default"}, func(v float64) bool { return v == 1 }},
 		{"fusebox_agent_retry_budget", map[string]string{"dependency": dep}, func(v float64) bool { return v > 0 }},
@@ -132,7 +132,8 @@ func TestMetricsEndpoint(t *testing.T) {
 		if _, ok := fams[name]; !ok && !strings.HasSuffix(name, "_override") && !strings.Contains(name, "etcd") &&
 			name != "fusebox_agent_decisions_total" && name != "fusebox_agent_sessions_opened_total" &&
 			name != "fusebox_agent_snapshots_pushed_total" && name != "fusebox_agent_dependencies_refused_total" &&
-			name != "fusebox_agent_policies_rejected_total" && name != "fusebox_agent_cache_write_errors_total" {
+			name != "fusebox_agent_policies_rejected_total" && name != "fusebox_agent_cache_write_errors_total" &&
+			name != "fusebox_agent_gossip_unknown_version_frames_total" && name != "fusebox_agent_gossip_bad_signatures_total" {
 			t.Errorf("documented metric %s not exposed", name)
 		}
 	}

@@ -159,7 +159,9 @@ func TestPartitionHealsAcrossNamespaces(t *testing.T) {
 	}
 	const n = 6
 	bin := filepath.Join(t.TempDir(), "fusebox-agent")
-	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/fusebox-agent").CombinedOutput(); err != nil {
+	build := exec.Command("go", "build", "-o", bin, "./fusebox-agent")
+	build.Dir = "../cmd" // the cmd module
+	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	l := newNetnsLab(t, n)

@@ -106,6 +106,7 @@ func (s *session) close() {
 	}
 	inFlight := s.inFlight
 	s.inFlight = nil
+	s.releaseBytes()
 	s.mu.Unlock()
 	for dep, t := range s.a.hub.leave(follows, inFlight) {
 		_ = s.a.eng.SetInFlight(dep, t)

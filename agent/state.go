@@ -23,6 +23,17 @@ func (h *gossipHandler) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipB
 	return h.apply(b.GetRows(), b.GetRecords(), true)
 }
 
+// KnownRow and KnownRecord make the handler a gossip.Screener: the copies
+// of what the engine holds cost no signature check.
+func (h *gossipHandler) KnownRow(node, dependency string, seq uint64) bool {
+	return (*Agent)(h).eng.RowKnown(node, dependency, seq)
+}
+
+func (h *gossipHandler) KnownRecord(m *fuseboxv1.BreakerRecord) bool {
+	r, ok := convert.RecordFromProto(m)
+	return ok && (*Agent)(h).eng.RecordKnown(r)
+}
+
 func (h *gossipHandler) ApplyState(s *fuseboxv1.PushPullState, join bool) (*fuseboxv1.GossipBatch, int) {
 	// Rows from push-pull are not relayed: their writer heartbeats them.
 	return h.apply(s.GetRows(), s.GetRecords(), false)
@@ -32,13 +43,15 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 	a := (*Agent)(h)
 	var fresh fuseboxv1.GossipBatch
 	refused := 0
+	// The engine validates what it merges, rows and records alike
+	// (MergeRow, MergeRecord): the handler only converts, and counts a
+	// malformed item with the refused ones, any other refusal under its
+	// reason.
 	for _, m := range rows {
-		// MergeRow validates the row: a malformed one is counted with
-		// the refused items, as a malformed record is below.
-		r := convert.RowFromProto(m)
+		r := convert.RowFromProto(m) // a malformed row converts to one MergeRow refuses
 		ok, err := a.eng.MergeRow(r)
 		if err != nil {
-			if errors.Is(err, sharedstate.ErrInvalidRow) || errors.Is(err, sharedstate.ErrInvalidDependencyName) {
+			if invalidItem(err) {
 				refused++
 			} else {
 				a.dropped(err, "node", r.Node, "dependency", r.Dependency)
@@ -50,14 +63,14 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 		}
 	}
 	for _, m := range recs {
-		r, ok := convert.RecordFromProto(m)
-		if !ok || r.Validate() != nil {
-			refused++
-			continue
-		}
+		r, _ := convert.RecordFromProto(m) // an unknown state converts to one MergeRecord refuses
 		changed, err := a.eng.MergeRecord(r)
 		if err != nil {
-			a.dropped(err, "origin", r.Origin, "dependency", r.Dependency, "generation", r.Generation)
+			if invalidItem(err) {
+				refused++
+			} else {
+				a.dropped(err, "origin", r.Origin, "dependency", r.Dependency, "generation", r.Generation)
+			}
 			continue
 		}
 		if changed {
@@ -69,6 +82,12 @@ func (h *gossipHandler) apply(rows []*fuseboxv1.NodeWindow, recs []*fuseboxv1.Br
 		return nil, refused
 	}
 	return &fresh, refused
+}
+
+// invalidItem reports whether the engine refused an item as malformed.
+func invalidItem(err error) bool {
+	return errors.Is(err, sharedstate.ErrInvalidRow) || errors.Is(err, sharedstate.ErrInvalidRecord) ||
+		errors.Is(err, sharedstate.ErrInvalidDependencyName)
 }
 
 // dropped counts an item the engine refused under its reason
@@ -90,10 +109,15 @@ func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 	_, _, s.OverridesRevision, _ = a.policies.counts()
 	budget := a.stateBudget()
 	size := proto.Size(s)
+	g := a.gsp.Load()
 	fits := func(m proto.Message) bool {
-		// A repeated field costs the message, its length and a tag byte.
+		// A repeated field costs the message, its length and a tag byte;
+		// signed, its envelope (and at frame version 1 both).
 		n := proto.Size(m)
 		n += protowire.SizeVarint(uint64(n)) + 1
+		if g != nil {
+			n = g.StateItemSize(m)
+		}
 		if size+n > budget {
 			return false
 		}
@@ -144,6 +168,9 @@ func (e *memberEvents) MemberJoined(m gossip.Member) {
 	}
 	if m.Meta.IsAgent() {
 		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+	}
+	if a.keys != nil {
+		a.keys.Prefetch(m.Name)
 	}
 	a.lg.Info("gossip member joined", "member", m.Name, "addr", m.Addr, "role", m.Meta.Role, "zone", m.Meta.Zone)
 	if m.MetaErr != nil {
@@ -220,13 +247,21 @@ func (a *Agent) proposeNow(r sharedstate.BreakerRecord) {
 }
 
 // onChange is the engine's OnChange hook: push the dependency's snapshot to
-// the sessions that follow it, and drop its metric series once untracked.
+// the sessions that follow it; once untracked, drop its metric series and
+// withdraw its queued record broadcast.
 func (a *Agent) onChange(dep string) {
 	if a.hub != nil {
 		a.hub.changed(dep)
 	}
-	if a.m != nil && a.eng != nil && a.eng.Snapshot(dep) == nil {
-		a.m.forget(dep)
+	if a.eng != nil && a.eng.Snapshot(dep) == nil {
+		if a.m != nil {
+			a.m.forget(dep)
+		}
+		if a.gossip != nil {
+			// Evicted: a record of it still queued for broadcast would
+			// bring it back once the peers' tombstones expire.
+			a.gossip.Forget(dep)
+		}
 	}
 }
 

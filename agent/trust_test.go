@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -14,10 +17,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/protocol"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 // breakerState is what each agent holds, for "nothing changed" checks.
@@ -319,3 +324,194 @@ func TestAtMostThreeProposersAt20Agents(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func rowBatch(rows ...*fuseboxv1.NodeWindow) *fuseboxv1.RowBatch {
+	return &fuseboxv1.RowBatch{Rows: rows}
+}
+
+// insider is a real gossip member: it holds the keyring, joined the fleet
+// and is registered in etcd with a key of its own, as a compromised host
+// would be. It sends whatever frames the test gives it.
+type insider struct {
+	ml   *memberlist.Memberlist
+	meta []byte
+}
+
+func (d *insider) NodeMeta(int) []byte             { return d.meta }
+func (d *insider) NotifyMsg([]byte)                {}
+func (d *insider) GetBroadcasts(int, int) [][]byte { return nil }
+func (d *insider) LocalState(bool) []byte          { return nil }
+func (d *insider) MergeRemoteState([]byte, bool)   {}
+
+func newInsider(t *testing.T, f *fleet, keyringFile string) (*insider, ed25519.PrivateKey) {
+	t.Helper()
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kr, err := gossip.LoadKeyringFile(keyringFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := gossip.NodeMeta{Version: 1, Role: gossip.RoleAgent, Wire: int(protocol.MaxVersion),
+		Key: gossip.EncodeKey(key.Public().(ed25519.PublicKey))}.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &insider{meta: meta}
+	mc := memberlist.DefaultLocalConfig()
+	mc.Name, mc.BindAddr, mc.BindPort = "insider", "127.0.0.1", 0
+	mc.Keyring, mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = kr, true, true
+	mc.Delegate = d
+	mc.LogOutput = io.Discard
+	if d.ml, err = memberlist.Create(mc); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.ml.Shutdown() })
+	reg, err := f.store.Register(ctxT(t, 10*time.Second), store.Member{Node: "insider", Role: "agent",
+		GossipAddr: d.ml.LocalNode().Address(), PublicKey: gossip.EncodeKey(key.Public().(ed25519.PublicKey)), Wire: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Close() })
+	if _, err := d.ml.Join([]string{f.agents[0].GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	return d, key
+}
+
+func (d *insider) sendAll(t *testing.T, f *fleet, b *fuseboxv1.GossipBatch) {
+	t.Helper()
+	frame, err := protocol.Codec{}.EncodeBatch(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range f.agents {
+		if err := d.ml.SendToAddress(memberlist.Address{Addr: a.GossipAddr(), Name: a.Name()}, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// signedItem signs m (a record, or a RowBatch of rows) with key as its
+// origin would.
+func signedItem(t *testing.T, key ed25519.PrivateKey, m proto.Message, context string) *fuseboxv1.SignedItem {
+	t.Helper()
+	body, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := key.Sign(nil, body, &ed25519.Options{Context: context})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fuseboxv1.SignedItem{Body: body, Signature: sig}
+}
+
+// One member cannot speak for another: an insider (keyring, membership and
+// an etcd registration of its own) sends failure rows in two other agents'
+// names at the highest seq, plain and signed with its own key, and records
+// opening a dependency in another agent's name, straight to every agent,
+// again and again. Nothing opens, no dependency appears, the real agents'
+// rows are not locked out; only the dropped counters move, counted under
+// the origins claimed. A genuine row of agent-1 sent again after its copy
+// went stale (a replay of captured bytes) is refused too.
+func TestMemberCannotSpeakForAnother(t *testing.T) {
+	keyring := writeKeyring(t, []byte("0123456789abcdef0123456789abcdef"))
+	f := newFleetWith(t, 3, true, func(c *Config) { c.KeyringFile = keyring })
+	liar, liarKey := newInsider(t, f, keyring)
+	sstest.Eventually(t, 10*time.Second, "every agent sees the insider and knows every member's key", func() bool {
+		for _, a := range f.agents {
+			if len(a.gossip.Members()) != 4 {
+				return false
+			}
+			for _, m := range a.gossip.Members() {
+				if _, st := a.keys.Key(m.Name); st != gossip.KeyKnown {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	before := breakerState(f)
+	const dep = "payments"
+	forgedRow := func(node string) *fuseboxv1.NodeWindow {
+		return &fuseboxv1.NodeWindow{Node: node, Dependency: dep, Seq: math.MaxUint64 - 1,
+			Counts: &fuseboxv1.Counts{FirstAttempts: 500, Failures: 500}, RecentFailures: []uint64{500}}
+	}
+	forgedRecord := &fuseboxv1.BreakerRecord{Dependency: dep, Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
+		SinceUnixNano: time.Now().UnixNano(), OpenCount: 1, Origin: "agent-1", Reason: "forged"}
+	for range 5 {
+		liar.sendAll(t, f, &fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{forgedRow("agent-1"), forgedRow("agent-2")}})
+		liar.sendAll(t, f, &fuseboxv1.GossipBatch{
+			SignedRows: []*fuseboxv1.SignedItem{signedItem(t, liarKey, rowBatch(forgedRow("agent-1")), "fusebox/v2/rows"),
+				signedItem(t, liarKey, rowBatch(forgedRow("agent-2")), "fusebox/v2/rows")},
+			SignedRecords: []*fuseboxv1.SignedItem{signedItem(t, liarKey, forgedRecord, "fusebox/v2/record")}})
+	}
+	defer func() {
+		if t.Failed() {
+			for _, a := range f.agents {
+				t.Logf("%s dropped %v", a.Name(), a.gossip.Stats().Dropped)
+			}
+		}
+	}()
+	sstest.Eventually(t, 10*time.Second, "every forgery counted", func() bool {
+		// Per round: 2 plain rows at each agent; 2 signed rows at agent-0
+		// and 1 at the others (an agent skips rows in its own name), and
+		// the record at each.
+		return dropped(f, "unsigned") >= 2*5*3 && dropped(f, "bad_signature") >= 5*(3+2+2)
+	})
+	for _, a := range f.agents {
+		bad := a.gossip.Stats().BadSignatures
+		if bad["agent-1"] == 0 || (a.Name() != "agent-2" && bad["agent-2"] == 0) || bad["insider"] != 0 {
+			t.Fatalf("%s counts bad signatures by claimed origin %v, want agent-1 and agent-2", a.Name(), bad)
+		}
+	}
+	if after := breakerState(f); after != before {
+		t.Fatalf("forgeries changed the fleet:\nbefore\n%s\nafter\n%s", before, after)
+	}
+	// agent-1's real rows still count everywhere: the forged seq locked
+	// nothing out.
+	if _, err := dial(t, f.agents[1].Agent).Report(ctxT(t, 10*time.Second), successes(dep, 3)); err != nil {
+		t.Fatal(err)
+	}
+	var genuine sharedstate.NodeWindow
+	sstest.Eventually(t, 10*time.Second, "agent-0 holds agent-1's genuine row", func() bool {
+		for _, r := range f.agents[0].eng.Rows(dep) {
+			if r.Node == "agent-1" && r.Counts.Successes == 3 {
+				genuine = r
+				return true
+			}
+		}
+		return false
+	})
+
+	// A replay: agent-1's genuine row, signed with agent-1's own key (as
+	// captured off the wire), sent again once its copy has gone stale.
+	key1, err := gossip.LoadOrCreateKey(filepath.Join(f.agents[1].cfg.DataDir, KeyFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	replay := convert.RowToProto(genuine)
+	// agent-1 reports nothing more: its row empties with its window, and
+	// agent-0 drops it 2×window after the last one arrived.
+	sstest.Eventually(t, 20*time.Second, "agent-1's row stale on agent-0", func() bool {
+		return len(f.agents[0].eng.Rows(dep)) == 0
+	})
+	replayedBefore := f.agents[0].gossip.Stats().Dropped["replayed"]
+	frame, err := protocol.Codec{}.EncodeBatch(&fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{signedItem(t, key1, rowBatch(replay), "fusebox/v2/rows")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := liar.ml.SendToAddress(memberlist.Address{Addr: f.agents[0].GossipAddr(), Name: "agent-0"}, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sstest.Eventually(t, 10*time.Second, "the replay refused", func() bool {
+		return f.agents[0].gossip.Stats().Dropped["replayed"] > replayedBefore
+	})
+	if rows := f.agents[0].eng.Rows(dep); len(rows) != 0 {
+		t.Fatalf("a replayed row was merged: %+v", rows)
+	}
+}

@@ -177,14 +177,14 @@ func (t *token) finish(o Outcome) {
 	switch o {
 	case Success:
 		sp.record(false, slow)
-		st.finishProbe(t.g, true)
+		st.finishProbe(t.g, true, slow)
 	case Timeout:
 		sp.record(true, true)
-		st.finishProbe(t.g, false)
+		st.finishProbe(t.g, false, true)
 	case Abandoned:
 	default:
 		sp.record(true, slow)
-		st.finishProbe(t.g, false)
+		st.finishProbe(t.g, false, slow)
 	}
 	if t.slot {
 		st.slots.release(sp)

@@ -451,7 +451,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 
 		if err == nil {
 			sp.record(false, slow)
-			st.finishProbe(g, true)
+			st.finishProbe(g, true, slow)
 			return nil
 		}
 		lastErr = err
@@ -461,7 +461,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			// says nothing about it.
 			if cerr == context.DeadlineExceeded {
 				sp.record(true, slow)
-				st.finishProbe(g, false)
+				st.finishProbe(g, false, slow)
 			}
 			return errors.Join(cerr, err)
 		}
@@ -473,7 +473,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			cl = classify(err)
 		}
 		sp.record(cl.Failure, slow)
-		st.finishProbe(g, !cl.Failure)
+		st.finishProbe(g, !cl.Failure, slow)
 		if !cl.Retryable || n >= maxAttempts {
 			return err
 		}

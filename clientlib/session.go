@@ -86,10 +86,10 @@ func (s *session) setInFlight(st *depState, n uint64) {
 	s.mu.Unlock()
 }
 
-func (s *session) addProbeResult(dep string, gen uint64, success bool) {
+func (s *session) addProbeResult(dep string, gen uint64, success, slow bool) {
 	s.mu.Lock()
 	if len(s.probes) < maxPendingProbeResults {
-		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: dep, Generation: gen, Success: success})
+		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: dep, Generation: gen, Success: success, Slow: slow})
 	}
 	s.mu.Unlock()
 	s.kick()
@@ -611,14 +611,16 @@ func (st *depState) check(ctx context.Context) (sharedstate.Decision, bool) {
 	return c.engine.Decide(st.name, sharedstate.FirstAttempt), false
 }
 
-// finishProbe reports a probe's result to whoever granted it.
-func (st *depState) finishProbe(g grant, success bool) {
+// finishProbe reports a probe's result to whoever granted it: whether it
+// succeeded and whether it took at least slowCallDuration (half-open judges
+// a slow probe by the policy's slow-call rule).
+func (st *depState) finishProbe(g grant, success, slow bool) {
 	if !g.probe {
 		return
 	}
 	if g.byAgent {
-		st.c.sess.addProbeResult(st.name, g.generation, success)
+		st.c.sess.addProbeResult(st.name, g.generation, success, slow)
 		return
 	}
-	st.c.engine.ProbeResult(st.name, success)
+	st.c.engine.ProbeOutcome(st.name, sharedstate.OutcomeOf(!success, slow))
 }

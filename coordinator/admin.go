@@ -274,10 +274,12 @@ func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersR
 			if m.Zone == "" {
 				m.Zone = r.Zone
 			}
+			m.Signs = r.PublicKey != "" // the registration, not the gossip, says whose key counts
 			continue
 		}
 		members = append(members, &fuseboxv1.Member{Node: r.Node, Role: r.Role, Zone: r.Zone, Version: r.Version,
-			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered", Etcd: etcdSyncProto(r.Etcd)})
+			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered", Etcd: etcdSyncProto(r.Etcd),
+			WireVersion: uint32(r.Wire), Signs: r.PublicKey != ""})
 	}
 	sortMembers(members)
 	return &fuseboxv1.ListMembersResponse{Members: members}, nil

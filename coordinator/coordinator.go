@@ -52,6 +52,7 @@ type Coordinator struct {
 	cli     *store.Client
 	store   *store.Store
 	reg8n   *store.Registration
+	keys    *gossip.KeyDirectory // the etcd member entries' keys, for the observer
 
 	gossipMu sync.Mutex
 	gossip   *gossip.Gossip
@@ -313,6 +314,9 @@ func (c *Coordinator) shutdown() {
 		}
 		if c.reg8n != nil {
 			_ = c.reg8n.Close()
+		}
+		if c.keys != nil {
+			c.keys.Close()
 		}
 		if c.cache != nil {
 			c.cache.close()

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -32,8 +33,14 @@ func (c *Coordinator) startGossip() error {
 	gc.Handler = c.view
 	gc.Events = c.view
 	gc.Relay = false
+	// The observer verifies what agents sign, with the keys of their etcd
+	// member entries, as agents do.
+	c.keys = gossip.NewKeyDirectory(c.lookupKey)
+	gc.Keys = c.keys.Key
 	g, err := gossip.New(gc)
 	if err != nil {
+		c.keys.Close()
+		c.keys = nil
 		return cliflag.AsListenError("gossip-addr", c.cfg.GossipAddr, fmt.Errorf("coordinator: fleet observer: %w", err))
 	}
 	c.gossipMu.Lock()
@@ -42,7 +49,7 @@ func (c *Coordinator) startGossip() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	reg, err := c.store.Register(ctx, store.Member{Node: c.cfg.Name, Role: string(gossip.RoleObserver),
-		Version: version(), GossipAddr: g.Addr(), APIAddr: c.GRPCAddr()})
+		Version: version(), GossipAddr: g.Addr(), APIAddr: c.GRPCAddr(), Wire: int(protocol.MaxVersion)})
 	if err != nil {
 		// Not fatal: the observer works without it, agents just cannot
 		// find the coordinator through etcd.
@@ -153,6 +160,15 @@ func (c *Coordinator) registeredAgents() []string {
 	if err != nil && len(members) == 0 {
 		return nil
 	}
+	if c.keys != nil {
+		entries := make([]gossip.KeyEntry, 0, len(members))
+		for _, m := range members {
+			if e, ok := gossip.RegisteredKey(m.Node, m.PublicKey); ok {
+				entries = append(entries, e)
+			}
+		}
+		c.keys.Replace(entries)
+	}
 	var addrs []string
 	self := c.GossipAddr()
 	for _, m := range members {
@@ -161,6 +177,16 @@ func (c *Coordinator) registeredAgents() []string {
 		}
 	}
 	return addrs
+}
+
+// lookupKey reads one node's key from its etcd member entry.
+func (c *Coordinator) lookupKey(ctx context.Context, node string) (gossip.KeyEntry, bool, error) {
+	m, found, err := c.store.GetMember(ctx, node)
+	if err != nil || !found {
+		return gossip.KeyEntry{}, false, err
+	}
+	e, ok := gossip.RegisteredKey(m.Node, m.PublicKey)
+	return e, ok, nil
 }
 
 // tickLoop runs the fleet view's periodic work.

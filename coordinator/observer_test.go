@@ -3,6 +3,8 @@ package coordinator
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/events"
@@ -22,7 +26,8 @@ import (
 // fakeAgent is a gossip member in role agent whose push-pull state is set
 // by the test: what a real agent would gossip, without its engine.
 type fakeAgent struct {
-	g *gossip.Gossip
+	g   *gossip.Gossip
+	key ed25519.PrivateKey // what it signs its own rows and records with
 
 	mu    sync.Mutex
 	state *fuseboxv1.PushPullState
@@ -46,8 +51,13 @@ func (f *fakeAgent) setState(s *fuseboxv1.PushPullState) {
 
 func startFakeAgent(t *testing.T, name, zone string) *fakeAgent {
 	t.Helper()
-	f := &fakeAgent{}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeAgent{key: key}
 	gc := gossip.DefaultConfig()
+	gc.Signer = key
 	gc.Name, gc.BindAddr = name, "127.0.0.1:0"
 	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: zone, Software: "test"}
 	gc.Handler, gc.Logger = f, testLogger()
@@ -140,6 +150,8 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	evs := sseClient(t, c.HTTPAddr(), "")
 
 	ag1, ag2 := startFakeAgent(t, "agent-1", "zone-a"), startFakeAgent(t, "agent-2", "zone-b")
+	register(t, c.Store(), ag1) // the observer takes what an agent signs with its registered key
+	register(t, c.Store(), ag2)
 	now := time.Now()
 	record := &fuseboxv1.BreakerRecord{Dependency: "shipping-api", Generation: 3, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 		SinceUnixNano: now.UnixNano(), OpenCount: 1, Origin: "agent-1", Reason: "failure rate 80%"}
@@ -299,4 +311,44 @@ func TestEventsStreamOverridesAndPolicies(t *testing.T) {
 	waitEvent(t, evs, 5*time.Second, "policy", func(e events.Event) bool {
 		return e.Type == events.TypePolicy && e.State == "put" && e.Dependency == "mail"
 	})
+}
+
+// The observer verifies what agents sign, as agents do: an agent whose
+// gossip is signed with another key than the one of its etcd entry (what
+// a host that forges in its name would send) shows no row and no record
+// in the fleet view; its failed signatures are counted.
+func TestObserverVerifiesSignatures(t *testing.T) {
+	c := startCoordinator(t, testConfig(t))
+	a := adminClient(t, c.GRPCAddr(), "")
+	honest, forger := startFakeAgent(t, "agent-1", "zone-a"), startFakeAgent(t, "agent-2", "zone-a")
+	register(t, c.Store(), honest)
+	_, other, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signedWith := forger.key
+	forger.key = other // its entry names a key it does not sign with
+	register(t, c.Store(), forger)
+	forger.key = signedWith
+	now := time.Now().UnixNano()
+	for _, f := range []*fakeAgent{honest, forger} {
+		name := f.g.Name()
+		f.setState(&fuseboxv1.PushPullState{Node: name,
+			Records: []*fuseboxv1.BreakerRecord{{Dependency: "dep-" + name, Generation: 1, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
+				SinceUnixNano: now, OpenCount: 1, Origin: name}},
+			Rows: []*fuseboxv1.NodeWindow{{Node: name, Zone: "zone-a", Dependency: "dep-" + name, Seq: 1,
+				Counts: &fuseboxv1.Counts{FirstAttempts: 10, Failures: 10}}}})
+		if _, err := f.g.Join([]string{c.GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := ctxFor(t, 30*time.Second)
+	sstest.Eventually(t, 10*time.Second, "the honest agent's row and record shown, the forger's signatures counted", func() bool {
+		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "dep-agent-1"})
+		return err == nil && len(snap.GetDependencies()) == 1 && len(snap.GetDependencies()[0].GetNodes()) == 1 &&
+			c.gossipNode().Stats().BadSignatures["agent-2"] >= 2
+	})
+	if _, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: "dep-agent-2"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("the forger's dependency: %v, want NotFound (nothing of it taken)", err)
+	}
 }

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/ed25519"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ func register(t *testing.T, st *store.Store, f *fakeAgent) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	reg, err := st.Register(ctx, store.Member{Node: f.g.Name(), Role: string(gossip.RoleAgent), GossipAddr: f.g.Addr()})
+	reg, err := st.Register(ctx, store.Member{Node: f.g.Name(), Role: string(gossip.RoleAgent), GossipAddr: f.g.Addr(),
+		PublicKey: gossip.EncodeKey(f.key.Public().(ed25519.PublicKey))})
 	if err != nil {
 		t.Fatal(err)
 	}

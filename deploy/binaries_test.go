@@ -38,8 +38,9 @@ var fuseboxBinaries = []string{"fusebox-agent", "fusebox-coordinator", "fusebox-
 var builtBinaries = []string{"fusebox-demo"}
 
 // binaryPath builds the Fusebox binaries (once) and returns the path of
-// name. With -race, the build uses -race too: `make test` has compiled the
-// packages that way already, so only linking is left.
+// name (built in the cmd module). With -race, the build uses -race too:
+// `make test` has compiled the packages that way already, so only linking
+// is left.
 func binaryPath(t *testing.T, name string) string {
 	t.Helper()
 	built.once.Do(func() {
@@ -54,10 +55,10 @@ func binaryPath(t *testing.T, name string) string {
 			args = append(args, "-race")
 		}
 		for _, b := range builtBinaries {
-			args = append(args, "./cmd/"+b)
+			args = append(args, "./"+b)
 		}
 		cmd := exec.Command("go", args...)
-		cmd.Dir = repoRoot
+		cmd.Dir = filepath.Join(repoRoot, "cmd")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			built.err = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 		}

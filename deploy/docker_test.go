@@ -107,13 +107,28 @@ func TestDockerfile(t *testing.T) {
 	case !strings.Contains(build, "-trimpath"):
 		t.Error("the build does not use -trimpath")
 	}
+	// The build runs in the folder its RUN changes to (the cmd module's).
+	buildDir := "."
+	if m := regexp.MustCompile(`\bcd (\S+) &&.*\bgo build\b`).FindStringSubmatch(build); m != nil {
+		buildDir = m[1]
+	}
 	cmds, err := os.ReadDir(filepath.Join(repoRoot, "cmd"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range cmds {
-		if c.IsDir() && !strings.Contains(build, "./cmd/"+c.Name()) {
-			t.Errorf("the image does not build ./cmd/%s", c.Name())
+		if !c.IsDir() {
+			continue
+		}
+		if m := moduleOf(filepath.Join("cmd", c.Name())); m != filepath.Clean(buildDir) {
+			t.Errorf("the build runs in %s, but cmd/%s is in the module at %s: go build would refuse it", buildDir, c.Name(), m)
+		}
+		rel, err := filepath.Rel(buildDir, filepath.Join("cmd", c.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := "./" + filepath.ToSlash(rel); !strings.Contains(build, want) {
+			t.Errorf("the image does not build cmd/%s (%s in %s)", c.Name(), want, buildDir)
 		}
 	}
 	stamps := regexp.MustCompile(`-X ([\w./-]+)\.(\w+)=`).FindAllStringSubmatch(build, -1)
@@ -190,6 +205,85 @@ func stringVarExists(pkg, name string) string {
 		}
 	}
 	return "no such variable"
+}
+
+// TestDockerfileCopiesEveryModule checks that the layer before the first
+// `go mod download` holds every module's go.mod and go.sum (each folder
+// with a go.mod; README, "Layout"), each in its folder: the download then
+// sees every module the build's replace directives name.
+func TestDockerfileCopiesEveryModule(t *testing.T) {
+	copied := map[string]bool{} // go.mod and go.sum paths, from the repository root
+	download := false
+	for _, in := range dockerfile(t) {
+		if strings.HasPrefix(in, "RUN ") && strings.Contains(in, "go mod download") {
+			download = true
+			break
+		}
+		f := strings.Fields(in)
+		if len(f) < 3 || f[0] != "COPY" || strings.HasPrefix(f[1], "--") {
+			continue
+		}
+		dest := strings.TrimSuffix(strings.TrimPrefix(f[len(f)-1], "./"), "/")
+		for _, src := range f[1 : len(f)-1] {
+			dir, file := filepath.Split(src)
+			if filepath.Clean(dir) != filepath.Clean(dest) && !(dir == "" && dest == ".") {
+				t.Errorf("COPY %s to %s: a module file must keep its folder", src, f[len(f)-1])
+				continue
+			}
+			copied[filepath.ToSlash(filepath.Join(dir, file))] = true
+		}
+	}
+	if !download {
+		t.Fatal("no RUN … go mod download: the modules are not a layer of their own")
+	}
+	mods := moduleDirs(t)
+	if len(mods) < 2 {
+		t.Fatalf("found the modules %q: want the root and the nested ones", mods)
+	}
+	for _, m := range mods {
+		for _, f := range []string{"go.mod", "go.sum"} {
+			if p := filepath.ToSlash(filepath.Join(m, f)); !copied[p] {
+				t.Errorf("the Dockerfile does not COPY %s before go mod download", p)
+			}
+		}
+	}
+}
+
+// moduleDirs returns the folders holding a go.mod, from the repository
+// root ("." is the root module), dot-folders and testdata left out.
+func moduleDirs(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != repoRoot && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "go.mod" {
+			rel, err := filepath.Rel(repoRoot, filepath.Dir(path))
+			if err != nil {
+				return err
+			}
+			dirs = append(dirs, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+// moduleOf returns the folder of the module holding dir (the nearest
+// go.mod at or above it), both from the repository root.
+func moduleOf(dir string) string {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(repoRoot, d, "go.mod")); err == nil || d == "." {
+			return d
+		}
+	}
 }
 
 // TestDockerignore checks that the build context keeps what the build

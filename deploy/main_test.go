@@ -26,7 +26,8 @@ import (
 	"testing"
 )
 
-// repoRoot is the module root, seen from this package's directory.
+// repoRoot is the repository root (the root module's folder), seen from
+// this package's directory.
 const repoRoot = ".."
 
 // readFile returns the contents of a file of the repository.
@@ -42,11 +43,11 @@ func readFile(t *testing.T, path string) string {
 // TestBinariesLinkNoManifestLibraries checks that kustomize and the
 // Kubernetes API types stay test-only dependencies: no binary links them.
 func TestBinariesLinkNoManifestLibraries(t *testing.T) {
-	cmd := exec.Command("go", "list", "-deps", "./cmd/...")
-	cmd.Dir = repoRoot
+	cmd := exec.Command("go", "list", "-deps", "./...")
+	cmd.Dir = filepath.Join(repoRoot, "cmd")
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list -deps ./cmd/...: %v", err)
+		t.Fatalf("go list -deps ./... in cmd/: %v", err)
 	}
 	for _, pkg := range strings.Fields(string(out)) {
 		for _, banned := range []string{"sigs.k8s.io/kustomize/", "k8s.io/api/", "k8s.io/apimachinery/"} {

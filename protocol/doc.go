@@ -4,7 +4,10 @@
 // messages) and the gossip frame codec.
 //
 // A gossip frame is [version byte][type byte][protobuf payload], bounded by
-// Codec.MaxFrameSize. Decode never panics: empty, truncated, oversized,
+// Codec.MaxFrameSize. A build decodes the frame versions MinVersion to
+// MaxVersion (its own and the previous release's: Version1 is 0.1.x's,
+// Version2 carries signed rows and records) and encodes at the version it
+// is asked for. Decode never panics: empty, truncated, oversized,
 // unknown-version, unknown-type and malformed input all come back as a
 // *FrameError wrapping a sentinel (ErrTruncated, ErrTooLarge, …), so a
 // receiver drops the frame and counts it by Reason(err).

@@ -9,10 +9,26 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
-// Version1 is the only gossip frame version this build speaks. A frame of any
-// other version is refused with ErrUnknownVersion (a newer peer during a
-// rolling upgrade), never guessed at.
-const Version1 byte = 1
+// Gossip frame versions. A build speaks its own version (MaxVersion) and
+// the one before (MinVersion); a frame of any other version is refused with
+// ErrUnknownVersion, never guessed at. A version changes whenever what a
+// gossip message means changes (README "The wire protocol" has the rule).
+const (
+	// Version1 is the frame of 0.1.x: every row and record in the plain
+	// fields of GossipBatch and PushPullState, nothing signed.
+	Version1 byte = 1
+	// Version2 is this release's frame: a row or record whose origin has a
+	// public key travels only signed (GossipBatch.signed_rows,
+	// signed_records), the plain fields carry the items of origins without
+	// one. A 0.1.x build must not read it: it would take a push-pull state
+	// without its signed records for the whole state.
+	Version2 byte = 2
+	// MinVersion and MaxVersion are the versions this build decodes; it
+	// sends MaxVersion, or MinVersion while a live member speaks nothing
+	// newer.
+	MinVersion = Version1
+	MaxVersion = Version2
+)
 
 // HeaderSize is the size of a frame header: [version byte][type byte].
 const HeaderSize = 2
@@ -60,6 +76,8 @@ type FrameError struct {
 	Op     string
 	Err    error
 	Detail string
+	// Version is the refused version of an ErrUnknownVersion (else 0).
+	Version byte
 }
 
 func (e *FrameError) Error() string {
@@ -93,6 +111,8 @@ func Reason(err error) string {
 // Frame is a decoded frame: exactly one of Batch and PushPull is set,
 // according to Type.
 type Frame struct {
+	// Version is the frame's version, MinVersion to MaxVersion.
+	Version  byte
 	Type     FrameType
 	Batch    *fuseboxv1.GossipBatch
 	PushPull *fuseboxv1.PushPullState
@@ -113,24 +133,42 @@ func (c Codec) max() int {
 	return c.MaxFrameSize
 }
 
-// EncodeBatch frames a GossipBatch.
+// EncodeBatch frames a GossipBatch at MaxVersion.
 func (c Codec) EncodeBatch(b *fuseboxv1.GossipBatch) ([]byte, error) {
-	return c.encode(FrameBatch, b)
+	return c.encode(MaxVersion, FrameBatch, b)
 }
 
-// EncodePushPull frames a PushPullState.
+// EncodePushPull frames a PushPullState at MaxVersion.
 func (c Codec) EncodePushPull(s *fuseboxv1.PushPullState) ([]byte, error) {
-	return c.encode(FramePushPull, s)
+	return c.encode(MaxVersion, FramePushPull, s)
 }
 
-func (c Codec) encode(t FrameType, m proto.Message) ([]byte, error) {
+// EncodeBatchAt frames a GossipBatch at version v (MinVersion to
+// MaxVersion).
+func (c Codec) EncodeBatchAt(v byte, b *fuseboxv1.GossipBatch) ([]byte, error) {
+	return c.encode(v, FrameBatch, b)
+}
+
+// EncodePushPullAt frames a PushPullState at version v.
+func (c Codec) EncodePushPullAt(v byte, s *fuseboxv1.PushPullState) ([]byte, error) {
+	return c.encode(v, FramePushPull, s)
+}
+
+// Speaks reports whether this build encodes and decodes frames of version v.
+func Speaks(v byte) bool { return v >= MinVersion && v <= MaxVersion }
+
+func (c Codec) encode(v byte, t FrameType, m proto.Message) ([]byte, error) {
+	if !Speaks(v) {
+		return nil, &FrameError{Op: "encode", Err: ErrUnknownVersion,
+			Detail: fmt.Sprintf("version %d, this build speaks %d to %d", v, MinVersion, MaxVersion)}
+	}
 	size := proto.Size(m)
 	if HeaderSize+size > c.max() {
 		return nil, &FrameError{Op: "encode", Err: ErrTooLarge,
 			Detail: fmt.Sprintf("%s frame of %d bytes exceeds the maximum of %d", t, HeaderSize+size, c.max())}
 	}
 	buf := make([]byte, HeaderSize, HeaderSize+size)
-	buf[0], buf[1] = Version1, byte(t)
+	buf[0], buf[1] = v, byte(t)
 	out, err := proto.MarshalOptions{}.MarshalAppend(buf, m)
 	if err != nil {
 		return nil, &FrameError{Op: "encode", Err: ErrMalformed, Detail: err.Error()}
@@ -147,13 +185,13 @@ func (c Codec) Decode(data []byte) (Frame, error) {
 	case len(data) > c.max():
 		return Frame{}, &FrameError{Op: "decode", Err: ErrTooLarge,
 			Detail: fmt.Sprintf("%d bytes exceeds the maximum of %d", len(data), c.max())}
-	case data[0] != Version1:
-		return Frame{}, &FrameError{Op: "decode", Err: ErrUnknownVersion,
-			Detail: fmt.Sprintf("version %d, this build speaks %d", data[0], Version1)}
+	case !Speaks(data[0]):
+		return Frame{}, &FrameError{Op: "decode", Err: ErrUnknownVersion, Version: data[0],
+			Detail: fmt.Sprintf("version %d, this build speaks %d to %d", data[0], MinVersion, MaxVersion)}
 	case len(data) < HeaderSize:
 		return Frame{}, &FrameError{Op: "decode", Err: ErrTruncated, Detail: "header needs 2 bytes, got 1"}
 	}
-	f := Frame{Type: FrameType(data[1])}
+	f := Frame{Version: data[0], Type: FrameType(data[1])}
 	var m proto.Message
 	switch f.Type {
 	case FrameBatch:

@@ -37,15 +37,30 @@ func TestRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data[0] != Version1 || FrameType(data[1]) != FrameBatch {
-			t.Fatalf("header = %v, want [%d %d]", data[:2], Version1, FrameBatch)
+		if data[0] != MaxVersion || FrameType(data[1]) != FrameBatch {
+			t.Fatalf("header = %v, want [%d %d]", data[:2], MaxVersion, FrameBatch)
 		}
 		f, err := c.Decode(data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if f.Type != FrameBatch || f.PushPull != nil || !proto.Equal(f.Batch, in) {
+		if f.Version != MaxVersion || f.Type != FrameBatch || f.PushPull != nil || !proto.Equal(f.Batch, in) {
 			t.Fatalf("decoded %+v, want %v", f, in)
+		}
+	})
+	t.Run("every version this build speaks", func(t *testing.T) {
+		for v := MinVersion; v <= MaxVersion; v++ {
+			data, err := c.EncodeBatchAt(v, sampleBatch())
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := c.Decode(data)
+			if err != nil || f.Version != v || !proto.Equal(f.Batch, sampleBatch()) {
+				t.Fatalf("version %d: decoded %+v, %v", v, f, err)
+			}
+		}
+		if _, err := c.EncodePushPullAt(MaxVersion+1, samplePushPull()); !errors.Is(err, ErrUnknownVersion) {
+			t.Fatalf("encode at version %d: %v, want ErrUnknownVersion", MaxVersion+1, err)
 		}
 	})
 	t.Run("push-pull", func(t *testing.T) {
@@ -93,7 +108,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"nil", Codec{}, nil, ErrEmpty, "empty"},
 		{"empty", Codec{}, []byte{}, ErrEmpty, "empty"},
 		{"version only", Codec{}, []byte{Version1}, ErrTruncated, "truncated"},
-		{"unknown version", Codec{}, append([]byte{2}, valid[1:]...), ErrUnknownVersion, "unknown_version"},
+		{"unknown version", Codec{}, append([]byte{MaxVersion + 1}, valid[1:]...), ErrUnknownVersion, "unknown_version"},
 		{"version zero", Codec{}, []byte{0, 1}, ErrUnknownVersion, "unknown_version"},
 		{"unknown type", Codec{}, []byte{Version1, 9, 0x0a, 0x00}, ErrUnknownType, "unknown_type"},
 		{"truncated payload", Codec{}, valid[:len(valid)-3], ErrMalformed, "malformed"},
@@ -115,6 +130,9 @@ func TestDecodeErrors(t *testing.T) {
 			}
 			if got := Reason(err); got != tc.reason {
 				t.Fatalf("Reason = %q, want %q", got, tc.reason)
+			}
+			if tc.want == ErrUnknownVersion && fe.Version != tc.data[0] {
+				t.Fatalf("FrameError.Version = %d, want %d", fe.Version, tc.data[0])
 			}
 		})
 	}
@@ -153,7 +171,7 @@ func FuzzDecode(f *testing.F) {
 	pp, _ := c.EncodePushPull(samplePushPull())
 	for _, seed := range [][]byte{
 		nil, {}, {Version1}, {Version1, byte(FrameBatch)}, {Version1, byte(FramePushPull)},
-		{2, 1}, {Version1, 0}, {Version1, 255, 1, 2, 3}, batch, pp,
+		{MaxVersion + 1, 1}, {Version2, 1}, {Version1, 0}, {Version1, 255, 1, 2, 3}, batch, pp,
 		batch[:len(batch)/2], pp[:len(pp)-1], append(bytes.Clone(batch), 0x00),
 		{Version1, byte(FrameBatch), 0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f},
 	} {
@@ -173,9 +191,9 @@ func FuzzDecode(f *testing.F) {
 			var again []byte
 			switch fr.Type {
 			case FrameBatch:
-				again, err = codec.EncodeBatch(fr.Batch)
+				again, err = codec.EncodeBatchAt(fr.Version, fr.Batch)
 			case FramePushPull:
-				again, err = codec.EncodePushPull(fr.PushPull)
+				again, err = codec.EncodePushPullAt(fr.Version, fr.PushPull)
 			default:
 				t.Fatalf("accepted unknown type %d", fr.Type)
 			}

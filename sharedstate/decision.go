@@ -47,6 +47,20 @@ const (
 	Rejected
 )
 
+// OutcomeOf is the outcome of a call that failed or not and took at least
+// slowCallDuration or not: Success, Failure, Slow or SlowFailure.
+func OutcomeOf(failed, slow bool) Outcome {
+	switch {
+	case failed && slow:
+		return SlowFailure
+	case failed:
+		return Failure
+	case slow:
+		return Slow
+	}
+	return Success
+}
+
 func (o Outcome) String() string {
 	switch o {
 	case Success:

@@ -84,6 +84,10 @@ type localBreaker struct {
 	inFlight   bool
 	inFlightAt time.Time
 	successes  int
+	// closedAt is when probes last closed it, or this node learned that
+	// the fleet's (or zone's) breaker closed (zero: neither, or too long
+	// ago); the ramp runs from there.
+	closedAt time.Time
 }
 
 func (l *localBreaker) stateAt(b *BreakerPolicy, now time.Time) BreakerState {
@@ -107,6 +111,7 @@ type permitCache struct {
 	gen, round, rowsVers uint64
 	ownActive            bool
 	holds                bool
+	rank                 int // among the holders, 0 = best
 }
 
 type probeSlot uint8
@@ -261,21 +266,49 @@ func (d *depState) retryAdmitted(e *Engine, now time.Time) bool {
 	return float64(s.own.Retries) < share && float64(s.eff.Retries) < budget
 }
 
+// probeTurn is this node's probe permit for the half-open record r at now:
+// the round, whether this node holds a permit in it, when its turn to probe
+// starts and when the round ends. The holder ranked k (0 = best) may start
+// probing k × probeStagger into the round, so that while the dependency
+// stays dead the first holder's failed probe reopens the breaker before the
+// others send theirs: about one probe per round fleet-wide instead of
+// halfOpenProbes, and the others join when the first holder is slow to
+// probe or its probes succeed.
+func (d *depState) probeTurn(e *Engine, r BreakerRecord, now time.Time) (round uint64, holds bool, turn, end time.Time) {
+	round, end = d.round(r, now)
+	var rank int
+	holds, rank = d.holdsPermit(e, now, r.Generation, round)
+	turn = end.Add(-d.pol.Breaker.ProbeTimeout.Std() + time.Duration(rank)*d.pol.probeStagger())
+	return round, holds, turn, end
+}
+
+// probeStagger is the time between the turns of successive probe holders
+// in a round: the part of the round in which a probe still fits
+// (probeTimeout − perAttemptTimeout) shared among the halfOpenProbes
+// holders, and at least perAttemptTimeout, so that a holder's turn comes
+// only after a probe its predecessor sent at its own turn has answered or
+// timed out.
+func (p *Policy) probeStagger() time.Duration {
+	pt, pat := p.Breaker.ProbeTimeout.Std(), p.Retry.PerAttemptTimeout.Std()
+	return max(pat, (pt-pat)/time.Duration(max(1, p.Breaker.HalfOpenProbes)))
+}
+
 // holdsPermit reports whether this node is among the top halfOpenProbes
 // members, by rendezvous score, among the members with traffic for the
-// dependency in scope (itself included when it has traffic).
-func (d *depState) holdsPermit(e *Engine, now time.Time, gen, round uint64) bool {
+// dependency in scope (itself included when it has traffic), and its rank
+// among them (0 = best).
+func (d *depState) holdsPermit(e *Engine, now time.Time, gen, round uint64) (bool, int) {
 	ns := now.UnixNano()
 	ownActive := !d.ownTotals(ns).IsZero()
 	pc := &d.permit
 	if pc.valid && pc.gen == gen && pc.round == round && pc.rowsVers == d.rowsVersion && pc.ownActive == ownActive {
-		return pc.holds
+		return pc.holds, pc.rank
 	}
 	holds := false
+	better := 0
 	if ownActive {
 		b := &d.pol.Breaker
 		mine := probeScore(d.name, gen, round, e.node)
-		better := 0
 		stale := 2 * int64(b.Window)
 		holds = true
 		for i := range d.rows {
@@ -291,8 +324,8 @@ func (d *depState) holdsPermit(e *Engine, now time.Time, gen, round uint64) bool
 			}
 		}
 	}
-	*pc = permitCache{valid: true, gen: gen, round: round, rowsVers: d.rowsVersion, ownActive: ownActive, holds: holds}
-	return holds
+	*pc = permitCache{valid: true, gen: gen, round: round, rowsVers: d.rowsVersion, ownActive: ownActive, holds: holds, rank: better}
+	return holds, better
 }
 
 // decide is Decide under d.mu, returning which probe slot an AllowProbe would take.
@@ -325,10 +358,10 @@ func (d *depState) breakerDecision(e *Engine, now time.Time, kind AttemptKind) (
 			if kind == Retry {
 				return reject(ReasonHalfOpenNoPermit), slotNone
 			}
-			round, end := d.round(r, now)
+			_, holds, turn, end := d.probeTurn(e, r, now)
 			if (d.probe.gen == r.Generation && d.probe.inFlight) ||
 				now.Add(d.pol.Retry.PerAttemptTimeout.Std()).After(end) ||
-				!d.holdsPermit(e, now, r.Generation, round) {
+				!holds || now.Before(turn) {
 				return reject(ReasonHalfOpenNoPermit), slotNone
 			}
 			return allowProbe, slotFleet
@@ -363,9 +396,15 @@ func (d *depState) applyRecord(e *Engine, r BreakerRecord, now time.Time) bool {
 		}
 		if m.State == Closed && m.Generation > cur.Generation {
 			// Closed under a new generation: start afresh, so that the
-			// failures that opened the breaker do not trip it again.
+			// failures that opened the breaker do not trip it again, and
+			// ramp from now (this node's clock: when it learned the close)
+			// unless the close is older than a ramp (an agent that
+			// restarted, or learned it late by push-pull).
 			d.resetWindow()
 			d.local = localBreaker{}
+			if m.Generation > 0 && now.Sub(m.Since) < d.pol.Breaker.RampDuration.Std() {
+				d.local.closedAt = now
+			}
 			d.permit.valid = false
 		}
 	}
@@ -388,14 +427,44 @@ func (d *depState) propose(e *Engine, now time.Time, state BreakerState, openCou
 	return p
 }
 
-func (d *depState) probeResult(e *Engine, now time.Time, success bool) (BreakerRecord, bool) {
+// probeFailure is why a probe that ended with o fails under b, or "" when
+// it counts as a success. Half-open judges a probe by the closed state's
+// rules: a failure fails, and so does a slow success (at least
+// slowCallDuration) when slow calls can trip the breaker, that is when a
+// window of calls as slow as the probe would trip it: slowCallRateThreshold
+// below 1, or 1 under the classic rule (confidence 0), which compares the
+// rate itself. With confidence > 0 and a threshold of 1 the slow-call rule
+// can never trip, and a slow success is a success.
+func (b *BreakerPolicy) probeFailure(o Outcome) string {
+	switch o {
+	case Success:
+		return ""
+	case Slow:
+		if !b.slowCallsTrip() {
+			return ""
+		}
+		return fmt.Sprintf("probe slow (at least slowCallDuration %v, slow-call rate threshold %.2f)", b.SlowCallDuration, b.SlowCallRateThreshold)
+	}
+	return "probe failed"
+}
+
+// slowCallsTrip reports whether a window of slow calls alone can trip the
+// breaker (see probeFailure).
+func (b *BreakerPolicy) slowCallsTrip() bool {
+	return b.SlowCallRateThreshold < 1 || b.Confidence == 0
+}
+
+// probeResult applies a probe's outcome (Success, Failure, Slow or
+// SlowFailure).
+func (d *depState) probeResult(e *Engine, now time.Time, o Outcome) (BreakerRecord, bool) {
 	b := &d.pol.Breaker
+	failed := b.probeFailure(o)
 	if d.shared() && !d.override.ActiveAt(now) {
 		r := d.rec(e)
 		if r.StateAt(*b, now) == HalfOpen && d.probe.gen == r.Generation && d.probe.inFlight {
 			d.probe.inFlight = false
-			if !success {
-				return d.propose(e, now, Open, r.OpenCount+1, "probe failed"), true
+			if failed != "" {
+				return d.propose(e, now, Open, r.OpenCount+1, failed), true
 			}
 			if d.probe.successes++; d.probe.successes >= b.ProbeSuccessThreshold {
 				return d.propose(e, now, Closed, 0, fmt.Sprintf("%d probe successes", d.probe.successes)), true
@@ -406,10 +475,10 @@ func (d *depState) probeResult(e *Engine, now time.Time, success bool) (BreakerR
 	if d.local.inFlight && d.local.stateAt(b, now) == HalfOpen {
 		d.local.inFlight = false
 		switch {
-		case !success:
+		case failed != "":
 			d.local = localBreaker{state: Open, since: now, openCount: d.local.openCount + 1}
 		case d.local.successes+1 >= b.ProbeSuccessThreshold:
-			d.local = localBreaker{}
+			d.local = localBreaker{closedAt: now}
 			d.resetWindow()
 		default:
 			d.local.successes++
@@ -449,7 +518,7 @@ func (d *depState) refresh(e *Engine, now time.Time) bool {
 func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	ns := now.UnixNano()
 	b := &d.pol.Breaker
-	d.prune(ns)
+	d.prune(e, ns)
 	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
 	if !d.override.ActiveAt(now) {
@@ -510,6 +579,19 @@ func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 	return r, true
 }
 
+// rampRefusal is the share of first attempts the ramp after the latest
+// close refuses at now (quantized as the throttle probability is). It runs
+// from localBreaker.closedAt, a time on this node's clock (the fleet's
+// close as this node learned it, within a gossip round trip of the
+// proposer's), so that clock skew between nodes neither shortens nor
+// stretches it.
+func (d *depState) rampRefusal(now time.Time) float64 {
+	if d.local.closedAt.IsZero() {
+		return 0
+	}
+	return quantize(d.pol.Breaker.RampRefusal(now.Sub(d.local.closedAt)))
+}
+
 // publish rebuilds the snapshot and stores it if it differs; true if so.
 func (d *depState) publish(e *Engine, now time.Time) bool {
 	b := &d.pol.Breaker
@@ -533,8 +615,10 @@ func (d *depState) publish(e *Engine, now time.Time) bool {
 		s.Generation, s.OpenCount, s.Since = rec.Generation, rec.OpenCount, rec.Since
 		s.State = rec.StateAt(*b, now)
 		if s.State == HalfOpen {
-			s.ProbeRound, _ = d.round(rec, now)
-			s.ProbePermit = d.holdsPermit(e, now, rec.Generation, s.ProbeRound)
+			var holds bool
+			var turn time.Time
+			s.ProbeRound, holds, turn, _ = d.probeTurn(e, rec, now)
+			s.ProbePermit = holds && !now.Before(turn)
 		}
 		s.LocalState = local
 		if s.State == Closed && local == HalfOpen {
@@ -545,7 +629,7 @@ func (d *depState) publish(e *Engine, now time.Time) bool {
 		s.ProbePermit = local == HalfOpen
 	}
 	if s.State == Closed && s.LocalState == Closed && s.Override == OverrideNone {
-		s.ThrottleProbability = d.shaped.throttle
+		s.ThrottleProbability = max(d.shaped.throttle, d.rampRefusal(now))
 	}
 	old := d.snap.Load()
 	if old != nil {

@@ -2,17 +2,17 @@ package sharedstate
 
 import "time"
 
-// idle reports whether the dependency has had nothing worth keeping for
-// 2×window: no policy or override, no rows, no counts, no breaker state
-// beyond the initial one.
+// idle reports whether the dependency has had nothing worth keeping: no
+// policy or override, no rows, no counts, no node-local breaker open, no
+// probe out, for 2×window while its records never moved, for
+// IdleRetention (at least 2×window) otherwise — whatever its records say:
+// an open or half-open record nobody sends traffic for resolves by being
+// forgotten (its copies refused for IdleRetention more, ErrEvicted).
 func (d *depState) idle(e *Engine, now time.Time) bool {
 	ns := now.UnixNano()
 	busy := d.patch != nil || d.override != nil || len(d.rows) > 0 || d.local.state != Closed ||
 		d.probe.inFlight || (d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen)) ||
 		!d.ownTotals(ns).IsZero()
-	for _, r := range d.records {
-		busy = busy || r.Generation != 0 || r.State != Closed
-	}
 	if busy {
 		d.idleSince = 0
 		return false
@@ -20,14 +20,23 @@ func (d *depState) idle(e *Engine, now time.Time) bool {
 	if d.idleSince == 0 {
 		d.idleSince = ns
 	}
-	return ns-d.idleSince >= 2*int64(d.pol.Breaker.Window)
+	keep := 2 * int64(d.pol.Breaker.Window)
+	for _, r := range d.records {
+		if r.Generation != 0 || r.State != Closed {
+			keep = max(keep, int64(e.idleRetention))
+			break
+		}
+	}
+	return ns-d.idleSince >= keep
 }
 
-// prune drops rows received 2×window ago or earlier.
-func (d *depState) prune(now int64) {
+// prune drops rows received 2×window ago or earlier; their seqs raise
+// their nodes' replay floors.
+func (d *depState) prune(e *Engine, now int64) {
 	stale := 2 * int64(d.pol.Breaker.Window)
 	for i := 0; i < len(d.rows); {
 		if now-d.rows[i].received >= stale {
+			e.floors.raise(d.rows[i].Node, d.rows[i].Seq)
 			d.removeRow(d.rows[i].Node)
 			continue
 		}

@@ -28,7 +28,8 @@
 //     (this node's traffic), ApplyRow, ApplyRecord (gossip), SetPolicy,
 //     SetPolicyPatch, SetDefaultPolicy, SetOverride (etcd), SetMembers,
 //     MemberDead, MemberAlive (membership), and Tick (time). Outputs: Decide,
-//     AcquireRetry, AcquireProbe, ProbeResult (decisions), Tick's proposals,
+//     AcquireRetry, AcquireProbe, ProbeOutcome and ProbeResult (decisions),
+//     Tick's proposals,
 //     RowsToSend, LocalRows, Records (what to gossip), Snapshot, Fleet, Rows
 //     (what to show), and the OnChange hook.
 //   - Snapshot (snapshot.go): an immutable per-dependency view whose
@@ -50,15 +51,26 @@
 // horizon that tripped.
 // A node whose own window trips while the fleet's does not opens only for
 // itself (Snapshot.LocalState, NodeWindow.LocalOpen). An open record turns
-// half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration;
-// then the top halfOpenProbes members with traffic, by rendezvous hash, may
-// each run one probe at a time. Rounds last probeTimeout: a new round moves
-// the permits, and a probe is admitted only if perAttemptTimeout fits in what
-// is left of its round, so rounds do not overlap. probeSuccessThreshold
-// successes at one prober close the breaker (generation+1); a probe failure
-// reopens it (generation+1, openCount+1). A node that learns the breaker
-// closed under a new generation starts a fresh window, and the trip rule
-// counts only rows of the current generation. Overrides beat everything;
+// half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration
+// and at fleetMaxOpenDuration (never below openDuration; the default, 5s,
+// means no doubling); a node's own breaker doubles up to maxOpenDuration.
+// Then the top halfOpenProbes members with traffic, by rendezvous hash, may
+// each run one probe at a time, the one ranked k from k × perAttemptTimeout
+// into the round, so that while the dependency stays dead the first
+// holder's failed probe reopens the breaker before the others probe.
+// Rounds last probeTimeout: a new round moves the permits, and a probe is
+// admitted only if perAttemptTimeout fits in what is left of its round, so
+// rounds do not overlap. Probes are judged by the closed state's rules
+// (ProbeOutcome): a failure fails, and so does a slow success when slow
+// calls can trip the breaker (slowCallRateThreshold < 1, or the classic
+// rule). probeSuccessThreshold successes at one prober close the breaker
+// (generation+1); a failed probe reopens it (generation+1, openCount+1).
+// For rampDuration after a close first attempts are admitted with a
+// probability rising linearly from rampStart to 1 (published as the
+// snapshot's ThrottleProbability, refused as ReasonThrottled). A node that
+// learns the breaker closed under a new generation starts a fresh window,
+// and the trip rule counts only rows of the current generation. Overrides
+// beat everything;
 // shadow mode reports every transition and the reason it would reject, but
 // always allows. The retry budget over the window is max(minRetriesPerSecond
 // × window, ratio × first attempts) in the scope; a node may retry while its

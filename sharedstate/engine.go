@@ -72,6 +72,13 @@ type EngineConfig struct {
 	// ProposerDelay is that wait per rank group (optional, default
 	// DefaultProposerDelay).
 	ProposerDelay time.Duration
+	// IdleRetention is how long a dependency whose breaker ever moved (a
+	// record past generation 0) is kept while no node reports traffic for
+	// it; then it is forgotten whatever its record, and copies of that
+	// record are refused for IdleRetention more (ErrEvicted). A dependency
+	// whose record never moved is forgotten after 2×window (optional,
+	// default DefaultIdleRetention).
+	IdleRetention time.Duration
 	// DefaultPolicy is the initial fleet default (optional, default
 	// DefaultPolicy()). Change it later with SetDefaultPolicy.
 	DefaultPolicy *Policy
@@ -113,6 +120,9 @@ func (c EngineConfig) Validate() error {
 	}
 	if c.MaxZones < 0 {
 		problems = append(problems, fmt.Sprintf("MaxZones: must not be negative, got %d", c.MaxZones))
+	}
+	if c.IdleRetention < 0 {
+		problems = append(problems, fmt.Sprintf("IdleRetention: must not be negative, got %s", c.IdleRetention))
 	}
 	if c.DefaultPolicy != nil {
 		if err := c.DefaultPolicy.Validate(); err != nil {
@@ -188,6 +198,14 @@ type Engine struct {
 	urgent []NodeWindow
 
 	refused, invalidRows, invalidRecords, evicted atomic.Uint64
+
+	// floors: per node, the highest seq of its rows dropped as stale
+	// (ErrReplayed).
+	floors floorTable
+	// tombs: the records of dependencies evicted for want of traffic
+	// (ErrEvicted).
+	tombs         tombstones
+	idleRetention time.Duration
 }
 
 // NewEngine returns an engine for one node.
@@ -215,6 +233,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.maxSkew = cmp.Or(cfg.MaxClockSkew, DefaultMaxClockSkew)
 	e.maxRowsPerNode = cmp.Or(cfg.MaxRowsPerNode, DefaultMaxRowsPerNode)
 	e.maxZones = cmp.Or(cfg.MaxZones, DefaultMaxZones)
+	e.idleRetention = cmp.Or(cfg.IdleRetention, DefaultIdleRetention)
 	e.rowCount.n = map[string]int{}
 	e.proposers = cmp.Or(cfg.Proposers, DefaultProposers)
 	e.proposerDelay = cmp.Or(cfg.ProposerDelay, DefaultProposerDelay)

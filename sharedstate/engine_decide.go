@@ -97,14 +97,29 @@ func (e *Engine) acquire(dep string, kind AttemptKind) Decision {
 	return dec
 }
 
-// ProbeResult reports the result of the probe admitted by AcquireProbe. A
-// success counts towards probeSuccessThreshold; reaching it, or a failure,
-// makes this node propose a new record (closed, or open with openCount+1),
-// which ProbeResult returns with true, applies locally and also queues for the
+// ProbeResult reports the result of the probe admitted by AcquireProbe:
+// ProbeOutcome with Success or Failure. Callers that measure how long the
+// probe took should use ProbeOutcome, so that a slow probe is judged as one.
+func (e *Engine) ProbeResult(dep string, success bool) (BreakerRecord, bool) {
+	return e.ProbeOutcome(dep, OutcomeOf(!success, false))
+}
+
+// ProbeOutcome reports the outcome of the probe admitted by AcquireProbe
+// (Success, Failure, Slow or SlowFailure; Rejected is ignored: it is not
+// the outcome of a call). Half-open judges a probe by the closed state's
+// rules: a failure fails, and a slow success (Slow) fails when slow calls
+// can trip the breaker — slowCallRateThreshold below 1, or the classic rule
+// (confidence 0) — and counts as a success otherwise. A success counts
+// towards probeSuccessThreshold; reaching it, or a failed probe, makes this
+// node propose a new record (closed, or open with openCount+1), which
+// ProbeOutcome returns with true, applies locally and also queues for the
 // next Tick. For a node-local breaker the transition stays local and nothing
 // is returned. A result with no probe in flight (late, or after the round
 // ended) is ignored.
-func (e *Engine) ProbeResult(dep string, success bool) (BreakerRecord, bool) {
+func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
+	if o >= Rejected {
+		return BreakerRecord{}, false
+	}
 	d := e.lookup(dep)
 	if d == nil {
 		return BreakerRecord{}, false
@@ -112,7 +127,7 @@ func (e *Engine) ProbeResult(dep string, success bool) (BreakerRecord, bool) {
 	now := e.now()
 	d.mu.Lock()
 	changed := d.refresh(e, now)
-	p, ok := d.probeResult(e, now, success)
+	p, ok := d.probeResult(e, now, o)
 	changed = d.publish(e, now) || changed
 	d.mu.Unlock()
 	if changed {
@@ -143,6 +158,7 @@ func (e *Engine) Tick() []BreakerRecord {
 		}
 	}
 	e.pruneDead(now)
+	e.floors.apply(func(n string) bool { _, ok := (*e.live.Load())[n]; return ok })
 	for _, dep := range changed {
 		e.notify(dep)
 	}
@@ -173,6 +189,7 @@ func (e *Engine) evict(d *depState, now time.Time) bool {
 		return false
 	}
 	d.evicted.Store(true)
+	e.tombs.put(e, d, now.UnixNano())
 	e.deps.delete(d.name)
 	e.ndeps--
 	e.evicted.Add(1)

@@ -16,9 +16,11 @@ func (e *Engine) ApplyRow(r NodeWindow) bool {
 // MergeRow takes a row gossiped by another node. It returns true if the row
 // is new (a higher Seq than the one held for that node and dependency), in
 // which case the caller may pass it on. Rows from this node and from nodes
-// reported dead are ignored (false, nil); malformed rows, rows past
-// MaxRowsPerNode and rows that would take a new dependency past 9/10 of
-// MaxDependencies are refused with an error (see RefusalReason).
+// reported dead are ignored (false, nil); malformed rows, replays (a seq at
+// or below one of the node's rows this engine dropped as stale,
+// ErrReplayed), rows past MaxRowsPerNode and rows that would take a new
+// dependency past 9/10 of MaxDependencies are refused with an error (see
+// RefusalReason).
 func (e *Engine) MergeRow(r NodeWindow) (bool, error) {
 	return e.mergeRow(&r)
 }
@@ -45,6 +47,9 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	}
 	if _, dead := (*e.dead.Load())[r.Node]; dead {
 		return false, nil
+	}
+	if err := e.replayed(r.Node, r.Seq); err != nil {
+		return false, err
 	}
 	if d == nil {
 		var err error
@@ -104,6 +109,9 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		return false, fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
 	}
 	now := e.now()
+	if err := e.tombs.check(e, r, now.UnixNano()); err != nil {
+		return false, err
+	}
 	if e.lookup(r.Dependency) == nil {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.

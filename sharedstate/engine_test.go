@@ -166,31 +166,52 @@ func TestHalfOpenAndProbes(t *testing.T) {
 		}
 	})
 
-	t.Run("probe failure reopens with a doubled open duration", func(t *testing.T) {
-		clock := NewManualClock(t0)
-		e := newTestEngine(t, "a", "", clock, nil)
-		openBreaker(t, e)
-		clock.Advance(5 * time.Second)
-		if d := e.AcquireProbe(dep); d != allowProbe {
-			t.Fatal(d)
-		}
-		rec, ok := e.ProbeResult(dep, false)
-		if !ok || rec.Generation != 2 || rec.State != Open || rec.OpenCount != 2 || !rec.Since.Equal(t0.Add(5*time.Second)) {
-			t.Fatalf("reopen proposal %v %+v", ok, rec)
-		}
-		for _, tc := range []struct {
-			after time.Duration
-			want  BreakerState
-		}{{9999 * time.Millisecond, Open}, {10 * time.Second, HalfOpen}} {
-			clock.Set(rec.Since.Add(tc.after))
-			if e.Tick(); e.Snapshot(dep).State != tc.want {
-				t.Fatalf("%v after the reopen: %v, want %v", tc.after, e.Snapshot(dep).State, tc.want)
+	// A failed probe reopens the fleet's breaker for openDuration ×
+	// 2^(openCount-1), capped at fleetMaxOpenDuration (by default 5s, the
+	// default openDuration: no doubling).
+	for _, tc := range []struct {
+		name  string
+		cap   time.Duration
+		opens []time.Duration // after the first, second and third failed probe
+	}{
+		{"probe failure reopens for openDuration by default", 0, []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second}},
+		{"probe failure reopens with a doubled open duration up to fleetMaxOpenDuration", 15 * time.Second, []time.Duration{10 * time.Second, 15 * time.Second, 15 * time.Second}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := NewManualClock(t0)
+			e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) {
+				if tc.cap > 0 {
+					c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.FleetMaxOpenDuration = Duration(tc.cap) })
+				}
+			})
+			openBreaker(t, e)
+			clock.Advance(5 * time.Second)
+			for i, open := range tc.opens {
+				record(t, e, dep, FirstAttempt, Rejected, 1) // callers still call: this node is a prober
+				e.Tick()
+				if d := e.AcquireProbe(dep); d != allowProbe {
+					t.Fatalf("failed probe %d: AcquireProbe %v", i+1, d)
+				}
+				since := clock.Now()
+				rec, ok := e.ProbeResult(dep, false)
+				if !ok || rec.Generation != uint64(2+i) || rec.State != Open || rec.OpenCount != uint32(2+i) || !rec.Since.Equal(since) || rec.Reason != "probe failed" {
+					t.Fatalf("reopen proposal %d: %v %+v", i+1, ok, rec)
+				}
+				if _, ok := e.ProbeResult(dep, false); ok {
+					t.Fatal("a result without a probe in flight made a proposal")
+				}
+				for _, c := range []struct {
+					after time.Duration
+					want  BreakerState
+				}{{open - time.Millisecond, Open}, {open, HalfOpen}} {
+					clock.Set(rec.Since.Add(c.after))
+					if e.Tick(); e.Snapshot(dep).State != c.want {
+						t.Fatalf("%v after reopen %d: %v, want %v", c.after, i+1, e.Snapshot(dep).State, c.want)
+					}
+				}
 			}
-		}
-		if _, ok := e.ProbeResult(dep, false); ok {
-			t.Fatal("a result without a probe in flight made a proposal")
-		}
-	})
+		})
+	}
 
 	t.Run("probe slot is released when the round ends, and must fit the round", func(t *testing.T) {
 		clock := NewManualClock(t0)
@@ -239,30 +260,42 @@ func TestProbePermitsFollowRendezvousAndRotate(t *testing.T) {
 	rec := openBreaker(t, e)
 	clock.Set(rec.HalfOpenAt(DefaultPolicy().Breaker))
 	held := map[bool]int{}
-	for round := uint64(0); round < 24; round++ {
+	ranks := map[int]int{}
+	def := DefaultPolicy()
+	pat := def.probeStagger()
+	for round := uint64(0); round < 48; round++ {
 		feed()
 		record(t, e, dep, FirstAttempt, Rejected, 1) // this node has callers too
-		e.Tick()
-		s := e.Snapshot(dep)
-		if s.State != HalfOpen || s.ProbeRound != round {
-			t.Fatalf("round %d: snapshot %+v", round, s)
-		}
-		want := slices.Contains(ProbeHolders(dep, rec.Generation, round, members, 3), "n00")
-		if s.ProbePermit != want {
-			t.Fatalf("round %d: ProbePermit %v, ProbeHolders says %v", round, s.ProbePermit, want)
-		}
-		wantDecision := reject(ReasonHalfOpenNoPermit)
-		if want {
-			wantDecision = allowProbe
-		}
-		if d := e.Decide(dep, FirstAttempt); d != wantDecision {
-			t.Fatalf("round %d: Decide %v, want %v", round, d, wantDecision)
+		holders := ProbeHolders(dep, rec.Generation, round, members, 3)
+		rank := slices.Index(holders, "n00")
+		want := rank >= 0
+		// The holder ranked k takes its turn k × probeStagger (1.5s) into
+		// the round: at the round's start only the best one may probe.
+		for k := range 3 {
+			e.Tick()
+			s := e.Snapshot(dep)
+			if s.State != HalfOpen || s.ProbeRound != round {
+				t.Fatalf("round %d: snapshot %+v", round, s)
+			}
+			turn := want && rank <= k
+			if s.ProbePermit != turn {
+				t.Fatalf("round %d, %v in: ProbePermit %v, ProbeHolders says rank %d", round, time.Duration(k)*pat, s.ProbePermit, rank)
+			}
+			wantDecision := reject(ReasonHalfOpenNoPermit)
+			if turn {
+				wantDecision = allowProbe
+			}
+			if d := e.Decide(dep, FirstAttempt); d != wantDecision {
+				t.Fatalf("round %d, %v in: Decide %v, want %v", round, time.Duration(k)*pat, d, wantDecision)
+			}
+			clock.Advance(pat)
 		}
 		held[want]++
-		clock.Advance(5 * time.Second)
+		ranks[rank]++
+		clock.Advance(5*time.Second - 3*pat)
 	}
-	if held[true] == 0 || held[false] == 0 {
-		t.Fatalf("permit never rotated: %v", held)
+	if held[true] == 0 || held[false] == 0 || ranks[0] == 0 || ranks[1]+ranks[2] == 0 {
+		t.Fatalf("permit never rotated: %v, ranks %v", held, ranks)
 	}
 }
 

@@ -38,6 +38,20 @@ func record(t tb, e *Engine, dep string, kind AttemptKind, o Outcome, n int) {
 	}
 }
 
+// gossipAll delivers every row each engine wants to send to all the others.
+func gossipAll(es []*Engine) {
+	for _, from := range es {
+		rows := from.RowsToSend()
+		for _, to := range es {
+			if to != from {
+				for _, r := range rows {
+					to.ApplyRow(r)
+				}
+			}
+		}
+	}
+}
+
 // gossip delivers every row a wants to send to each of the others.
 func gossip(from *Engine, to ...*Engine) {
 	rows := from.RowsToSend()

@@ -101,6 +101,24 @@ type BreakerPolicy struct {
 	// that holds minimumRequests requests, failures from minFailingNodes
 	// nodes and a bound at the threshold. Needs Confidence > 0.
 	FastPath bool `json:"fastPath"`
+	// FleetMaxOpenDuration caps the doubling of the open duration of a
+	// replicated breaker (scope fleet or zone; maxOpenDuration still caps
+	// it too, and the first open after a trip lasts openDuration whatever
+	// the cap): the fleet sends about one probe per half-open while the
+	// dependency stays dead, so a doubling beyond a few seconds protects
+	// nothing and only delays the return after the dependency recovers.
+	// Scope node and the node-local breaker double up to maxOpenDuration,
+	// as a per-instance breaker does. The default, 5s, equal to the default
+	// openDuration, means no doubling.
+	FleetMaxOpenDuration Duration `json:"fleetMaxOpenDuration"`
+	// RampDuration is the slow start after a breaker closes: for this long
+	// the breaker admits first attempts with a probability that rises
+	// linearly from RampStart to 1 (the rest are refused as throttled).
+	// 0 turns the ramp off.
+	RampDuration Duration `json:"rampDuration"`
+	// RampStart is the share of first attempts admitted when the ramp
+	// begins, in (0,1].
+	RampStart float64 `json:"rampStart"`
 }
 
 // RetryPolicy configures retries: how many, how fast, and the budget.
@@ -187,6 +205,9 @@ func DefaultPolicy() Policy {
 			Mode:                  ModeEnforce,
 			Confidence:            0.95,
 			FastPath:              true,
+			FleetMaxOpenDuration:  Duration(defaultFleetMaxOpen),
+			RampDuration:          Duration(defaultRampDuration),
+			RampStart:             defaultRampStart,
 		},
 		Retry: RetryPolicy{
 			MaxAttempts:       3,
@@ -202,6 +223,37 @@ func DefaultPolicy() Policy {
 		Throttle:    ThrottlePolicy{Enabled: false, K: 2.0, MinRequests: 20},
 		Concurrency: ConcurrencyPolicy{MaxInFlight: 0},
 	}
+}
+
+// The defaults of the recovery settings, chosen with TestSimRecovery (the
+// README's recovery table).
+const (
+	defaultFleetMaxOpen = 5 * time.Second
+	defaultRampDuration = time.Second
+	defaultRampStart    = 0.1
+)
+
+// FleetOpenDurationFor is how long a replicated breaker (scope fleet or
+// zone) that has opened openCount times in a row stays open before it turns
+// half-open: OpenDurationFor(openCount) capped at fleetMaxOpenDuration, but
+// never below openDuration (0 or a negative cap: no cap).
+func (b BreakerPolicy) FleetOpenDurationFor(openCount uint32) time.Duration {
+	d := b.OpenDurationFor(openCount)
+	if c := max(b.FleetMaxOpenDuration.Std(), b.OpenDuration.Std()); b.FleetMaxOpenDuration > 0 && d > c {
+		d = c
+	}
+	return d
+}
+
+// RampRefusal is the share of first attempts the ramp refuses elapsed after
+// a close: 1 − (rampStart + (1 − rampStart) × elapsed / rampDuration) while
+// elapsed is in [0, rampDuration), else 0.
+func (b BreakerPolicy) RampRefusal(elapsed time.Duration) float64 {
+	r := b.RampDuration.Std()
+	if r <= 0 || elapsed < 0 || elapsed >= r {
+		return 0
+	}
+	return (1 - b.RampStart) * (1 - float64(elapsed)/float64(r))
 }
 
 // OpenDurationFor is how long a breaker that has opened openCount times in a

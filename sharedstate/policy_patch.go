@@ -31,6 +31,9 @@ type BreakerPatch struct {
 	Mode                  *Mode     `json:"mode,omitempty"`
 	Confidence            *float64  `json:"confidence,omitempty"`
 	FastPath              *bool     `json:"fastPath,omitempty"`
+	FleetMaxOpenDuration  *Duration `json:"fleetMaxOpenDuration,omitempty"`
+	RampDuration          *Duration `json:"rampDuration,omitempty"`
+	RampStart             *float64  `json:"rampStart,omitempty"`
 }
 
 // RetryPatch is the optional-field form of RetryPolicy.
@@ -94,7 +97,9 @@ func ParsePolicyPatch(data []byte) (PolicyPatch, error) {
 // ParsePolicy decodes a complete policy (such as policies/_default) strictly,
 // as ParsePolicyPatch does, requires every field to be present (except
 // "schema", which defaults to 1, and the fields added since schema 1 was
-// first written — breaker.confidence, breaker.fastPath and the sections
+// first written — breaker.confidence, breaker.fastPath,
+// breaker.fleetMaxOpenDuration, breaker.rampDuration, breaker.rampStart and
+// the sections
 // retry.hedge, throttle and concurrency — which default to DefaultPolicy's
 // values) and validates it. Errors match ErrInvalidPolicy; a
 // *ValidationError names every field that does not decode, is missing or is

@@ -141,6 +141,11 @@ func (p Policy) validate() []Violation {
 	if c := b.Confidence; !(c == 0 || c >= minConfidence && c <= maxConfidence) {
 		add("breaker.confidence", fmtFloat(c), fmt.Sprintf("must be 0 (the classic rule) or between %g and %g", minConfidence, maxConfidence))
 	}
+	posDur("breaker.fleetMaxOpenDuration", b.FleetMaxOpenDuration, maxPolicyDuration)
+	if b.RampDuration < 0 || b.RampDuration.Std() > maxWindow {
+		add("breaker.rampDuration", b.RampDuration.String(), "must be between 0s (no ramp) and "+maxWindow.String())
+	}
+	rate("breaker.rampStart", b.RampStart)
 
 	r := p.Retry
 	intRange("retry.maxAttempts", r.MaxAttempts, 1, maxAttemptsLimit)

@@ -104,9 +104,10 @@ func (r BreakerRecord) Validate() error {
 	return nil
 }
 
-// HalfOpenAt is when an Open record turns half-open under b.
+// HalfOpenAt is when an Open record turns half-open under b: after
+// b.FleetOpenDurationFor(openCount).
 func (r BreakerRecord) HalfOpenAt(b BreakerPolicy) time.Time {
-	return r.Since.Add(b.OpenDurationFor(r.OpenCount))
+	return r.Since.Add(b.FleetOpenDurationFor(r.OpenCount))
 }
 
 // StateAt derives the record's effective state at now under b: Closed, Open,

@@ -128,9 +128,10 @@ type Shape struct {
 	// ThrottleProbability is what the throttle formula gives for the scope's
 	// window, whether or not it is applied (0 when throttling is off).
 	ThrottleProbability float64
-	// Applied is the probability first attempts are refused with now: 0
-	// unless throttling is enabled and the breaker is closed without an
-	// override (in shadow mode it is reported and not enforced).
+	// Applied is the probability first attempts are refused with now (the
+	// snapshot's ThrottleProbability): the throttle's, or the ramp's after
+	// a close, whichever is higher; 0 unless the breaker is closed without
+	// an override (in shadow mode it is reported and not enforced).
 	Applied float64
 	// MaxInFlight is the policy's concurrency.maxInFlight (0: no limit).
 	MaxInFlight int

@@ -34,6 +34,7 @@ type shapeConfig struct {
 	name        string
 	breaker     bool // decide through the breaker (else every request is sent)
 	classic     bool // the classic trip rule (breaker.confidence 0): the point estimate
+	noRamp      bool // breaker.rampDuration 0: full traffic at once after each close
 	throttle    bool
 	maxInFlight int
 }
@@ -42,6 +43,7 @@ var shapeConfigs = []shapeConfig{
 	{name: "none"},
 	{name: "breaker only", breaker: true},
 	{name: "breaker only, classic trip rule", breaker: true, classic: true},
+	{name: "breaker only, classic trip rule, no ramp", breaker: true, classic: true, noRamp: true},
 	{name: "throttle", breaker: true, throttle: true},
 	// The limit is what the dependency can hold (capacity × latency) plus
 	// 10%, as an operator would set it.
@@ -72,6 +74,9 @@ func runShapeSim(t *testing.T, cfg shapeConfig, seed uint64) shapeResult {
 		p.Concurrency.MaxInFlight = cfg.maxInFlight
 		if cfg.classic {
 			p.Breaker.Confidence = 0
+		}
+		if cfg.noRamp {
+			p.Breaker.RampDuration = 0
 		}
 	})
 	nodes := make([]*Engine, shapeNodes)
@@ -251,7 +256,7 @@ func runShapeSims(t *testing.T) []shapeResult {
 func TestShapeSimulation(t *testing.T) {
 	rs := runShapeSims(t)
 	t.Logf("C = %d/s, offered %d/s from %d nodes, K = %.1f\n%s", shapeCapacity, shapeOffered, shapeNodes, shapeK, shapeTable(rs))
-	none, brk, classic, thr, conc := rs[0], rs[1], rs[2], rs[3], rs[4]
+	none, brk, classic, noRamp, thr, conc := rs[0], rs[1], rs[2], rs[3], rs[4], rs[5]
 	c := float64(shapeCapacity)
 	// Without anything the dependency takes everything offered.
 	if none.load < 1.9*c {
@@ -282,13 +287,19 @@ func TestShapeSimulation(t *testing.T) {
 	for _, r := range []struct {
 		name string
 		r    shapeResult
-	}{{"breaker only", brk}, {"breaker only, classic rule", classic}} {
+	}{{"breaker only", brk}, {"breaker only, classic rule", classic}, {"breaker only, classic rule, no ramp", noRamp}} {
 		if r.r.goodput >= 0.9*c && r.r.load <= (shapeK+0.2)*c {
 			t.Errorf("%s: goodput %.0f/s and load %.0f/s: it met the throttle's bounds on its own", r.name, r.r.goodput, r.r.load)
 		}
 	}
-	if classic.goodput >= 0.5*c {
-		t.Errorf("breaker only, classic rule: goodput %.0f/s, want the collapse of a flapping breaker (< 50%% of C)", classic.goodput)
+	// Without the ramp, the classic rule's breaker flaps: each close lets
+	// the whole offered load in at once, and goodput collapses. The ramp
+	// after each close keeps the goodput.
+	if noRamp.goodput >= 0.5*c {
+		t.Errorf("breaker only, classic rule, no ramp: goodput %.0f/s, want the collapse of a flapping breaker (< 50%% of C)", noRamp.goodput)
+	}
+	if classic.goodput < 0.9*c {
+		t.Errorf("breaker only, classic rule, with the ramp: goodput %.0f/s, want ≥ 90%% of C = %.0f", classic.goodput, 0.9*c)
 	}
 }
 

@@ -59,7 +59,7 @@ func (q *simQueue) Pop() any {
 type simProbe struct {
 	node int
 	at   time.Time
-	ok   bool
+	o    Outcome
 }
 
 // simOptions are the knobs of the fleet simulation beyond its defaults.
@@ -112,6 +112,9 @@ type sim struct {
 
 	rate    float64                          // requests per node per second
 	healthy func(node int, t time.Time) bool // does a call from node succeed at t?
+	// slow, when set: does a call from node at t take at least
+	// slowCallDuration? Its outcome is then Slow or SlowFailure.
+	slow func(node int, t time.Time) bool
 
 	// accounting
 	calls, firstCalls, retryCalls, probeCalls int
@@ -189,7 +192,8 @@ func (s *sim) sendSome(from int, m message, n int) {
 	}
 }
 
-func (s *sim) call(node int, kind AttemptKind) bool {
+// call makes one attempt from node and returns its outcome.
+func (s *sim) call(node int, kind AttemptKind) Outcome {
 	s.calls++
 	s.callsByNode[node]++
 	sec := int64(s.now().Sub(s.start) / time.Second)
@@ -203,7 +207,14 @@ func (s *sim) call(node int, kind AttemptKind) bool {
 	case Probe:
 		s.probeCalls++
 	}
-	return s.healthy(node, s.now())
+	ok := s.healthy(node, s.now())
+	if s.slow != nil && s.slow(node, s.now()) {
+		if ok {
+			return Slow
+		}
+		return SlowFailure
+	}
+	return outcome(ok)
 }
 
 // report counts one finished attempt of node i's callers, at once or at
@@ -223,12 +234,17 @@ func (s *sim) report(i int, kind AttemptKind, o Outcome) {
 	case kind == FirstAttempt:
 		c.FirstAttempts++
 	}
-	if o == Success {
+	if o == Success || o == Slow {
 		c.Successes++
 	} else {
 		c.Failures++
 	}
+	if o == Slow || o == SlowFailure {
+		c.SlowCalls++
+	}
 }
+
+func failed(o Outcome) bool { return o == Failure || o == SlowFailure }
 
 func outcome(ok bool) Outcome {
 	if ok {
@@ -241,7 +257,11 @@ func outcome(ok bool) Outcome {
 // snapshot, then retries while the budget allows.
 func (s *sim) request(i int) {
 	e := s.nodes[i]
-	d := e.Snapshot(dep).DecideFirst()
+	snap := e.Snapshot(dep)
+	d := snap.DecideFirst()
+	if snap != nil && snap.ThrottleProbability > 0 { // the ramp after a close (or throttling): draw only then
+		d = snap.DecideFirstAt(s.rng.Float64())
+	}
 	switch d.Verdict {
 	case Reject:
 		s.rejectedByNode[i]++
@@ -250,8 +270,8 @@ func (s *sim) request(i int) {
 	case AllowProbe:
 		switch p := e.AcquireProbe(dep); p.Verdict {
 		case AllowProbe:
-			ok := s.call(i, Probe)
-			s.probes = append(s.probes, simProbe{node: i, at: s.now().Add(simProbeRTT), ok: ok})
+			o := s.call(i, Probe)
+			s.probes = append(s.probes, simProbe{node: i, at: s.now().Add(simProbeRTT), o: o})
 			if s.probesInFlight++; s.probesInFlight > s.maxProbesInFlight {
 				s.maxProbesInFlight = s.probesInFlight
 			}
@@ -261,24 +281,23 @@ func (s *sim) request(i int) {
 			return // AcquireProbe counted the rejection
 		}
 		// Allow: the breaker closed meanwhile; a normal call, counted by AcquireProbe.
-		ok := s.call(i, FirstAttempt)
-		if err := e.Record(dep, Probe, outcome(ok)); err != nil {
+		if err := e.Record(dep, Probe, s.call(i, FirstAttempt)); err != nil {
 			s.t.Fatal(err)
 		}
 		return
 	}
-	ok := s.call(i, FirstAttempt)
-	s.report(i, FirstAttempt, outcome(ok))
+	o := s.call(i, FirstAttempt)
+	s.report(i, FirstAttempt, o)
 	if s.opts.backoff {
-		s.scheduleRetry(i, 2, ok)
+		s.scheduleRetry(i, 2, !failed(o))
 		return
 	}
-	for attempt := 2; !ok && attempt <= s.policy.Retry.MaxAttempts; attempt++ {
+	for attempt := 2; failed(o) && attempt <= s.policy.Retry.MaxAttempts; attempt++ {
 		if !e.AcquireRetry(dep).Allowed() {
 			return
 		}
-		ok = s.call(i, Retry)
-		s.report(i, Retry, outcome(ok))
+		o = s.call(i, Retry)
+		s.report(i, Retry, o)
 	}
 }
 
@@ -329,10 +348,10 @@ func (s *sim) step() {
 		s.probes = s.probes[1:]
 		s.probesInFlight--
 		e := s.nodes[p.node]
-		if err := e.Record(dep, Probe, outcome(p.ok)); err != nil {
+		if err := e.Record(dep, Probe, p.o); err != nil {
 			s.t.Fatal(err)
 		}
-		if rec, ok := e.ProbeResult(dep, p.ok); ok {
+		if rec, ok := e.ProbeOutcome(dep, p.o); ok {
 			s.propose(p.node, []BreakerRecord{rec}) // at once; the next Tick returns it again for gossip
 		}
 	}
@@ -340,9 +359,9 @@ func (s *sim) step() {
 		r := s.retries[0]
 		s.retries = s.retries[1:]
 		if s.nodes[r.node].AcquireRetry(dep).Allowed() {
-			ok := s.call(r.node, Retry)
-			s.report(r.node, Retry, outcome(ok))
-			s.scheduleRetry(r.node, r.attempt+1, ok)
+			o := s.call(r.node, Retry)
+			s.report(r.node, Retry, o)
+			s.scheduleRetry(r.node, r.attempt+1, !failed(o))
 		}
 	}
 	for i := range s.nodes {
@@ -545,9 +564,11 @@ func TestSimOneSickNodeOpensOnlyItself(t *testing.T) {
 }
 
 // (c) Half-open sends at most halfOpenProbes concurrent probes fleet-wide,
-// and the fleet closes once the dependency recovers.
+// and the fleet closes once the dependency recovers. Ten successes to close
+// keep the first holder probing until the others' turns come (each holder
+// probes from its turn in the round on), so that probes overlap.
 func TestSimHalfOpenProbesFleetWide(t *testing.T) {
-	s := newSim(t, 3, nil)
+	s := newSim(t, 3, func(p *Policy) { p.Breaker.ProbeSuccessThreshold = 10 })
 	s.rate = 5
 	down, up := 5*time.Second, 40*time.Second
 	s.healthy = func(_ int, at time.Time) bool {

@@ -37,8 +37,9 @@ type Snapshot struct {
 	Since      time.Time // when the governing breaker took its state
 	ProbeRound uint64    // while HalfOpen (scope fleet/zone)
 	// ProbePermit: while State or LocalState is HalfOpen, this node may send
-	// probes (it holds one of the fleet's permits, or it is the only prober of
-	// its own breaker). Probes still go through AcquireProbe.
+	// probes (it holds one of the fleet's permits and its turn in the round
+	// has come, or it is the only prober of its own breaker). Probes still go
+	// through AcquireProbe.
 	ProbePermit bool
 	// LocalState is this node's own breaker under scope fleet/zone: Open or
 	// HalfOpen when this node's traffic fails while the fleet's does not. It
@@ -54,12 +55,14 @@ type Snapshot struct {
 	SlowCallDuration time.Duration // outcomes at least this slow are Slow/SlowFailure
 	Retry            RetrySettings
 
-	// ThrottleProbability is the probability with which adaptive throttling
-	// refuses a first attempt (Throttled, DecideFirstAt): the policy's
-	// throttle formula over the scope's window at the engine's last Tick,
-	// in steps of 1/200, and 0 unless throttling is enabled and the
-	// governing and local breakers are closed without an override. In shadow
-	// mode it is published but DecideFirstAt allows.
+	// ThrottleProbability is the probability with which a first attempt is
+	// refused as throttled (Throttled, DecideFirstAt): the higher of the
+	// policy's throttle formula over the scope's window at the engine's last
+	// Tick and, for breaker.rampDuration after a close, the ramp's refusal
+	// (1 − rampStart at the close, falling linearly to 0); in steps of
+	// 1/200, and 0 unless the governing and local breakers are closed
+	// without an override. In shadow mode it is published but DecideFirstAt
+	// allows.
 	ThrottleProbability float64
 	// ConcurrencyLimit is this node's share of the policy's
 	// concurrency.maxInFlight (0: no limit). Overrides do not lift it.

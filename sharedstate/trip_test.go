@@ -156,6 +156,32 @@ func TestFastPath(t *testing.T) {
 			t.Errorf("the sick node's own breaker is %v, want open (same rule on its own counts)", s.LocalState)
 		}
 	})
+	// A suffix in which only one node has traffic still needs failures from
+	// min(minFailingNodes, nodes with requests in the window) nodes: b failed
+	// seconds ago (its row counts as failing, but only in its widest
+	// suffix), a fails now, and a's fresh burst alone must not trip the
+	// fleet (the 6.4s suffix pooling both holds too many successes).
+	t.Run("one node's fresh burst does not trip the fleet while another failed only earlier", func(t *testing.T) {
+		clock := NewManualClock(t0)
+		e := newTestEngine(t, "a", "", clock, nil)
+		for range 50 { // 5 s of healthy traffic at a: 200 successes
+			if p := tickEvery(t, e, clock, 4, 0); len(p) != 0 {
+				t.Fatalf("healthy traffic tripped: %+v", p)
+			}
+		}
+		var earlier Recent
+		earlier[FastHorizons-1] = RecentCounts{Failures: 5} // b's failures, 3.2–6.4 s ago
+		clock.Advance(50 * time.Millisecond)
+		e.ApplyRow(NodeWindow{Node: "b", Dependency: dep, Seq: 1, Counts: Counts{FirstAttempts: 5, Failures: 5}, Recent: earlier})
+		record(t, e, dep, FirstAttempt, Failure, 30) // a's burst: 30 of 30 in the last 100 ms
+		clock.Advance(50 * time.Millisecond)
+		if p := e.Tick(); len(p) != 0 {
+			t.Fatalf("a's burst tripped the fleet with one failing node in its suffix: %+v", p)
+		}
+		if s := e.Snapshot(dep); s.LocalState != Open {
+			t.Errorf("a's own breaker is %v, want open (its burst trips its own counts)", s.LocalState)
+		}
+	})
 	t.Run("rows whose suffixes do not nest are refused and counted", func(t *testing.T) {
 		e := newTestEngine(t, "a", "", NewManualClock(t0), nil)
 		var bad Recent

@@ -71,7 +71,8 @@ var (
 // RefusalReason names why MergeRow, MergeRecord or AddCounts refused an
 // item, as a metric label value: "invalid_item", "generation_max",
 // "generation_jump", "since_future", "zone_scope", "too_many_zones",
-// "too_many_rows", "too_many_dependencies", "invalid_delta"; "" for nil.
+// "too_many_rows", "too_many_dependencies", "invalid_delta", "replayed",
+// "evicted"; "" for nil.
 func RefusalReason(err error) string {
 	switch {
 	case err == nil:
@@ -92,6 +93,10 @@ func RefusalReason(err error) string {
 		return "too_many_dependencies"
 	case errors.Is(err, ErrInvalidDelta):
 		return "invalid_delta"
+	case errors.Is(err, ErrReplayed):
+		return "replayed"
+	case errors.Is(err, ErrEvicted):
+		return "evicted"
 	}
 	return "invalid_item"
 }

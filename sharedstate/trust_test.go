@@ -238,6 +238,31 @@ func TestCountsSaturate(t *testing.T) {
 	}
 }
 
+// TestScanSaturates: the scan sums the rows' counts in place, and the sum
+// saturates at MaxCount like Plus: two rows claiming 2^64−1 failures each
+// make MaxCount failures, not a wrapped 2^64−2 (nor the trip rule's rate
+// of a wrapped count).
+func TestScanSaturates(t *testing.T) {
+	e := newTestEngine(t, "self", "", NewManualClock(t0), nil)
+	big := Counts{FirstAttempts: math.MaxUint64, Successes: math.MaxUint64, Failures: math.MaxUint64,
+		SlowCalls: math.MaxUint64, Retries: math.MaxUint64, Rejected: math.MaxUint64}
+	for i, n := range []string{"b", "c"} {
+		if !e.ApplyRow(NodeWindow{Node: n, Dependency: "d", Seq: uint64(i + 1), Counts: big}) {
+			t.Fatalf("row of %s refused", n)
+		}
+	}
+	f, ok := e.Fleet("d")
+	if !ok {
+		t.Fatal("dependency not tracked")
+	}
+	want := Counts{FirstAttempts: MaxCount, Retries: MaxCount, Successes: MaxCount, Failures: MaxCount, SlowCalls: MaxCount, Rejected: MaxCount}
+	for name, got := range map[string]Counts{"fleet": f.Fleet, "zone": f.Zone, "evaluated": f.Evaluated} {
+		if got != want {
+			t.Errorf("%s totals %+v, want every count saturated at MaxCount", name, got)
+		}
+	}
+}
+
 // TestSatAddExact: satAdd is branch-free (scans run it for every count of
 // every row); it must still be the exact sum, capped at MaxCount, for every
 // pair of operands, those whose sum wraps a uint64 included.
@@ -306,16 +331,7 @@ func TestAtMostKProposers(t *testing.T) {
 	for _, e := range engines {
 		record(t, e, "dep", FirstAttempt, Failure, 3)
 	}
-	for _, from := range engines {
-		rows := from.RowsToSend()
-		for _, to := range engines {
-			if to != from {
-				for _, r := range rows {
-					to.ApplyRow(r)
-				}
-			}
-		}
-	}
+	gossipAll(engines)
 	proposed := 0
 	for _, e := range engines {
 		proposed += len(e.Tick())

@@ -34,8 +34,9 @@ type Engine interface {
 	AcquireRetry(dep string) sharedstate.Decision
 	// AcquireProbe takes this node's half-open probe permit.
 	AcquireProbe(dep string) sharedstate.Decision
-	// ProbeResult reports the result of a probe AcquireProbe admitted.
-	ProbeResult(dep string, success bool)
+	// ProbeOutcome reports the outcome of a probe AcquireProbe admitted
+	// (slow included: half-open judges a probe as the closed rules would).
+	ProbeOutcome(dep string, o sharedstate.Outcome)
 	// Record counts one outcome.
 	Record(dep string, kind sharedstate.AttemptKind, o sharedstate.Outcome)
 	// ConcurrencyLimit is the proxy's share of dep's concurrency limit (0:
@@ -86,8 +87,8 @@ func (l LocalEngine) AcquireRetry(dep string) sharedstate.Decision { return l.E.
 // AcquireProbe implements Engine.
 func (l LocalEngine) AcquireProbe(dep string) sharedstate.Decision { return l.E.AcquireProbe(dep) }
 
-// ProbeResult implements Engine.
-func (l LocalEngine) ProbeResult(dep string, success bool) { l.E.ProbeResult(dep, success) }
+// ProbeOutcome implements Engine.
+func (l LocalEngine) ProbeOutcome(dep string, o sharedstate.Outcome) { l.E.ProbeOutcome(dep, o) }
 
 // Record implements Engine. An untracked name past the engine's cap is
 // dropped (Track refused it already).

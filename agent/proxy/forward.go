@@ -123,7 +123,7 @@ func settingsOf(s *sharedstate.Snapshot) settings {
 // admission is how the first attempt was admitted.
 type admission struct {
 	kind   sharedstate.AttemptKind // what Record is told: Probe when AcquireProbe counted the attempt
-	probe  bool                    // holds the probe permit: report ProbeResult
+	probe  bool                    // holds the probe permit: report ProbeOutcome
 	reason string                  // refused: why (HeaderRejected)
 	why    sharedstate.Reason      // refused by the breaker or the budget
 }
@@ -349,7 +349,7 @@ func (p *Proxy) begin(w http.ResponseWriter, r *http.Request, t *target) (
 func (p *Proxy) record(dep string, kind sharedstate.AttemptKind, probe *bool, v verdict) {
 	p.eng.Record(dep, kind, v.outcome())
 	if *probe {
-		p.eng.ProbeResult(dep, !v.failure)
+		p.eng.ProbeOutcome(dep, v.outcome()) // a slow probe is judged as one
 		*probe = false
 	}
 }

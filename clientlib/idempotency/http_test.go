@@ -258,7 +258,8 @@ func TestDuplicateWaitsForTheFirst(t *testing.T) {
 }
 
 func TestDuplicateGetsConflictWhenTheFirstOutlastsTheWait(t *testing.T) {
-	h := &sideEffect{gate: make(chan struct{})}
+	h := &sideEffect{}
+	open := h.openGate(t)
 	reg := prometheus.NewRegistry()
 	mw := newDeduper(t, memStore(t, MemoryConfig{}), MaxWait(0), WithRegisterer(reg)).Middleware(h)
 	done := make(chan struct{})
@@ -267,11 +268,11 @@ func TestDuplicateGetsConflictWhenTheFirstOutlastsTheWait(t *testing.T) {
 		req{key: "k"}.do(mw)
 	}()
 	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
-	w := req{key: "k"}.do(mw)
+	w := req{key: "k"}.doWithin(t, mw)
 	if w.Code != http.StatusConflict || w.Header().Get("Retry-After") != "1" || w.Header().Get(HeaderStatus) != "in-progress" {
 		t.Fatalf("duplicate: %d %v, want 409 in-progress with Retry-After", w.Code, w.Header())
 	}
-	close(h.gate)
+	open()
 	<-done
 	if w := (req{key: "k"}).do(mw); w.Code != http.StatusCreated || w.Header().Get(HeaderReplayed) != "true" {
 		t.Fatalf("after the first finished: %d %v, want the replay", w.Code, w.Header())
@@ -295,15 +296,15 @@ fusebox_idempotency_requests_total{outcome="unkeyed"} 0
 }
 
 func TestDuplicateWaitEndsAtItsDeadline(t *testing.T) {
-	h := &sideEffect{gate: make(chan struct{})}
-	defer close(h.gate)
+	h := &sideEffect{}
+	h.openGate(t)
 	mw := newDeduper(t, memStore(t, MemoryConfig{}), MaxWait(time.Hour)).Middleware(h)
 	go req{key: "k"}.do(mw)
 	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
 	r := httpRequest(http.MethodPost, "/orders", "k", "")
 	ctx, cancel := contextWithTimeout(20 * time.Millisecond)
 	defer cancel()
-	w := serve(mw, r.WithContext(ctx))
+	w := serveWithin(t, mw, r.WithContext(ctx))
 	if w.Code != http.StatusConflict || w.Header().Get(HeaderStatus) != "in-progress" {
 		t.Fatalf("duplicate past its deadline: %d %v, want 409 in-progress", w.Code, w.Header())
 	}
@@ -338,12 +339,13 @@ func TestStoreErrorPolicy(t *testing.T) {
 		}
 	})
 	t.Run("a full memory store is refused even when failing open", func(t *testing.T) {
-		h := &sideEffect{gate: make(chan struct{})}
+		h := &sideEffect{}
+		open := h.openGate(t)
 		mw := newDeduper(t, memStore(t, MemoryConfig{MaxEntries: 1}), OnStoreError(FailOpen)).Middleware(h)
 		go req{key: "a"}.do(mw)
 		sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return h.runs.Load() == 1 })
-		w := req{key: "b"}.do(mw)
-		close(h.gate)
+		w := req{key: "b"}.doWithin(t, mw) // run, it would wait at the gate
+		open()
 		if w.Code != http.StatusServiceUnavailable || !strings.Contains(w.Body.String(), "store full") {
 			t.Fatalf("answer %d %q, want 503 naming the full store", w.Code, w.Body)
 		}

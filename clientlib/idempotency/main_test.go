@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,7 +62,15 @@ type req struct {
 	method, path, key, owner, body string
 }
 
-func (r req) do(h http.Handler) *httptest.ResponseRecorder {
+func (r req) do(h http.Handler) *httptest.ResponseRecorder { return serve(h, r.request()) }
+
+// doWithin is do, bounded: see serveWithin.
+func (r req) doWithin(t *testing.T, h http.Handler) *httptest.ResponseRecorder {
+	t.Helper()
+	return serveWithin(t, h, r.request())
+}
+
+func (r req) request() *http.Request {
 	if r.method == "" {
 		r.method = http.MethodPost
 	}
@@ -75,9 +84,7 @@ func (r req) do(h http.Handler) *httptest.ResponseRecorder {
 	if r.owner != "" {
 		hr.Header.Set("Fusebox-Retry-Owner", r.owner)
 	}
-	w := httptest.NewRecorder()
-	h.ServeHTTP(w, hr)
-	return w
+	return hr
 }
 
 // brokenStore fails every operation, like an unreachable Redis.
@@ -106,6 +113,39 @@ func serve(h http.Handler, r *http.Request) *httptest.ResponseRecorder {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, r)
 	return w
+}
+
+// answerWait bounds serveWithin.
+const answerWait = 10 * time.Second
+
+// serveWithin serves r on h and waits at most answerWait for the answer. A
+// test whose handler blocks on a gate serves the requests that must not
+// reach it with serveWithin: a bug that lets one through then fails the
+// test, naming the request, instead of hanging it until go test's timeout.
+// The caller releases the gate at cleanup, so the handler's goroutine ends.
+func serveWithin(t *testing.T, h http.Handler, r *http.Request) *httptest.ResponseRecorder {
+	t.Helper()
+	done := make(chan *httptest.ResponseRecorder, 1)
+	go func() { done <- serve(h, r) }()
+	tm := time.NewTimer(answerWait)
+	defer tm.Stop()
+	select {
+	case w := <-done:
+		return w
+	case <-tm.C:
+		t.Fatalf("%s %s (Idempotency-Key %q): no answer within %v: it reached the blocked handler",
+			r.Method, r.URL.Path, r.Header.Get("Idempotency-Key"), answerWait)
+		return nil
+	}
+}
+
+// openGate makes h's gate and returns the function that opens it, once; it
+// also opens at cleanup, so that no run stays blocked after a failed test.
+func (h *sideEffect) openGate(t *testing.T) func() {
+	h.gate = make(chan struct{})
+	open := sync.OnceFunc(func() { close(h.gate) })
+	t.Cleanup(open)
+	return open
 }
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {

@@ -2,6 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -11,8 +14,10 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
 const (
@@ -268,11 +273,25 @@ func TestFleetViews(t *testing.T) {
 	gc.Meta = gossip.NodeMeta{Role: gossip.RoleAgent, Zone: "eu-1a", Software: "1.2.3"}
 	gc.Handler, gc.Logger = h, discardLogger()
 	gc.GossipInterval, gc.ProbeInterval, gc.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
+	// It signs its own rows and records, with the key of its etcd entry.
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc.Signer = key
 	g, err := gossip.New(gc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = g.Close(0) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	reg, err := c.Store().Register(ctx, store.Member{Node: "web-1", Role: "agent", GossipAddr: g.Addr(),
+		PublicKey: gossip.EncodeKey(key.Public().(ed25519.PublicKey)), Wire: int(protocol.MaxVersion)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reg.Close() })
 	if _, err := g.Join([]string{c.GossipAddr()}); err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +348,7 @@ func TestFleetViews(t *testing.T) {
 	}
 	r.want(t, 0, []string{"In flight:    5 of 20 (25.0% of the fleet limit)"}, nil)
 	ctl(t, c, nil, "dep", "show", "nothing-here").want(t, 1, nil, []string{"nothing-here"})
-	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer"}, nil)
+	ctl(t, c, nil, "members").want(t, 0, []string{"NODE", "WIRE", "SIGNS", "web-1", "agent", "eu-1a", "1.2.3", "alive", "observer", "yes"}, nil)
 	ctl(t, c, nil, "status").want(t, 0, []string{"1 agent(s) alive in zones eu-1a, 1 observer(s)", "1 open", "shipping"}, nil)
 
 	// watch: start it, wait until the coordinator subscribed it, then
@@ -346,7 +365,7 @@ func TestFleetViews(t *testing.T) {
 	}
 	waitLine(t, bufio.NewReader(stderr), "watching", 10*time.Second)
 	a := adminConn(t, c)
-	ctx := t.Context()
+	ctx = t.Context()
 	if _, err := a.ForceClosed(ctx, &fuseboxv1.SetOverrideRequest{Dependency: "shipping", Reason: "known noisy", Ttl: durationpb.New(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 
 	"github.com/spf13/cobra"
 
@@ -40,9 +41,16 @@ func (o *membersOptions) run(ctx context.Context) error {
 	if o.output != formatTable {
 		return printData(o.stdout, o.output, map[string]any{"members": docs})
 	}
-	t := newTable(o.stdout, "NODE", "ROLE", "ZONE", "VERSION", "STATUS", "GOSSIP", "API")
+	t := newTable(o.stdout, "NODE", "ROLE", "ZONE", "VERSION", "WIRE", "SIGNS", "STATUS", "GOSSIP", "API")
 	for _, m := range docs {
-		t.row(m.Node, m.Role, m.Zone, m.Version, m.Status, m.GossipAddr, m.APIAddr)
+		wire, signs := "?", "no"
+		if m.Wire > 0 {
+			wire = strconv.Itoa(int(m.Wire))
+		}
+		if m.Signs {
+			signs = "yes"
+		}
+		t.row(m.Node, m.Role, m.Zone, m.Version, wire, signs, m.Status, m.GossipAddr, m.APIAddr)
 	}
 	return t.flush()
 }

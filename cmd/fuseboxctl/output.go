@@ -240,11 +240,16 @@ type memberDoc struct {
 	APIAddr    string       `json:"apiAddr"`
 	Status     string       `json:"status"`
 	Etcd       *etcdSyncDoc `json:"etcd,omitempty"`
+	// Wire is the highest gossip frame version the member speaks (0:
+	// unknown); Signs, whether it signs its gossip.
+	Wire  uint32 `json:"wire"`
+	Signs bool   `json:"signs"`
 }
 
 func memberOf(m *fuseboxv1.Member) memberDoc {
 	return memberDoc{Node: m.GetNode(), Role: m.GetRole(), Zone: m.GetZone(), Version: m.GetVersion(),
-		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus(), Etcd: etcdSyncOf(m.GetEtcd())}
+		GossipAddr: m.GetGossipAddr(), APIAddr: m.GetApiAddr(), Status: m.GetStatus(), Etcd: etcdSyncOf(m.GetEtcd()),
+		Wire: m.GetWireVersion(), Signs: m.GetSigns()}
 }
 
 // etcdSyncDoc is how a component follows etcd: the coordinator's own in

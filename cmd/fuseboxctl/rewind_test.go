@@ -58,9 +58,9 @@ func testEtcdRewind(t *testing.T, restore bool) {
 	}
 	policySet := func(min int, extra ...string) result {
 		f := writeFile(t, "policy.json", fmt.Sprintf(`{"breaker": {"minimumRequests": %d}}`, min))
-		return ctl(t, co, nil, append([]string{"policy", "set", dep, "-f", f, "-o", "json"}, extra...)...)
+		return ctl(t, co, nil, append([]string{"policy", "set", dep, "-f", f, "-o", "json", "--yes"}, extra...)...)
 	}
-	ctl(t, co, nil, "policy", "set", dep, "-f", writeFile(t, "p25.json", `{"breaker": {"minimumRequests": 25}}`)).want(t, 0, nil, nil)
+	ctl(t, co, nil, "policy", "set", dep, "-f", writeFile(t, "p25.json", `{"breaker": {"minimumRequests": 25}}`), "--yes").want(t, 0, nil, nil)
 	waitFleet(t, agents, dep, 25, "")
 	var snap string
 	afterMin := def // what the policy is after the event

@@ -179,14 +179,17 @@ func BreakerToProto(b sharedstate.BreakerPolicy) *fuseboxv1.BreakerSettings {
 		ProbeTimeout:          durationpb.New(b.ProbeTimeout.Std()),
 		Confidence:            &b.Confidence,
 		FastPath:              &b.FastPath,
+		FleetMaxOpenDuration:  durationpb.New(b.FleetMaxOpenDuration.Std()),
+		RampDuration:          durationpb.New(b.RampDuration.Std()),
+		RampStart:             b.RampStart,
 	}
 }
 
 // PolicyWithBreaker returns p with every breaker setting m carries (all
 // but mode, scope and slow-call duration): a zero (or unset) field is one m
-// does not carry, since no valid setting is zero, except confidence and
-// fast_path, which are carried when present. With a nil m it returns p.
-// The result is not validated.
+// does not carry, since no valid setting is zero, except confidence,
+// fast_path and ramp_duration, which are carried when present. With a nil m
+// it returns p. The result is not validated.
 func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) sharedstate.Policy {
 	if m == nil {
 		return p
@@ -208,6 +211,11 @@ func PolicyWithBreaker(p sharedstate.Policy, m *fuseboxv1.BreakerSettings) share
 	if m.FastPath != nil {
 		b.FastPath = m.GetFastPath()
 	}
+	setDuration(&b.FleetMaxOpenDuration, m.GetFleetMaxOpenDuration())
+	if d := m.GetRampDuration(); d != nil {
+		b.RampDuration = sharedstate.Duration(d.AsDuration())
+	}
+	setFloat(&b.RampStart, m.GetRampStart())
 	return p
 }
 

@@ -75,7 +75,9 @@ func RecordToProto(r sharedstate.BreakerRecord) *fuseboxv1.BreakerRecord {
 }
 
 // RecordFromProto converts a received record. ok is false when the state is
-// not closed or open (the caller drops it); the engine validates the rest.
+// not closed or open; the record then carries an invalid state (HalfOpen,
+// which no record carries), so that the engine, which validates every
+// record it merges (Engine.MergeRecord), refuses it like any malformed one.
 func RecordFromProto(m *fuseboxv1.BreakerRecord) (r sharedstate.BreakerRecord, ok bool) {
 	r = sharedstate.BreakerRecord{
 		Dependency: m.GetDependency(),
@@ -90,6 +92,7 @@ func RecordFromProto(m *fuseboxv1.BreakerRecord) (r sharedstate.BreakerRecord, o
 	}
 	st, ok := BreakerStateFromProto(m.GetState())
 	if !ok || st == sharedstate.HalfOpen {
+		r.State = sharedstate.HalfOpen
 		return r, false
 	}
 	r.State = st

@@ -155,8 +155,8 @@ func TestSnapshotRoundTripOfReachableStates(t *testing.T) {
 			if _, ok := e.ProbeResult(dep, false); !ok {
 				t.Fatal("a failed probe did not reopen")
 			}
-			clock.Advance(10*time.Second + 5*time.Second) // 2×openDuration, then one probeTimeout
-			fail(t, e, 1)                                 // own traffic: this node ranks for a permit
+			clock.Advance(5*time.Second + 5*time.Second) // openDuration (the fleet's does not double by default), then one probeTimeout
+			fail(t, e, 1)                                // own traffic: this node ranks for a permit
 			e.Tick()
 			s := e.Snapshot(dep)
 			if s.OpenCount != 2 || s.ProbeRound != 1 || s.Generation != 2 {
@@ -347,6 +347,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 		OpenDuration: sharedstate.Duration(2 * time.Second), MaxOpenDuration: sharedstate.Duration(time.Minute),
 		HalfOpenProbes: 2, ProbeSuccessThreshold: 4, ProbeTimeout: sharedstate.Duration(3 * time.Second),
 		Scope: sharedstate.ScopeZone, Mode: sharedstate.ModeShadow,
+		FleetMaxOpenDuration: sharedstate.Duration(7 * time.Second), RampDuration: sharedstate.Duration(3 * time.Second), RampStart: 0.25,
 	}
 	p.Retry.MaxAttempts = 2
 	p.Retry.Backoff.Base = 0 // valid, and carried although zero
@@ -388,6 +389,7 @@ func TestPolicyRoundTrip(t *testing.T) {
 	// The classic rule (confidence 0, no fast path) travels too: its zeros are not "unset".
 	classic := p.Breaker
 	classic.Confidence, classic.FastPath = 0, false
+	classic.RampDuration = 0 // no ramp: a zero that travels as well
 	if got := PolicyWithBreaker(p, BreakerToProto(classic)).Breaker; got != classic {
 		t.Errorf("classic breaker round trip:\n got %+v\nwant %+v", got, classic)
 	}

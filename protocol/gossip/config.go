@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -88,6 +89,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Codec bounds frames (optional, default protocol.DefaultMaxFrameSize).
 	Codec protocol.Codec
+	// Signer is the key this node signs the rows and records it originates
+	// with (optional, default none: it signs nothing, as an observer, which
+	// originates nothing, need not; LoadOrCreateKey). Its public key goes
+	// into the node metadata.
+	Signer ed25519.PrivateKey
+	// Keys returns the key a member signs with (optional, default: the key
+	// in the member's metadata, which is as trustworthy as the keyring; a
+	// daemon with etcd passes a KeyDirectory of the etcd member entries).
+	Keys KeySource
 	// Transport carries memberlist's packets and streams (optional, default
 	// memberlist's UDP/TCP transport bound at BindAddr, which must parse
 	// either way). Simulations pass a protocol/gossip/simnet transport; it
@@ -138,7 +148,7 @@ func (c Config) Validate() error {
 	if c.Meta.Role == "" {
 		bad("Meta.Role", "must not be empty")
 	}
-	if _, err := c.Meta.Encode(); err != nil {
+	if _, err := c.fullMeta(c.Meta).Encode(); err != nil {
 		bad("Meta", "%v", err)
 	}
 	if c.Handler == nil {
@@ -155,7 +165,21 @@ func (c Config) Validate() error {
 	if c.RetransmitMult < 1 {
 		bad("RetransmitMult", "must be at least 1, got %d", c.RetransmitMult)
 	}
+	if c.Signer != nil && len(c.Signer) != ed25519.PrivateKeySize {
+		bad("Signer", "must be an Ed25519 private key of %d bytes, got %d", ed25519.PrivateKeySize, len(c.Signer))
+	}
 	return errors.Join(errs...)
+}
+
+// fullMeta is m with what the Gossip says itself: the frame version it
+// speaks and the key it signs with.
+func (c Config) fullMeta(m NodeMeta) NodeMeta {
+	m.Wire = int(protocol.MaxVersion)
+	m.Key = ""
+	if len(c.Signer) == ed25519.PrivateKeySize {
+		m.Key = EncodeKey(c.Signer.Public().(ed25519.PublicKey))
+	}
+	return m
 }
 
 // splitAddr splits a host:port Validate accepted.

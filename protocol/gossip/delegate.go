@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 
 	"github.com/hashicorp/memberlist"
@@ -42,85 +44,59 @@ func (d *delegate) NotifyMsg(buf []byte) {
 	g := (*Gossip)(d)
 	g.stats.bytesIn[0].Add(uint64(len(buf)))
 	g.stats.msgsIn[0].Add(1)
+	f, ok := g.decode(buf, protocol.FrameBatch)
+	if !ok {
+		return
+	}
+	b := f.Batch
+	in := g.admitItems(b.GetRows(), b.GetRecords(), b.GetSignedRows(), b.GetSignedRecords(), nil)
+	if in.empty() {
+		return
+	}
+	fresh, refused := g.cfg.Handler.ApplyBatch(&fuseboxv1.GossipBatch{Rows: in.rows, Records: in.recs})
+	g.afterApply(in, fresh, refused)
+}
+
+// decode decodes a frame of type want, counting what it refuses: a frame
+// of a version this build does not speak is counted by that version too.
+func (g *Gossip) decode(buf []byte, want protocol.FrameType) (protocol.Frame, bool) {
 	f, err := g.cfg.Codec.Decode(buf)
 	if err != nil {
+		var fe *protocol.FrameError
+		if errors.As(err, &fe) && errors.Is(err, protocol.ErrUnknownVersion) {
+			g.stats.unknownVersion[fe.Version].Add(1)
+			g.Drop("unknown_version", 1, "version", fe.Version,
+				"speaks", fmt.Sprintf("%d-%d", protocol.MinVersion, protocol.MaxVersion))
+			return f, false
+		}
 		g.Drop(protocol.Reason(err), 1)
-		return
+		return f, false
 	}
-	if f.Type != protocol.FrameBatch {
+	if f.Type != want {
 		g.Drop("unexpected_type", 1)
-		return
+		return f, false
 	}
-	b := g.admitBatch(f.Batch)
-	if len(b.GetRows()) == 0 && len(b.GetRecords()) == 0 {
-		return
-	}
-	fresh, refused := g.cfg.Handler.ApplyBatch(b)
-	g.afterApply(fresh, refused)
+	return f, true
 }
 
-// admitBatch keeps the rows and records of a broadcast or direct message
-// that speak for an alive agent member (a row's node, a record's origin)
-// and counts the rest: only members speak. memberlist does not say who sent
-// a UDP message (and relayed broadcasts come from anyone who heard them), so
-// what is checked is whom the item speaks for.
-func (g *Gossip) admitBatch(b *fuseboxv1.GossipBatch) *fuseboxv1.GossipBatch {
-	rows, rowsCut := admit(g, b.GetRows(), (*fuseboxv1.NodeWindow).GetNode, "node")
-	recs, recsCut := admit(g, b.GetRecords(), (*fuseboxv1.BreakerRecord).GetOrigin, "origin")
-	if !rowsCut && !recsCut {
-		return b
-	}
-	return &fuseboxv1.GossipBatch{Rows: rows, Records: recs}
-}
-
-// admit returns the items whose speaker (who) is an alive agent member and
-// whether any was refused; it allocates only when one is.
-func admit[T interface{ GetDependency() string }](g *Gossip, items []T, who func(T) string, role string) ([]T, bool) {
-	var kept []T
-	cut := false
-	for i, it := range items {
-		if why := g.speaker(who(it)); why != "" {
-			g.Drop(why, 1, role, clip(who(it)), "dependency", clip(it.GetDependency()))
-			if !cut {
-				kept, cut = slices.Clone(items[:i]), true
-			}
-			continue
-		}
-		if cut {
-			kept = append(kept, it)
-		}
-	}
-	if !cut {
-		return items, false
-	}
-	return kept, true
-}
-
-// admitState keeps a push-pull state only from an alive agent member, and
-// of its rows only the sender's own; its records are the sender's to vouch
-// for (a record's proposer may have died since).
-func (g *Gossip) admitState(s *fuseboxv1.PushPullState) *fuseboxv1.PushPullState {
+// admitState checks a push-pull state: only from an alive agent member,
+// and of its rows only the sender's own; its records are the sender's to
+// vouch for (a record's proposer may have died since), but each is taken
+// only as admitItems takes items.
+func (g *Gossip) admitState(s *fuseboxv1.PushPullState) *inbound {
 	sender := s.GetNode()
 	if why := g.speaker(sender); why != "" {
-		g.Drop(why, len(s.GetRows())+len(s.GetRecords()), "sender", clip(sender))
+		g.Drop(why, len(s.GetRows())+len(s.GetRecords())+len(s.GetSignedRows())+len(s.GetSignedRecords()), "sender", clip(sender))
 		return nil
 	}
-	rows := s.GetRows()
-	for i, r := range rows {
+	own := func(r *fuseboxv1.NodeWindow) bool {
 		if r.GetNode() == sender {
-			continue
+			return true
 		}
-		kept := slices.Clone(rows[:i])
-		for _, r := range rows[i:] {
-			if r.GetNode() == sender {
-				kept = append(kept, r)
-			} else {
-				g.Drop("row_not_sender", 1, "sender", clip(sender), "node", clip(r.GetNode()))
-			}
-		}
-		return &fuseboxv1.PushPullState{Node: sender, Records: s.GetRecords(), Rows: kept, OverridesRevision: s.GetOverridesRevision()}
+		g.Drop("row_not_sender", 1, "sender", clip(sender), "node", clip(r.GetNode()))
+		return false
 	}
-	return s
+	return g.admitItems(s.GetRows(), s.GetRecords(), s.GetSignedRows(), s.GetSignedRecords(), own)
 }
 
 // clip bounds a name someone else chose before it goes into a log line.
@@ -131,25 +107,60 @@ func clip(s string) string {
 	return s
 }
 
-func (g *Gossip) afterApply(fresh *fuseboxv1.GossipBatch, refused int) {
+// afterApply counts what the handler refused, keeps the envelopes of the
+// records it took, and relays what was new, in the envelopes it came in.
+func (g *Gossip) afterApply(in *inbound, fresh *fuseboxv1.GossipBatch, refused int) {
 	if refused > 0 {
 		g.Drop("invalid_item", refused)
 	}
-	if g.cfg.Relay && fresh != nil {
-		g.Broadcast(fresh)
+	if fresh == nil {
+		return
+	}
+	for _, r := range fresh.GetRecords() {
+		g.keepRecord(r, in.recEnv[r])
+	}
+	if g.cfg.Relay {
+		g.relay(in, fresh)
 	}
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	g := (*Gossip)(d)
 	out := g.recQueue.GetBroadcasts(overhead, limit)
+	out = slices.DeleteFunc(out, func(b []byte) bool { return len(b) == 0 }) // withdrawn (Forget)
 	used := 0
 	for _, b := range out {
 		used += overhead + len(b)
 	}
-	if limit-used > overhead {
-		out = append(out, g.queue.GetBroadcasts(overhead, limit-used)...)
+	// This node's rows (in signed batches of at most MaxBroadcastFrame, so
+	// that relays can pass them on) and the frames it relays share what
+	// the records leave, taking turns at going first: this node's rows
+	// change every tick and would otherwise take every packet.
+	own := func() {
+		if free := min(limit-used-overhead, MaxBroadcastFrame); free > 0 {
+			if f := g.takeOwnRows(free); f != nil {
+				out = append(out, f)
+				used += overhead + len(f)
+			}
+		}
 	}
+	relayed := func() {
+		if limit-used > overhead {
+			more := g.queue.GetBroadcasts(overhead, limit-used)
+			for _, b := range more {
+				used += overhead + len(b)
+			}
+			out = append(out, more...)
+		}
+	}
+	if g.turn.Add(1)%2 == 0 {
+		own()
+		relayed()
+	} else {
+		relayed()
+		own()
+	}
+	own() // what is left of the packet
 	for _, b := range out {
 		g.stats.bytesOut[0].Add(uint64(len(b)))
 	}
@@ -163,7 +174,14 @@ func (d *delegate) LocalState(join bool) []byte {
 	if s == nil {
 		return nil
 	}
-	frame, err := g.cfg.Codec.EncodePushPull(s)
+	v := g.SendVersion()
+	if join {
+		// The answer to a join goes to a node this one does not know yet
+		// (memberlist asks before it merges the joiner's state): it may be
+		// of the previous release.
+		v = protocol.MinVersion
+	}
+	frame, err := g.cfg.Codec.EncodePushPullAt(v, g.signState(v, s))
 	if err != nil {
 		g.lg.Warn("gossip push-pull state not sent", "err", err)
 		return nil
@@ -180,21 +198,18 @@ func (d *delegate) MergeRemoteState(buf []byte, join bool) {
 	}
 	g.stats.bytesIn[1].Add(uint64(len(buf)))
 	g.stats.msgsIn[1].Add(1)
-	f, err := g.cfg.Codec.Decode(buf)
-	if err != nil {
-		g.Drop(protocol.Reason(err), 1)
+	f, ok := g.decode(buf, protocol.FramePushPull)
+	if !ok {
 		return
 	}
-	if f.Type != protocol.FramePushPull {
-		g.Drop("unexpected_type", 1)
+	in := g.admitState(f.PushPull)
+	if in == nil {
 		return
 	}
-	st := g.admitState(f.PushPull)
-	if st == nil {
-		return
-	}
+	st := &fuseboxv1.PushPullState{Node: f.PushPull.GetNode(), Records: in.recs, Rows: in.rows,
+		OverridesRevision: f.PushPull.GetOverridesRevision()}
 	fresh, refused := g.cfg.Handler.ApplyState(st, join)
-	g.afterApply(fresh, refused)
+	g.afterApply(in, fresh, refused)
 }
 
 // events is the memberlist.EventDelegate of a Gossip.
@@ -217,8 +232,10 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	e.membersMu.Lock()
 	if old, ok := e.members[m.Name]; ok {
 		e.unindexAddr(old.Addr)
+		(*Gossip)(e).retire(old)
 	}
 	delete(e.members, m.Name)
+	(*Gossip)(e).recomputeVersion()
 	e.membersMu.Unlock()
 	if e.cfg.Events != nil {
 		e.cfg.Events.MemberLeft(m)
@@ -241,6 +258,10 @@ func (e *events) setMember(m Member) {
 	}
 	e.members[m.Name] = m
 	e.memberAddrs[m.Addr]++
+	g := (*Gossip)(e)
+	delete(g.retired, m.Name)
+	g.recomputeVersion()
+	g.noteVersion(m)
 	e.membersMu.Unlock()
 }
 

@@ -1,9 +1,11 @@
 package gossip
 
 import (
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
@@ -60,6 +63,8 @@ type Member struct {
 	// member is then treated as having no role).
 	Meta    NodeMeta
 	MetaErr error
+	// PublicKey is the key of Meta.Key, decoded (nil: none, or malformed).
+	PublicKey ed25519.PublicKey
 	// State is "alive" for members of Gossip.Members and of MemberJoined
 	// and MemberUpdated events; in a MemberLeft event it is whatever
 	// memberlist last wrote into the node and may be stale (memberlist does
@@ -86,15 +91,25 @@ const MaxBroadcastFrame = 1024
 //     observer never speaks for the fleet);
 //   - "row_not_sender": a push-pull row of a node other than its sender
 //     (push-pull carries the sender's own rows only);
+//   - "unsigned": a plain row or record in the name of an origin that
+//     signs (its key is registered), in a frame without signed items, while
+//     no member of the previous release is alive (those relay what they
+//     hear without signatures: such copies are dropped uncounted);
+//   - "unknown_key": a row or record of an origin whose key is not known
+//     (not registered yet; the KeySource looks it up), or signed in the
+//     name of one registered without a key;
+//   - "bad_signature": a signed row or record whose signature is not its
+//     claimed origin's (also counted by origin, Stats.BadSignatures);
 //   - the handler's refusals, counted through Gossip.Drop:
 //     "generation_max", "generation_jump", "since_future", "zone_scope",
-//     "too_many_zones", "too_many_rows", "too_many_dependencies" (see
-//     sharedstate.RefusalReason).
+//     "too_many_zones", "too_many_rows", "too_many_dependencies",
+//     "replayed", "evicted" (see sharedstate.RefusalReason).
 var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed",
 	"unexpected_type", "invalid_item", "not_member", "not_agent", "row_not_sender",
-	"generation_max", "generation_jump", "since_future", "zone_scope", "too_many_zones", "too_many_rows", "too_many_dependencies"}
+	"generation_max", "generation_jump", "since_future", "zone_scope", "too_many_zones", "too_many_rows", "too_many_dependencies",
+	"unsigned", "unknown_key", "bad_signature", "replayed", "evicted"}
 
-const numDropReasons = 18 // len(DropReasons), checked by a test
+const numDropReasons = 23 // len(DropReasons), checked by a test
 
 // Stats are cumulative gossip counters.
 type Stats struct {
@@ -111,12 +126,22 @@ type Stats struct {
 	// records (the rest carried urgent rows only): the cost of
 	// transitions, bounded by proposers × other members per transition.
 	DirectRecordsOut uint64
+	// UnknownVersions counts refused frames by their version (decimal), a
+	// version this build does not speak.
+	UnknownVersions map[string]uint64
+	// BadSignatures counts signed items whose signature failed, by claimed
+	// origin (at most 64 names; the rest under "other").
+	BadSignatures map[string]uint64
+	// Signed and Verified count the signatures this node made and checked.
+	Signed, Verified uint64
 }
 
 type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
 	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
 	directOut, directRecordsOut        atomic.Uint64
+	unknownVersion                     [256]atomic.Uint64
+	signed, verified                   atomic.Uint64
 }
 
 // Kinds are the keys of Stats' byte and message maps (and the values of the
@@ -173,6 +198,20 @@ type Gossip struct {
 
 	dropLog rateLog // one log line per drop reason per minute
 
+	sendVersion   atomic.Uint32         // SendVersion
+	versionLogged map[string]struct{}   // members noteVersion logged (guarded by membersMu)
+	retired       map[string]retiredKey // keys of departed members (guarded by membersMu)
+
+	envMu  sync.Mutex
+	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
+
+	rows     rowQueue      // this node's rows, sent in signed batches (with a Signer)
+	numNodes func() int    // memberlist's member count, safe before Create returns
+	turn     atomic.Uint32 // whose turn it is to go first in a packet: this node's rows or relays
+
+	forgedMu sync.Mutex
+	forgedBy map[string]uint64
+
 	closeOnce sync.Once
 	closed    atomic.Bool
 }
@@ -224,7 +263,7 @@ func New(cfg Config) (*Gossip, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	meta, err := cfg.Meta.Encode()
+	meta, err := cfg.fullMeta(cfg.Meta).Encode()
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +271,9 @@ func New(cfg Config) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{}}
+	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
+		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
+	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
 	mc := memberlist.DefaultLANConfig()
 	mc.Name = cfg.Name
@@ -288,6 +329,7 @@ func New(cfg Config) (*Gossip, error) {
 		}
 		return 1
 	}
+	g.numNodes = numNodes
 	g.queue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
 	g.recQueue = &memberlist.TransmitLimitedQueue{RetransmitMult: cfg.RetransmitMult, NumNodes: numNodes}
 	ml, err := memberlist.Create(mc)
@@ -389,6 +431,7 @@ func (g *Gossip) NumAgents() int {
 func memberOf(n *memberlist.Node) Member {
 	m := Member{Name: n.Name, Addr: n.Address(), State: stateName(n.State)}
 	m.Meta, m.MetaErr = DecodeNodeMeta(n.Meta)
+	m.PublicKey = DecodeKey(m.Meta.Key)
 	return m
 }
 
@@ -408,7 +451,7 @@ func stateName(s memberlist.NodeStateType) string {
 
 // SetMeta publishes new metadata to the cluster (memberlist UpdateNode).
 func (g *Gossip) SetMeta(m NodeMeta, timeout time.Duration) error {
-	b, err := m.Encode()
+	b, err := g.cfg.fullMeta(m).Encode()
 	if err != nil {
 		return err
 	}
@@ -418,24 +461,91 @@ func (g *Gossip) SetMeta(m NodeMeta, timeout time.Duration) error {
 	return g.ml.UpdateNode(timeout)
 }
 
-// Broadcast queues rows and records for epidemic broadcast, one frame per
-// item named (kind, dependency, node): a queued older update of the same
-// item is superseded. Items whose frame exceeds MaxBroadcastFrame are left
-// to push-pull.
+// Broadcast queues rows and records for epidemic broadcast. This node's
+// own rows (with a Signer) wait in a queue of their own, the newest per
+// dependency, and go out signed in batches as packets have room; other
+// items go one frame each, named (kind, dependency, node), so that a
+// queued older update of the same item is superseded. Items whose frame
+// exceeds MaxBroadcastFrame are left to push-pull.
 func (g *Gossip) Broadcast(b *fuseboxv1.GossipBatch) {
 	if b == nil || g.closed.Load() {
 		return
 	}
-	for _, r := range b.GetRows() {
-		g.queueItem(g.queue, "w\x00"+r.GetDependency()+"\x00"+r.GetNode(), &fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{r}})
+	own, other := g.ownRows(b.GetRows())
+	g.rows.add(own)
+	for _, r := range other {
+		g.queueItem(g.queue, rowName(r), compose(g.SendVersion(), []*fuseboxv1.NodeWindow{r}, nil, nil))
 	}
 	for _, r := range b.GetRecords() {
-		g.queueItem(g.recQueue, "b\x00"+r.GetDependency(), &fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{r}})
+		g.queueRecord(recOut{m: r, env: g.recordEnv(r)})
 	}
 }
 
+func rowName(r *fuseboxv1.NodeWindow) string {
+	return "w\x00" + r.GetDependency() + "\x00" + r.GetNode()
+}
+
+// relaySlots is how many signed row batches of one origin a relay queues
+// at once (a newer batch takes the slot of an older one).
+const relaySlots = 4
+
+// relay queues what the handler found new in the envelopes it came in:
+// a relay needs no key of its own, and the origin's signature travels on.
+// A signed batch goes on whole (with every row it holds, at version 1 also
+// plain) if any of its rows was new.
+func (g *Gossip) relay(in *inbound, fresh *fuseboxv1.GossipBatch) {
+	if g.closed.Load() {
+		return
+	}
+	v := g.SendVersion()
+	var batches []*fuseboxv1.SignedItem
+	maxSeq := map[*fuseboxv1.SignedItem]uint64{}
+	for _, r := range fresh.GetRows() {
+		env := in.rowEnv[r]
+		if env == nil {
+			g.queueItem(g.queue, rowName(r), compose(v, []*fuseboxv1.NodeWindow{r}, nil, nil))
+			continue
+		}
+		if _, ok := maxSeq[env]; !ok {
+			batches = append(batches, env)
+		}
+		maxSeq[env] = max(maxSeq[env], r.GetSeq())
+	}
+	for _, env := range batches {
+		var rows []*fuseboxv1.NodeWindow
+		for _, r := range in.rows {
+			if in.rowEnv[r] == env {
+				rows = append(rows, r)
+			}
+		}
+		var plain []*fuseboxv1.NodeWindow
+		if v < protocol.Version2 {
+			plain = rows
+		}
+		name := "wb\x00" + rows[0].GetNode() + "\x00" + strconv.FormatUint(maxSeq[env]%relaySlots, 10)
+		g.queueItem(g.queue, name, compose(v, plain, []*fuseboxv1.SignedItem{env}, nil))
+	}
+	for _, r := range fresh.GetRecords() {
+		g.queueRecord(recOut{m: r, env: in.recEnv[r]})
+	}
+}
+
+func (g *Gossip) queueRecord(r recOut) {
+	g.queueItem(g.recQueue, "b\x00"+r.m.GetDependency(), compose(g.SendVersion(), nil, nil, []recOut{r}))
+}
+
+// Forget withdraws the record broadcast queued for dependency, if any: the
+// engine forgot the dependency (idle eviction), and a record still queued
+// would otherwise reach peers after their tombstones for it expired and
+// bring it back. Push-pull carries any record queued for it later again.
+func (g *Gossip) Forget(dependency string) {
+	// A queued broadcast can only be replaced by one of the same name; an
+	// empty one is never sent (GetBroadcasts leaves it out).
+	g.recQueue.QueueBroadcast(&namedBroadcast{name: "b\x00" + dependency})
+}
+
 func (g *Gossip) queueItem(q *memberlist.TransmitLimitedQueue, name string, b *fuseboxv1.GossipBatch) {
-	frame, err := g.cfg.Codec.EncodeBatch(b)
+	frame, err := g.cfg.Codec.EncodeBatchAt(g.SendVersion(), b)
 	if err != nil || len(frame) > MaxBroadcastFrame {
 		g.lg.Debug("gossip item too large to broadcast, left to push-pull", "item", name, "err", err)
 		return
@@ -454,20 +564,43 @@ func (g *Gossip) SendDirect(records []*fuseboxv1.BreakerRecord) {
 }
 
 // SendDirectBatch sends a batch (records, urgent rows) straight to every
-// other alive member, as SendDirect does.
+// other alive member, as SendDirect does, each in the newest frame version
+// the member speaks; this node's rows in it are signed together.
 func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 	if len(b.GetRows())+len(b.GetRecords()) == 0 || g.closed.Load() {
 		return
 	}
-	frame, err := g.cfg.Codec.EncodeBatch(b)
-	if err != nil {
-		g.lg.Warn("gossip direct send: encode", "err", err)
-		return
+	own, other := g.ownRows(b.GetRows())
+	var batches []*fuseboxv1.SignedItem
+	if env := g.signRows(own); env != nil {
+		batches = append(batches, env)
 	}
+	recs := make([]recOut, 0, len(b.GetRecords()))
+	for _, r := range b.GetRecords() {
+		recs = append(recs, recOut{m: r, env: g.recordEnv(r)})
+	}
+	var frames [protocol.MaxVersion + 1][]byte
 	for _, n := range g.Members() {
 		if n.Name == g.cfg.Name {
 			continue
 		}
+		v := byte(min(n.Meta.WireVersion(), int(protocol.MaxVersion)))
+		if !protocol.Speaks(v) {
+			continue
+		}
+		if frames[v] == nil {
+			plain := other
+			if v < protocol.Version2 {
+				plain = b.GetRows()
+			}
+			frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, plain, batches, recs))
+			if err != nil {
+				g.lg.Warn("gossip direct send: encode", "err", err)
+				return
+			}
+			frames[v] = frame
+		}
+		frame := frames[v]
 		// SendToAddress is SendBestEffort by address: a UDP user message.
 		if err := g.ml.SendToAddress(memberlist.Address{Addr: n.Addr, Name: n.Name}, frame); err != nil {
 			g.lg.Debug("gossip direct send failed", "to", n.Name, "err", err)
@@ -482,8 +615,11 @@ func (g *Gossip) SendDirectBatch(b *fuseboxv1.GossipBatch) {
 	}
 }
 
-// QueuedBroadcasts returns how many broadcasts wait in the queue.
-func (g *Gossip) QueuedBroadcasts() int { return g.queue.NumQueued() + g.recQueue.NumQueued() }
+// QueuedBroadcasts returns how many broadcasts wait in the queues (this
+// node's own rows counted one each).
+func (g *Gossip) QueuedBroadcasts() int {
+	return g.queue.NumQueued() + g.recQueue.NumQueued() + g.rows.len()
+}
 
 // Stats returns cumulative counters.
 func (g *Gossip) Stats() Stats {
@@ -503,6 +639,16 @@ func (g *Gossip) Stats() Stats {
 	}
 	s.DirectOut = g.stats.directOut.Load()
 	s.DirectRecordsOut = g.stats.directRecordsOut.Load()
+	s.UnknownVersions = map[string]uint64{}
+	for v := range g.stats.unknownVersion {
+		if n := g.stats.unknownVersion[v].Load(); n > 0 {
+			s.UnknownVersions[strconv.Itoa(v)] = n
+		}
+	}
+	g.forgedMu.Lock()
+	s.BadSignatures = maps.Clone(g.forgedBy)
+	g.forgedMu.Unlock()
+	s.Signed, s.Verified = g.stats.signed.Load(), g.stats.verified.Load()
 	return s
 }
 

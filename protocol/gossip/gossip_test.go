@@ -465,7 +465,9 @@ func TestOnlyMembersSpeak(t *testing.T) {
 	}
 
 	// Push-pull: a stranger's state is refused whole; a member's state keeps
-	// its own rows and every record it holds (it vouches for them).
+	// its own rows and the records it holds whose origin's key is known (it
+	// vouches for them; a proposer may be gone): not one of a node never
+	// heard of.
 	st := func(sender string) []byte {
 		f, err := codec.EncodePushPull(&fuseboxv1.PushPullState{Node: sender,
 			Rows:    []*fuseboxv1.NodeWindow{row(sender, "p1"), row("someone-else", "p2")},
@@ -484,13 +486,13 @@ func TestOnlyMembersSpeak(t *testing.T) {
 	rec.mu.Unlock()
 	(*delegate)(g).MergeRemoteState(st("a1"), false)
 	rec.mu.Lock()
-	if rec.rows["a1/p1"] != 1 || rec.rows["someone-else/p2"] != 0 || rec.records["p3"] != 1 {
-		t.Errorf("member's state: rows %v records %v, want its own row p1 and record p3 only", rec.rows, rec.records)
+	if rec.rows["a1/p1"] != 1 || rec.rows["someone-else/p2"] != 0 || rec.records["p3"] != 0 {
+		t.Errorf("member's state: rows %v records %v, want its own row p1 only", rec.rows, rec.records)
 	}
 	rec.mu.Unlock()
 	d = g.Stats().Dropped
-	if d["not_member"] != 2+3 || d["not_agent"] != 2+3 || d["row_not_sender"] != 1 {
-		t.Errorf("dropped = %v, want 5 not_member, 5 not_agent, 1 row_not_sender", d)
+	if d["not_member"] != 2+3 || d["not_agent"] != 2+3 || d["row_not_sender"] != 1 || d["unknown_key"] != 1 {
+		t.Errorf("dropped = %v, want 5 not_member, 5 not_agent, 1 row_not_sender, 1 unknown_key", d)
 	}
 }
 
@@ -635,5 +637,34 @@ func TestNewOnBusyPort(t *testing.T) {
 				t.Errorf("New on busy %s port: %v (%T), want a listen *net.OpError", tc.network, err, err)
 			}
 		})
+	}
+}
+
+// A record withdrawn with Forget (its dependency was evicted) is never
+// broadcast, while the others queued beside it still are.
+func TestForgetWithdrawsQueuedRecord(t *testing.T) {
+	g := newMember(t, testConfig("n", RoleAgent, newRecorder()))
+	rec := func(dep string) *fuseboxv1.BreakerRecord {
+		return &fuseboxv1.BreakerRecord{Dependency: dep, Origin: "n", Generation: 2,
+			State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED}
+	}
+	g.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("forgotten-dep"), rec("kept-dep")}})
+	g.Forget("forgotten-dep")
+	var kept int
+	for range 50 { // past every retransmit
+		for _, f := range (*delegate)(g).GetBroadcasts(3, 1400) {
+			if len(f) == 0 {
+				t.Fatal("an empty broadcast frame was handed to memberlist")
+			}
+			if bytes.Contains(f, []byte("forgotten-dep")) {
+				t.Fatal("the forgotten dependency's record was broadcast")
+			}
+			if bytes.Contains(f, []byte("kept-dep")) {
+				kept++
+			}
+		}
+	}
+	if kept == 0 {
+		t.Fatal("the other record was never broadcast")
 	}
 }

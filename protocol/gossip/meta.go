@@ -30,14 +30,17 @@ const MaxMetaSize = 512
 //
 // Encoding (version 1): a JSON object of at most 512 bytes,
 //
-//	{"v":1,"role":"agent","zone":"eu-1a","version":"0.1.0","grpc":"127.0.0.1:7950","http":"127.0.0.1:7951"}
+//	{"v":1,"role":"agent","zone":"eu-1a","version":"0.2.0-dev","grpc":"127.0.0.1:7950","http":"127.0.0.1:7951","wire":2,"key":"<base64>"}
 //
 // "v" is the encoding version, "role" is "agent" or "observer", "zone" the
 // failure zone, "version" the software version, "grpc" the member's local
 // API TCP address and "http" its metrics/health address (both empty when
-// off). Decoders ignore unknown keys, so later versions may add fields; a
-// member with an unknown or missing role is neither an agent nor an
-// observer and is ignored by fleet accounting.
+// off), "wire" the highest gossip frame version the member speaks (it
+// speaks the one before too; absent: 1, a 0.1.x build) and "key" the
+// base64 Ed25519 public key it signs with (absent: it signs nothing). A
+// Gossip fills "wire" and "key" itself. Decoders ignore unknown keys, so
+// later versions may add fields; a member with an unknown or missing role
+// is neither an agent nor an observer and is ignored by fleet accounting.
 type NodeMeta struct {
 	Version  int    `json:"v"`
 	Role     Role   `json:"role"`
@@ -45,7 +48,13 @@ type NodeMeta struct {
 	Software string `json:"version,omitempty"`
 	GRPCAddr string `json:"grpc,omitempty"`
 	HTTPAddr string `json:"http,omitempty"`
+	Wire     int    `json:"wire,omitempty"`
+	Key      string `json:"key,omitempty"`
 }
+
+// WireVersion is the highest frame version the member speaks: Wire, or 1
+// when the member does not say (0.1.x).
+func (m NodeMeta) WireVersion() int { return max(m.Wire, 1) }
 
 // ErrMetaTooLarge is returned by NodeMeta.Encode past MaxMetaSize.
 var ErrMetaTooLarge = errors.New("gossip: node metadata too large")

@@ -31,6 +31,13 @@ type Member struct {
 	// (optional; agents publish it, without Revision): synced or not, and
 	// the rewinds its watcher saw.
 	Etcd *SyncStatus `json:"etcd,omitempty"`
+	// PublicKey is the base64 Ed25519 key the node signs its gossip rows
+	// and records with; receivers trust this entry, not the gossip, for it.
+	// Empty: the node signs nothing (0.1.x, an observer).
+	PublicKey string `json:"publicKey,omitempty"`
+	// Wire is the highest gossip frame version the node speaks (0: one
+	// that does not say, 1).
+	Wire int `json:"wire,omitempty"`
 }
 
 func validateNodeName(node string) error {
@@ -162,6 +169,29 @@ func (r *Registration) Close() error {
 		}
 	})
 	return r.err
+}
+
+// GetMember returns the registration of node; found is false when there is
+// none.
+func (s *Store) GetMember(ctx context.Context, node string) (m MemberEntry, found bool, err error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	resp, err := s.cli.Get(ctx, s.MemberKey(node))
+	if err != nil {
+		return MemberEntry{}, false, fmt.Errorf("store: get member %q: %w", node, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return MemberEntry{}, false, nil
+	}
+	kv := resp.Kvs[0]
+	if err := json.Unmarshal(kv.Value, &m.Member); err != nil || m.Node != node {
+		if err == nil {
+			err = fmt.Errorf("node %q does not match the key", m.Node)
+		}
+		return MemberEntry{}, false, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err}
+	}
+	m.ModRevision, m.Lease = kv.ModRevision, clientv3.LeaseID(kv.Lease)
+	return m, true, nil
 }
 
 // ListMembers returns the registered members sorted by node name, and the

@@ -121,3 +121,24 @@ func TestCallsDoNotHangWhenEtcdIsDown(t *testing.T) {
 		}
 	}
 }
+
+// GetMember reads one registration, its public key and frame version
+// included; a node without one is not found.
+func TestGetMember(t *testing.T) {
+	e := newEnv(t)
+	ctx := testCtx(t)
+	m := store.Member{Node: "node-k", Role: "agent", Version: "0.2.0-dev", GossipAddr: "10.0.0.3:7946",
+		PublicKey: "MCowBQYDK2VwAyEA0123456789abcdefghijklmnopqrstuv", Wire: 2}
+	r, err := e.st.Register(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got, found, err := e.st.GetMember(ctx, "node-k")
+	if err != nil || !found || got.Member != m || got.Lease != r.Lease() {
+		t.Fatalf("GetMember = %+v, %v, %v; want %+v", got, found, err, m)
+	}
+	if _, found, err := e.st.GetMember(ctx, "nobody"); err != nil || found {
+		t.Fatalf("GetMember of an unregistered node: found %v, %v", found, err)
+	}
+}

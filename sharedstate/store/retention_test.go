@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
@@ -176,6 +178,72 @@ func TestAuditTrailOf100000(t *testing.T) {
 	// Nothing due: no summary.
 	if res, err := st.TrimAuditRetention(ctx, store.AuditRetention{MaxEntries: 1000}, "coordinator-a"); err != nil || res.Deleted != 0 || res.SummarySeq != 0 {
 		t.Fatalf("a trim with nothing due: %+v, %v", res, err)
+	}
+}
+
+// TestAuditRetentionByAge: entries written 10 s apart on the store's clock;
+// a trim by age deletes exactly those older than MaxAge before now (an entry
+// at the cutoff itself stays), the oldest first, leaves one summary entry
+// and cleans the index; a MaxAge longer than the trail deletes nothing. The
+// quick, default-run companion of TestAuditTrailOf100000's age trim.
+func TestAuditRetentionByAge(t *testing.T) {
+	srv := embeddedtest.Start(t)
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := sharedstate.NewManualClock(base)
+	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv), Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	const n = 10 // seqs 1..10 at base+0s, +10s, … +90s
+	for i := range n {
+		clock.Set(base.Add(time.Duration(i) * 10 * time.Second))
+		if _, err := st.PutPolicy(ctx, fmt.Sprintf("dep-%d", i%3), []byte(`{"breaker":{"minimumRequests":7}}`), as("op")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Set(base.Add(100 * time.Second))
+	// Longer than the trail's age: nothing is due, and no summary is written.
+	if res, err := st.TrimAuditRetention(ctx, store.AuditRetention{MaxAge: 101 * time.Second}, "trimmer"); err != nil || res.Deleted != 0 || res.SummarySeq != 0 {
+		t.Fatalf("a trim with nothing older than MaxAge: %+v, %v", res, err)
+	}
+	// 40 s before now is base+60s, the time of seq 7: seqs 1..6 are older.
+	res, err := st.TrimAuditRetention(ctx, store.AuditRetention{MaxAge: 40 * time.Second}, "trimmer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Deleted != 6 || res.FromSeq != 1 || res.ToSeq != 6 || res.SummarySeq != n+1 || res.MaxAge != 40*time.Second {
+		t.Fatalf("age trim: %+v, want seqs 1..6 deleted and summary %d", res, n+1)
+	}
+	all, err := st.ListAudit(ctx, store.AuditQuery{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []int64
+	for _, e := range all {
+		seqs = append(seqs, e.Seq)
+	}
+	if want := []int64{11, 10, 9, 8, 7}; !slices.Equal(seqs, want) {
+		t.Fatalf("entries after the trim: %v, want %v (newest first)", seqs, want)
+	}
+	if a := all[0]; a.Action != store.ActionAuditTrim || a.Actor != "trimmer" || !a.At.Equal(base.Add(100*time.Second)) {
+		t.Fatalf("summary entry %+v", a)
+	}
+	var sum struct {
+		Deleted, FromSeq, ToSeq int64
+		MaxAge                  string
+	}
+	if err := json.Unmarshal(all[0].After, &sum); err != nil || sum.Deleted != 6 || sum.FromSeq != 1 || sum.ToSeq != 6 || sum.MaxAge != "40s" {
+		t.Fatalf("summary %s: %+v, %v", all[0].After, sum, err)
+	}
+	// The index lost the same entries: dep-0 had seqs 1, 4, 7, 10.
+	if e, err := st.ListAudit(ctx, store.AuditQuery{Dependency: "dep-0"}); err != nil || len(e) != 2 || e[0].Seq != 10 || e[1].Seq != 7 {
+		t.Fatalf("dep-0 after the trim: %+v, %v", e, err)
+	}
+	// Everything older than a second: the newest entry (the summary) stays.
+	clock.Set(base.Add(time.Hour))
+	if res, err := st.TrimAuditRetention(ctx, store.AuditRetention{MaxAge: time.Second}, "trimmer"); err != nil || res.FromSeq != 7 || res.ToSeq != 10 || res.SummarySeq != 12 {
+		t.Fatalf("trim of an old trail: %+v, %v, want seqs 7..10 deleted, summary 12", res, err)
 	}
 }
 

@@ -381,7 +381,7 @@ class Dependency:
                         if slow:
                             self._slow += 1
                     if g.probe:
-                        self._finish_probe(g, True)
+                        self._finish_probe(g, True, slow)
                     return value
                 end = clock()
                 elapsed = end - start
@@ -392,7 +392,7 @@ class Dependency:
                     # dependency did not answer in time.
                     self._record(True, slow)
                     if g.probe:
-                        self._finish_probe(g, False)
+                        self._finish_probe(g, False, slow)
                     raise E.DeadlineExceeded(last_error=err) from err
                 if per_attempt > 0 and end >= adl:
                     cl = E.Classification(retryable=True, failure=True)  # its own timeout: a slow failure
@@ -401,7 +401,7 @@ class Dependency:
                     cl = classify(err)
                 self._record(cl.failure, slow)
                 if g.probe:
-                    self._finish_probe(g, not cl.failure)
+                    self._finish_probe(g, not cl.failure, slow)
                 if not cl.retryable or n >= n_max:
                     raise err
                 # The backoff, at least the server's Retry-After.
@@ -571,9 +571,11 @@ class Dependency:
         v, reason = self._local.decide("first")
         return v, reason, False
 
-    def _finish_probe(self, g, success):
+    def _finish_probe(self, g, success, slow):
+        # slow: the probe took at least slowCallDuration; the agent judges
+        # a slow success as the closed breaker would judge the call.
         if g.by_agent:
-            self._c._session_probe_result(self.name, g.generation, success)
+            self._c._session_probe_result(self.name, g.generation, success, slow)
         elif self._local.probe_result(success):
             self._publish()
 
@@ -868,9 +870,9 @@ class Client:
         did not answer (the local breaker decides)."""
         return self._session.ask(dep, call)
 
-    def _session_probe_result(self, name, gen, success):
+    def _session_probe_result(self, name, gen, success, slow):
         if self._session is not None:
-            self._session.add_probe_result(name, gen, success)
+            self._session.add_probe_result(name, gen, success, slow)
 
     # --- flushing ---
 

@@ -108,10 +108,10 @@ class Session:
         with self._mu:
             self._in_flight[name] = n
 
-    def add_probe_result(self, name, gen, success):
+    def add_probe_result(self, name, gen, success, slow=False):
         with self._mu:
             if len(self._probes) < MAX_PENDING_PROBE_RESULTS:
-                self._probes.append(pb.ProbeResult(dependency=name, generation=gen, success=success))
+                self._probes.append(pb.ProbeResult(dependency=name, generation=gen, success=success, slow=slow))
         self.kick()
 
     def kick(self):

@@ -29,11 +29,13 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY_ROOT = os.path.dirname(HERE)
 REPO = os.path.dirname(os.path.dirname(PY_ROOT))
+# name -> (the folder of the Go module holding it, its package there): the
+# daemons and fuseboxctl are in the cmd module, gocaller in the root module.
 BINARIES = {
-    "fusebox-agent": "./cmd/fusebox-agent",
-    "fusebox-coordinator": "./cmd/fusebox-coordinator",
-    "fuseboxctl": "./cmd/fuseboxctl",
-    "gocaller": "./clientlib/python/tests/testdata/gocaller",
+    "fusebox-agent": ("cmd", "./fusebox-agent"),
+    "fusebox-coordinator": ("cmd", "./fusebox-coordinator"),
+    "fuseboxctl": ("cmd", "./fuseboxctl"),
+    "gocaller": (".", "./clientlib/python/tests/testdata/gocaller"),
 }
 
 _bin_lock = threading.Lock()
@@ -71,10 +73,11 @@ def binaries():
         go = os.environ.get("GO") or shutil.which("go")
         if not go:
             raise RuntimeError("the Python client's tests build the agent from this tree and need go on PATH (or FUSEBOX_TEST_BIN)")
-        cmd = [go, "build", "-o", d + os.sep] + list(BINARIES.values())
-        r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
-        if r.returncode != 0:
-            raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+        for mod in sorted({m for m, _ in BINARIES.values()}):
+            cmd = [go, "build", "-o", d + os.sep] + [p for m, p in BINARIES.values() if m == mod]
+            r = subprocess.run(cmd, cwd=os.path.join(REPO, mod), capture_output=True, text=True, timeout=900)
+            if r.returncode != 0:
+                raise RuntimeError("%s (in %s) failed:\n%s%s" % (" ".join(cmd), mod, r.stdout, r.stderr))
         _bin_dir = d
         return d
 
@@ -259,7 +262,7 @@ class Fleet:
             return r.stdout
 
     def set_policy(self, name, policy):
-        self.ctl("policy", "set", name, "-f", "-", stdin=json.dumps(policy))
+        self.ctl("policy", "set", "--yes", name, "-f", "-", stdin=json.dumps(policy))
 
     def fleet_view(self, dependency):
         """The coordinator's view of dependency (fuseboxctl deps), or None."""

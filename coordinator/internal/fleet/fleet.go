@@ -418,6 +418,7 @@ func (v *View) membersLocked() []*fuseboxv1.Member {
 		out = append(out, &fuseboxv1.Member{
 			Node: m.Name, Role: role, Zone: m.Meta.Zone, Version: m.Meta.Software,
 			GossipAddr: m.Addr, ApiAddr: m.Meta.GRPCAddr, Status: m.State,
+			WireVersion: uint32(m.Meta.WireVersion()), Signs: m.PublicKey != nil,
 		})
 	}
 	slices.SortFunc(out, func(a, b *fuseboxv1.Member) int {

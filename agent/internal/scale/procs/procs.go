@@ -408,18 +408,18 @@ func (f *fleet) proposers(ctx context.Context, dep string) (int, error) {
 	return n, nil
 }
 
-// BuildAgent builds ./cmd/fusebox-agent of the module at root (the
-// directory holding go.mod) into dir and returns the binary's path. race
-// adds -race (tests under -race, whose packages are compiled that way).
+// BuildAgent builds cmd/fusebox-agent of the repository at root (in its
+// cmd module) into dir and returns the binary's path. race adds -race
+// (tests under -race, whose packages are compiled that way).
 func BuildAgent(ctx context.Context, root, dir string, race bool) (string, error) {
 	out := filepath.Join(dir, "fusebox-agent")
 	args := []string{"build", "-o", out}
 	if race {
 		args = append(args, "-race")
 	}
-	args = append(args, "./cmd/fusebox-agent")
+	args = append(args, "./fusebox-agent")
 	cmd := exec.CommandContext(ctx, goTool(), args...)
-	cmd.Dir = root
+	cmd.Dir = filepath.Join(root, "cmd")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("scale-procs: go %s: %w\n%s", strings.Join(args, " "), err, b)
 	}
@@ -435,18 +435,22 @@ func goTool() string {
 	return "go"
 }
 
-// ModuleRoot returns the directory of the go.mod governing dir (the
-// current directory when dir is empty), from `go env GOMOD`.
+// ModuleRoot returns the repository root, the folder of the Fusebox root
+// module, as the module governing dir (the current directory when dir is
+// empty) finds it: that module itself, or the replace directive of one of
+// the nested modules.
 func ModuleRoot(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, goTool(), "env", "GOMOD")
+	cmd := exec.CommandContext(ctx, goTool(), "list", "-m", "-f", "{{.Dir}}", rootModule)
 	cmd.Dir = dir
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
 	b, err := cmd.Output()
-	if err != nil {
-		return "", fmt.Errorf("scale-procs: go env GOMOD: %w", err)
+	root := strings.TrimSpace(string(b))
+	if err != nil || root == "" {
+		return "", fmt.Errorf("scale-procs: not inside the Fusebox repository (go list -m %s: %v %s): run from the repository", rootModule, err, strings.TrimSpace(stderr.String()))
 	}
-	gomod := strings.TrimSpace(string(b))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("scale-procs: not inside the Fusebox module (go env GOMOD is empty): run from the repository")
-	}
-	return filepath.Dir(gomod), nil
+	return root, nil
 }
+
+// rootModule is the module path of the repository's root module.
+const rootModule = "github.com/fusebox-dev/fusebox"

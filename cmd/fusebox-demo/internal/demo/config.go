@@ -199,8 +199,9 @@ func (c Config) Validate() error {
 // DemoPolicy is the fleet default the demo writes to etcd: thresholds that
 // react within a phase of the given length. For the default 15s phases:
 // a 5s window, 20 requests, 50% failures or 80% calls slower than 200ms
-// from 2 nodes trip it; it stays open 2s, doubling per failed probe up to
-// 7.5s; 2 probes fleet-wide, 3 successes close it; 3 attempts of 600ms,
+// from 2 nodes trip it; it stays open 2s, and 2s again after each failed
+// (or slow) probe; 2 probes fleet-wide, 3 fast successes close it, and the
+// traffic comes back over the default 1s ramp; 3 attempts of 600ms,
 // retries at most 10% of first attempts (plus 5 per second fleet-wide).
 // Shorter phases scale the window and open durations down.
 func DemoPolicy(phase time.Duration) sharedstate.Policy {
@@ -217,7 +218,8 @@ func DemoPolicy(phase time.Duration) sharedstate.Policy {
 	b.MinFailingNodes = 2
 	b.OpenDuration = clamp(phase*2/15, 500*time.Millisecond, 2*time.Second)
 	b.MaxOpenDuration = clamp(phase/2, time.Second, 8*time.Second)
-	b.HalfOpenProbes = 2 // fewer than the 3 agents, so the fleet-wide limit shows
+	b.FleetMaxOpenDuration = b.OpenDuration // probe at the same pace while it fails
+	b.HalfOpenProbes = 2                    // fewer than the 3 agents, so the fleet-wide limit shows
 	b.ProbeSuccessThreshold = 3
 	b.ProbeTimeout = sharedstate.Duration(2 * time.Second)
 	b.Scope = sharedstate.ScopeFleet

@@ -17,8 +17,9 @@ import (
 //   - the breaker of shipping-api opens on all three agents while it fails;
 //   - half-open lets at most halfOpenProbes probes reach it at once,
 //     fleet-wide, counted at the dependency itself;
-//   - it closes on every agent once shipping-api answers again (never while
-//     it fails), and ends closed;
+//   - it closes on every agent once shipping-api answers fast again (never
+//     while it fails, nor while it answers slower than slowCallDuration:
+//     half-open judges a slow probe as a failed one), and ends closed;
 //   - the retries made during the outage stay within the fleet retry budget;
 //   - the service behind agent-c's egress proxy counts in agent-c's window.
 func TestFailureCycle(t *testing.T) {
@@ -35,6 +36,7 @@ func TestFailureCycle(t *testing.T) {
 		t.Fatalf("Wait: %v", err)
 	}
 	failing := d.Phase(0, demo.Failing)
+	slow := d.Phase(0, demo.Slow)
 	recovering := d.Phase(0, demo.Recovering)
 	trs := sum.TransitionsOf(demo.ShippingAPI)
 	agents := d.Agents()
@@ -97,11 +99,10 @@ func TestFailureCycle(t *testing.T) {
 	})
 
 	t.Run("closes after recovery", func(t *testing.T) {
-		// It may close in the slow phase already (slow answers are
-		// successful probes; the slow-call rate then trips it again, or
-		// not, depending on how much of the phase is left), or early in the
-		// recovering phase, but never while shipping-api fails, and it ends
-		// closed.
+		// It stays open (or half-open) through the slow phase, whose
+		// probes answer after 300ms against the policy's 200ms
+		// slowCallDuration and fail by the slow-call rule, and closes in
+		// the recovering phase; it ends closed.
 		for _, a := range agents {
 			var last demo.Transition
 			for _, tr := range trs {
@@ -111,6 +112,9 @@ func TestFailureCycle(t *testing.T) {
 				last = tr
 				if tr.To == "closed" && !tr.At.Before(failing.Start) && tr.At.Before(failing.End) {
 					t.Errorf("%s: closed while %s was failing: %v", a.Name(), demo.ShippingAPI, tr)
+				}
+				if tr.To == "closed" && !tr.At.Before(slow.Start) && tr.At.Before(slow.End) {
+					t.Errorf("%s: closed while %s answered slowly: %v", a.Name(), demo.ShippingAPI, tr)
 				}
 			}
 			if last.To != "closed" || last.At.Before(failing.End) {

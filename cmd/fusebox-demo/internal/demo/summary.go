@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -214,9 +215,9 @@ func (d *Demo) printBanner() {
 	r := d.policy.Retry
 	fmt.Fprintf(&b, "  Policy: window %v, trips at %d requests with %.0f%% failures or %.0f%% calls over %v from %d nodes;\n",
 		b2.Window, b2.MinimumRequests, 100*b2.FailureRateThreshold, 100*b2.SlowCallRateThreshold, b2.SlowCallDuration, b2.MinFailingNodes)
-	fmt.Fprintf(&b, "  open %v (doubling to %v), %d probes fleet-wide, %d successes close; %d attempts of %v, retries <= %.0f%% + %g/s.\n",
-		b2.OpenDuration, b2.MaxOpenDuration, b2.HalfOpenProbes, b2.ProbeSuccessThreshold, r.MaxAttempts, r.PerAttemptTimeout,
-		100*r.Budget.Ratio, r.Budget.MinRetriesPerSecond)
+	fmt.Fprintf(&b, "  open %v (reopens up to %v), %d probes fleet-wide, %d fast successes close, %v ramp; %d attempts of %v, retries <= %.0f%% + %g/s.\n",
+		b2.OpenDuration, b2.FleetOpenDurationFor(math.MaxUint32), b2.HalfOpenProbes, b2.ProbeSuccessThreshold, b2.RampDuration,
+		r.MaxAttempts, r.PerAttemptTimeout, 100*r.Budget.Ratio, r.Budget.MinRetriesPerSecond)
 	fmt.Fprintf(&b, "  Transitions are logged per agent; local-open means the agent's own traffic tripped before the fleet's.\n")
 	fmt.Fprintf(&b, "  Ctrl-C stops the demo and prints a summary.\n\n")
 	d.printf("%s", b.String())

@@ -839,7 +839,14 @@
     }
     let alive = 0, gone = 0;
     const zones = new Map();
+    // Software and gossip frame versions of the alive members (a rolling
+    // upgrade shows two), e.g. "0.2.0-dev (wire 2)".
+    const versions = new Map();
     for (const m of model.members) {
+      if (m.status === 'alive' || m.status === 'suspect') {
+        const v = (m.version || '?') + ' (wire ' + (m.wireVersion || '?') + (m.signs ? ', signed' : '') + ')';
+        versions.set(v, (versions.get(v) || 0) + 1);
+      }
       if (m.role !== 'agent') continue;
       if (m.status === 'alive' || m.status === 'suspect') {
         alive++;
@@ -848,7 +855,7 @@
         gone++;
       }
     }
-    const key = JSON.stringify([model.deps.size, counts, alive, gone, [...zones]]);
+    const key = JSON.stringify([model.deps.size, counts, alive, gone, [...zones], [...versions]]);
     if (key !== lastSummary) {
       lastSummary = key;
       const chips = [];
@@ -863,7 +870,9 @@
       }
       $('summary').replaceChildren(...chips);
       const zs = [...zones].sort().map(([z, n]) => z + ' ' + n).join(', ');
-      $('members').textContent = alive + (alive === 1 ? ' agent' : ' agents') + ' alive' + (zs ? ' (' + zs + ')' : '') + (gone ? ', ' + gone + ' gone' : '');
+      const vs = [...versions].sort().map(([v, n]) => v + ' ×' + n).join(', ');
+      $('members').textContent = alive + (alive === 1 ? ' agent' : ' agents') + ' alive' + (zs ? ' (' + zs + ')' : '') + (gone ? ', ' + gone + ' gone' : '') +
+        (vs ? ' · ' + vs : '');
     }
     if (model.at) $('members').title = 'as of ' + fmtTime(model.at);
   }

@@ -1,0 +1,90 @@
+package sharedstate
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// DefaultIdleRetention is how long a dependency whose breaker ever moved
+// (a record past generation 0) is kept without traffic anywhere: long
+// enough for an operator to look at what happened to it.
+const DefaultIdleRetention = time.Hour
+
+// ErrEvicted refuses a record of a dependency this engine forgot for want
+// of traffic, when the record is not newer than the one it forgot (a
+// push-pull copy of it from a peer that has not forgotten it yet, or a
+// replay): what was evicted stays evicted for IdleRetention.
+var ErrEvicted = errors.New("fusebox: record of an evicted dependency, not newer than the one evicted")
+
+// tombstones remember, per evicted dependency, the records it held, for
+// IdleRetention. Bounded by MaxDependencies (the oldest forgotten first).
+type tombstones struct {
+	mu sync.Mutex
+	m  map[string]tombstone
+}
+
+type tombstone struct {
+	at   int64 // Unix ns of the eviction
+	recs map[string]BreakerRecord
+}
+
+// put remembers d's records at its eviction. Caller holds d.mu.
+func (t *tombstones) put(e *Engine, d *depState, now int64) {
+	recs := make(map[string]BreakerRecord, len(d.records))
+	for z, r := range d.records {
+		if r.Generation != 0 || r.State != Closed {
+			recs[z] = r
+		}
+	}
+	if len(recs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string]tombstone{}
+	}
+	t.expire(e, now)
+	if len(t.m) >= e.maxDeps {
+		var oldest string
+		for name, ts := range t.m {
+			if oldest == "" || ts.at < t.m[oldest].at {
+				oldest = name
+			}
+		}
+		delete(t.m, oldest)
+	}
+	t.m[d.name] = tombstone{at: now, recs: recs}
+}
+
+// expire forgets tombstones older than IdleRetention. Caller holds t.mu.
+func (t *tombstones) expire(e *Engine, now int64) {
+	for name, ts := range t.m {
+		if now-ts.at >= int64(e.idleRetention) {
+			delete(t.m, name)
+		}
+	}
+}
+
+// check refuses r if its dependency was evicted holding a record of r's
+// zone that r does not beat in generation or in time.
+func (t *tombstones) check(e *Engine, r BreakerRecord, now int64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ts, ok := t.m[r.Dependency]
+	if !ok {
+		return nil
+	}
+	if now-ts.at >= int64(e.idleRetention) {
+		delete(t.m, r.Dependency)
+		return nil
+	}
+	held, ok := ts.recs[r.Zone]
+	if ok && r.Generation <= held.Generation && !r.Since.After(held.Since) {
+		return fmt.Errorf("%w: %s generation %d since %s (evicted at generation %d)", ErrEvicted, r.Dependency,
+			r.Generation, r.Since.UTC().Format(time.RFC3339), held.Generation)
+	}
+	return nil
+}
