@@ -86,7 +86,7 @@ func (g *Gossip) decode(buf []byte, want protocol.FrameType) (protocol.Frame, bo
 func (g *Gossip) admitState(s *fuseboxv1.PushPullState) *inbound {
 	sender := s.GetNode()
 	if why := g.speaker(sender); why != "" {
-		g.Drop(why, len(s.GetRows())+len(s.GetRecords())+len(s.GetSignedRows())+len(s.GetSignedRecords()), "sender", clip(sender))
+		g.dropAbout(sender, why, len(s.GetRows())+len(s.GetRecords())+len(s.GetSignedRows())+len(s.GetSignedRecords()), "sender", clip(sender))
 		return nil
 	}
 	own := func(r *fuseboxv1.NodeWindow) bool {
@@ -221,6 +221,9 @@ type events Gossip
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	m := memberOf(n)
 	m.State = "alive"
+	e.membersMu.Lock()
+	(*Gossip)(e).settle(m.Name)
+	e.membersMu.Unlock()
 	e.setMember(m)
 	if e.cfg.Events != nil {
 		e.cfg.Events.MemberJoined(m)
@@ -233,6 +236,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if old, ok := e.members[m.Name]; ok {
 		e.unindexAddr(old.Addr)
 		(*Gossip)(e).retire(old)
+		(*Gossip)(e).settle(m.Name)
 	}
 	delete(e.members, m.Name)
 	(*Gossip)(e).recomputeVersion()

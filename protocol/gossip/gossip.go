@@ -104,6 +104,11 @@ const MaxBroadcastFrame = 1024
 //     "generation_max", "generation_jump", "since_future", "zone_scope",
 //     "too_many_zones", "too_many_rows", "too_many_dependencies",
 //     "replayed", "evicted" (see sharedstate.RefusalReason).
+//
+// Each reason is logged as a warning at most once a minute, except
+// "not_member" and "unknown_key" items about a member that joined or left
+// within the last minute: a fleet that stops or starts drops those as a
+// matter of course, and they are logged at debug level.
 var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed",
 	"unexpected_type", "invalid_item", "not_member", "not_agent", "row_not_sender",
 	"generation_max", "generation_jump", "since_future", "zone_scope", "too_many_zones", "too_many_rows", "too_many_dependencies",
@@ -201,6 +206,7 @@ type Gossip struct {
 	sendVersion   atomic.Uint32         // SendVersion
 	versionLogged map[string]struct{}   // members noteVersion logged (guarded by membersMu)
 	retired       map[string]retiredKey // keys of departed members (guarded by membersMu)
+	settling      map[string]time.Time  // members that joined or left lately, when (guarded by membersMu; settle)
 
 	envMu  sync.Mutex
 	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
@@ -227,6 +233,53 @@ func (g *Gossip) Drop(reason string, n int, detail ...any) {
 	if g.dropLog.allow(reason) {
 		g.lg.Warn("gossip items dropped (logged at most once a minute per reason)", append([]any{"reason", reason, "count", n}, detail...)...)
 	}
+}
+
+// settleTime is how long after a member joined or left the items that
+// speak for it may be dropped as a matter of course: its rows and records
+// still travel in relays' queues after it left, and arrive before its key
+// is known when it just joined.
+const settleTime = time.Minute
+
+// settle notes that the member name joined or left now. Caller holds
+// membersMu.
+func (g *Gossip) settle(name string) {
+	now := time.Now()
+	if len(g.settling) >= maxRetired {
+		for n, at := range g.settling {
+			if now.Sub(at) > settleTime {
+				delete(g.settling, n)
+			}
+		}
+		if len(g.settling) >= maxRetired {
+			return // a storm of joins: drops about these are warned of
+		}
+	}
+	g.settling[name] = now
+}
+
+// dropAbout is Drop for items refused for what the node who they speak for
+// is (Gossip.speaker's reasons, "unknown_key"). Those about a member that
+// joined or left within settleTime ("not_member", "unknown_key") are
+// expected: counted alike, but logged at debug level, not as a warning.
+func (g *Gossip) dropAbout(who, reason string, n int, detail ...any) {
+	if n <= 0 {
+		return
+	}
+	if reason == "not_member" || reason == "unknown_key" {
+		g.membersMu.Lock()
+		at, ok := g.settling[who]
+		g.membersMu.Unlock()
+		if ok && time.Since(at) <= settleTime {
+			g.stats.drop(reason, n)
+			if g.dropLog.allow("settling/" + reason) {
+				g.lg.Debug("gossip items dropped about a member that joined or left a moment ago (logged at most once a minute per reason)",
+					append([]any{"reason", reason, "count", n}, detail...)...)
+			}
+			return
+		}
+	}
+	g.Drop(reason, n, detail...)
 }
 
 // memberAddr reports whether a packet's source is the gossip address of an
@@ -272,7 +325,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
-		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
+		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
 	mc := memberlist.DefaultLANConfig()

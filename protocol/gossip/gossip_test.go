@@ -6,9 +6,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -666,5 +668,77 @@ func TestForgetWithdrawsQueuedRecord(t *testing.T) {
 	}
 	if kept == 0 {
 		t.Fatal("the other record was never broadcast")
+	}
+}
+
+// lockedLog is a log destination the test reads while gossip writes.
+type lockedLog struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+// Items about a member that left a moment ago (its rows still travel in
+// relays' queues when a fleet stops) are dropped as not_member like a
+// stranger's, but logged at debug level: only the stranger's is a warning.
+func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
+	var log lockedLog
+	cfg := testConfig("a1", RoleAgent, newRecorder())
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := newMember(t, cfg)
+	peer, err := New(testConfig("a2", RoleAgent, newRecorder()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Join([]string{g.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a2 joined", func() bool { return len(g.Members()) == 2 })
+	g.membersMu.Lock()
+	g.settling["a2"] = time.Now().Add(-2 * settleTime) // joined long ago: the leave is what counts
+	g.membersMu.Unlock()
+	if err := peer.Close(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a2 left", func() bool { return len(g.Members()) == 1 })
+
+	var codec protocol.Codec
+	frame := func(node string) []byte {
+		f, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{
+			{Node: node, Dependency: "d1", Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	(*delegate)(g).NotifyMsg(frame("a2"))
+	if d := g.Stats().Dropped["not_member"]; d != 1 {
+		t.Fatalf("a departed member's row: not_member = %d, want 1", d)
+	}
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "dropped") && strings.Contains(l, "node=a2") && !strings.Contains(l, "level=DEBUG") {
+			t.Errorf("a departed member's row is logged above debug: %s", l)
+		}
+	}
+	if !strings.Contains(log.String(), "level=DEBUG msg=\"gossip items dropped about a member that joined or left a moment ago") {
+		t.Errorf("the departed member's row is not logged at debug:\n%s", log.String())
+	}
+	(*delegate)(g).NotifyMsg(frame("stranger"))
+	if d := g.Stats().Dropped["not_member"]; d != 2 {
+		t.Fatalf("a stranger's row: not_member = %d, want 2", d)
+	}
+	if !regexp.MustCompile(`level=WARN msg="gossip items dropped.*reason=not_member.*node=stranger`).MatchString(log.String()) {
+		t.Errorf("a stranger's row is not a warning:\n%s", log.String())
 	}
 }
