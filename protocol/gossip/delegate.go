@@ -222,7 +222,7 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	m := memberOf(n)
 	m.State = "alive"
 	e.membersMu.Lock()
-	(*Gossip)(e).settle(m.Name)
+	settle(e.settling, m.Name)
 	e.membersMu.Unlock()
 	e.setMember(m)
 	if e.cfg.Events != nil {
@@ -236,7 +236,8 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if old, ok := e.members[m.Name]; ok {
 		e.unindexAddr(old.Addr)
 		(*Gossip)(e).retire(old)
-		(*Gossip)(e).settle(m.Name)
+		settle(e.settling, m.Name)
+		settle(e.settlingAddrs, old.Addr)
 	}
 	delete(e.members, m.Name)
 	(*Gossip)(e).recomputeVersion()

@@ -207,6 +207,7 @@ type Gossip struct {
 	versionLogged map[string]struct{}   // members noteVersion logged (guarded by membersMu)
 	retired       map[string]retiredKey // keys of departed members (guarded by membersMu)
 	settling      map[string]time.Time  // members that joined or left lately, when (guarded by membersMu; settle)
+	settlingAddrs map[string]time.Time  // the addresses members left from lately, when (guarded by membersMu)
 
 	envMu  sync.Mutex
 	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
@@ -241,21 +242,29 @@ func (g *Gossip) Drop(reason string, n int, detail ...any) {
 // is known when it just joined.
 const settleTime = time.Minute
 
-// settle notes that the member name joined or left now. Caller holds
-// membersMu.
-func (g *Gossip) settle(name string) {
+// settle notes that a member (by name, or by address in
+// settlingAddrs) joined or left now. Caller holds membersMu.
+func settle(m map[string]time.Time, key string) {
 	now := time.Now()
-	if len(g.settling) >= maxRetired {
-		for n, at := range g.settling {
+	if len(m) >= maxRetired {
+		for k, at := range m {
 			if now.Sub(at) > settleTime {
-				delete(g.settling, n)
+				delete(m, k)
 			}
 		}
-		if len(g.settling) >= maxRetired {
+		if len(m) >= maxRetired {
 			return // a storm of joins: drops about these are warned of
 		}
 	}
-	g.settling[name] = now
+	m[key] = now
+}
+
+// settled reports whether key joined or left within settleTime.
+func (g *Gossip) settled(m map[string]time.Time, key string) bool {
+	g.membersMu.Lock()
+	at, ok := m[key]
+	g.membersMu.Unlock()
+	return ok && time.Since(at) <= settleTime
 }
 
 // dropAbout is Drop for items refused for what the node who they speak for
@@ -263,23 +272,34 @@ func (g *Gossip) settle(name string) {
 // joined or left within settleTime ("not_member", "unknown_key") are
 // expected: counted alike, but logged at debug level, not as a warning.
 func (g *Gossip) dropAbout(who, reason string, n int, detail ...any) {
+	if (reason == "not_member" || reason == "unknown_key") && g.settled(g.settling, who) {
+		g.dropQuietly(reason, n, detail...)
+		return
+	}
+	g.Drop(reason, n, detail...)
+}
+
+// dropFrom is Drop for messages refused as "not_member" by their source
+// address: quietly when a member left from that address a moment ago.
+func (g *Gossip) dropFrom(addr string, n int, detail ...any) {
+	detail = append([]any{"from", addr}, detail...)
+	if g.settled(g.settlingAddrs, addr) {
+		g.dropQuietly("not_member", n, detail...)
+		return
+	}
+	g.Drop("not_member", n, detail...)
+}
+
+// dropQuietly counts an expected drop and logs it at debug level.
+func (g *Gossip) dropQuietly(reason string, n int, detail ...any) {
 	if n <= 0 {
 		return
 	}
-	if reason == "not_member" || reason == "unknown_key" {
-		g.membersMu.Lock()
-		at, ok := g.settling[who]
-		g.membersMu.Unlock()
-		if ok && time.Since(at) <= settleTime {
-			g.stats.drop(reason, n)
-			if g.dropLog.allow("settling/" + reason) {
-				g.lg.Debug("gossip items dropped about a member that joined or left a moment ago (logged at most once a minute per reason)",
-					append([]any{"reason", reason, "count", n}, detail...)...)
-			}
-			return
-		}
+	g.stats.drop(reason, n)
+	if g.dropLog.allow("settling/" + reason) {
+		g.lg.Debug("gossip items dropped about a member that joined or left a moment ago (logged at most once a minute per reason)",
+			append([]any{"reason", reason, "count", n}, detail...)...)
 	}
-	g.Drop(reason, n, detail...)
 }
 
 // memberAddr reports whether a packet's source is the gossip address of an
@@ -325,7 +345,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
-		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
+		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
 	mc := memberlist.DefaultLANConfig()

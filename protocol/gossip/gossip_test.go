@@ -690,8 +690,9 @@ func (l *lockedLog) String() string {
 }
 
 // Items about a member that left a moment ago (its rows still travel in
-// relays' queues when a fleet stops) are dropped as not_member like a
-// stranger's, but logged at debug level: only the stranger's is a warning.
+// relays' queues when a fleet stops, its last packets are on their way)
+// are dropped as not_member like a stranger's, but logged at debug level:
+// only the stranger's is a warning.
 func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
 	var log lockedLog
 	cfg := testConfig("a1", RoleAgent, newRecorder())
@@ -705,6 +706,7 @@ func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
 		t.Fatal(err)
 	}
 	sstest.Eventually(t, 5*time.Second, "a2 joined", func() bool { return len(g.Members()) == 2 })
+	peerAddr := peer.Addr()
 	g.membersMu.Lock()
 	g.settling["a2"] = time.Now().Add(-2 * settleTime) // joined long ago: the leave is what counts
 	g.membersMu.Unlock()
@@ -734,9 +736,30 @@ func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
 	if !strings.Contains(log.String(), "level=DEBUG msg=\"gossip items dropped about a member that joined or left a moment ago") {
 		t.Errorf("the departed member's row is not logged at debug:\n%s", log.String())
 	}
+	// A packet that was on its way from a2's address when it left.
+	pc, err := net.ListenPacket("udp", peerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	to, err := net.ResolveUDPAddr("udp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.WriteTo(append([]byte{mlUserMsg}, frame("a2")...), to); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the packet from a2's address counted as not_member", func() bool {
+		return g.Stats().Dropped["not_member"] >= 2
+	})
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "dropped") && strings.Contains(l, "from="+peerAddr) && !strings.Contains(l, "level=DEBUG") {
+			t.Errorf("a packet from a departed member's address is logged above debug: %s", l)
+		}
+	}
 	(*delegate)(g).NotifyMsg(frame("stranger"))
-	if d := g.Stats().Dropped["not_member"]; d != 2 {
-		t.Fatalf("a stranger's row: not_member = %d, want 2", d)
+	if d := g.Stats().Dropped["not_member"]; d != 3 {
+		t.Fatalf("a stranger's row: not_member = %d, want 3", d)
 	}
 	if !regexp.MustCompile(`level=WARN msg="gossip items dropped.*reason=not_member.*node=stranger`).MatchString(log.String()) {
 		t.Errorf("a stranger's row is not a warning:\n%s", log.String())
