@@ -19,11 +19,12 @@ import (
 )
 
 // fuseboxctl and fuseboxDemo are the paths of the binaries TestMain builds
-// for the browser test and the external agent test ("" when the build
+// for the browser test, the banner test and the external agent test, in
+// bin/ under buildRoot as `make run` builds them ("" when the build
 // failed; buildErr says why).
 var (
-	fuseboxctl, fuseboxDemo string
-	buildErr                error
+	buildRoot, fuseboxctl, fuseboxDemo string
+	buildErr                           error
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +33,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "TestMain:", err)
 		os.Exit(1)
 	}
-	fuseboxctl, fuseboxDemo, buildErr = buildBinaries(dir)
+	buildRoot = dir
+	fuseboxctl, fuseboxDemo, buildErr = buildBinaries(filepath.Join(dir, "bin"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
