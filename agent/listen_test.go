@@ -2,36 +2,13 @@ package agent
 
 import (
 	"errors"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
-
-// busyTCP holds a loopback TCP port for the test and returns its address.
-func busyTCP(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
-}
-
-// busyUDP holds a loopback UDP port for the test (its TCP port is most
-// likely free) and returns its address.
-func busyUDP(t *testing.T) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	return pc.LocalAddr().String()
-}
 
 // TestBusyPortNamesItsFlag: an agent whose listen address is taken fails
 // with an error that names the flag and the address first, then the
@@ -42,17 +19,17 @@ func TestBusyPortNamesItsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		flag string
 		set  func(*Config, string)
-		busy func(*testing.T) string
+		busy func(testing.TB) string
 	}{
-		{"grpc-addr", func(c *Config, a string) { c.GRPCAddr = a }, busyTCP},
-		{"http-addr", func(c *Config, a string) { c.HTTPAddr = a }, busyTCP},
-		{"gossip-addr", func(c *Config, a string) { c.GossipAddr = a }, busyTCP},
-		{"gossip-addr", func(c *Config, a string) { c.GossipAddr = a }, busyUDP},
+		{"grpc-addr", func(c *Config, a string) { c.GRPCAddr = a }, sstest.BusyTCP},
+		{"http-addr", func(c *Config, a string) { c.HTTPAddr = a }, sstest.BusyTCP},
+		{"gossip-addr", func(c *Config, a string) { c.GossipAddr = a }, sstest.BusyTCP},
+		{"gossip-addr", func(c *Config, a string) { c.GossipAddr = a }, sstest.BusyUDP},
 		{"gossip-addr", func(c *Config, a string) { // memberlist's own transport
 			c.GossipAddr = a
 			c.KeyringFile = writeKeyring(t, []byte("0123456789abcdef0123456789abcdef"))
-		}, busyTCP},
-		{"proxy-addr", func(c *Config, a string) { c.Proxy.Addr = a }, busyTCP},
+		}, sstest.BusyTCP},
+		{"proxy-addr", func(c *Config, a string) { c.Proxy.Addr = a }, sstest.BusyTCP},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			cfg := testConfig(t, "a")

@@ -30,12 +30,7 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.StringVar(&cfg.EmbeddedEtcdCompactionRetention, "embedded-etcd-compaction-retention", cfg.EmbeddedEtcdCompactionRetention, "history the embedded etcd keeps: a duration (periodic) or a number of revisions (revision)")
 	fs.Int64Var(&cfg.EmbeddedEtcdQuotaBytes, "embedded-etcd-quota-bytes", cfg.EmbeddedEtcdQuotaBytes, "backend size at which the embedded etcd refuses writes")
 	fs.Var(cliflag.List(&cfg.Etcd), "etcd", "comma-separated endpoints of an external etcd (default: none: start an embedded one)")
-	fs.StringVar(&cfg.EtcdCA, "etcd-ca", cfg.EtcdCA, "CA bundle to verify etcd's TLS certificate (default: the system's CAs)")
-	fs.StringVar(&cfg.EtcdCert, "etcd-cert", cfg.EtcdCert, "client certificate for etcd TLS (default: none)")
-	fs.StringVar(&cfg.EtcdKey, "etcd-key", cfg.EtcdKey, "client key for etcd TLS (default: none)")
-	fs.StringVar(&cfg.EtcdUsername, "etcd-user", cfg.EtcdUsername, "etcd user name (default: none: no etcd authentication)")
-	fs.StringVar(&cfg.EtcdPassword, "etcd-password", cfg.EtcdPassword, "etcd password; prefer FUSEBOX_ETCD_PASSWORD or --etcd-password-file (default: none)")
-	fs.StringVar(&cfg.EtcdPasswordFile, "etcd-password-file", cfg.EtcdPasswordFile, "file holding the etcd password (mode 0600 or stricter; keeps it out of the command line) (default: none)")
+	cfg.EtcdAuth.RegisterFlags(fs)
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", cfg.EtcdPrefix, "key prefix of Fusebox's data in etcd")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "address of the Admin gRPC API")
 	fs.StringVar(&cfg.HTTPAddr, "http-addr", cfg.HTTPAddr, "address of /api/v1/*, /metrics and /healthz")
@@ -53,8 +48,7 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.DurationVar(&cfg.HistoryFine, "history-fine", cfg.HistoryFine, "how long the what-if history keeps counts at window/100 (at least 100ms)")
 	fs.DurationVar(&cfg.HistoryCoarse, "history-coarse", cfg.HistoryCoarse, "how long the what-if history keeps counts at 1s (at least --history-fine)")
 	fs.IntVar(&cfg.HistoryMaxDependencies, "history-max-dependencies", cfg.HistoryMaxDependencies, "most dependencies the what-if history keeps (about 1 MiB each when busy)")
-	fs.StringVar(&cfg.LogFormat, "log-format", cfg.LogFormat, "log format: text or json")
-	fs.StringVar(&cfg.LogLevel, "log-level", cfg.LogLevel, "log level: debug, info, warn or error")
+	cliflag.LogFlags(fs, &cfg.LogFormat, &cfg.LogLevel)
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful stop may take")
 	return fs
 }

@@ -3,37 +3,15 @@ package coordinator
 import (
 	"context"
 	"errors"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
-
-// busyTCP holds a loopback TCP port for the test and returns its address.
-func busyTCP(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	return ln.Addr().String()
-}
-
-// busyUDP holds a loopback UDP port for the test and returns its address.
-func busyUDP(t *testing.T) string {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	return pc.LocalAddr().String()
-}
 
 // TestBusyPortNamesItsFlag: a coordinator whose listen address is taken
 // fails to start with an error that names the flag and the address first,
@@ -44,13 +22,13 @@ func TestBusyPortNamesItsFlag(t *testing.T) {
 	for _, tc := range []struct {
 		flag string
 		set  func(*Config, string) string // sets the flag from a busy address, returns its value
-		busy func(*testing.T) string
+		busy func(testing.TB) string
 	}{
-		{"grpc-addr", func(c *Config, a string) string { c.GRPCAddr = a; return a }, busyTCP},
-		{"http-addr", func(c *Config, a string) string { c.HTTPAddr = a; return a }, busyTCP},
-		{"gossip-addr", func(c *Config, a string) string { c.GossipAddr = a; return a }, busyTCP},
-		{"gossip-addr", func(c *Config, a string) string { c.GossipAddr = a; return a }, busyUDP},
-		{"embedded-etcd-url", func(c *Config, a string) string { c.EmbeddedEtcdURL = "http://" + a; return c.EmbeddedEtcdURL }, busyTCP},
+		{"grpc-addr", func(c *Config, a string) string { c.GRPCAddr = a; return a }, sstest.BusyTCP},
+		{"http-addr", func(c *Config, a string) string { c.HTTPAddr = a; return a }, sstest.BusyTCP},
+		{"gossip-addr", func(c *Config, a string) string { c.GossipAddr = a; return a }, sstest.BusyTCP},
+		{"gossip-addr", func(c *Config, a string) string { c.GossipAddr = a; return a }, sstest.BusyUDP},
+		{"embedded-etcd-url", func(c *Config, a string) string { c.EmbeddedEtcdURL = "http://" + a; return c.EmbeddedEtcdURL }, sstest.BusyTCP},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
 			cfg := testConfig(t)

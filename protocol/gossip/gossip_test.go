@@ -610,22 +610,11 @@ func TestNewOnBusyPort(t *testing.T) {
 		keyring *memberlist.Keyring
 	}{{"tcp", "tcp", nil}, {"udp", "udp", nil}, {"tcp with keyring", "tcp", k}, {"udp with keyring", "udp", k}} {
 		t.Run(tc.name, func(t *testing.T) {
-			var addr string
+			busy := sstest.BusyUDP
 			if tc.network == "tcp" {
-				ln, err := net.Listen("tcp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer ln.Close()
-				addr = ln.Addr().String()
-			} else {
-				pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer pc.Close()
-				addr = pc.LocalAddr().String()
+				busy = sstest.BusyTCP
 			}
+			addr := busy(t)
 			cfg := testConfig("a", RoleAgent, newRecorder())
 			cfg.BindAddr = addr
 			cfg.Keyring = tc.keyring
@@ -671,30 +660,12 @@ func TestForgetWithdrawsQueuedRecord(t *testing.T) {
 	}
 }
 
-// lockedLog is a log destination the test reads while gossip writes.
-type lockedLog struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // Items about a member that left a moment ago (its rows still travel in
 // relays' queues when a fleet stops, its last packets are on their way)
 // are dropped as not_member like a stranger's, but logged at debug level:
 // only the stranger's is a warning.
 func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
-	var log lockedLog
+	var log sstest.Buffer
 	cfg := testConfig("a1", RoleAgent, newRecorder())
 	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	g := newMember(t, cfg)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 )
 
@@ -119,12 +120,16 @@ Flags:
 
 // Table returns the flags of fs as a Markdown table: flag, environment
 // variable, file key, default, meaning. It refuses a flag whose default is
-// empty and whose usage does not state what that means.
+// empty and whose usage does not state what that means, and a flag whose
+// variable a client reads (clientVariables).
 func Table(fs *flag.FlagSet) (string, error) {
 	var b strings.Builder
 	b.WriteString("| flag | environment variable | file key | default | meaning |\n| --- | --- | --- | --- | --- |\n")
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
+		if slices.Contains(clientVariables, f.Name) {
+			errs = append(errs, fmt.Errorf("--%s: its variable %s is read by clientlib or fuseboxctl", f.Name, EnvName(f.Name)))
+		}
 		meaning, def, stated := statedDefault(f.Usage)
 		switch {
 		case stated:

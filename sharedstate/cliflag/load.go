@@ -20,12 +20,12 @@ const EnvPrefix = "FUSEBOX_"
 // file of settings; NewFlagSet registers it.
 const ConfigFlag = "config"
 
-// ClientVariables are the FUSEBOX_* variables the clients read, by flag
+// clientVariables are the FUSEBOX_* variables the clients read, by flag
 // name: clientlib's FUSEBOX_AGENT and FUSEBOX_SERVICE, fuseboxctl's
 // FUSEBOX_COORDINATOR and FUSEBOX_TOKEN. No daemon has a flag of these
-// names (the daemons' README tests check), so a variable exported for a
+// names (Table refuses one), so a variable exported for a
 // client never configures a daemon.
-var ClientVariables = []string{"agent", "service", "coordinator", "token"}
+var clientVariables = []string{"agent", "service", "coordinator", "token"}
 
 // EnvName returns the environment variable that sets the flag name.
 func EnvName(flagName string) string {
@@ -41,6 +41,14 @@ func NewFlagSet(name string) *flag.FlagSet {
 	fs.Usage = func() {}
 	fs.String(ConfigFlag, "", "YAML file of settings, keys named like the flags; flags and environment win (default: none)")
 	return fs
+}
+
+// LogFlags registers --log-format and --log-level, bound to format and
+// level (their defaults are their current values), as both daemons take
+// them (sharedstate/logging reads them).
+func LogFlags(fs *flag.FlagSet, format, level *string) {
+	fs.StringVar(format, "log-format", *format, "log format: text or json")
+	fs.StringVar(level, "log-level", *level, "log level: debug, info, warn or error")
 }
 
 // ListValue is a comma-separated list flag bound to a []string; setting it

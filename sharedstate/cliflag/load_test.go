@@ -213,9 +213,13 @@ func TestTable(t *testing.T) {
 	fs := NewFlagSet("x")
 	fs.String("mystery", "", "what empty means is unsaid")
 	fs.String("pipe", "a|b", "one | two (default: a (or b))")
+	fs.String("token", "x", "a name clients' variables use")
 	got, err = Table(fs)
 	if err == nil || !strings.Contains(err.Error(), "--mystery: its default is empty") {
 		t.Errorf("an unstated empty default: %v", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "--token: its variable FUSEBOX_TOKEN is read by clientlib or fuseboxctl") {
+		t.Errorf("a flag named like a client's variable: %v", err)
 	}
 	if !strings.Contains(got, "| a (or b) | one \\| two |") {
 		t.Errorf("stated default with parentheses, escaped pipe:\n%s", got)

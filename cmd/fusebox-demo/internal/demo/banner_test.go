@@ -1,15 +1,12 @@
 package demo_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"net"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -30,44 +27,9 @@ func TestBannerCommandsWork(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "./bin/fusebox-demo", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
+	p := startDemoProcess(ctx, t, buildRoot, "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
 		"--phase-duration", "2s", "--duration", "90s")
-	cmd.Dir = buildRoot
-	cmd.Env = cleanEnv()
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr lockedBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := &lines{}
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			out.add(sc.Text())
-		}
-	}()
-	exited := make(chan error, 1)
-	go func() {
-		<-readDone // Wait closes the pipe: read everything first
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	defer func() {
-		if t.Failed() {
-			t.Logf("fusebox-demo's output:\n%s\nstderr:\n%s", out, stderr.String())
-		}
-	}()
+	out := p.out
 	sstest.Eventually(t, time.Minute, "the banner", func() bool {
 		return out.find(regexp.MustCompile(`^  Ctrl-C stops the demo`)) != nil
 	})
@@ -106,52 +68,15 @@ func TestBannerCommandsWork(t *testing.T) {
 		c.Close()
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
-	timer := time.NewTimer(time.Minute)
-	defer timer.Stop()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("fusebox-demo after Ctrl-C: %v", err)
-		}
-	case <-timer.C:
-		t.Fatal("fusebox-demo did not stop within a minute of Ctrl-C")
+	if err := p.wait(time.Minute); err != nil {
+		t.Errorf("fusebox-demo after Ctrl-C: %v", err)
 	}
-	for _, l := range strings.Split(stderr.String(), "\n") {
+	for _, l := range strings.Split(p.stderr.String(), "\n") {
 		if strings.Contains(l, "level=WARN") && strings.Contains(l, "gossip items dropped") {
 			t.Errorf("the demo warns of dropped gossip: %s", l)
 		}
 	}
-}
-
-// cleanEnv is the test's environment without FUSEBOX_* variables, as in a
-// fresh shell.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "FUSEBOX_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// lockedBuffer is a process's stderr that the test reads while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
