@@ -374,7 +374,7 @@ func New(cfg Config) (*Gossip, error) {
 	}
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
-	mc.Logger = newMemberlistLogger(cfg.Logger)
+	mc.Logger = newMemberlistLogger(cfg.Logger, g.closed.Load)
 	mc.EnableCompression = false // see guardTransport
 	if cfg.Transport == nil {
 		if err := checkBind(host, port); err != nil {

@@ -736,3 +736,27 @@ func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
 		t.Errorf("a stranger's row is not a warning:\n%s", log.String())
 	}
 }
+
+// memberlist's errors about its closed sockets while the Gossip closes (a
+// probe in flight) are logged at debug level; the same line at any other
+// time, and other errors, stay errors.
+func TestClosingSocketErrorsAreDebug(t *testing.T) {
+	var log sstest.Buffer
+	var closing bool
+	ml := newMemberlistLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})), func() bool { return closing })
+	const closed = "[ERR] memberlist: Failed to send UDP ping: write udp 127.0.0.1:1->127.0.0.1:2: use of closed network connection"
+	ml.Print(closed)
+	closing = true
+	ml.Print(closed)
+	ml.Print("[ERR] memberlist: Failed to send TCP ack: timeout")
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	want := []string{"level=ERROR", "level=DEBUG", "level=ERROR"}
+	if len(lines) != len(want) {
+		t.Fatalf("log:\n%s\nwant %d lines", log.String(), len(want))
+	}
+	for i, l := range lines {
+		if !strings.Contains(l, want[i]) {
+			t.Errorf("line %d: %s, want %s", i, l, want[i])
+		}
+	}
+}
