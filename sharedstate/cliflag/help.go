@@ -108,9 +108,9 @@ func WriteHelp(w io.Writer, name, about string, fs *flag.FlagSet) {
 		b.WriteString(about + "\n\n")
 	}
 	fmt.Fprintf(&b, `Every flag can also be set by the environment variable %s<FLAG>
-(--%s: %s) and by the key <flag> in the YAML file named by
---config or %s. Flags win over the environment, which wins over the
-file, which wins over the defaults.
+(--%s: %s) and by the key <flag> in the YAML
+file named by --config or %s. Flags win over the environment,
+which wins over the file, which wins over the defaults.
 
 Flags:
 `, EnvPrefix, example, EnvName(example), EnvName(ConfigFlag))

@@ -168,9 +168,9 @@ func TestLoadHelp(t *testing.T) {
 A test daemon.
 
 Every flag can also be set by the environment variable FUSEBOX_<FLAG>
-(--addr: FUSEBOX_ADDR) and by the key <flag> in the YAML file named by
---config or FUSEBOX_CONFIG. Flags win over the environment, which wins over the
-file, which wins over the defaults.
+(--addr: FUSEBOX_ADDR) and by the key <flag> in the YAML
+file named by --config or FUSEBOX_CONFIG. Flags win over the environment,
+which wins over the file, which wins over the defaults.
 
 Flags:
   -addr string
