@@ -22,8 +22,8 @@ PROTO_OUT := protocol/fuseboxv1
 
 BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 
-# The Go modules, each a folder with its go.mod, the root first (README,
-# "Layout"). Targets that run the go command run it in each, one after
+# The Go modules, each a folder with its go.mod, the root first (sharedstate/DESIGN.md,
+# "Modules"). Targets that run the go command run it in each, one after
 # another; `make modules-check` (in verify and test) fails when a go.mod
 # exists that this list lacks. No go.work: each module's replace
 # directives name its sibling folders, and every module builds, tests and
@@ -88,7 +88,7 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	fi
 
 .PHONY: scale
-scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print the README's Scale table
+scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print agent/README.md's Scale table
 	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
@@ -100,7 +100,7 @@ scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) 
 	cd cmd && $(GO) build -o $(BIN)/fusebox-agent ./fusebox-agent
 	cd agent && $(GO) run ./internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
 
-bench: test-deps ## run the benchmarks of the README's Performance section
+bench: test-deps ## run the benchmarks of the folder READMEs' Performance sections
 	@$(call each,$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...)
 
 lint: tools fmt-check ## gofmt, go vet and staticcheck (every module)
@@ -168,7 +168,7 @@ modules-check: ## fail when a go.mod exists that MODULES lacks (or MODULES names
 	done
 	@echo "modules-check: ok"
 
-deps-check: ## fail when an import or a module's graph breaks DESIGN.md's import table (or a binary links test code)
+deps-check: ## fail when an import or a module's graph breaks sharedstate/DESIGN.md's layout and import rules (or a binary links test code)
 	@GO=$(GO) .ci/deps-check.sh
 
 test-waits: ## fail on a wait in a _test.go file with no deadline (bare <-x.Done(), unbounded for {)
@@ -233,5 +233,5 @@ proto-check-python: protoc-python ## fail when the committed Python stubs are st
 test-python: python-deps ## run the Python client's tests (unittest) against real agents built from this tree
 	cd $(PY_DIR) && $(PYTHON) -m unittest discover -s tests -t . $(if $(V),-v)
 
-bench-python: python-deps ## measure the Python client's overhead per call (README's Python table)
+bench-python: python-deps ## measure the Python client's overhead per call (clientlib/python/README.md's table)
 	cd $(PY_DIR) && $(PYTHON) bench.py $(ARGS)

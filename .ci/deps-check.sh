@@ -1,20 +1,30 @@
 #!/usr/bin/env bash
-# deps-check: DESIGN.md's import table ("Layout"), checked with `go list` in
-# every module of the repository (each folder with a go.mod; README,
-# "Layout"). Each package's non-test imports must be in its row; a package
-# in no row fails too (add it to the table and here). Each module's graph
-# (`go list -m all`) must lack the modules its row denies; a module in no
-# row fails too. Prints every violation as
+# deps-check: the layout and import rules of sharedstate/DESIGN.md
+# ("Layout", "Import rules", "Modules"), checked with `go list` in every
+# module of the repository (each folder with a go.mod). Each package's
+# non-test imports must be in its rule; a package in no rule fails too (add
+# it here and to sharedstate/DESIGN.md). Each module's graph (`go list -m all`) must
+# lack the modules its rule denies; a module in no rule fails too. The
+# design doc is checked against this file: every package must be in a row
+# of its Layout table (its folder's or the nearest one above), every row
+# must name a folder that exists, and its lists of import and module rules
+# must be exactly the rules below, in their words. Prints every violation as
 # "deps-check: <package> imports <import>: <rule>" (or "deps-check: module
-# <folder> has <module> in its graph: <rule>") and exits 1 if any.
+# <folder> has <module> in its graph: <rule>", "deps-check: sharedstate/DESIGN.md: …")
+# and exits 1 if any.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 export GOWORK=off
 mod=github.com/fusebox-dev/fusebox
 fail=0
+allpkgs=""
 bad() { echo "deps-check: $1 imports $2: $3"; fail=1; }
 badmod() { echo "deps-check: module $1 has $2 in its graph: $3"; fail=1; }
+baddoc() { echo "deps-check: $DOC: $1"; fail=1; }
+
+# The design doc this file enforces.
+DOC=sharedstate/DESIGN.md
 
 # The repository's packages, relative to the root module's path ("" is the
 # root); the import paths of nested modules continue it.
@@ -138,11 +148,12 @@ for m in $modules; do
   # is still listed, and judged by its row.
   imports=$(cd "$m" && $GO list -e -f '{{.ImportPath}} {{join .Imports " "}}' ./...)
   pkgs=$(cut -d' ' -f1 <<<"$imports")
+  allpkgs+=" $pkgs"
   while read -r pkg imps; do
     [ -n "$pkg" ] || continue # a module without packages
     p=$(rel "$pkg")
     if ! rule "$p"; then
-      bad "$p" "-" "package is in no row of DESIGN.md's import table"
+      bad "$p" "-" "package is in no rule of deps-check's import table (rule)"
       continue
     fi
     for imp in $imps; do
@@ -178,6 +189,52 @@ for m in $modules; do
     done
   done
 done
+
+# The design doc. section HEADING prints the lines from the heading to the
+# next heading of any level.
+section() { awk -v h="$1" '$0 == h {on = 1; next} on && /^#/ {exit} on' "$DOC"; }
+if [ ! -f "$DOC" ]; then
+  baddoc "missing: it states the rules this script enforces"
+else
+  # Layout: the rows' folders exist, and every package is in a row.
+  rows=$(section '## Layout' | sed -nE 's/^\| `([^`]+)` \|.*/\1/p' | sed 's|/$||')
+  for r in $rows; do
+    [ -d "$r" ] || baddoc "the Layout table has a row for $r/, which is not a folder"
+  done
+  for pkg in $allpkgs; do
+    p=$(rel "$pkg") q=$p
+    until grep -qxF "$q" <<<"$rows"; do
+      [[ $q == */* ]] || { baddoc "package $p is in no row of the Layout table (add one for its folder)"; break; }
+      q=${q%/*}
+    done
+  done
+
+  # Import and module rules: each bullet "- `PAT`, `PAT`: WHY" must be the
+  # rule this script applies to every PAT (a * stands for any folder), and
+  # every rule here must have a bullet.
+  check_rules() { # HEADING FUNCTION VAR: the bullets of HEADING against FUNCTION's VAR
+    local heading=$1 fn=$2 var=$3 line pats why pat patlist
+    local -A documented=()
+    while IFS= read -r line; do
+      pats=${line%%: *} why=${line#*: }
+      documented[$why]=1
+      mapfile -t patlist < <(grep -oE '`[^`]+`' <<<"$pats" | tr -d '`')
+      for pat in "${patlist[@]}"; do
+        if ! "$fn" "${pat//\*/x}"; then
+          baddoc "$heading: $pat matches no rule of deps-check"
+        elif [ "${!var}" != "$why" ]; then
+          baddoc "$heading: $pat says \"$why\"; deps-check's rule for it says \"${!var}\""
+        fi
+      done
+    done < <(section "$heading" | sed -n 's/^- //p' | grep -E '^`[^`]+`(, `[^`]+`)*: ')
+    while IFS= read -r why; do
+      [ -n "$why" ] || continue
+      [ -n "${documented[$why]:-}" ] || baddoc "$heading lacks deps-check's rule \"$why\""
+    done < <(sed -nE "s/.*\b$var='([^']*)'.*/\1/p" "$0")
+  }
+  check_rules '### Import rules' rule WHY
+  check_rules '### Modules' modrule WHYMOD
+fi
 
 if ((fail)); then exit 1; fi
 echo "deps-check: ok"

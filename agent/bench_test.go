@@ -169,7 +169,7 @@ func BenchmarkGossipBytes(b *testing.B) {
 	}
 	// Warm up: every agent knows every dependency. Not every row of every
 	// node everywhere: 100 busy dependencies on 5 agents make more row
-	// updates than the gossip rounds carry (README "Performance"), so the
+	// updates than the gossip rounds carry (agent/README.md, "Performance"), so the
 	// share of the fleet's rows each agent holds is measured instead.
 	sstest.Eventually(b, 30*time.Second, "every dependency known everywhere", func() bool {
 		for _, a := range f.agents {

@@ -16,7 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
-// Default ports and paths (DESIGN.md "Names").
+// Default ports and paths (sharedstate/DESIGN.md, "Names").
 const (
 	DefaultGossipAddr = "0.0.0.0:7946"
 	DefaultGRPCAddr   = "" // loopback TCP is off unless asked for, e.g. 127.0.0.1:7950
@@ -37,7 +37,7 @@ const (
 	// DefaultMaxDependencies fits the manifests' 256 MiB memory limit:
 	// an agent at the cap with every dependency in use peaks at ~150 MiB
 	// while /metrics is scraped (BenchmarkAgentAtTheCap; at 10,000,
-	// 276 MiB: README "Sizing").
+	// 276 MiB: deploy/README.md, "Sizing").
 	DefaultMaxDependencies = 5000
 	// DefaultMaxSessions is the default of Config.MaxSessions.
 	DefaultMaxSessions   = 1024
@@ -174,7 +174,7 @@ type Config struct {
 	KeyringReloadInterval time.Duration
 
 	// Proxy configures the HTTP egress proxy for services in any language
-	// (README "Services in other languages"; package agent/proxy).
+	// (agent/README.md, "The egress proxy"; package agent/proxy).
 	Proxy ProxyConfig
 
 	// maxStateBytes overrides the push-pull state budget (tests).

@@ -50,7 +50,7 @@ type MetricDoc struct {
 
 // MetricDocs lists every metric of the agent, in the order of the code,
 // the egress proxy's (fusebox_agent_proxy_*, exposed when --proxy-addr is
-// set) last: the README's metric list is checked against it (and a test
+// set) last: agent/README.md's metric list is checked against it (and a test
 // checks /metrics against it).
 func MetricDocs() []MetricDoc {
 	docs := newMetrics(&Agent{}).docs

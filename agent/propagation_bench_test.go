@@ -11,7 +11,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
-// BenchmarkOverridePropagation measures the README's "force a breaker open
+// BenchmarkOverridePropagation measures the root README's "force a breaker open
 // once, in etcd; every instance follows within a second" on five agents
 // sharing an embedded etcd: each iteration writes a forced-open override
 // and waits until every agent's engine enforces it, then clears it and

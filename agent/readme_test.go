@@ -15,7 +15,7 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	for _, d := range MetricDocs() {
 		code = append(code, d.Name)
 	}
-	sstest.READMEListsMetrics(t, "../README.md", "fusebox_agent_", "the agent", code)
+	sstest.READMEListsMetrics(t, "README.md", "fusebox_agent_", "the agent", code)
 }
 
 // TestREADMEListsEveryFlag keeps the table of README.md's "Settings"

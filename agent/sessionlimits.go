@@ -10,20 +10,20 @@ import (
 )
 
 // Bounds on what a client may make the agent hold or count. Each has a
-// Config field and a flag; these are the defaults (README "Operating:
-// limits", "Sizing").
+// Config field and a flag; these are the defaults (agent/README.md,
+// "Limits"; deploy/README.md, "Sizing").
 const (
 	// DefaultMaxSessionBytes bounds the dependency state one session holds:
 	// 2 MiB is DefaultMaxDependencies followed dependencies with 128-byte
 	// names.
 	DefaultMaxSessionBytes = 2 << 20
 	// DefaultMaxSessionsBytes bounds what all sessions hold together, within
-	// the memory the manifests leave above an agent at the cap (README
+	// the memory the manifests leave above an agent at the cap (deploy/README.md,
 	// "Sizing").
 	DefaultMaxSessionsBytes = 16 << 20
 	// DefaultMaxReportRate is how many outcomes a second one session (and
 	// all Report calls together) may report for one dependency. clientlib
-	// spends about 1 µs of a core on a whole call (README "Performance"),
+	// spends about 1 µs of a core on a whole call (clientlib/README.md, "Performance"),
 	// so 100,000 a second to one dependency is a tenth of a core doing
 	// nothing but calling it: more than real processes make, and small
 	// next to a fleet's traffic only for fleets of more than a few

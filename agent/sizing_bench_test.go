@@ -39,7 +39,7 @@ func procStatusKB(field string) int64 {
 // dependency in use — local traffic, rows from four other agents, and a
 // client session following every dependency — scraped at /metrics. It
 // reports the live heap, the process's RSS, its peak RSS across the scrape
-// (VmHWM, reset before it) and the scrape's size; README "Sizing" chooses
+// (VmHWM, reset before it) and the scrape's size; deploy/README.md, "Sizing", chooses
 // the defaults and the manifests' memory limits from them:
 //
 //	go test -run '^$' -bench AgentAtTheCap -benchtime 1x ./agent/

@@ -134,9 +134,10 @@
 //     belong to one attempt at a time). Pick a delay near the p95 of the
 //     dependency's latency: hedging a slow dependency only doubles its load.
 //
-// While the agent is away, the local fallback applies neither the throttle
-// nor the concurrency limit (they are fleet decisions), only the breaker and
-// the retry budget.
+// While the agent is away, the local fallback computes neither the throttle
+// nor the concurrency limit (they are fleet decisions): it keeps the last
+// share and, for one breaker window, the last throttle probability the agent
+// pushed (see "When the agent is away"), besides its own breaker and budget.
 //
 // # HTTP and gRPC
 //

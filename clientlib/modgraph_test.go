@@ -12,7 +12,7 @@ import (
 	"testing"
 )
 
-// The module graph a service gets from Fusebox (README, "Adopting
+// The module graph a service gets from Fusebox (clientlib/README.md, "Adopting
 // clientlib" and "Modules"): a throwaway module that imports clientlib and
 // clientlib/idempotency is tidied and its `go list -m all` compared with
 // that of a module importing only grpc, protobuf and client_golang (the

@@ -21,5 +21,5 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		name := s[strings.Index(s, `"`)+1:]
 		code = append(code, name[:strings.Index(name, `"`)])
 	}
-	sstest.READMEListsMetrics(t, "../README.md", "fusebox_client_", "clientlib", code)
+	sstest.READMEListsMetrics(t, "README.md", "fusebox_client_", "clientlib", code)
 }

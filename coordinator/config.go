@@ -15,7 +15,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
-// Default addresses (DESIGN.md "Names").
+// Default addresses (sharedstate/DESIGN.md, "Names").
 const (
 	DefaultGRPCAddr        = "127.0.0.1:7960"
 	DefaultHTTPAddr        = "127.0.0.1:7070"
@@ -123,7 +123,7 @@ type Config struct {
 	// fine). HistoryMaxDependencies caps the dependencies it keeps (optional,
 	// default 64; past it the history of further ones is refused and
 	// counted). A dependency with traffic all the time costs about 1 MiB at
-	// the defaults (README, "What-if: replaying a policy"); the history is
+	// the defaults (coordinator/README.md, "What-if: replaying a policy"); the history is
 	// in memory and lost when the coordinator restarts.
 	HistoryFine, HistoryCoarse time.Duration
 	HistoryMaxDependencies     int

@@ -10,7 +10,7 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
 
-// MetricNames lists every metric the coordinator exports, so the README's
+// MetricNames lists every metric the coordinator exports, so coordinator/README.md's
 // list can be checked against the code (a test compares them with what
 // /metrics serves).
 var MetricNames = []string{

@@ -10,7 +10,7 @@ import (
 // TestREADMEListsEveryMetric keeps the README's metric list and MetricNames
 // in step, both ways.
 func TestREADMEListsEveryMetric(t *testing.T) {
-	sstest.READMEListsMetrics(t, "../README.md", "fusebox_coordinator_", "the coordinator", MetricNames)
+	sstest.READMEListsMetrics(t, "README.md", "fusebox_coordinator_", "the coordinator", MetricNames)
 }
 
 // TestREADMEListsEveryFlag keeps the table of README.md's "Settings"

@@ -209,7 +209,7 @@ func stringVarExists(pkg, name string) string {
 
 // TestDockerfileCopiesEveryModule checks that the layer before the first
 // `go mod download` holds every module's go.mod and go.sum (each folder
-// with a go.mod; README, "Layout"), each in its folder: the download then
+// with a go.mod; sharedstate/DESIGN.md, "Modules"), each in its folder: the download then
 // sees every module the build's replace directives name.
 func TestDockerfileCopiesEveryModule(t *testing.T) {
 	copied := map[string]bool{} // go.mod and go.sum paths, from the repository root

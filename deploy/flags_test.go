@@ -202,7 +202,7 @@ type listener struct {
 // fuseboxListeners returns, by container port name, what a Fusebox binary
 // listens on with the given flag values, and checks each port against the
 // binary's default for that flag: every deploy/ file uses the default
-// ports (DESIGN.md "Names"), so the README, the Prometheus config and the
+// ports (sharedstate/DESIGN.md, "Names"), so the docs, the Prometheus config and the
 // dashboards stay right.
 func fuseboxListeners(t *testing.T, where, binary string, vals, defaults map[string]string) map[string]listener {
 	t.Helper()
@@ -554,7 +554,7 @@ func mountOf(c *corev1.Container, p string) (corev1.VolumeMount, bool) {
 }
 
 // agentSocketHostDir is the node directory of the agent's socket, which
-// application pods mount (examples/app, README "Deploy").
+// application pods mount (examples/app, deploy/README.md).
 const agentSocketHostDir = "/run/fusebox"
 
 // checkAgentSocket checks that the agent's socket lands in the node's

@@ -15,7 +15,7 @@ import (
 )
 
 // releaseDescriptor is the descriptor set of the last release's .proto,
-// written by protoc from the release tag (README "The wire protocol":
+// written by protoc from the release tag (protocol/README.md, "Versions and compatibility":
 // cutting a release).
 const releaseDescriptor = "testdata/fusebox-v0.1.0.binpb"
 

@@ -12,7 +12,7 @@ import (
 // Gossip frame versions. A build speaks its own version (MaxVersion) and
 // the one before (MinVersion); a frame of any other version is refused with
 // ErrUnknownVersion, never guessed at. A version changes whenever what a
-// gossip message means changes (README "The wire protocol" has the rule).
+// gossip message means changes (protocol/README.md has the rule).
 const (
 	// Version1 is the frame of 0.1.x: every row and record in the plain
 	// fields of GossipBatch and PushPullState, nothing signed.

@@ -95,7 +95,7 @@
 // budget. Both shapes are recomputed at every Tick and published in the
 // Snapshot; the probability moves in steps of 1/200 so that noise does not
 // republish. TestShapeSimulation compares them on a simulated overload; its
-// table is in README.md.
+// table is in clientlib/README.md.
 //
 // # Counting
 //

@@ -56,3 +56,44 @@ func ExampleMergePolicy() {
 	fmt.Println(p.Dependency, p.Breaker.MinimumRequests, p.Breaker.Window, p.Validate())
 	// Output: shipping-api 50 10s <nil>
 }
+
+// Writing a dependency's policy: a JSON document that sets only what
+// differs from the fleet default (policies/_default) and is merged over it
+// field by field. CheckPolicyDocument is what `fuseboxctl policy lint` and
+// every write run: every violation is named by its JSON path, and a valid
+// policy is linted against the callers' deadline.
+func ExampleCheckPolicyDocument() {
+	doc := []byte(`{"dependency": "shipping-api",
+	 "breaker": {"failureRateThreshold": 0.3, "window": "30s"},
+	 "retry":   {"maxAttempts": 4, "perAttemptTimeout": "800ms"}}`)
+	violations, warnings := sharedstate.CheckPolicyDocument(doc, sharedstate.DefaultPolicy(), 2*time.Second)
+	fmt.Println("violations:", violations)
+	for _, w := range warnings {
+		fmt.Println("warning:", w)
+	}
+
+	bad := []byte(`{"dependency": "shipping-api", "breaker": {"window": "abc", "failureRateThreshold": 1.5}, "retry": {"maxAttempts": "3"}}`)
+	violations, _ = sharedstate.CheckPolicyDocument(bad, sharedstate.DefaultPolicy(), 0)
+	for _, v := range violations {
+		fmt.Println(v)
+	}
+	// Output:
+	// violations: []
+	// warning: retry: maxAttempts × perAttemptTimeout + backoff = 4 × 800ms + 700ms = 3.9s exceeds the deadline 2s; only 2 attempt(s) fit
+	// breaker.failureRateThreshold: must be in (0,1], got 1.5
+	// breaker.window: invalid duration "abc": want a Go duration such as "500ms" or "2m"
+	// retry.maxAttempts: must be an integer, got "3"
+}
+
+// ParsePolicyPatchOver turns a document into the policy the agents
+// enforce: the patch merged over the fleet default, validated.
+func ExampleParsePolicyPatchOver() {
+	_, p, err := sharedstate.ParsePolicyPatchOver(sharedstate.DefaultPolicy(), "shipping-api",
+		[]byte(`{"throttle": {"enabled": true, "k": 1.5}, "concurrency": {"maxInFlight": 200}}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(p.Dependency, p.Throttle.Enabled, p.Throttle.K, p.Throttle.MinRequests, p.Concurrency.MaxInFlight, p.Breaker.Window)
+	// Output: shipping-api true 1.5 20 200 10s
+}

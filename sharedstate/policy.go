@@ -183,8 +183,8 @@ type ConcurrencyPolicy struct {
 	MaxInFlight int `json:"maxInFlight"`
 }
 
-// DefaultPolicy returns the values of DESIGN.md's example, as the fleet
-// default (Dependency "_default").
+// DefaultPolicy returns the fleet default (Dependency "_default"), the
+// policy sharedstate/DESIGN.md shows under "Policy" (TestDesignPolicyIsTheDefault).
 func DefaultPolicy() Policy {
 	return Policy{
 		Schema:     PolicySchema,
@@ -226,7 +226,7 @@ func DefaultPolicy() Policy {
 }
 
 // The defaults of the recovery settings, chosen with TestSimRecovery (the
-// README's recovery table).
+// recovery table in sharedstate/README.md).
 const (
 	defaultFleetMaxOpen = 5 * time.Second
 	defaultRampDuration = time.Second

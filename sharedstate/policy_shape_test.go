@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// designExampleShape is the DESIGN.md example (designExample, schema 1 as
-// first released) with the sections added since: retry.hedge, throttle,
+// designExampleShape is designExample (the policy of schema 1 as first
+// released) with the sections added since: retry.hedge, throttle,
 // concurrency.
 var designExampleShape = strings.TrimSuffix(designExample, "}}") + `,
              "hedge": {"delay": "50ms", "maxHedges": 1}},

@@ -15,7 +15,7 @@ import (
 // configurations are compared on goodput, load on the dependency and
 // rejections. Everything runs in one goroutine on a fake clock from a seeded
 // random source, so each run is identical; the table it produces is the one
-// in README.md (TestShapeSimulationTableInREADME).
+// in clientlib/README.md (TestShapeSimulationTableInREADME).
 
 const (
 	shapeNodes    = 10
@@ -303,15 +303,15 @@ func TestShapeSimulation(t *testing.T) {
 	}
 }
 
-// TestShapeSimulationTableInREADME keeps README.md's table equal to what the
-// simulation produces (it is deterministic).
+// TestShapeSimulationTableInREADME keeps clientlib/README.md's table equal
+// to what the simulation produces (it is deterministic).
 func TestShapeSimulationTableInREADME(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../clientlib/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := shapeTable(runShapeSims(t))
 	if !strings.Contains(string(readme), want) {
-		t.Fatalf("README.md lacks the simulation's table; it is:\n%s", want)
+		t.Fatalf("clientlib/README.md lacks the simulation's table; it is:\n%s", want)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Detection at fleet speed (DESIGN "closed → open"): the fleet simulation
+// Detection at fleet speed (sharedstate/DESIGN.md, "Transitions"): the fleet simulation
 // with memberlist-like gossip and clientlib-like 50 ms count flushes,
 // against per-instance breakers with the same thresholds (classic rule,
 // scope node, nothing shared).
@@ -62,7 +62,7 @@ func simDeath(t *testing.T, n int, seed uint64, fusebox bool, warm time.Duration
 	return deathRun{}
 }
 
-// deathRow is one row of the README's detection table: medians over seeds.
+// deathRow is one row of the detection table of sharedstate/README.md: medians over seeds.
 type deathRow struct {
 	nodes                int
 	fusebox, perInstance int
@@ -95,7 +95,7 @@ func measureDeath(t *testing.T, n int, seeds int, warm time.Duration) deathRow {
 // healthy traffic at 2 requests/s per node; the fleet must stop calling it
 // with ≥ 3× fewer wasted calls than per-instance breakers at 8 nodes, ≥ 6×
 // at 24 and ≥ 10× at 50. FUSEBOX_SIM_TABLE=1 also runs 200 nodes and the
-// cold start, and prints the README's table.
+// cold start, and prints sharedstate/README.md's table.
 func TestSimDetectionAtFleetSpeed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet simulation")
@@ -165,7 +165,7 @@ func falseTrips(t *testing.T, n int, rate, p float64, d time.Duration, seed uint
 // TestSimNoFalseTripsBelowThreshold: a dependency failing 30% of calls
 // against the default 50% threshold is never opened, at any horizon, fleet
 // or node-local, from a cold start. FUSEBOX_SIM_TABLE=1 runs it for hours
-// of simulated traffic and prints the rate for the README.
+// of simulated traffic and prints the rate for sharedstate/README.md.
 func TestSimNoFalseTripsBelowThreshold(t *testing.T) {
 	if testing.Short() {
 		t.Skip("fleet simulation")

@@ -112,7 +112,7 @@ func meanOverPhases(t *testing.T, fusebox bool, mutate func(p *Policy)) (full, r
 	return full, refused
 }
 
-// recoveryRow is one row of the README's recovery table: medians over seeds.
+// recoveryRow is one row of the recovery table of sharedstate/README.md: medians over seeds.
 type recoveryRow struct {
 	probes        int
 	refused       float64
@@ -171,7 +171,7 @@ var (
 // then healthy. While it is dead the fleet sends at most a quarter of the
 // probes per-instance breakers send; after it recovered, the fleet is back
 // to full traffic sooner than per-instance breakers or a doubling open
-// duration, through the ramp. FUSEBOX_SIM_TABLE=1 prints the README's
+// duration, through the ramp. FUSEBOX_SIM_TABLE=1 prints sharedstate/README.md's
 // recovery table.
 func TestSimRecovery(t *testing.T) {
 	if testing.Short() {

@@ -10,7 +10,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-// The merge rule the record bounds preserve (DESIGN "Breaker record"): the
+// The merge rule the record bounds preserve (sharedstate/DESIGN.md, "Breaker records"): the
 // newest generation wins; on a tie open beats closed; then the lower origin
 // (then the remaining fields, so Merge is the maximum of a total order). The
 // bounds (generation at most MaxGeneration, at most MaxGenerationStep past

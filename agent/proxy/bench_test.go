@@ -23,7 +23,7 @@ import (
 
 // The proxy's cost on loopback, next to net/http/httputil.ReverseProxy
 // forwarding the same requests and to the client calling the upstream
-// directly, in one binary (README "Performance"). Every variant sends
+// directly, in one binary (agent/README.md, "Performance"). Every variant sends
 // GET http://UPSTREAM/item?id=42 with a few headers, in absolute form to
 // the proxies, and reads a 64-byte answer; client, proxy and upstream
 // share the process, so cpu-ns/op is the CPU of all three per request and

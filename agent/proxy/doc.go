@@ -28,6 +28,6 @@
 // It is no open relay: it listens on loopback unless told otherwise
 // (Config.AllowNonLoopback), forwards only to Config.AllowHosts when set,
 // and never connects to the agent's own listeners (Config.Own), whatever
-// a name resolves to. The README's "Services in other languages" section
+// a name resolves to. agent/README.md's "The egress proxy" section
 // is the user's guide.
 package proxy

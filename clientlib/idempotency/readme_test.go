@@ -26,5 +26,5 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 	if len(code) != 8 {
 		t.Fatalf("gathered %d metrics (%v), want all 8", len(code), code)
 	}
-	sstest.READMEListsMetrics(t, "../../README.md", "fusebox_idempotency_", "the idempotency package", code)
+	sstest.READMEListsMetrics(t, "../README.md", "fusebox_idempotency_", "the idempotency package", code)
 }

@@ -41,7 +41,7 @@ It writes nothing (a viewer token will do). An invalid policy exits 2, a
 dependency the coordinator keeps no history of exits 1. Replaying hours of
 a busy fleet takes seconds: give --timeout room (default 10s). The replay's limits
 (per-node detail, node-local breakers, what half-open probes would have
-answered) are in its notes and in the README ("What-if: replaying a policy").`,
+answered) are in its notes and in coordinator/README.md ("What-if: replaying a policy").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}

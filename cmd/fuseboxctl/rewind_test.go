@@ -20,7 +20,7 @@ import (
 
 // TestEtcdRewindUnderTheFleet: a coordinator and three real agents on an
 // etcd that is wiped and started again empty, or restored from a snapshot
-// taken before the last changes (README, "Backups"). After the event every
+// taken before the last changes (deploy/README.md, "Backups"). After the event every
 // agent and the coordinator hold exactly what etcd holds (the forced-open
 // override is gone, the policy is the snapshot's or none), `fuseboxctl
 // deps` and `clear` agree with etcd, a compare-and-swap with a revision

@@ -15,7 +15,7 @@ import (
 )
 
 // Default timings of a member. Daemons expose them as flags; tests shorten
-// them. The README's "Scale" section has the measurements behind the
+// them. agent/README.md's "Scale" section has the measurements behind the
 // reasons below (agent/internal/scale, `make scale`; the scale command's
 // -gossip-interval, -probe-interval, -push-pull-interval and
 // -retransmit-mult flags rerun them with other values).

@@ -33,7 +33,7 @@ const (
 // With a keyring the guard is off: memberlist refuses what no key
 // decrypts, which is the real authentication; without one, a source
 // address can be spoofed, so this stops a stray or careless sender, not a
-// determined one (see README "Threat model").
+// determined one (see agent/README.md, "Threat model").
 type guardTransport struct {
 	*memberlist.NetTransport
 	g       *Gossip

@@ -18,7 +18,7 @@ const DefaultPrefix = "/fusebox/"
 // DefaultRequestTimeout bounds every call when Config.RequestTimeout is zero.
 const DefaultRequestTimeout = 10 * time.Second
 
-// Sub-prefixes of the key layout (DESIGN.md, "etcd key layout").
+// Sub-prefixes of the key layout (sharedstate/DESIGN.md, "etcd key layout").
 const (
 	policiesDir  = "policies/"
 	overridesDir = "overrides/"

@@ -1,6 +1,6 @@
 // Package scale runs fleets of real agents in one process on a simulated
 // network (protocol/gossip/simnet) and measures the scenarios of the
-// README's "Scale" section: (a) trip propagation, (b) steady state with
+// agent/README.md's "Scale" section: (a) trip propagation, (b) steady state with
 // 100 active dependencies, (c) 1,000 dependencies, (d) (a) with 5% loss and
 // 20–50 ms latency, (e) a partition into halves and its heal, (f) churn
 // during a trip.

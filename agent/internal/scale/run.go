@@ -28,7 +28,7 @@ type RunConfig struct {
 	// Verbose prints each step to the log writer.
 	Verbose bool
 	// Tune changes every agent's configuration before it starts (optional):
-	// the tuning experiments of the README's "Scale" section run the
+	// the tuning experiments of agent/README.md's "Scale" section run the
 	// scenarios with other gossip timings through it.
 	Tune func(*agent.Config)
 	// Scenarios lists the scenarios to run, by letter (optional, default

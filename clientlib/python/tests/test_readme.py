@@ -1,4 +1,4 @@
-"""The README's Python section: its snippets parse, the names they use
+"""The Python client's README (clientlib/python/README.md): its snippets parse, the names they use
 exist, and the make targets it names are in the Makefile."""
 
 import ast
@@ -13,11 +13,8 @@ from .harness import REPO
 
 
 def python_section():
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        text = f.read()
-    start = text.index("### Python\n")
-    end = text.index("\n## ", start)
-    return text[start:end]
+    with open(os.path.join(REPO, "clientlib", "python", "README.md"), encoding="utf-8") as f:
+        return f.read()
 
 
 class ReadmeTest(unittest.TestCase):

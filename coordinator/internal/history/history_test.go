@@ -84,7 +84,7 @@ func TestLimits(t *testing.T) {
 }
 
 // TestBytesPerDependency measures the memory of a dependency with traffic
-// in every slot of both horizons and rows from 10 nodes: the README's
+// in every slot of both horizons and rows from 10 nodes: coordinator/README.md's
 // figure. Bytes() is the history's own account; the heap growth of 20 such
 // dependencies is measured too.
 func TestBytesPerDependency(t *testing.T) {

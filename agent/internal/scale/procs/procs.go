@@ -1,4 +1,4 @@
-// Package procs runs scenario (a) of the README's "Scale" section — a trip
+// Package procs runs scenario (a) of agent/README.md's "Scale" section — a trip
 // behind k clients, and how long until every agent holds it open — with N
 // real fusebox-agent processes on loopback, to check the simulated network
 // of package scale against real sockets (`make scale-procs N=40`).

@@ -1,4 +1,4 @@
-// Command scaleprocs runs scenario (a) of the README's "Scale" section with
+// Command scaleprocs runs scenario (a) of agent/README.md's "Scale" section with
 // N real fusebox-agent processes on loopback (an embedded etcd, unix
 // sockets in a temp dir) and prints the first columns of `make scale`'s
 // table, to check the simulated network against real sockets. It exits 1
