@@ -320,8 +320,8 @@ class FakeSession:
         a = self.answers.get(call)
         return a() if callable(a) else a
 
-    def add_probe_result(self, name, gen, success):
-        self.probes.append((name, gen, success))
+    def add_probe_result(self, name, gen, success, slow):
+        self.probes.append((name, gen, success, slow))
 
     def add_deltas(self, name, d):
         self.deltas.append((name, d))
@@ -379,7 +379,7 @@ class AgentPathTest(unittest.TestCase):
         self.s.answers["acquire_probe"] = pb.Decision(verdict=pb.VERDICT_ALLOW_PROBE, snapshot=pushed(generation=4))
         f = Flaky()
         self.d.call(f)
-        self.assertEqual(self.s.probes, [("dep", 4, True)])
+        self.assertEqual(self.s.probes, [("dep", 4, True, False)], "a fast successful probe")
         self.s.answers["acquire_probe"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_HALF_OPEN_NO_PERMIT)
         with self.assertRaises(fusebox.OpenError) as cm:
             self.d.call(f)
