@@ -46,7 +46,14 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
 SCALE_SIZES  ?= 10,50,200,500
+# Time dilation per fleet size (N:K, see agent/README.md "Scale"): each size runs K
+# times slower than real time so that its agents get K times the CPU per
+# protocol round; sizes not listed run at K = 1.
+SCALE_DILATE ?= 200:2,500:4,1000:12
+SCALE_ARGS   ?=
 N            ?= 40
+DURATION     ?= 10m
+SEED         ?= 0
 BENCH        ?= .
 BENCH_COUNT  ?= 6
 
@@ -88,8 +95,8 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	fi
 
 .PHONY: scale
-scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500) and print agent/README.md's Scale table
-	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES)
+scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500, SCALE_DILATE=200:2,500:4,1000:12) and print the Scale table of agent/README.md
+	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES) -dilate $(SCALE_DILATE) $(SCALE_ARGS)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
 # sockets (an embedded etcd, unix sockets in a temp dir; every agent is
@@ -99,6 +106,17 @@ scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) 
 	@mkdir -p $(BIN)
 	cd cmd && $(GO) build -o $(BIN)/fusebox-agent ./fusebox-agent
 	cd agent && $(GO) run ./internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
+
+# Real fusebox-agent, etcd and fusebox-coordinator processes in network
+# namespaces under random faults drawn from a seed, with continuous checks
+# (deploy/README.md, "Soak under faults"). Needs root; not part of `make test`.
+.PHONY: soak
+soak: ## run Fusebox under random faults for DURATION (10m; SEED=N replays a schedule; root only)
+	@[ "$$(id -u)" = 0 ] || { echo "soak: needs root (network namespaces, nftables): run 'make soak' as root"; exit 2; }
+	@command -v nft >/dev/null && command -v ip >/dev/null || { echo "installing Debian's nftables and iproute2 for the soak"; apt-get update && apt-get install -y nftables iproute2; }
+	@mkdir -p $(BIN)
+	cd cmd && $(GO) build -o $(BIN)/ ./fusebox-agent ./fusebox-coordinator ./fuseboxctl
+	cd agent && $(GO) run ./internal/soak/cmd/soak -duration $(DURATION) -seed $(SEED) -bin $(BIN) $(ARGS)
 
 bench: test-deps ## run the benchmarks of the folder READMEs' Performance sections
 	@$(call each,$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...)

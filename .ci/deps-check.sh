@@ -41,6 +41,9 @@ PROTO='sharedstate|protocol|protocol/fuseboxv1|protocol/convert'
 rule() {
   ALLOW='^$'; DENY='^$'; WHY=''
   case "$1" in
+    cmd/internal/conformance)
+      ALLOW='^$'; DENY='.'
+      WHY='cmd/internal/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
     cmd/*) ALLOW='.*'; WHY='cmd may import everything' ;;
     sharedstate/store/embedded/embeddedtest)
       ALLOW='^(sharedstate|sharedstate/store|sharedstate/store/embedded)$'; DENY='hashicorp/memberlist'
@@ -69,6 +72,9 @@ rule() {
     agent/agenttest)
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
+    agent/internal/soak | agent/internal/soak/*)
+      ALLOW="^($PROTO|clientlib|agent/internal/scale|agent/internal/soak|sharedstate/ctxtime|sharedstate/store)\$"; DENY='hashicorp/memberlist'
+      WHY='agent/internal/soak (make soak: real agents, etcd members and a coordinator in network namespaces under faults) may import clientlib, store, agent/internal/scale, protocol and the etcd server (its members)' ;;
     agent/internal/scale/procs | agent/internal/scale/cmd/scaleprocs)
       ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/ctxtime|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='agent/internal/scale/procs (scale-procs: real agent processes on loopback) may import agent/internal/scale, store and embedded (its etcd), protocol' ;;

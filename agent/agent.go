@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -162,6 +163,7 @@ type Agent struct {
 
 	joined         atomic.Bool // gossip has at least one other member, or was joined once
 	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
+	missingPeers   atomic.Bool // the last rejoin round found registered agents memberlist does not list as alive
 	policiesLoaded atomic.Bool
 	kill           atomic.Bool // Close without leaving (tests: a crash)
 }
@@ -218,6 +220,13 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.reg = prometheus.NewRegistry()
+	// The Go runtime's and the process's standard series (go_goroutines,
+	// process_resident_memory_bytes, process_open_fds, …) on /metrics too.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := a.reg.Register(c); err != nil {
+			return nil, fmt.Errorf("agent: metrics: %w", err)
+		}
+	}
 	a.m = newMetrics(a)
 	if err := a.m.register(a.reg); err != nil {
 		return nil, err
@@ -287,6 +296,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.PushPullInterval = cfg.PushPullInterval
 	gc.ProbeInterval = cfg.ProbeInterval
 	gc.RetransmitMult = cfg.RetransmitMult
+	gc.ProbeTimeout = cfg.ProbeTimeout
+	gc.TCPTimeout = cfg.GossipTCPTimeout
+	gc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	gc.RowFanout = cfg.RowFanout
 	gc.Relay = true
 	gc.Handler = (*gossipHandler)(a)
 	gc.Events = (*memberEvents)(a)
@@ -434,7 +447,7 @@ func (a *Agent) Close() error {
 			a.proxy.Close()
 		}
 
-		leave := min(time.Second, time.Until(deadline)/2)
+		leave := min(a.cfg.LeaveTimeout, time.Until(deadline)/2)
 		if a.kill.Load() {
 			leave = 0
 		}

@@ -6,7 +6,6 @@ package agent_test
 // is agent's external test package so that clientlib never imports agent.
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -46,29 +45,11 @@ func fleetPolicy() sharedstate.Policy {
 	return p
 }
 
-// syncBuffer is an agent's log, printed when a test fails.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // runAgent builds and starts an agent; it is closed at cleanup (Close is
 // idempotent), and its log is printed if the test failed.
 func runAgent(t testing.TB, cfg agent.Config) *agent.Agent {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &sstest.Buffer{}
 	lg := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	a, err := agent.New(cfg, agent.WithLogger(lg), agent.WithDefaultPolicy(fleetPolicy()))
 	if err != nil {
@@ -151,7 +132,7 @@ func zeroRandom() uint64 { return 0 }
 // cleanup, and its log is printed if the test failed.
 func newClient(t testing.TB, a *agent.Agent, service string, mutate func(*clientlib.Config)) *clientlib.Client {
 	t.Helper()
-	log := &syncBuffer{}
+	log := &sstest.Buffer{}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("log of client %s:\n%s", service, log.String())

@@ -42,6 +42,36 @@ const (
 	// DefaultMaxSessions is the default of Config.MaxSessions.
 	DefaultMaxSessions   = 1024
 	DefaultKeyringReload = 10 * time.Second
+	// DefaultRejoinInterval: how often an agent with company looks for
+	// registered agents memberlist does not list as alive and joins a few
+	// (gossip.Rejoin). A round costs nothing while every agent is alive;
+	// while some are unreachable it dials up to gossip.RejoinFanout of them
+	// (at most one gossip TCP timeout); 2 s bounds how long a healed
+	// partition waits for its first join across.
+	DefaultRejoinInterval = 2 * time.Second
+	// DefaultHealRejoinInterval: after a rejoin round reached an agent
+	// memberlist did not list as alive (a partition healed, or agents came
+	// back), the next round comes this soon, for as long as rounds reach
+	// missing agents. A join is a push-pull of the whole membership, but a
+	// member declared dead is believed alive again only at a higher
+	// incarnation, which it takes only when it learns of its death (in the
+	// join itself): the first join across makes both sides refute, and it
+	// is the next exchange that brings the refutations over. Waiting the
+	// full RejoinInterval for it doubled the heal (scale (e)); 500 ms is a
+	// few gossip rounds, time for a refutation to spread within its half.
+	DefaultHealRejoinInterval = 500 * time.Millisecond
+	// DefaultLeaveTimeout: how long Close waits for its leave message to
+	// spread (at most half of what ShutdownTimeout leaves). One second is
+	// a few gossip rounds: enough for the leave to reach most members
+	// directly, and the rest learn it from them.
+	DefaultLeaveTimeout = time.Second
+	// DefaultJoinRetryMin and DefaultJoinRetryMax bound the backoff of an
+	// agent that has no company and retries its joins: the first retry
+	// comes quickly (the peers may be starting too), later ones at most
+	// every 10 s so that a fleet restarting at once does not dial the
+	// registry in lockstep.
+	DefaultJoinRetryMin = 200 * time.Millisecond
+	DefaultJoinRetryMax = 10 * time.Second
 )
 
 // Config configures one agent. Build it with DefaultConfig and check it with
@@ -116,8 +146,18 @@ type Config struct {
 	// RejoinInterval is how often an agent with company joins the agents of
 	// Join and of the etcd registry that memberlist does not list as alive,
 	// so that the halves of a healed partition merge again (optional,
-	// default 2s).
+	// default DefaultRejoinInterval).
 	RejoinInterval time.Duration
+	// HealRejoinInterval is how soon the next rejoin round comes after one
+	// that reached an agent memberlist did not list as alive, while rounds
+	// keep reaching missing agents (optional, default
+	// DefaultHealRejoinInterval; at least 1ms and at most RejoinInterval).
+	HealRejoinInterval time.Duration
+	// JoinRetryMin and JoinRetryMax bound the exponential backoff between
+	// the join attempts of an agent without company (optional, defaults
+	// DefaultJoinRetryMin and DefaultJoinRetryMax; min at least 1ms and at
+	// most max).
+	JoinRetryMin, JoinRetryMax time.Duration
 	// ProposerDelay is how long each further rank group waits for a trip
 	// record before proposing it itself (optional, default 1s).
 	ProposerDelay time.Duration
@@ -157,15 +197,35 @@ type Config struct {
 	// ProbeInterval is memberlist's failure-detection probe interval
 	// (optional, default 1s).
 	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe waits for an ack; memberlist gets at
+	// most half of ProbeInterval (optional, default
+	// gossip.DefaultProbeTimeout).
+	ProbeTimeout time.Duration
+	// GossipTCPTimeout bounds memberlist's stream dials, reads and writes
+	// (joins, push-pull; optional, default gossip.DefaultTCPTimeout).
+	GossipTCPTimeout time.Duration
+	// DeadNodeReclaimTime is how long after its death an agent's name may be
+	// taken by one at another address, as a restarted agent with a new pod
+	// IP does (optional, default gossip.DefaultDeadNodeReclaimTime).
+	DeadNodeReclaimTime time.Duration
 	// RetransmitMult scales how often a broadcast is retransmitted
 	// (optional, default 4; FIELD-NOTES: 2 loses broadcasts at 20+ nodes).
 	RetransmitMult int
+	// RowFanout is how many random members each broadcast round (every
+	// GossipInterval) sends a packet of queued records and rows to; 0 sends
+	// them in memberlist's own gossip packets instead (optional, default
+	// gossip.DefaultRowFanout; 0..64).
+	RowFanout int
 	// TickInterval is how often the agent ticks the engine and gossips the
 	// rows that changed (optional, default 100ms).
 	TickInterval time.Duration
 	// ShutdownTimeout bounds Close: leave, session close, servers stop
 	// (optional, default 5s).
 	ShutdownTimeout time.Duration
+	// LeaveTimeout is how long Close waits for the gossip leave to spread,
+	// at most half of what is left of ShutdownTimeout (optional, default
+	// DefaultLeaveTimeout).
+	LeaveTimeout time.Duration
 	// MemberTTL is the TTL of this agent's etcd registration lease (optional,
 	// default 10s, at least 2s).
 	MemberTTL time.Duration
@@ -215,34 +275,43 @@ type ProxyConfig struct {
 func DefaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
-		Name:             host,
-		Zone:             "default",
-		DataDir:          DefaultDataDir,
-		GossipAddr:       DefaultGossipAddr,
-		Socket:           DefaultSocket,
-		GRPCAddr:         DefaultGRPCAddr,
-		HTTPAddr:         DefaultHTTPAddr,
-		EtcdPrefix:       DefaultEtcdPrefix,
-		MaxDependencies:  DefaultMaxDependencies,
-		MaxRowsPerNode:   sharedstate.DefaultMaxRowsPerNode,
-		MaxZones:         sharedstate.DefaultMaxZones,
-		Proposers:        sharedstate.DefaultProposers,
-		ProposerDelay:    sharedstate.DefaultProposerDelay,
-		RejoinInterval:   2 * time.Second,
-		MaxSessions:      DefaultMaxSessions,
-		MaxSessionBytes:  DefaultMaxSessionBytes,
-		MaxSessionsBytes: DefaultMaxSessionsBytes,
-		MaxReportRate:    DefaultMaxReportRate,
-		IdleRetention:    sharedstate.DefaultIdleRetention,
-		LogFormat:        "text",
-		LogLevel:         "info",
-		GossipInterval:   gossip.DefaultGossipInterval,
-		PushPullInterval: gossip.DefaultPushPullInterval,
-		ProbeInterval:    gossip.DefaultProbeInterval,
-		RetransmitMult:   gossip.DefaultRetransmitMult,
-		TickInterval:     DefaultTickInterval,
-		ShutdownTimeout:  DefaultShutdownTimeout,
-		MemberTTL:        DefaultMemberTTL,
+		Name:               host,
+		Zone:               "default",
+		DataDir:            DefaultDataDir,
+		GossipAddr:         DefaultGossipAddr,
+		Socket:             DefaultSocket,
+		GRPCAddr:           DefaultGRPCAddr,
+		HTTPAddr:           DefaultHTTPAddr,
+		EtcdPrefix:         DefaultEtcdPrefix,
+		MaxDependencies:    DefaultMaxDependencies,
+		MaxRowsPerNode:     sharedstate.DefaultMaxRowsPerNode,
+		MaxZones:           sharedstate.DefaultMaxZones,
+		Proposers:          sharedstate.DefaultProposers,
+		ProposerDelay:      sharedstate.DefaultProposerDelay,
+		RejoinInterval:     DefaultRejoinInterval,
+		HealRejoinInterval: DefaultHealRejoinInterval,
+		RowFanout:          gossip.DefaultRowFanout,
+		JoinRetryMin:       DefaultJoinRetryMin,
+		JoinRetryMax:       DefaultJoinRetryMax,
+		MaxSessions:        DefaultMaxSessions,
+		MaxSessionBytes:    DefaultMaxSessionBytes,
+		MaxSessionsBytes:   DefaultMaxSessionsBytes,
+		MaxReportRate:      DefaultMaxReportRate,
+		IdleRetention:      sharedstate.DefaultIdleRetention,
+		LogFormat:          "text",
+		LogLevel:           "info",
+		GossipInterval:     gossip.DefaultGossipInterval,
+		PushPullInterval:   gossip.DefaultPushPullInterval,
+		ProbeInterval:      gossip.DefaultProbeInterval,
+		RetransmitMult:     gossip.DefaultRetransmitMult,
+		TickInterval:       DefaultTickInterval,
+		ShutdownTimeout:    DefaultShutdownTimeout,
+		MemberTTL:          DefaultMemberTTL,
+
+		ProbeTimeout:        gossip.DefaultProbeTimeout,
+		GossipTCPTimeout:    gossip.DefaultTCPTimeout,
+		DeadNodeReclaimTime: gossip.DefaultDeadNodeReclaimTime,
+		LeaveTimeout:        DefaultLeaveTimeout,
 
 		KeyringReloadInterval: DefaultKeyringReload,
 		Proxy: ProxyConfig{MaxConns: proxy.DefaultMaxConns, MaxHeaderBytes: proxy.DefaultMaxHeaderBytes,
@@ -354,6 +423,21 @@ func (c Config) validate(inProcessAPI bool) error {
 	positive("keyring-reload-interval", c.KeyringReloadInterval, 10*time.Millisecond)
 	positive("proposer-delay", c.ProposerDelay, time.Millisecond)
 	positive("rejoin-interval", c.RejoinInterval, 10*time.Millisecond)
+	positive("heal-rejoin-interval", c.HealRejoinInterval, time.Millisecond)
+	if c.HealRejoinInterval > c.RejoinInterval {
+		bad("heal-rejoin-interval", "must be at most rejoin-interval (%v), got %v", c.RejoinInterval, c.HealRejoinInterval)
+	}
+	if c.RowFanout < 0 || c.RowFanout > 64 {
+		bad("row-fanout", "must be in 0..64, got %d", c.RowFanout)
+	}
+	positive("join-retry-min", c.JoinRetryMin, time.Millisecond)
+	if c.JoinRetryMax < c.JoinRetryMin {
+		bad("join-retry-max", "must be at least join-retry-min (%v), got %v", c.JoinRetryMin, c.JoinRetryMax)
+	}
+	positive("probe-timeout", c.ProbeTimeout, time.Millisecond)
+	positive("gossip-tcp-timeout", c.GossipTCPTimeout, time.Millisecond)
+	positive("dead-node-reclaim-time", c.DeadNodeReclaimTime, time.Millisecond)
+	positive("leave-timeout", c.LeaveTimeout, time.Millisecond)
 	positive("idle-retention", c.IdleRetention, 100*time.Millisecond)
 	if c.RetransmitMult < 1 {
 		bad("retransmit-mult", "must be >= 1, got %d", c.RetransmitMult)

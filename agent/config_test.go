@@ -53,13 +53,20 @@ func TestValidateNamesEveryViolation(t *testing.T) {
 	c.GRPCAddr = "10.0.0.1:7950"
 	c.LogFormat = "xml"
 	c.MaxDependencies = 0
+	c.HealRejoinInterval = time.Minute
+	c.JoinRetryMax = time.Microsecond
+	c.RowFanout = -1
+	c.ProbeTimeout, c.GossipTCPTimeout, c.DeadNodeReclaimTime, c.LeaveTimeout = 0, 0, 0, 0
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("Validate accepted a broken config")
 	}
 	for _, want := range []string{"name: must not be empty", `gossip-addr: must be host:port, got "nope"`,
 		"grpc-addr: must be a loopback address", `log-format: must be "text" or "json", got "xml"`,
-		"max-dependencies: must be > 0, got 0"} {
+		"max-dependencies: must be > 0, got 0", "heal-rejoin-interval: must be at most rejoin-interval (2s), got 1m0s",
+		"join-retry-max: must be at least join-retry-min", "row-fanout: must be in 0..64, got -1",
+		"probe-timeout: must be at least", "gossip-tcp-timeout: must be at least", "dead-node-reclaim-time: must be at least",
+		"leave-timeout: must be at least"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q:\n%v", want, err)
 		}

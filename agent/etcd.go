@@ -522,13 +522,33 @@ func (a *Agent) kickJoin() {
 // (everyone restarted), with backoff. While it has company it reconciles
 // membership every RejoinInterval: up to gossip.RejoinFanout of the
 // addresses of --join and of the etcd member registry that memberlist does
-// not list as alive are joined again.
+// not list as alive are joined again, and after a round that reached one
+// of them (a heal) the next comes after HealRejoinInterval, for as long as
+// rounds keep reaching missing agents. While some are missing, an agent
+// that memberlist brings back (MemberJoined) starts a round at once, at
+// most one per HealRejoinInterval: in a healing fleet the first revivals
+// reach an agent by gossip before its own round comes, and its round is
+// what makes the other side take it back (see DefaultHealRejoinInterval).
+// Rounds within RejoinInterval of the last listing of the registry reuse
+// it (etcd is asked at most once per RejoinInterval).
 // memberlist forgets dead members, so without this two halves of a healed
 // partition that each have company would never merge; a join is a
 // push-pull state exchange, so records and rows converge with it.
 func (a *Agent) joinLoop() {
-	backoff := newBackoff(200*time.Millisecond, 10*time.Second)
+	backoff := newBackoff(a.cfg.JoinRetryMin, a.cfg.JoinRetryMax)
+	healing := false // the last rejoin round reached an agent that was missing
+	var lastRound, listed time.Time
+	var targets []string // the registry as last listed
 	for {
+		healing = healing && a.gossip.NumAgents() > 1
+		if !lastRound.IsZero() && a.joined.Load() && a.gossip.NumAgents() > 1 {
+			// Kicked rounds come at most every HealRejoinInterval.
+			if wait := a.cfg.HealRejoinInterval - time.Since(lastRound); wait > 0 && !ctxtime.Sleep(a.ctx, wait) {
+				return
+			}
+		}
+		roundStart := time.Now()
+		lastRound = roundStart
 		// Counting other agents is not enough to be joined: a restarted
 		// agent hears from peers that still know its address before it
 		// exchanged any state with them, and would then serve its clients
@@ -536,14 +556,21 @@ func (a *Agent) joinLoop() {
 		// is a push-pull: after one, the records are here.
 		if a.gossip.NumAgents() > 1 && a.joined.Load() {
 			backoff.reset()
-			if missing, n, err := a.gossip.Rejoin(a.joinTargets()); len(missing) > 0 {
+			if targets == nil || time.Since(listed) >= a.cfg.RejoinInterval {
+				targets, listed = a.joinTargets(), time.Now()
+			}
+			missing, n, err := a.gossip.Rejoin(targets)
+			healing = len(missing) > 0 && n > 0
+			a.missingPeers.Store(len(missing) > 0)
+			if len(missing) > 0 {
 				if n > 0 {
-					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "targets", missing)
+					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "missing", len(missing))
 				} else {
-					a.lg.Debug("gossip rejoin found none of the missing agents", "targets", missing, "err", err)
+					a.lg.Debug("gossip rejoin found none of the missing agents", "missing", len(missing), "err", err)
 				}
 			}
 		} else if targets := a.joinTargets(); len(targets) > 0 || a.gossip.NumAgents() > 1 {
+			a.missingPeers.Store(false)
 			n, err := 0, error(nil)
 			if len(targets) > 0 {
 				// One answer is a join (a push-pull of the whole
@@ -576,6 +603,14 @@ func (a *Agent) joinLoop() {
 		d := backoff.next()
 		if a.joined.Load() && a.gossip.NumAgents() > 1 {
 			d = a.cfg.RejoinInterval
+			if healing {
+				d = a.cfg.HealRejoinInterval
+			}
+			// From the round's start: a round whose dials went into a
+			// partition took a TCP timeout, and waiting a full interval
+			// after it made the rounds 4 s apart, so that a heal waited up
+			// to 4 s for its first join across (scale (e)).
+			d = max(0, d-time.Since(roundStart))
 		}
 		t := time.NewTimer(d)
 		select {

@@ -168,6 +168,11 @@ func (e *memberEvents) MemberJoined(m gossip.Member) {
 	}
 	if m.Meta.IsAgent() {
 		a.eng.MemberAlive(m.Name, m.Meta.Zone)
+		if a.missingPeers.Load() {
+			// Some registered agents were missing and one is back: a
+			// partition may have healed, rejoin now (joinLoop).
+			a.kickJoin()
+		}
 	}
 	if a.keys != nil {
 		a.keys.Prefetch(m.Name)

@@ -33,7 +33,7 @@ type HTTPOption struct {
 // the URL names one, as URL.Host gives them: "api.example.com",
 // "10.0.0.5:8080"; two ports of one host are two dependencies, since two
 // servers on one host fail apart; characters outside [A-Za-z0-9._:/-]
-// become '_', "[::1]:8080" is "__::1_:8080").
+// become '_', "[::1]:8080" is "_::1_:8080").
 func HTTPDependency(name string) HTTPOption { return HTTPOption{name: name} }
 
 // HTTPDependencyFunc names the dependency of each request (optional).

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
@@ -90,7 +91,16 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 		o.logger = logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	}
 	if o.registry == nil {
+		// A registry of its own carries the Go runtime's and the process's
+		// standard series (go_goroutines, process_resident_memory_bytes,
+		// process_open_fds, …) too; a registry passed in has what its owner
+		// put there.
 		o.registry = prometheus.NewRegistry()
+		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			if err := o.registry.Register(c); err != nil {
+				return nil, fmt.Errorf("coordinator: metrics: %w", err)
+			}
+		}
 	}
 	if o.clock == nil {
 		o.clock = sharedstate.SystemClock{}

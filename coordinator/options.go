@@ -32,8 +32,9 @@ type options struct {
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // WithRegistry sets the registry the coordinator registers its metrics on
-// and serves at /metrics (default: a new registry of its own, so that two
-// coordinators in one process never share counters).
+// and serves at /metrics (default: a new registry of its own, with the Go
+// runtime's and the process's standard series, so that two coordinators in
+// one process never share counters).
 func WithRegistry(r *prometheus.Registry) Option { return func(o *options) { o.registry = r } }
 
 // WithClock sets the clock of the fleet view and the etcd store (default

@@ -117,8 +117,8 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range cmds {
-		if !c.IsDir() {
-			continue
+		if !c.IsDir() || !isCommand(t, filepath.Join(repoRoot, "cmd", c.Name())) {
+			continue // cmd/internal holds packages, not binaries
 		}
 		if m := moduleOf(filepath.Join("cmd", c.Name())); m != filepath.Clean(buildDir) {
 			t.Errorf("the build runs in %s, but cmd/%s is in the module at %s: go build would refuse it", buildDir, c.Name(), m)
@@ -161,6 +161,29 @@ func TestDockerfile(t *testing.T) {
 
 // stringVarExists reports, as a message, why pkg.name is not a
 // package-level string variable ("" when it is).
+// isCommand reports whether dir holds a main package (a non-test Go file
+// of package main).
+func isCommand(t *testing.T, dir string) bool {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		pf, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.PackageClauseOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pf.Name.Name == "main" {
+			return true
+		}
+	}
+	return false
+}
+
 func stringVarExists(pkg, name string) string {
 	rel, ok := strings.CutPrefix(pkg, modulePath+"/")
 	if !ok {

@@ -7,7 +7,8 @@ import "time"
 // probe out, for 2×window while its records never moved, for
 // IdleRetention (at least 2×window) otherwise — whatever its records say:
 // an open or half-open record nobody sends traffic for resolves by being
-// forgotten (its copies refused for IdleRetention more, ErrEvicted).
+// forgotten (its copies refused for IdleRetention+TombstoneMargin more,
+// ErrEvicted).
 func (d *depState) idle(e *Engine, now time.Time) bool {
 	ns := now.UnixNano()
 	busy := d.patch != nil || d.override != nil || len(d.rows) > 0 || d.local.state != Closed ||

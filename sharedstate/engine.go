@@ -75,7 +75,8 @@ type EngineConfig struct {
 	// IdleRetention is how long a dependency whose breaker ever moved (a
 	// record past generation 0) is kept while no node reports traffic for
 	// it; then it is forgotten whatever its record, and copies of that
-	// record are refused for IdleRetention more (ErrEvicted). A dependency
+	// record are refused for IdleRetention+TombstoneMargin more
+	// (ErrEvicted). A dependency
 	// whose record never moved is forgotten after 2×window (optional,
 	// default DefaultIdleRetention).
 	IdleRetention time.Duration

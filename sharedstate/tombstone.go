@@ -15,11 +15,21 @@ const DefaultIdleRetention = time.Hour
 // ErrEvicted refuses a record of a dependency this engine forgot for want
 // of traffic, when the record is not newer than the one it forgot (a
 // push-pull copy of it from a peer that has not forgotten it yet, or a
-// replay): what was evicted stays evicted for IdleRetention.
+// replay): what was evicted stays evicted for IdleRetention plus
+// TombstoneMargin.
 var ErrEvicted = errors.New("fusebox: record of an evicted dependency, not newer than the one evicted")
 
+// TombstoneMargin is how much longer than IdleRetention a tombstone is kept:
+// copies of a record built before its dependency was evicted can arrive
+// that late — a push-pull state a peer built just before it evicted too,
+// delivered over a slow TCP exchange and verified record by record. With
+// tombstones that lived only IdleRetention, 3,000 once-tripped
+// dependencies on three loaded agents (IdleRetention 5s) came back through
+// such states seconds after every agent had forgotten them.
+const TombstoneMargin = time.Minute
+
 // tombstones remember, per evicted dependency, the records it held, for
-// IdleRetention. Bounded by MaxDependencies (the oldest forgotten first).
+// IdleRetention plus TombstoneMargin. Bounded by MaxDependencies (the oldest forgotten first).
 type tombstones struct {
 	mu sync.Mutex
 	m  map[string]tombstone
@@ -59,10 +69,13 @@ func (t *tombstones) put(e *Engine, d *depState, now int64) {
 	t.m[d.name] = tombstone{at: now, recs: recs}
 }
 
-// expire forgets tombstones older than IdleRetention. Caller holds t.mu.
+// life is how long a tombstone is kept.
+func (e *Engine) tombstoneLife() int64 { return int64(e.idleRetention + TombstoneMargin) }
+
+// expire forgets tombstones older than their life. Caller holds t.mu.
 func (t *tombstones) expire(e *Engine, now int64) {
 	for name, ts := range t.m {
-		if now-ts.at >= int64(e.idleRetention) {
+		if now-ts.at >= e.tombstoneLife() {
 			delete(t.m, name)
 		}
 	}
@@ -77,7 +90,7 @@ func (t *tombstones) check(e *Engine, r BreakerRecord, now int64) error {
 	if !ok {
 		return nil
 	}
-	if now-ts.at >= int64(e.idleRetention) {
+	if now-ts.at >= e.tombstoneLife() {
 		delete(t.m, r.Dependency)
 		return nil
 	}

@@ -9,7 +9,8 @@ import (
 // A dependency whose breaker moved is kept for IdleRetention without
 // traffic, then forgotten whatever its record (open and half-open ones
 // included); a copy of the record it held is refused as ErrEvicted, a newer
-// one taken; after IdleRetention more the tombstone is gone.
+// one taken; after IdleRetention+TombstoneMargin more the tombstone is
+// gone, and not before.
 func TestIdleOnceTrippedEvicted(t *testing.T) {
 	clock := NewManualClock(t0)
 	const retention = time.Minute
@@ -56,7 +57,11 @@ func TestIdleOnceTrippedEvicted(t *testing.T) {
 	if ok, err := e.MergeRecord(newer); !ok || err != nil {
 		t.Fatalf("a new trip after the eviction: %v, %v", ok, err)
 	}
-	step(retention + 2*window)
+	step(retention) // a late copy, within the margin: still refused
+	if ok, err := e.MergeRecord(recs[0]); ok || !errors.Is(err, ErrEvicted) {
+		t.Fatalf("a copy within the tombstone margin: %v, %v; want ErrEvicted", ok, err)
+	}
+	step(TombstoneMargin + 2*window)
 	if ok, err := e.MergeRecord(recs[0]); !ok || err != nil {
 		t.Fatalf("the tombstone outlived the retention: %v, %v", ok, err)
 	}

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // The test binary doubles as fusebox-agent when FUSEBOX_AGENT_MAIN is set,
@@ -30,23 +30,6 @@ func TestMain(m *testing.M) {
 		os.Exit(run(os.Args[1:], os.Getenv, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // SIGTERM: the agent ends client sessions with codes.Unavailable and the
@@ -61,7 +44,7 @@ func TestSIGTERM(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "--name", "sigterm-test", "--data-dir", t.TempDir(),
 		"--gossip-addr", "127.0.0.1:0", "--socket", sock, "--http-addr", "127.0.0.1:0", "--log-format", "json")
 	cmd.Env = append(os.Environ(), "FUSEBOX_AGENT_MAIN=1")
-	var stderr syncBuffer
+	var stderr sstest.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

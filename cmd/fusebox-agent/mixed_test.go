@@ -108,7 +108,7 @@ type member struct {
 	old       bool
 	cmd       *exec.Cmd
 	exited    chan struct{}
-	log       *syncBuffer
+	log       *sstest.Buffer
 	up        chan struct{}
 	gossip    string
 	http      string
@@ -138,7 +138,7 @@ func startMember(t *testing.T, m *member, dataDir string, etcd []string, join st
 		m.cmd.Env = append(m.cmd.Env, "FUSEBOX_AGENT_MAIN=1") // the test binary runs main
 	}
 	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	m.log, m.up, m.exited = &syncBuffer{}, make(chan struct{}), make(chan struct{})
+	m.log, m.up, m.exited = &sstest.Buffer{}, make(chan struct{}), make(chan struct{})
 	stderr, err := m.cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -46,6 +46,26 @@ const (
 	// with 4, 20 memberlists on a 5%-loss simulated network reach full
 	// membership (simnet's memberlist test).
 	DefaultRetransmitMult = 4
+	// DefaultProbeTimeout: how long a probe waits for an ack before asking
+	// others to probe indirectly; memberlist's LAN default, a generous
+	// 99th-percentile round trip inside a data centre. A member uses at
+	// most half its ProbeInterval of it, so that a probe and its indirect
+	// probes fit in one interval.
+	DefaultProbeTimeout = 500 * time.Millisecond
+	// DefaultTCPTimeout: dial and read/write deadline of memberlist's
+	// streams (joins, push-pull). memberlist's LAN default is 10 s; a
+	// join that does not answer in 2 s is across a partition or dead, and
+	// a rejoin round waits for one dial timeout (Rejoin dials in
+	// parallel), so shorter keeps reconciliation rounds short. A push-pull
+	// of 1,000 members and 1,000 rows is well under 1 MB: 2 s is ample on
+	// a LAN.
+	DefaultTCPTimeout = 2 * time.Second
+	// DefaultDeadNodeReclaimTime: after this long a dead member's name may
+	// be taken by a member at another address, as a restarted agent that
+	// got a new port (or pod IP) does; memberlist's default (0) would
+	// refuse the new address forever. 5 s is longer than a restart takes
+	// to be noticed, so two live agents with one name still conflict.
+	DefaultDeadNodeReclaimTime = 5 * time.Second
 )
 
 // Config configures a Gossip. Start from DefaultConfig, set the required
@@ -73,9 +93,27 @@ type Config struct {
 	// ProbeInterval is memberlist's failure detection probe interval
 	// (optional, default DefaultProbeInterval; at least 1ms).
 	ProbeInterval time.Duration
+	// ProbeTimeout is how long a probe waits for an ack (optional, default
+	// DefaultProbeTimeout; at least 1ms). memberlist is given
+	// min(ProbeTimeout, ProbeInterval/2).
+	ProbeTimeout time.Duration
+	// TCPTimeout bounds a stream's dial and each of its reads and writes
+	// (joins and push-pull; optional, default DefaultTCPTimeout; at least
+	// 1ms).
+	TCPTimeout time.Duration
+	// DeadNodeReclaimTime is how long after its death a member's name may
+	// be taken by a member at another address (optional, default
+	// DefaultDeadNodeReclaimTime; at least 1ms).
+	DeadNodeReclaimTime time.Duration
 	// RetransmitMult scales broadcast retransmits (optional, default
 	// DefaultRetransmitMult; at least 1).
 	RetransmitMult int
+	// RowFanout is how many random members each broadcast round (every
+	// GossipInterval) sends one packet of the queued records and rows to
+	// (optional, default DefaultRowFanout; 0..64). 0 sends them in
+	// memberlist's gossip packets instead, in the room memberlist's own
+	// messages leave.
+	RowFanout int
 	// Relay re-broadcasts what Handler.ApplyBatch/ApplyState report as new
 	// (epidemic dissemination). Agents relay; an observer need not
 	// (optional, default false).
@@ -114,6 +152,11 @@ func DefaultConfig() Config {
 		PushPullInterval: DefaultPushPullInterval,
 		ProbeInterval:    DefaultProbeInterval,
 		RetransmitMult:   DefaultRetransmitMult,
+		RowFanout:        DefaultRowFanout,
+
+		ProbeTimeout:        DefaultProbeTimeout,
+		TCPTimeout:          DefaultTCPTimeout,
+		DeadNodeReclaimTime: DefaultDeadNodeReclaimTime,
 	}
 }
 
@@ -162,6 +205,12 @@ func (c Config) Validate() error {
 	atLeast("GossipInterval", c.GossipInterval)
 	atLeast("PushPullInterval", c.PushPullInterval)
 	atLeast("ProbeInterval", c.ProbeInterval)
+	atLeast("ProbeTimeout", c.ProbeTimeout)
+	atLeast("TCPTimeout", c.TCPTimeout)
+	atLeast("DeadNodeReclaimTime", c.DeadNodeReclaimTime)
+	if c.RowFanout < 0 || c.RowFanout > 64 {
+		bad("RowFanout", "must be in 0..64, got %d", c.RowFanout)
+	}
 	if c.RetransmitMult < 1 {
 		bad("RetransmitMult", "must be at least 1, got %d", c.RetransmitMult)
 	}

@@ -126,19 +126,34 @@ func (g *Gossip) afterApply(in *inbound, fresh *fuseboxv1.GossipBatch, refused i
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	g := (*Gossip)(d)
+	if g.cfg.RowFanout > 0 {
+		return nil // records and rows go in broadcast rounds of their own (rounds.go)
+	}
+	out := g.fill(overhead, limit)
+	for _, b := range out {
+		g.stats.bytesOut[0].Add(uint64(len(b)))
+	}
+	g.stats.msgsOut[0].Add(uint64(len(out)))
+	return out
+}
+
+// fill returns the queued frames of one packet of limit bytes, each
+// costing overhead besides its length: records first, then this node's
+// rows (in signed batches of at most MaxBroadcastFrame, so that relays can
+// pass them on) and the frames it relays share what the records leave,
+// taking turns at going first: this node's rows change every tick and
+// would otherwise take every packet.
+func (g *Gossip) fill(overhead, limit int) [][]byte {
 	out := g.recQueue.GetBroadcasts(overhead, limit)
 	out = slices.DeleteFunc(out, func(b []byte) bool { return len(b) == 0 }) // withdrawn (Forget)
 	used := 0
 	for _, b := range out {
 		used += overhead + len(b)
 	}
-	// This node's rows (in signed batches of at most MaxBroadcastFrame, so
-	// that relays can pass them on) and the frames it relays share what
-	// the records leave, taking turns at going first: this node's rows
-	// change every tick and would otherwise take every packet.
+	packet := g.packets.Add(1)
 	own := func() {
 		if free := min(limit-used-overhead, MaxBroadcastFrame); free > 0 {
-			if f := g.takeOwnRows(free); f != nil {
+			if f := g.takeOwnRows(free, packet); f != nil {
 				out = append(out, f)
 				used += overhead + len(f)
 			}
@@ -161,10 +176,6 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 		own()
 	}
 	own() // what is left of the packet
-	for _, b := range out {
-		g.stats.bytesOut[0].Add(uint64(len(b)))
-	}
-	g.stats.msgsOut[0].Add(uint64(len(out)))
 	return out
 }
 
@@ -240,6 +251,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		settle(e.settlingAddrs, old.Addr)
 	}
 	delete(e.members, m.Name)
+	(*Gossip)(e).removePeer(m.Name)
 	(*Gossip)(e).recomputeVersion()
 	e.membersMu.Unlock()
 	if e.cfg.Events != nil {
@@ -263,6 +275,7 @@ func (e *events) setMember(m Member) {
 	}
 	e.members[m.Name] = m
 	e.memberAddrs[m.Addr]++
+	(*Gossip)(e).addPeer(m.Name)
 	g := (*Gossip)(e)
 	delete(g.retired, m.Name)
 	g.recomputeVersion()

@@ -131,6 +131,9 @@ type Stats struct {
 	// records (the rest carried urgent rows only): the cost of
 	// transitions, bounded by proposers × other members per transition.
 	DirectRecordsOut uint64
+	// RoundsOut counts the packets of the broadcast rounds (also in MsgsOut
+	// "message"; Config.RowFanout).
+	RoundsOut uint64
 	// UnknownVersions counts refused frames by their version (decimal), a
 	// version this build does not speak.
 	UnknownVersions map[string]uint64
@@ -145,6 +148,7 @@ type counters struct {
 	bytesIn, bytesOut, msgsIn, msgsOut [2]atomic.Uint64              // index: 0 message, 1 push_pull
 	dropped                            [numDropReasons]atomic.Uint64 // index: DropReasons
 	directOut, directRecordsOut        atomic.Uint64
+	roundsOut                          atomic.Uint64
 	unknownVersion                     [256]atomic.Uint64
 	signed, verified                   atomic.Uint64
 }
@@ -200,6 +204,11 @@ type Gossip struct {
 	membersMu   sync.Mutex
 	members     map[string]Member // live members, copied in event callbacks
 	memberAddrs map[string]int    // their gossip addresses (host:port) -> how many members use it
+	peers       []string          // names of the live members but this node, for randomPeers
+	peerIdx     map[string]int    // name -> index in peers
+
+	stopRounds chan struct{} // closed by Close: ends roundLoop
+	roundsDone chan struct{} // closed when roundLoop returned (nil: none runs)
 
 	dropLog rateLog // one log line per drop reason per minute
 
@@ -215,6 +224,7 @@ type Gossip struct {
 	rows     rowQueue      // this node's rows, sent in signed batches (with a Signer)
 	numNodes func() int    // memberlist's member count, safe before Create returns
 	turn     atomic.Uint32 // whose turn it is to go first in a packet: this node's rows or relays
+	packets  atomic.Uint64 // numbers the packets fill composes (rowQueue.take)
 
 	forgedMu sync.Mutex
 	forgedBy map[string]uint64
@@ -345,6 +355,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
+		peerIdx: map[string]int{}, stopRounds: make(chan struct{}),
 		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
@@ -359,10 +370,13 @@ func New(cfg Config) (*Gossip, error) {
 	mc.GossipInterval = cfg.GossipInterval
 	mc.PushPullInterval = cfg.PushPullInterval
 	mc.ProbeInterval = cfg.ProbeInterval
-	mc.ProbeTimeout = min(500*time.Millisecond, cfg.ProbeInterval/2)
+	mc.ProbeTimeout = min(cfg.ProbeTimeout, cfg.ProbeInterval/2)
 	mc.RetransmitMult = cfg.RetransmitMult
-	mc.TCPTimeout = 2 * time.Second
-	mc.DeadNodeReclaimTime = 5 * time.Second // a restarted agent (new port) may take its name back
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime // a restarted agent (new port) may take its name back
+	// Ten probe rounds: a member declared dead hears the gossip for as
+	// long as ten probes of it would have taken, enough to refute a false
+	// suspicion; longer only feeds packets to members that are gone.
 	mc.GossipToTheDeadTime = 10 * cfg.ProbeInterval
 	if cfg.Keyring != nil {
 		mc.Keyring = cfg.Keyring
@@ -418,6 +432,13 @@ func New(cfg Config) (*Gossip, error) {
 	// state, which it may rewrite later.
 	n := ml.LocalNode()
 	g.addr = net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+	if cfg.RowFanout > 0 {
+		g.roundsDone = make(chan struct{})
+		go func() {
+			defer close(g.roundsDone)
+			g.roundLoop(g.stopRounds)
+		}()
+	}
 	return g, nil
 }
 
@@ -712,6 +733,7 @@ func (g *Gossip) Stats() Stats {
 	}
 	s.DirectOut = g.stats.directOut.Load()
 	s.DirectRecordsOut = g.stats.directRecordsOut.Load()
+	s.RoundsOut = g.stats.roundsOut.Load()
 	s.UnknownVersions = map[string]uint64{}
 	for v := range g.stats.unknownVersion {
 		if n := g.stats.unknownVersion[v].Load(); n > 0 {
@@ -732,6 +754,10 @@ func (g *Gossip) Close(leaveTimeout time.Duration) error {
 	var err error
 	g.closeOnce.Do(func() {
 		g.closed.Store(true)
+		close(g.stopRounds)
+		if g.roundsDone != nil {
+			<-g.roundsDone
+		}
 		if leaveTimeout > 0 {
 			if lerr := g.ml.Leave(leaveTimeout); lerr != nil {
 				err = fmt.Errorf("gossip: leave: %w", lerr)
@@ -776,7 +802,7 @@ const RejoinFanout = 3
 // takes at most one dial timeout however many are unreachable. It returns
 // every missing target, how many of the chosen ones answered, and their
 // errors. A join is a push-pull state exchange, so records and rows
-// converge with it.
+// converge with it; a target that answers is joined twice (see below).
 func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err error) {
 	missing = g.Missing(targets)
 	if len(missing) == 0 {
@@ -789,7 +815,18 @@ func (g *Gossip) Rejoin(targets []string) (missing []string, joined int, err err
 	errs := make([]error, len(chosen))
 	var wg sync.WaitGroup
 	for i, t := range chosen {
-		wg.Go(func() { ns[i], errs[i] = g.Join([]string{t}) })
+		wg.Go(func() {
+			if ns[i], errs[i] = g.Join([]string{t}); ns[i] > 0 {
+				// Twice: memberlist takes a member it holds dead back only
+				// at a higher incarnation, and each side of a join learns
+				// of its own death in the join itself (and refutes, to the
+				// next incarnation) after it sent its state. The second
+				// exchange carries both refutations: the two take each
+				// other back at once instead of when the refutations
+				// arrive by gossip or a later round.
+				g.Join([]string{t})
+			}
+		})
 	}
 	wg.Wait()
 	for _, n := range ns {

@@ -125,7 +125,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, want := range []string{"Name", `BindAddr: must be host:port, got "nope"`, "AdvertiseAddr: port",
 		"Meta.Role", "Meta: gossip: node metadata too large", "Handler", "GossipInterval: must be at least 1ms, got -1s",
-		"PushPullInterval", "ProbeInterval", "RetransmitMult: must be at least 1, got 0"} {
+		"PushPullInterval", "ProbeInterval", "ProbeTimeout", "TCPTimeout", "DeadNodeReclaimTime", "RetransmitMult: must be at least 1, got 0"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error does not name %q:\n%v", want, err)
 		}
@@ -140,7 +140,7 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("DefaultConfig().Validate() = %v, want %s named", err, f)
 		}
 	}
-	if err != nil && strings.Contains(err.Error(), "Interval") {
+	if err != nil && (strings.Contains(err.Error(), "Interval") || strings.Contains(err.Error(), "Time")) {
 		t.Errorf("DefaultConfig's timings refused: %v", err)
 	}
 }
@@ -631,33 +631,58 @@ func TestNewOnBusyPort(t *testing.T) {
 	}
 }
 
+// packetFrames returns the frames of the next packet g gossips, in either
+// of the ways it gossips: memberlist's packets (GetBroadcasts) with
+// RowFanout 0, else the one frame of a broadcast round's packet.
+func packetFrames(g *Gossip, overhead, limit int) [][]byte {
+	if g.cfg.RowFanout == 0 {
+		return (*delegate)(g).GetBroadcasts(overhead, limit)
+	}
+	if f := g.roundFrame(); f != nil {
+		return [][]byte{f}
+	}
+	return nil
+}
+
+// bothPaths runs f with records and rows in memberlist's packets
+// (RowFanout 0) and in broadcast rounds (the default).
+func bothPaths(t *testing.T, f func(t *testing.T, fanout int)) {
+	for _, fanout := range []int{0, DefaultRowFanout} {
+		t.Run("fanout="+strconv.Itoa(fanout), func(t *testing.T) { f(t, fanout) })
+	}
+}
+
 // A record withdrawn with Forget (its dependency was evicted) is never
 // broadcast, while the others queued beside it still are.
 func TestForgetWithdrawsQueuedRecord(t *testing.T) {
-	g := newMember(t, testConfig("n", RoleAgent, newRecorder()))
-	rec := func(dep string) *fuseboxv1.BreakerRecord {
-		return &fuseboxv1.BreakerRecord{Dependency: dep, Origin: "n", Generation: 2,
-			State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED}
-	}
-	g.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("forgotten-dep"), rec("kept-dep")}})
-	g.Forget("forgotten-dep")
-	var kept int
-	for range 50 { // past every retransmit
-		for _, f := range (*delegate)(g).GetBroadcasts(3, 1400) {
-			if len(f) == 0 {
-				t.Fatal("an empty broadcast frame was handed to memberlist")
-			}
-			if bytes.Contains(f, []byte("forgotten-dep")) {
-				t.Fatal("the forgotten dependency's record was broadcast")
-			}
-			if bytes.Contains(f, []byte("kept-dep")) {
-				kept++
+	bothPaths(t, func(t *testing.T, fanout int) {
+		cfg := testConfig("n", RoleAgent, newRecorder())
+		cfg.RowFanout = fanout
+		g := newMember(t, cfg)
+		rec := func(dep string) *fuseboxv1.BreakerRecord {
+			return &fuseboxv1.BreakerRecord{Dependency: dep, Origin: "n", Generation: 2,
+				State: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED}
+		}
+		g.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("forgotten-dep"), rec("kept-dep")}})
+		g.Forget("forgotten-dep")
+		var kept int
+		for range 50 { // past every retransmit
+			for _, f := range packetFrames(g, 3, 1400) {
+				if len(f) == 0 {
+					t.Fatal("an empty broadcast frame was handed to memberlist")
+				}
+				if bytes.Contains(f, []byte("forgotten-dep")) {
+					t.Fatal("the forgotten dependency's record was broadcast")
+				}
+				if bytes.Contains(f, []byte("kept-dep")) {
+					kept++
+				}
 			}
 		}
-	}
-	if kept == 0 {
-		t.Fatal("the other record was never broadcast")
-	}
+		if kept == 0 {
+			t.Fatal("the other record was never broadcast")
+		}
+	})
 }
 
 // Items about a member that left a moment ago (its rows still travel in

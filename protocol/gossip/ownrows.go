@@ -31,6 +31,7 @@ type queuedRow struct {
 	size      int // what the row takes in a RowBatch (or a GossipBatch's rows)
 	transmits int
 	order     uint64
+	packet    uint64 // the last packet that took it
 	gone      bool
 }
 
@@ -60,8 +61,9 @@ func (q *rowQueue) len() int {
 
 // take returns the rows of one frame of at most limit bytes at version v
 // (nil when none fit), counts them sent once more and forgets those sent
-// maxTransmits times.
-func (q *rowQueue) take(limit int, v byte, maxTransmits int) []*fuseboxv1.NodeWindow {
+// maxTransmits times. A row packet took already is left out: a packet
+// holds several frames, and a row twice in one is sent once.
+func (q *rowQueue) take(limit int, v byte, maxTransmits int, packet uint64) []*fuseboxv1.NodeWindow {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	q.pending = slices.DeleteFunc(q.pending, func(e *queuedRow) bool { return e.gone })
@@ -74,11 +76,15 @@ func (q *rowQueue) take(limit int, v byte, maxTransmits int) []*fuseboxv1.NodeWi
 	var out []*fuseboxv1.NodeWindow
 	body := 0
 	for _, e := range q.pending {
+		if e.packet == packet {
+			continue
+		}
 		if rowFrameSize(v, body+e.size) > limit {
 			break
 		}
 		body += e.size
 		out = append(out, e.m)
+		e.packet = packet
 		e.transmits++
 		if e.transmits >= maxTransmits {
 			e.gone = true
@@ -107,10 +113,11 @@ func retransmitLimit(mult, n int) int {
 }
 
 // takeOwnRows returns one frame of this node's queued rows, signed
-// together, of at most limit bytes (nil: none queued, or none fit).
-func (g *Gossip) takeOwnRows(limit int) []byte {
+// together, of at most limit bytes (nil: none queued, or none fit), for
+// packet (a number from g.packets) and none packet has.
+func (g *Gossip) takeOwnRows(limit int, packet uint64) []byte {
 	v := g.SendVersion()
-	rows := g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, g.numNodes()))
+	rows := g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, g.numNodes()), packet)
 	if len(rows) == 0 {
 		return nil
 	}

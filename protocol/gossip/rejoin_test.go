@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -59,7 +63,9 @@ func TestRejoinIsBounded(t *testing.T) {
 // Records go out before rows however many fresh rows wait: a breaker
 // transition must not queue behind a hundred busy dependencies' rows.
 func TestRecordsGoOutBeforeRows(t *testing.T) {
-	g := newMember(t, testConfig("a", RoleAgent, newRecorder()))
+	cfg := testConfig("a", RoleAgent, newRecorder())
+	cfg.RowFanout = 0 // in memberlist's gossip packets
+	g := newMember(t, cfg)
 	rows := &fuseboxv1.GossipBatch{}
 	for i := range 200 {
 		rows.Rows = append(rows.Rows, &fuseboxv1.NodeWindow{Node: "a", Dependency: fmt.Sprintf("dep-%03d", i), Seq: 1,
@@ -78,5 +84,125 @@ func TestRecordsGoOutBeforeRows(t *testing.T) {
 	first := f.Batch
 	if len(first.GetRecords()) != 1 || first.GetRecords()[0].GetDependency() != "dep-x" {
 		t.Fatalf("the first broadcast is %v, want the record of dep-x", first)
+	}
+}
+
+// batchCounter is a recorder that also counts the batches it is handed.
+type batchCounter struct {
+	*recorder
+	mu        sync.Mutex
+	batches   int
+	withBoth  int // batches holding a record and rows
+	rowsInMax int
+}
+
+func (c *batchCounter) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
+	c.mu.Lock()
+	c.batches++
+	if len(b.GetRecords()) > 0 && len(b.GetRows()) > 0 {
+		c.withBoth++
+	}
+	c.rowsInMax = max(c.rowsInMax, len(b.GetRows()))
+	c.mu.Unlock()
+	return c.recorder.ApplyBatch(b)
+}
+
+func (c *batchCounter) counts() (batches, withBoth, rowsInMax int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batches, c.withBoth, c.rowsInMax
+}
+
+// A broadcast round sends one packet per chosen member: queued records
+// first, then as many rows as fit, all in one frame within the packet
+// budget; memberlist's gossip packets carry none of them.
+func TestRoundsBundleRecordsAndRows(t *testing.T) {
+	ca := testConfig("a", RoleAgent, newRecorder())
+	ca.GossipInterval = time.Hour // a's rounds run only when the test calls them
+	ca.RowFanout = 1
+	a := newMember(t, ca)
+	hb := &batchCounter{recorder: newRecorder()}
+	b := newMember(t, testConfig("b", RoleAgent, hb))
+	if _, err := b.Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 10*time.Second, "a and b see each other", func() bool { return a.NumAgents() == 2 && b.NumAgents() == 2 })
+
+	rows := &fuseboxv1.GossipBatch{}
+	for i := range 200 {
+		rows.Rows = append(rows.Rows, &fuseboxv1.NodeWindow{Node: "a", Dependency: fmt.Sprintf("dep-%03d", i), Seq: 1,
+			Counts: &fuseboxv1.Counts{FirstAttempts: 1000, Successes: 900, Failures: 100}})
+	}
+	a.Broadcast(rows)
+	a.Broadcast(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{{Dependency: "dep-x", Generation: 2, Origin: "a", State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN}}})
+	if out := (*delegate)(a).GetBroadcasts(2, 1400); len(out) != 0 {
+		t.Fatalf("memberlist's gossip got %d broadcasts, want none (they go in rounds)", len(out))
+	}
+	before := a.Stats()
+	a.round()
+	s := a.Stats()
+	if got := s.RoundsOut - before.RoundsOut; got != 1 {
+		t.Fatalf("one round to one member sent %d packets, want 1", got)
+	}
+	if sent := s.BytesOut["message"] - before.BytesOut["message"]; sent > roundPacketBytes {
+		t.Errorf("the round's frame is %d bytes, over the %d-byte packet budget", sent, roundPacketBytes)
+	}
+	sstest.Eventually(t, 10*time.Second, "b got the round's packet", func() bool { n, _, _ := hb.counts(); return n >= 1 })
+	_, both, most := hb.counts()
+	if both != 1 || most < 10 || most >= 200 {
+		t.Errorf("b got %d batches with the record and rows, at most %d rows in one; want 1, and 10 to 199 rows", both, most)
+	}
+}
+
+// After a partition in which two members declared each other dead, one
+// Rejoin brings each back into the other's membership by the time it
+// returns: memberlist takes a dead member back only at a higher
+// incarnation, and the second join of an answering target carries both
+// sides' refutations (with one join, each side waits for the other's
+// refutation to come by gossip).
+func TestRejoinRevivesBothSidesAtOnce(t *testing.T) {
+	// Registered first, so it runs after the members closed: memberlist's
+	// Shutdown does not wait for a probe in flight, which ends when its ack
+	// timer (one probe interval) fires.
+	t.Cleanup(func() {
+		sstest.Eventually(t, 10*time.Second, "memberlist probes of closed members ended", func() bool {
+			buf := make([]byte, 1<<20)
+			return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "memberlist.(*Memberlist).probeNode")
+		})
+	})
+	n, err := simnet.New(simnet.Config{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	member := func(name string) *Gossip {
+		tr, err := n.NewTransport("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := testConfig(name, RoleAgent, newRecorder())
+		cfg.Transport = tr
+		cfg.BindAddr = tr.Addr()
+		// Probes every second: a dead member is kept (and gossiped to) for
+		// 10 probe intervals, long enough to rejoin before memberlist
+		// forgets it (then a join adds it as new, with no refutation).
+		cfg.ProbeInterval = time.Second
+		return newMember(t, cfg)
+	}
+	a, b := member("a"), member("b")
+	if _, err := a.Join([]string{b.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 10*time.Second, "a and b see each other", func() bool { return a.NumAgents() == 2 && b.NumAgents() == 2 })
+	if err := n.Partition(map[string][]string{"a": {a.Addr()}}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, time.Minute, "each declares the other dead", func() bool { return a.NumAgents() == 1 && b.NumAgents() == 1 })
+	n.Heal()
+	if missing, joined, err := a.Rejoin([]string{b.Addr()}); len(missing) != 1 || joined != 1 {
+		t.Fatalf("Rejoin after the heal: %d missing, %d joined (%v); want 1, 1", len(missing), joined, err)
+	}
+	if a.NumAgents() != 2 || b.NumAgents() != 2 {
+		t.Errorf("right after the rejoin a counts %d agents and b %d, want 2 and 2", a.NumAgents(), b.NumAgents())
 	}
 }

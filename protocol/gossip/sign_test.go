@@ -190,29 +190,33 @@ func (r *relayer) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, 
 // A relay forwards the origin's envelope byte for byte: it needs no key of
 // its own, and the next receiver verifies the origin's signature.
 func TestRelayForwardsTheOriginsBytes(t *testing.T) {
-	ka := newKey(t)
-	cfg := testConfig("relay", RoleAgent, &relayer{*newRecorder()})
-	cfg.Relay = true
-	gs := joined(t, cfg, signedConfig("a", newRecorder(), ka))
-	relay := gs[0]
-	env := signRowWith(t, ka, &fuseboxv1.NodeWindow{Node: "a", Dependency: "payments", Seq: 9, Counts: &fuseboxv1.Counts{Successes: 3}})
-	(*delegate)(relay).NotifyMsg(frameAt(t, protocol.Version2, &fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{env}}))
-	var found bool
-	for _, b := range (*delegate)(relay).GetBroadcasts(2, 64<<10) {
-		f, err := protocol.Codec{}.Decode(b)
-		if err != nil {
-			t.Fatal(err)
+	bothPaths(t, func(t *testing.T, fanout int) {
+		ka := newKey(t)
+		cfg := testConfig("relay", RoleAgent, &relayer{*newRecorder()})
+		cfg.Relay = true
+		cfg.RowFanout = fanout
+		cfg.GossipInterval = time.Hour // the relay sends only what the test takes
+		gs := joined(t, cfg, signedConfig("a", newRecorder(), ka))
+		relay := gs[0]
+		env := signRowWith(t, ka, &fuseboxv1.NodeWindow{Node: "a", Dependency: "payments", Seq: 9, Counts: &fuseboxv1.Counts{Successes: 3}})
+		(*delegate)(relay).NotifyMsg(frameAt(t, protocol.Version2, &fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{env}}))
+		var found bool
+		for _, b := range packetFrames(relay, 2, 64<<10) {
+			f, err := protocol.Codec{}.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range f.Batch.GetSignedRows() {
+				found = found || (bytes.Equal(s.GetBody(), env.GetBody()) && bytes.Equal(s.GetSignature(), env.GetSignature()))
+			}
+			if len(f.Batch.GetRows()) != 0 {
+				t.Fatalf("a version-2 relay of a signed row carries a plain copy: %v", f.Batch)
+			}
 		}
-		for _, s := range f.Batch.GetSignedRows() {
-			found = found || (bytes.Equal(s.GetBody(), env.GetBody()) && bytes.Equal(s.GetSignature(), env.GetSignature()))
+		if !found {
+			t.Fatal("the relayed broadcast does not carry the origin's envelope unchanged")
 		}
-		if len(f.Batch.GetRows()) != 0 {
-			t.Fatalf("a version-2 relay of a signed row carries a plain copy: %v", f.Batch)
-		}
-	}
-	if !found {
-		t.Fatal("the relayed broadcast does not carry the origin's envelope unchanged")
-	}
+	})
 }
 
 // screener knows everything already.
@@ -306,72 +310,79 @@ func (oldMember) MergeRemoteState([]byte, bool)   {}
 // version 1 with every item plain (what 0.1.x reads) and the signed copies
 // beside; after it leaves, at version 2, signed only.
 func TestSendsTheLowestCommonVersion(t *testing.T) {
-	rec := newRecorder()
-	key := newKey(t)
-	g := newMember(t, signedConfig("new", rec, key))
-	if v := g.SendVersion(); v != protocol.Version1 {
-		t.Fatalf("alone: send version %d, want 1 (whoever it joins may be older)", v)
-	}
-	if _, err := newMember(t, signedConfig("new-2", newRecorder(), newKey(t))).Join([]string{g.Addr()}); err != nil {
-		t.Fatal(err)
-	}
-	sstest.Eventually(t, 5*time.Second, "with members of this build only, version 2", func() bool { return g.SendVersion() == protocol.Version2 })
-	mc := memberlist.DefaultLocalConfig()
-	mc.Name, mc.BindAddr, mc.BindPort = "old", "127.0.0.1", 0
-	mc.Delegate = oldMember{}
-	mc.EnableCompression = false // the plaintext guard refuses compressed messages
-	mc.LogOutput = io.Discard
-	old, err := memberlist.Create(mc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer old.Shutdown()
-	if _, err := old.Join([]string{g.Addr()}); err != nil {
-		t.Fatal(err)
-	}
-	sstest.Eventually(t, 5*time.Second, "the new member sends version 1", func() bool { return g.SendVersion() == protocol.Version1 })
-	row := &fuseboxv1.NodeWindow{Node: "new", Dependency: "d", Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}
-	rec.mu.Lock()
-	rec.state = &fuseboxv1.PushPullState{Node: "new", Rows: []*fuseboxv1.NodeWindow{row}}
-	rec.mu.Unlock()
-	check := func(frame []byte, v byte, plain int) {
-		t.Helper()
-		f, err := protocol.Codec{}.Decode(frame)
+	bothPaths(t, func(t *testing.T, fanout int) {
+		rec := newRecorder()
+		key := newKey(t)
+		cfg := signedConfig("new", rec, key)
+		cfg.RowFanout = fanout
+		cfg.GossipInterval = time.Hour // g sends only what the test takes
+		g := newMember(t, cfg)
+		if v := g.SendVersion(); v != protocol.Version1 {
+			t.Fatalf("alone: send version %d, want 1 (whoever it joins may be older)", v)
+		}
+		if _, err := newMember(t, signedConfig("new-2", newRecorder(), newKey(t))).Join([]string{g.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		sstest.Eventually(t, 5*time.Second, "with members of this build only, version 2", func() bool { return g.SendVersion() == protocol.Version2 })
+		mc := memberlist.DefaultLocalConfig()
+		mc.Name, mc.BindAddr, mc.BindPort = "old", "127.0.0.1", 0
+		mc.Delegate = oldMember{}
+		mc.EnableCompression = false // the plaintext guard refuses compressed messages
+		mc.LogOutput = io.Discard
+		old, err := memberlist.Create(mc)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var rows, signed int
-		if f.Batch != nil {
-			rows, signed = len(f.Batch.GetRows()), len(f.Batch.GetSignedRows())
-		} else {
-			rows, signed = len(f.PushPull.GetRows()), len(f.PushPull.GetSignedRows())
+		defer old.Shutdown()
+		if _, err := old.Join([]string{g.Addr()}); err != nil {
+			t.Fatal(err)
 		}
-		if f.Version != v || rows != plain || signed != 1 {
-			t.Fatalf("%s frame: version %d, %d plain and %d signed rows; want version %d, %d plain, 1 signed", f.Type, f.Version, rows, signed, v, plain)
+		sstest.Eventually(t, 5*time.Second, "the new member sends version 1", func() bool { return g.SendVersion() == protocol.Version1 })
+		row := &fuseboxv1.NodeWindow{Node: "new", Dependency: "d", Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}
+		rec.mu.Lock()
+		rec.state = &fuseboxv1.PushPullState{Node: "new", Rows: []*fuseboxv1.NodeWindow{row}}
+		rec.mu.Unlock()
+		check := func(frame []byte, v byte, plain int) {
+			t.Helper()
+			f, err := protocol.Codec{}.Decode(frame)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rows, signed int
+			if f.Batch != nil {
+				rows, signed = len(f.Batch.GetRows()), len(f.Batch.GetSignedRows())
+			} else {
+				rows, signed = len(f.PushPull.GetRows()), len(f.PushPull.GetSignedRows())
+			}
+			if f.Version != v || rows != plain || signed != 1 {
+				t.Fatalf("%s frame: version %d, %d plain and %d signed rows; want version %d, %d plain, 1 signed", f.Type, f.Version, rows, signed, v, plain)
+			}
 		}
-	}
-	g.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
-	check((*delegate)(g).GetBroadcasts(2, 64<<10)[0], protocol.Version1, 1)
-	check((*delegate)(g).LocalState(false), protocol.Version1, 1)
-	if err := old.Leave(time.Second); err != nil {
-		t.Fatal(err)
-	}
-	sstest.Eventually(t, 5*time.Second, "the new member sends version 2 again", func() bool { return g.SendVersion() == protocol.Version2 })
-	row.Seq = 2
-	g.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
-	check((*delegate)(g).GetBroadcasts(2, 64<<10)[0], protocol.Version2, 0)
-	check((*delegate)(g).LocalState(false), protocol.Version2, 0)
-	// The answer to a join goes to a node not known yet: version 1.
-	check((*delegate)(g).LocalState(true), protocol.Version1, 1)
+		g.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
+		check(packetFrames(g, 2, 64<<10)[0], protocol.Version1, 1)
+		check((*delegate)(g).LocalState(false), protocol.Version1, 1)
+		if err := old.Leave(time.Second); err != nil {
+			t.Fatal(err)
+		}
+		sstest.Eventually(t, 5*time.Second, "the new member sends version 2 again", func() bool { return g.SendVersion() == protocol.Version2 })
+		row.Seq = 2
+		g.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
+		check(packetFrames(g, 2, 64<<10)[0], protocol.Version2, 0)
+		check((*delegate)(g).LocalState(false), protocol.Version2, 0)
+		// The answer to a join goes to a node not known yet: version 1.
+		check((*delegate)(g).LocalState(true), protocol.Version1, 1)
+	})
 }
 
 // This node's rows go out signed together: one signature a frame of up to
 // MaxBroadcastFrame bytes (a packet holds one or two), the newest row of
-// each dependency only.
+// each dependency only, once a packet.
 func TestOwnRowsOneSignatureAPacket(t *testing.T) {
 	// Alone, so that memberlist sends nothing by itself while the test
 	// takes the broadcasts (frames at version 1: plain rows and the batch).
-	g := newMember(t, signedConfig("a", newRecorder(), newKey(t)))
+	cfg := signedConfig("a", newRecorder(), newKey(t))
+	cfg.RowFanout = 0 // memberlist's packets (a round's packet is one frame)
+	g := newMember(t, cfg)
 	var rows []*fuseboxv1.NodeWindow
 	for i := range 40 {
 		rows = append(rows, benchRow(), &fuseboxv1.NodeWindow{Node: "a", Dependency: "dep-" + strconv.Itoa(i), Seq: uint64(i + 1),
@@ -382,6 +393,7 @@ func TestOwnRowsOneSignatureAPacket(t *testing.T) {
 	signedBefore := g.Stats().Signed
 	msgs := (*delegate)(g).GetBroadcasts(2, 1400)
 	total := 0
+	seen := map[string]bool{}
 	for i, m := range msgs {
 		f, err := protocol.Codec{}.Decode(m)
 		if err != nil {
@@ -398,6 +410,10 @@ func TestOwnRowsOneSignatureAPacket(t *testing.T) {
 			if r.GetCounts().GetSuccesses() != 10 {
 				t.Fatalf("a superseded row went out: %v", r)
 			}
+			if seen[r.GetDependency()] {
+				t.Fatalf("the row of %s twice in one packet", r.GetDependency())
+			}
+			seen[r.GetDependency()] = true
 		}
 		total += len(batch.GetRows())
 	}

@@ -1,9 +1,7 @@
 package sstest
 
 import (
-	"bytes"
 	"net"
-	"sync"
 	"testing"
 )
 
@@ -30,24 +28,4 @@ func BusyUDP(t testing.TB) string {
 	}
 	t.Cleanup(func() { pc.Close() })
 	return pc.LocalAddr().String()
-}
-
-// Buffer is a bytes.Buffer that is safe for concurrent use: a log or a
-// process's output that the test reads while something writes it.
-type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,9 +1,9 @@
 // Package scale runs fleets of real agents in one process on a simulated
 // network (protocol/gossip/simnet) and measures the scenarios of the
-// agent/README.md's "Scale" section: (a) trip propagation, (b) steady state with
-// 100 active dependencies, (c) 1,000 dependencies, (d) (a) with 5% loss and
-// 20–50 ms latency, (e) a partition into halves and its heal, (f) churn
-// during a trip.
+// "Scale" section of agent/README.md: (a) trip propagation, (b) steady
+// state with 100 active dependencies, (c) 1,000 dependencies, (d) (a) with
+// 5% loss and 20–50 ms latency, (e) a partition into halves and its heal,
+// (f) churn during a trip.
 //
 // The agents are the production ones (agent.New: gossip, engine, state and
 // local API code unchanged), started with agent.WithGossipTransport (a
@@ -15,9 +15,12 @@
 //	defer f.Close()
 //	r, err := scale.Trip(ctx, f, "dep-a", 5, time.Second)
 //
-// Tests in this package run the scenarios at N ≤ 50 and assert counts and
+// Tests in this package run the scenarios at N ≤ 20 and assert counts and
 // orderings; `make scale` runs ./agent/internal/scale/cmd/scale for N up to
-// 500 and prints the table. Everything runs in real time: memberlist has no
-// injectable clock, so the sizes a run can afford are bounded by the
-// machine's CPU (the table reports the CPU the run used).
+// 500 and prints the table. memberlist has no injectable clock, so a fleet
+// runs on real timers; to afford hundreds of agents on a few cores it runs
+// dilated (FleetConfig.Dilate, dilate.go): every timer K times longer, the
+// engines on a clock K times slower, and every figure reported in protocol
+// time. The table reports the CPU the run used and how late its timers
+// fired, which say whether K was large enough.
 package scale

@@ -38,6 +38,14 @@ type FleetConfig struct {
 	Logger *slog.Logger
 	// Trace receives a line per step of a scenario (optional, default none).
 	Trace func(format string, args ...any)
+	// Dilate runs the fleet Dilate times slower than the protocol it
+	// simulates (optional, default 1; at least 1): every agent timing
+	// (DilateAgent), the links' latency and jitter (DilateLink), the
+	// clients' report period and the scenarios' waits are multiplied by
+	// it, and the engines run on a Clock that slow. The scenarios report
+	// protocol time: measured times divided by Dilate, rates multiplied.
+	// Net.Link and Tune are given in protocol time.
+	Dilate float64
 }
 
 // Validate names every problem of the configuration.
@@ -48,6 +56,9 @@ func (c FleetConfig) Validate() error {
 	}
 	if c.Dir == "" {
 		errs = append(errs, errors.New("scale: Dir is required"))
+	}
+	if c.Dilate != 0 && !(c.Dilate >= 1 && c.Dilate <= 1000) {
+		errs = append(errs, fmt.Errorf("scale: Dilate must be in [1, 1000], got %v", c.Dilate))
 	}
 	if c.Seeds < 0 {
 		errs = append(errs, fmt.Errorf("scale: Seeds must be >= 0, got %d", c.Seeds))
@@ -71,6 +82,8 @@ type Fleet struct {
 	Net *simnet.Network
 
 	heapBase uint64 // live heap before the fleet started
+	k        float64
+	clock    *Clock
 
 	mu     sync.Mutex
 	agents []*agent.Agent
@@ -90,6 +103,10 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	if cfg.Seeds == 0 {
 		cfg.Seeds = 3
 	}
+	if cfg.Dilate == 0 {
+		cfg.Dilate = 1
+	}
+	cfg.Net.Link = DilateLink(cfg.Net.Link, cfg.Dilate)
 	if cfg.Policy == nil {
 		p := sharedstate.DefaultPolicy()
 		cfg.Policy = &p
@@ -102,7 +119,8 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fleet{cfg: cfg, Net: n, heapBase: base, agents: make([]*agent.Agent, cfg.N), addrs: make([]string, cfg.N)}
+	f := &Fleet{cfg: cfg, Net: n, heapBase: base, k: cfg.Dilate, clock: NewClock(cfg.Dilate),
+		agents: make([]*agent.Agent, cfg.N), addrs: make([]string, cfg.N)}
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -189,8 +207,9 @@ func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.
 	if f.cfg.Tune != nil {
 		f.cfg.Tune(&cfg)
 	}
+	DilateAgent(&cfg, f.k)
 	a, err := agent.New(cfg, agent.WithGossipTransport(tr), agent.WithInProcessAPI(), agent.WithPeerRegistry(f.registry),
-		agent.WithDefaultPolicy(*f.cfg.Policy), agent.WithLogger(f.cfg.Logger))
+		agent.WithDefaultPolicy(*f.cfg.Policy), agent.WithLogger(f.cfg.Logger), agent.WithClock(f.clock))
 	if err != nil {
 		tr.Shutdown()
 		return nil, fmt.Errorf("scale: agent %d: %w", i, err)
@@ -205,6 +224,17 @@ func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.
 // Size returns N.
 func (f *Fleet) Size() int { return f.cfg.N }
 
+// Dilation returns the fleet's dilation factor K (FleetConfig.Dilate).
+func (f *Fleet) Dilation() float64 { return f.k }
+
+// Real returns how long protocol time d lasts on this fleet: d × K.
+func (f *Fleet) Real(d time.Duration) time.Duration { return dilate(d, f.k) }
+
+// Protocol returns the protocol time a real duration d stands for: d / K.
+func (f *Fleet) Protocol(d time.Duration) time.Duration {
+	return time.Duration(float64(d) / f.k)
+}
+
 // Agent returns agent i (the current one, after restarts).
 func (f *Fleet) Agent(i int) *agent.Agent {
 	f.mu.Lock()
@@ -215,7 +245,7 @@ func (f *Fleet) Agent(i int) *agent.Agent {
 // Addr returns agent i's gossip address on the simulated network.
 func (f *Fleet) Addr(i int) string { return f.addrs[i] }
 
-// Close closes every agent (leaving the gossip, in parallel) and then the
+// Close closes every agent (leaving the gossip, all at once) and then the
 // network. Idempotent.
 func (f *Fleet) Close() {
 	f.mu.Lock()
@@ -224,19 +254,12 @@ func (f *Fleet) Close() {
 		f.agents[i] = nil
 	}
 	f.mu.Unlock()
+	// All at once: each waits up to its (dilated) leave timeout.
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
 	for _, a := range agents {
-		if a == nil {
-			continue
+		if a != nil {
+			wg.Go(func() { a.Close() })
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			a.Close()
-		}()
 	}
 	wg.Wait()
 	f.Net.Close()
@@ -282,10 +305,11 @@ func (f *Fleet) WaitMembership(ctx context.Context, want int) error {
 		})
 }
 
-// waitAll polls ok for every agent every 10 ms until it holds for all of
-// them or ctx ends; the error names the first agent for which it did not.
+// waitAll polls ok for every agent every 10 ms of protocol time until it
+// holds for all of them or ctx ends; the error names the first agent for
+// which it did not.
 func (f *Fleet) waitAll(ctx context.Context, ok func(int, *agent.Agent) bool, why func(int, *agent.Agent) string) error {
-	t := time.NewTicker(10 * time.Millisecond)
+	t := time.NewTicker(f.Real(10 * time.Millisecond))
 	defer t.Stop()
 	for {
 		bad := -1

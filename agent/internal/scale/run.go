@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,66 @@ type RunConfig struct {
 	// Scenarios lists the scenarios to run, by letter (optional, default
 	// "abcdef": all). Columns of skipped scenarios are printed as "–".
 	Scenarios string
+	// Dilate lists the dilation factors K to run each size at, one row
+	// each (optional, default K = 1 for every size): an entry with N = 0
+	// applies to every size that has no entry of its own.
+	Dilate []Dilation
+}
+
+// Dilation is a dilation factor K for fleets of N agents (N = 0: every
+// size without one of its own); see FleetConfig.Dilate.
+type Dilation struct {
+	N int
+	K float64
+}
+
+// ParseDilations parses a comma-separated list of K or N:K ("1,4" runs
+// every size at K = 1 and K = 4; "200:2,500:4" runs 200 at 2, 500 at 4
+// and the other sizes at 1).
+func ParseDilations(s string) ([]Dilation, error) {
+	var out []Dilation
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		var d Dilation
+		ks := f
+		if n, k, ok := strings.Cut(f, ":"); ok {
+			v, err := strconv.Atoi(strings.TrimSpace(n))
+			if err != nil || v < 1 {
+				return nil, fmt.Errorf("scale: dilation %q: %q is not a fleet size", f, n)
+			}
+			d.N, ks = v, k
+		}
+		k, err := strconv.ParseFloat(strings.TrimSpace(ks), 64)
+		if err != nil || !(k >= 1 && k <= 1000) {
+			return nil, fmt.Errorf("scale: dilation %q: K must be a number in [1, 1000]", f)
+		}
+		d.K = k
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// dilations returns the factors size n runs at.
+func (c RunConfig) dilations(n int) []float64 {
+	var own, all []float64
+	for _, d := range c.Dilate {
+		switch d.N {
+		case n:
+			own = append(own, d.K)
+		case 0:
+			all = append(all, d.K)
+		}
+	}
+	switch {
+	case len(own) > 0:
+		return own
+	case len(all) > 0:
+		return all
+	}
+	return []float64{1}
 }
 
 // runs reports whether scenario letter is selected.
@@ -53,9 +114,11 @@ const LossyStartWait = 5 * time.Minute
 // LossyLink is scenario (d)'s network: 20–50 ms one way, 5% packet loss.
 var LossyLink = simnet.Link{Latency: 20 * time.Millisecond, Jitter: 30 * time.Millisecond, Loss: 0.05}
 
-// Row is one line of the table: every measure at one fleet size.
+// Row is one line of the table: every measure at one fleet size and
+// dilation. Times are protocol time (measured time / K).
 type Row struct {
 	N         int
+	K         float64
 	Trip      TripResult
 	Lossy     TripResult
 	Steady    SteadyResult
@@ -66,6 +129,11 @@ type Row struct {
 	// (cores busy); Wall is how long the row took.
 	CPU  float64
 	Wall time.Duration
+	// Lag is how late a timer of the run fired (p99, protocol time: the
+	// lateness divided by K): the scheduling delay every timer of the
+	// agents suffered too. A lag near the 100 ms tick means the machine,
+	// not the protocol, set the pace.
+	Lag time.Duration
 	// LossyNotStarted says why (d) was not measured: its fleet did not
 	// reach full membership within LossyStartWait ("": it was measured).
 	LossyNotStarted string
@@ -93,28 +161,36 @@ func Run(ctx context.Context, cfg RunConfig, out, log io.Writer) error {
 	fmt.Fprintf(out, "Machine: %s; Go %s, GOMAXPROCS %d; load average at start %s.\n\n", machine(), runtime.Version(), runtime.GOMAXPROCS(0), loadavg())
 	fmt.Fprintln(out, Header)
 	for _, n := range cfg.Sizes {
-		r, err := RunSize(ctx, n, cfg, dir, log)
-		if err != nil {
-			return fmt.Errorf("scale: N=%d: %w", n, err)
+		for _, k := range cfg.dilations(n) {
+			r, err := RunSize(ctx, n, k, cfg, dir, log)
+			if err != nil {
+				return fmt.Errorf("scale: N=%d K=%v: %w", n, k, err)
+			}
+			fmt.Fprintln(out, r.Markdown())
 		}
-		fmt.Fprintln(out, r.Markdown())
 	}
 	fmt.Fprintf(out, "\nLoad average at the end: %s.\n", loadavg())
 	return nil
 }
 
-// RunSize measures one row: a fleet on a clean network for (b), (c), (a),
-// (f) and (e), then a fleet on LossyLink for (d).
-func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Writer) (Row, error) {
-	row := Row{N: n}
+// RunSize measures one row, dilated k times: a fleet on a clean network
+// for (a), (f), (e), (b) and (c), then a fleet on LossyLink for (d).
+func RunSize(ctx context.Context, n int, k float64, cfg RunConfig, dir string, log io.Writer) (row Row, err error) {
+	row = Row{N: n, K: k}
 	trace := func(format string, args ...any) {
 		if cfg.Verbose {
-			fmt.Fprintf(log, "N=%d %s "+format+"\n", append([]any{n, time.Now().Format("15:04:05.000")}, args...)...)
+			fmt.Fprintf(log, "N=%d K=%v %s "+format+"\n", append([]any{n, k, time.Now().Format("15:04:05.000")}, args...)...)
 		}
 	}
 	start, cpu0 := time.Now(), cpuTime()
+	lag := startLagMeter(dilate(lagPeriod, k))
+	defer func() {
+		row.Wall = time.Since(start)
+		row.CPU = (cpuTime() - cpu0).Seconds() / row.Wall.Seconds()
+		row.Lag = time.Duration(float64(lag.stop()) / k)
+	}()
 	p := Policy()
-	fc := FleetConfig{N: n, Dir: fmt.Sprintf("%s/%d-clean", dir, n), Policy: &p, Net: simnet.Config{Seed: 1}, Trace: trace, Tune: cfg.Tune}
+	fc := FleetConfig{N: n, Dir: fmt.Sprintf("%s/%d-%v-clean", dir, n, k), Policy: &p, Net: simnet.Config{Seed: 1}, Trace: trace, Tune: cfg.Tune, Dilate: k}
 	row.ran = cfg.Scenarios
 	if cfg.runs('a') || cfg.runs('b') || cfg.runs('c') || cfg.runs('e') || cfg.runs('f') {
 		trace("starting %d agents", n)
@@ -123,7 +199,7 @@ func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Write
 			return row, err
 		}
 		defer f.Close()
-		trace("full membership after %v", time.Since(start))
+		trace("full membership after %v (protocol time)", f.Protocol(time.Since(start)))
 
 		// (f) holds the breaker (a) opened.
 		if cfg.runs('a') || cfg.runs('f') {
@@ -160,13 +236,11 @@ func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Write
 		f.Close()
 	}
 	if !cfg.runs('d') {
-		row.Wall = time.Since(start)
-		row.CPU = (cpuTime() - cpu0).Seconds() / row.Wall.Seconds()
 		return row, nil
 	}
 
-	fc.Dir, fc.Net = fmt.Sprintf("%s/%d-lossy", dir, n), simnet.Config{Seed: 2, Link: LossyLink}
-	sctx, cancel := context.WithTimeout(ctx, LossyStartWait)
+	fc.Dir, fc.Net = fmt.Sprintf("%s/%d-%v-lossy", dir, n, k), simnet.Config{Seed: 2, Link: LossyLink}
+	sctx, cancel := context.WithTimeout(ctx, dilate(LossyStartWait, k))
 	lf, err := NewFleet(sctx, fc)
 	cancel()
 	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
@@ -174,8 +248,6 @@ func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Write
 		// links may not reach full membership in any time worth waiting.
 		row.LossyNotStarted = err.Error()
 		trace("(d) not measured: %v", err)
-		row.Wall = time.Since(start)
-		row.CPU = (cpuTime() - cpu0).Seconds() / row.Wall.Seconds()
 		return row, nil
 	}
 	if err != nil {
@@ -187,8 +259,6 @@ func RunSize(ctx context.Context, n int, cfg RunConfig, dir string, log io.Write
 	}
 	trace("(d) %+v", short(row.Lossy))
 	lf.Close()
-	row.Wall = time.Since(start)
-	row.CPU = (cpuTime() - cpu0).Seconds() / row.Wall.Seconds()
 	return row, nil
 }
 
@@ -198,8 +268,8 @@ func short(r TripResult) TripResult {
 }
 
 // Header is the table's header (markdown).
-const Header = "| N | (a) trip p50 / p99 / max | (a) proposers | (a) transition cost | (d) 5% loss, 20–50 ms: p50 / p99 / max | (b) per agent: KB/s, msgs/s | (b) deps every agent knows | (b) push-pull | (b) heap per agent | (c) push-pull | (c) heap per agent | (e) healthy half opened | (e) converged after heal | (f) restarted / allowed once ready | CPU cores busy, wall |\n" +
-	"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+const Header = "| N | K | (a) trip p50 / p99 / max | (a) proposers | (a) transition cost | (d) 5% loss, 20–50 ms: p50 / p99 / max | (b) per agent: KB/s, msgs/s | (b) memberlist's share of packet bytes | (b) deps every agent knows | (b) push-pull | (b) heap per agent | (c) push-pull | (c) heap per agent | (e) healthy half opened | (e) converged after heal | (f) restarted / allowed once ready | CPU cores busy, wall, timer lag p99 |\n" +
+	"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 
 // Markdown formats the row.
 func (r Row) Markdown() string {
@@ -219,11 +289,13 @@ func (r Row) Markdown() string {
 	}
 	cols := []string{
 		fmt.Sprint(r.N),
+		fmt.Sprint(r.K),
 		trip(r.Trip),
 		fmt.Sprint(r.Trip.Proposers),
 		fmt.Sprintf("%d packets, %.1f KB", max(r.Trip.Packets, 0), float64(max(r.Trip.Bytes, 0))/1000),
 		lossy,
 		fmt.Sprintf("%.1f, %.0f", r.Steady.BytesPerAgent/1000, r.Steady.MsgsPerAgent),
+		fmt.Sprintf("%.0f%%", 100*r.Steady.OwnShare()),
 		fmt.Sprintf("%d of %d", r.Steady.Known, r.Steady.Deps),
 		kb(r.Steady.PushPull, r.Steady.PushPullErr),
 		mb(r.Steady.HeapPerAgent),
@@ -232,11 +304,11 @@ func (r Row) Markdown() string {
 		fmt.Sprintf("%d of %d", r.Partition.HealthySideEverOpen, r.N-r.N/2),
 		heal,
 		fmt.Sprintf("%d / %d", r.Churn.Restarted, r.Churn.HealthyAfterReady),
-		fmt.Sprintf("%.2f, %s", r.CPU, r.Wall.Round(time.Second)),
+		fmt.Sprintf("%.2f, %s, %s", r.CPU, r.Wall.Round(time.Second), ms(r.Lag)),
 	}
 	if r.ran != "" {
-		// Columns by scenario letter; N and the last column are always set.
-		letters := "-aaadbbbbcceef-"
+		// Columns by scenario letter; N, K and the last column are always set.
+		letters := "--aaadbbbbbcceef-"
 		for i, l := range letters {
 			if l != '-' && !strings.ContainsRune(r.ran, l) {
 				cols[i] = "–"
@@ -288,4 +360,43 @@ func machine() string {
 		}
 	}
 	return fmt.Sprintf("%d × %s, %s", runtime.NumCPU(), model, runtime.GOOS)
+}
+
+// lagPeriod is how often (protocol time) the lag meter's timer fires.
+const lagPeriod = 10 * time.Millisecond
+
+// lagMeter measures how late a periodic timer fires: the scheduling delay
+// of a goroutine woken by a timer, which every agent's tick, gossip round
+// and probe suffers alike.
+type lagMeter struct {
+	done chan struct{}
+	out  chan time.Duration
+}
+
+func startLagMeter(period time.Duration) *lagMeter {
+	m := &lagMeter{done: make(chan struct{}), out: make(chan time.Duration, 1)}
+	go func() {
+		var lags []time.Duration
+		t := time.NewTimer(period)
+		defer t.Stop()
+		due := time.Now().Add(period)
+		for {
+			select {
+			case <-m.done:
+				m.out <- percentile(lags, 0.99)
+				return
+			case <-t.C:
+				lags = append(lags, max(0, time.Since(due)))
+				due = time.Now().Add(period)
+				t.Reset(period)
+			}
+		}
+	}()
+	return m
+}
+
+// stop ends the meter and returns the p99 lateness.
+func (m *lagMeter) stop() time.Duration {
+	close(m.done)
+	return <-m.out
 }

@@ -26,8 +26,9 @@ func Policy() sharedstate.Policy {
 	return p
 }
 
-// ReportEvery is how often a simulated client reports, as clientlib's
-// flush does at most every 50 ms; 100 ms keeps hundreds of agents cheap.
+// ReportEvery is how often a simulated client reports (protocol time), as
+// clientlib's flush does at most every 50 ms; 100 ms keeps hundreds of
+// agents cheap.
 const ReportEvery = 100 * time.Millisecond
 
 // traffic runs clients until stop is closed: every ReportEvery each client
@@ -39,7 +40,7 @@ func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, succe
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(ReportEvery)
+		t := time.NewTicker(f.Real(ReportEvery))
 		defer t.Stop()
 		for {
 			for _, i := range clients {
@@ -117,16 +118,17 @@ type TripResult struct {
 // Trip runs scenario (a): k clients on agents spread over the fleet report
 // successes for warm (the steady rate is measured meanwhile), then only
 // failures until every agent rejects dep, or ctx ends. Time is measured by
-// polling every agent's snapshot every millisecond.
+// polling every agent's snapshot every millisecond (of protocol time, as
+// every duration here).
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
 	clients := Spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
-	if !ctxtime.Sleep(ctx, warm/4) {
+	if !ctxtime.Sleep(ctx, f.Real(warm/4)) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !ctxtime.Sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, f.Real(warm)) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
@@ -155,11 +157,11 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 	}
 	for _, at := range first {
 		if !at.IsZero() {
-			r.Spread = append(r.Spread, at.Sub(earliest))
+			r.Spread = append(r.Spread, f.Protocol(at.Sub(earliest)))
 		}
 	}
 	r.P50, r.P99, r.Max = percentile(r.Spread, 0.50), percentile(r.Spread, 0.99), percentile(r.Spread, 1)
-	r.Window = latest.Sub(earliest)
+	r.Window = f.Protocol(latest.Sub(earliest))
 	d := s3.Sub(s2)
 	secs := t3.Sub(t2).Seconds()
 	r.Baseline = int64(rate.msgs * secs)
@@ -180,7 +182,7 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 	}); err != nil {
 		return r, err
 	}
-	r.Agree = time.Since(agreeStart)
+	r.Agree = f.Protocol(time.Since(agreeStart))
 	return r, nil
 }
 
@@ -220,7 +222,7 @@ func (f *Fleet) proposers(dep string) (proposers, records int) {
 func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first []time.Time, err error) {
 	first = make([]time.Time, f.Size())
 	left := len(idx)
-	t := time.NewTicker(time.Millisecond)
+	t := time.NewTicker(f.Real(time.Millisecond))
 	defer t.Stop()
 	for left > 0 {
 		for _, i := range idx {
@@ -259,6 +261,20 @@ type SteadyResult struct {
 	HeapPerAgent uint64
 	// Known is the smallest number of these dependencies any agent tracks.
 	Known int
+	// Traffic is what the network carried while measuring (its packets
+	// split into memberlist's own messages and user messages: rows and
+	// records).
+	Traffic simnet.Stats
+}
+
+// OwnShare returns the share of the packet bytes sent that were
+// memberlist's own (probes, acks, membership gossip, headers) rather than
+// rows and records; 0 when nothing was sent.
+func (r SteadyResult) OwnShare() float64 {
+	if r.Traffic.PacketBytesSent == 0 {
+		return 0
+	}
+	return float64(r.Traffic.OwnBytes()) / float64(r.Traffic.PacketBytesSent)
 }
 
 // Steady runs scenarios (b) and (c): deps dependencies named prefix-0…,
@@ -288,16 +304,18 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			s()
 		}
 	}()
-	if !ctxtime.Sleep(ctx, warm) {
+	if !ctxtime.Sleep(ctx, f.Real(warm)) {
 		return r, ctx.Err()
 	}
 	s0, t0 := f.Net.Stats(), time.Now()
-	if !ctxtime.Sleep(ctx, measure) {
+	if !ctxtime.Sleep(ctx, f.Real(measure)) {
 		return r, ctx.Err()
 	}
 	s1, t1 := f.Net.Stats(), time.Now()
-	rt := perSecond(s1.Sub(s0), t1.Sub(t0))
+	d := s1.Sub(s0)
+	rt := perSecond(d, f.Protocol(t1.Sub(t0)))
 	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
+	r.Traffic = d
 
 	r.Known = -1
 	for i := range f.Size() {
@@ -370,7 +388,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
 	defer stopHealthy()
 	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
-	if !ctxtime.Sleep(ctx, time.Second) {
+	if !ctxtime.Sleep(ctx, f.Real(time.Second)) {
 		stopSick()
 		return r, ctx.Err()
 	}
@@ -391,8 +409,8 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	defer stopSick()
 
 	everOpen := make([]bool, n)
-	end := time.Now().Add(split)
-	t := time.NewTicker(10 * time.Millisecond)
+	end := time.Now().Add(f.Real(split))
+	t := time.NewTicker(f.Real(10 * time.Millisecond))
 	for time.Now().Before(end) {
 		for i := half; i < n; i++ {
 			if f.FleetOpen(i, dep) {
@@ -422,11 +440,14 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	clients := append(append([]int(nil), sick...), healthy...)
 	f.Net.Heal()
 	healed := time.Now()
-	wctx, cancel := context.WithTimeout(ctx, healWait)
+	stopProgress := f.traceConvergence(dep, clients, healed)
+	defer stopProgress()
+	wctx, cancel := context.WithTimeout(ctx, f.Real(healWait))
 	err := f.waitConverged(wctx, dep, clients)
 	cancel()
 	if err == nil {
-		r.SelfHealed, r.SelfHeal, r.Converge = true, time.Since(healed), time.Since(healed)
+		took := f.Protocol(time.Since(healed))
+		r.SelfHealed, r.SelfHeal, r.Converge = true, took, took
 		return r, nil
 	}
 	if ctx.Err() != nil {
@@ -458,7 +479,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		}()
 	}
 	wg.Wait()
-	jctx, cancel := context.WithTimeout(ctx, JoinedConvergeWait)
+	jctx, cancel := context.WithTimeout(ctx, f.Real(JoinedConvergeWait))
 	err = f.waitConverged(jctx, dep, clients)
 	cancel()
 	if err != nil {
@@ -469,7 +490,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		// on a few cores) may not converge in any time worth waiting.
 		r.NotConverged = err.Error()
 	}
-	r.Converge = time.Since(joined)
+	r.Converge = f.Protocol(time.Since(joined))
 	return r, nil
 }
 
@@ -477,21 +498,75 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 // the joins that stand for a reconciliation.
 const JoinedConvergeWait = 2 * time.Minute
 
+// traceConvergence traces, every 500 ms of protocol time until stopped,
+// how many agents count N agents, have every client's row and hold agent
+// 0's record, and what the network carried meanwhile (nothing without a
+// Trace).
+func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (stop func()) {
+	if f.cfg.Trace == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(f.Real(500 * time.Millisecond))
+		defer t.Stop()
+		prev := f.Net.Stats()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			members, rows, same := 0, 0, 0
+			r0, _ := f.Record(0, dep)
+			for i := range f.Size() {
+				a := f.Agent(i)
+				if a == nil {
+					continue
+				}
+				if a.Gossip().NumAgents() == f.Size() {
+					members++
+				}
+				if f.rowsFrom(a, dep, clients) == len(clients) {
+					rows++
+				}
+				if r, _ := f.Record(i, dep); sharedstate.SameRecord(r0, r) {
+					same++
+				}
+			}
+			s := f.Net.Stats()
+			d := s.Sub(prev)
+			prev = s
+			f.cfg.Trace("heal +%v: %d of %d agents count them all, %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages), %d streams, %d dials timed out",
+				f.Protocol(time.Since(since)).Round(time.Millisecond), members, f.Size(), rows, same,
+				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.StreamsOpened, d.StreamsTimedOut)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// rowsFrom counts the clients whose row of dep agent a holds.
+func (f *Fleet) rowsFrom(a *agent.Agent, dep string, clients []int) int {
+	n := 0
+	for _, r := range a.Engine().Rows(dep) {
+		for _, c := range clients {
+			if r.Node == Name(c) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // waitConverged waits until every agent counts N agents, holds the same
 // fleet record of dep as agent 0 and has a live row of dep from every
 // client agent.
 func (f *Fleet) waitConverged(ctx context.Context, dep string, clients []int) error {
-	rowsFrom := func(a *agent.Agent) int {
-		n := 0
-		for _, r := range a.Engine().Rows(dep) {
-			for _, c := range clients {
-				if r.Node == Name(c) {
-					n++
-				}
-			}
-		}
-		return n
-	}
+	rowsFrom := func(a *agent.Agent) int { return f.rowsFrom(a, dep, clients) }
 	return f.waitAll(ctx, func(i int, a *agent.Agent) bool {
 		if a.Gossip().NumAgents() != f.Size() || rowsFrom(a) != len(clients) {
 			return false
@@ -550,7 +625,7 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 	started := time.Now()
 	// Each restarted agent is checked the moment it is first seen ready.
 	ready := make(map[int]bool, len(idx))
-	t := time.NewTicker(time.Millisecond)
+	t := time.NewTicker(f.Real(time.Millisecond))
 	defer t.Stop()
 	for len(ready) < len(idx) {
 		for _, i := range idx {
@@ -567,13 +642,13 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 		case <-t.C:
 		}
 	}
-	allReady := time.Since(started)
+	allReady := f.Protocol(time.Since(started))
 	if _, err := f.watchRejects(ctx, dep, idx); err != nil {
 		return r, err
 	}
-	r.MaxBlind = time.Since(started)
+	r.MaxBlind = f.Protocol(time.Since(started))
 	if f.cfg.Trace != nil {
-		f.cfg.Trace("churn: %d agents restarted at once in %v, all ready after %v, all rejecting after %v", len(idx), started.Sub(t0), allReady, r.MaxBlind)
+		f.cfg.Trace("churn: %d agents restarted at once in %v, all ready after %v, all rejecting after %v (protocol time)", len(idx), f.Protocol(started.Sub(t0)), allReady, r.MaxBlind)
 	}
 	return r, nil
 }

@@ -50,9 +50,10 @@ When the agent is away (missing, killed, restarting, or so slow that a
 send blocks for 20 flush intervals) every dependency is decided by a local
 breaker and a local retry budget with the last policy the agent pushed (or
 the defaults), together with the last operator override pushed (until it
-expires) and the last throttle probability and concurrency share; the
-client reconnects with backoff and logs one line (logger "fusebox") when it
-falls back and one when it is connected again. No call waits for the agent.
+expires), the last concurrency share and, for one breaker window, the last
+throttle probability; the client reconnects with backoff and logs one line
+(logger "fusebox") when it falls back and one when it is connected again.
+No call waits for the agent.
 
 Concurrency contract: Client, Dependency and the adapter are safe to use
 from any number of threads. A Client starts two daemon threads (the

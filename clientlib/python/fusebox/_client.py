@@ -248,6 +248,10 @@ class Dependency:
         self._agent_snap = None
         self._agent_snap_answer = False
         self._kept = None  # last pushed Snapshot: override, throttle, limit
+        # When the kept throttle probability stops applying (client clock):
+        # one breaker window after the agent stopped deciding; None while
+        # it has not (the snapshot came with no session, as in tests).
+        self._kept_throttle_until = None
         self._refused = False
         self._refused_msg = ""
         pol = client._default_policy
@@ -583,8 +587,9 @@ class Dependency:
 
     def _local_view(self):
         """The local breaker's snapshot, with what is kept of the agent's
-        last one: its override until it expires, its throttle probability
-        and concurrency share."""
+        last one: its override until it expires, its concurrency share, and
+        its throttle probability for one breaker window after the agent
+        stopped deciding."""
         s = self._local.snapshot()
         k = self._kept
         if k is None:
@@ -594,7 +599,9 @@ class Dependency:
             kw.update(override=k.override, override_reason=k.override_reason, override_expires=k.override_expires)
         if k.concurrency_limit:
             kw["concurrency_limit"] = k.concurrency_limit
-        if k.throttle_probability and not kw.get("override") and s.state == P.CLOSED:
+        until = self._kept_throttle_until
+        if k.throttle_probability and not kw.get("override") and s.state == P.CLOSED and \
+                (until is None or self._c._clock() < until):
             kw["throttle_probability"] = k.throttle_probability
         return dataclasses.replace(s, **kw) if kw else s
 
@@ -642,19 +649,28 @@ class Dependency:
             self._agent_snap_answer = not pushed
             if pushed:
                 self._kept = snap
+                self._kept_throttle_until = None
             self._refused, self._refused_msg = False, ""
             self._publish_locked()
+
+    def _keep_throttle_locked(self):
+        """The agent stops deciding: its last throttle probability holds
+        for one breaker window, the span it was computed over."""
+        if self._kept_throttle_until is None:
+            self._kept_throttle_until = self._c._clock() + self._local.policy.breaker.window
 
     def _disconnected(self):
         with self._smu:
             self._agent_snap = None
             self._refused = False
+            self._keep_throttle_locked()
             self._publish_locked()
 
     def _agent_refused(self, message):
         with self._smu:
             self._refused, self._refused_msg = True, message
             self._agent_snap = None
+            self._keep_throttle_locked()
             self._publish_locked()
 
     def _totals(self):

@@ -11,9 +11,13 @@
 
 Like the Go client's RoundTripper:
 
-- the dependency is the request's host[:port] as the URL spells it
-  (characters outside [A-Za-z0-9._:/-] replaced by "_"), unless
-  dependency= or dependency_func=(request -> name) says otherwise;
+- the dependency is the request's host[:port] as the prepared URL spells
+  it (bytes outside [A-Za-z0-9._:/-] replaced by "_", cut to 128 bytes),
+  unless dependency= or dependency_func=(request -> name) says otherwise.
+  requests lowercases the host and IDNA-encodes it before the adapter
+  sees it, where the Go client and the proxy take the host as written:
+  write hosts in lower case (or name the dependency) for callers in
+  several languages to share a breaker;
 - GET, HEAD, OPTIONS, TRACE, PUT and DELETE are IDEMPOTENT; POST and PATCH
   are retried only when they carry an Idempotency-Key header
   (IDEMPOTENT_WITH_KEY), or when idempotency=IDEMPOTENT_WITH_KEY is given,
@@ -55,12 +59,17 @@ _IDEMPOTENT_METHODS = {"GET", "HEAD", "OPTIONS", "TRACE", "PUT", "DELETE", ""}
 _KEYED_METHODS = {"POST", "PATCH"}
 
 
+_NAME_BYTES = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:/-")
+
+
 def sanitize_name(host):
-    """A valid dependency name for host[:port]."""
+    """The dependency name of calls to host[:port], as the Go client and
+    the agent's egress proxy make it (sharedstate.HostDependencyName): its
+    UTF-8 bytes cut to 128, each byte outside [A-Za-z0-9._:/-] replaced by
+    "_"; "unknown-host" for ""."""
     if not host:
         return "unknown-host"
-    host = host[:128]
-    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in "._:/-") else "_" for ch in host)
+    return "".join(chr(b) if b in _NAME_BYTES else "_" for b in host.encode("utf-8")[:128])
 
 
 def _replayable(body):

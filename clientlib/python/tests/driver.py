@@ -21,6 +21,33 @@ counts) and prints one JSON object:
 "attempts" counts attempt functions run (for --url: requests sent);
 "failed" the calls that raised the attempt's own error. Exit status 0,
 or 2 for bad arguments.
+
+--serve keeps one client for many commands, so that a runner makes many
+calls without starting Python again: it reads one JSON object a line on
+stdin and answers each with one JSON line on stdout, in order, until
+{"op": "quit"} or the end of stdin (then it closes the client, which
+sends the last counts, and exits 0). Commands:
+
+    {"op": "status", "dependency": "D"}
+        -> {"status": {...Status...}, "agent_connected": true}
+        (the first one makes the handle, which subscribes to D's snapshots)
+    {"op": "calls", "method": "GET", "url": "http://h:p/x", "n": 10,
+     "concurrency": 2, "interval": 0.02, "timeout": 5.0,
+     "headers": {"K": "V"}, "call_header": "X-Call",
+     "call_prefix": "py-1", "key_prefix": "k-1"}
+        -> {"ok": 9, "failed": 0, "errors": 0, "rejected": {"open": 1},
+            "errs": []}
+        (HTTP requests through the requests adapter, concurrency threads
+        each pausing interval seconds between its calls; call i carries
+        call_header: call_prefix-i when both are given, and
+        Idempotency-Key: key_prefix-i when key_prefix is; "ok" counts
+        answers below 500, "failed" those of 500 and more, "rejected"
+        the calls Fusebox refused before any attempt, by reason, "errors"
+        the calls that got no answer: deadline passed, connection failed;
+        "errs" the first 5 of their messages)
+    {"op": "quit"} -> {"ok": true}
+
+A command that cannot be run is answered {"error": "..."}.
 """
 
 import argparse
@@ -58,13 +85,18 @@ def main(argv=None):
     ap.add_argument("--strict", action="store_true", help="ask the agent (Check) before each first attempt")
     ap.add_argument("--wait-agent", type=float, default=10.0,
                     help="seconds to wait for the agent's snapshot before calling (0: do not wait)")
+    ap.add_argument("--agent-wait", type=float, default=None,
+                    help="the client's bound on each question to the agent, seconds (default the client's, 0.05)")
+    ap.add_argument("--serve", action="store_true", help="read commands on stdin, answer JSON lines (see above)")
     a = ap.parse_args(argv)
+    if a.serve:
+        return serve(a, sys.stdin, sys.stdout)
     if a.url is None and a.dependency is None:
         ap.error("give --url or --dependency")
     if a.calls < 0 or a.concurrency < 1:
         ap.error("--calls must be >= 0 and --concurrency >= 1")
 
-    client = fusebox.Client(a.agent, service=a.service, no_agent=a.no_agent)
+    client = new_client(a)
     counts = {"calls": 0, "ok": 0, "rejected": {}, "failed": 0, "deadline": 0, "attempts": 0}
     mu = threading.Lock()
     opts = {}
@@ -161,6 +193,109 @@ def main(argv=None):
     json.dump(counts, sys.stdout)
     sys.stdout.write("\n")
     return 0
+
+
+def new_client(a):
+    kw = {}
+    if a.agent_wait is not None:
+        kw["agent_wait"] = a.agent_wait
+    return fusebox.Client(a.agent, service=a.service, no_agent=a.no_agent, **kw)
+
+
+def serve(a, stdin, stdout):
+    """The --serve loop: one client, commands in, answers out."""
+    import requests
+    from fusebox.requests_adapter import FuseboxAdapter
+
+    client = new_client(a)
+    session = requests.Session()
+    adapter = FuseboxAdapter(client)
+    session.mount("http://", adapter)
+    try:
+        for line in stdin:
+            line = line.strip()
+            if not line:
+                continue
+            op = None
+            try:
+                cmd = json.loads(line)
+                op = cmd.get("op")
+                if op == "quit":
+                    answer = {"ok": True}
+                elif op == "status":
+                    dep = client.dependency(cmd["dependency"])
+                    answer = {"status": dataclasses.asdict(dep.status()), "agent_connected": client.agent_connected}
+                elif op == "calls":
+                    answer = serve_calls(session, cmd)
+                else:
+                    answer = {"error": "unknown op %r: want status, calls or quit" % (op,)}
+            except Exception as e:  # a bad command is answered, never fatal
+                answer = {"error": "%s: %s" % (type(e).__name__, e)}
+            stdout.write(json.dumps(answer) + "\n")
+            stdout.flush()
+            if op == "quit":
+                break
+    finally:
+        session.close()
+        client.close()
+    return 0
+
+
+def serve_calls(session, cmd):
+    """Make cmd's HTTP calls and tally them (see --serve)."""
+    import requests
+
+    n, conc = int(cmd.get("n", 1)), int(cmd.get("concurrency", 1))
+    interval = float(cmd.get("interval") or 0)
+    if n < 0 or conc < 1 or interval < 0:
+        raise ValueError("n must be >= 0, concurrency >= 1 and interval >= 0")
+    method, url = cmd.get("method", "GET"), cmd["url"]
+    timeout = cmd.get("timeout")
+    base = dict(cmd.get("headers") or {})
+    call_header, call_prefix = cmd.get("call_header"), cmd.get("call_prefix")
+    key_prefix = cmd.get("key_prefix")
+    out = {"ok": 0, "failed": 0, "errors": 0, "rejected": {}, "errs": []}
+    mu = threading.Lock()
+    nxt = [0]
+
+    def worker():
+        first = True
+        while True:
+            with mu:
+                if nxt[0] >= n:
+                    return
+                i = nxt[0]
+                nxt[0] += 1
+            if interval and not first:
+                time.sleep(interval)
+            first = False
+            h = dict(base)
+            if call_header and call_prefix:
+                h[call_header] = "%s-%d" % (call_prefix, i)
+            if key_prefix:
+                h["Idempotency-Key"] = "%s-%d" % (key_prefix, i)
+            try:
+                r = session.request(method, url, headers=h, timeout=timeout)
+                res = "ok" if r.status_code < 500 else "failed"
+                r.close()
+            except fusebox.RejectedError as e:
+                with mu:
+                    out["rejected"][e.reason] = out["rejected"].get(e.reason, 0) + 1
+                continue
+            except (fusebox.DeadlineExceeded, requests.RequestException) as e:
+                res = "errors"
+                with mu:
+                    if len(out["errs"]) < 5:
+                        out["errs"].append("%s: %s" % (type(e).__name__, e))
+            with mu:
+                out[res] += 1
+
+    threads = [threading.Thread(target=worker) for _ in range(conc)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return out
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ FAST_BACKOFF = {"backoff": {"base": "1ms", "max": "2ms"}}
 POLICIES = {
     # Trips on 10 requests and stays open for the checks that follow.
     "py-dies": {"breaker": {"minimumRequests": 10, "openDuration": "60s", "maxOpenDuration": "2m"}},
-    # Trips on 10 requests, half-open after 1 s, closed after 2 probes.
+    # Trips on 10 requests, half-open after 1 s, closed after 2 probes, and
+    # then admits every call at once (no ramp).
     "py-probe": {"breaker": {"minimumRequests": 10, "openDuration": "1s", "probeSuccessThreshold": 2,
-                             "probeTimeout": "2s"}},
+                             "probeTimeout": "2s", "rampDuration": "0s"}},
     # Never trips; a budget of 10% of first attempts plus 2 retries per window.
     "py-budget": {"breaker": {"minimumRequests": 1000000},
                   "retry": dict(FAST_BACKOFF, budget={"ratio": 0.1, "minRetriesPerSecond": 0.2})},

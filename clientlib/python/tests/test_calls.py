@@ -285,6 +285,18 @@ class LocalModeTest(unittest.TestCase):
         self.assertEqual(self.d.call(Flaky()), "ok")
         self.assertEqual(self.d.stats()["shadow_throttled"], 1)
 
+    def test_a_throttle_probability_holds_one_window_after_the_agent_went_away(self):
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6), True)
+        self.d._disconnected()
+        self.ft.advance(9.9)  # the default window is 10 s
+        self.d._publish()
+        with self.assertRaises(fusebox.ThrottledError):  # draw 0.5 < 0.6
+            self.d.call(Flaky())
+        self.ft.advance(0.2)
+        self.d._publish()  # what the flusher does every flush
+        self.assertEqual(self.d.call(Flaky()), "ok")
+        self.assertEqual(self.d.status().throttle_probability, 0.0)
+
     def test_concurrency_share(self):
         self.d._apply_agent_snapshot(pushed(concurrency_limit=1), True)
         inside, release = threading.Event(), threading.Event()
@@ -320,7 +332,7 @@ class FakeSession:
         a = self.answers.get(call)
         return a() if callable(a) else a
 
-    def add_probe_result(self, name, gen, success, slow):
+    def add_probe_result(self, name, gen, success, slow=False):
         self.probes.append((name, gen, success, slow))
 
     def add_deltas(self, name, d):
@@ -379,7 +391,7 @@ class AgentPathTest(unittest.TestCase):
         self.s.answers["acquire_probe"] = pb.Decision(verdict=pb.VERDICT_ALLOW_PROBE, snapshot=pushed(generation=4))
         f = Flaky()
         self.d.call(f)
-        self.assertEqual(self.s.probes, [("dep", 4, True, False)], "a fast successful probe")
+        self.assertEqual(self.s.probes, [("dep", 4, True, False)])
         self.s.answers["acquire_probe"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_HALF_OPEN_NO_PERMIT)
         with self.assertRaises(fusebox.OpenError) as cm:
             self.d.call(f)
@@ -433,6 +445,9 @@ class AdapterClassTest(unittest.TestCase):
         self.addCleanup(c.close)
         self.assertEqual(RA.FuseboxAdapter(c).dependency_name(self.prep("GET")), "shipping.internal:8080")
         self.assertEqual(RA.sanitize_name("[::1]:80"), "_::1_:80")
+        # As sharedstate.HostDependencyName: bytes, cut at 128.
+        self.assertEqual(RA.sanitize_name("b\u00fccher:80"), "b__cher:80")
+        self.assertEqual(RA.sanitize_name("a" * 127 + "\u00fc"), "a" * 127 + "_")
         self.assertEqual(RA.FuseboxAdapter(c, dependency="ship").dependency_name(self.prep("GET")), "ship")
         with self.assertRaises(ValueError):
             RA.FuseboxAdapter(c, max_retries=3)

@@ -38,7 +38,14 @@
 //
 // Time is the real clock: memberlist itself runs on time.Now and timers, so
 // the simulation runs in real time, and a run with many members is bounded
-// by the machine's CPU like any other.
+// by the machine's CPU like any other. To give each member more CPU per
+// protocol round, slow every timer down by the same factor K (time
+// dilation): memberlist's intervals and timeouts, the links' Latency and
+// Jitter, and whatever drives the members; agent/internal/scale does so.
+//
+// Stats also split the packets sent into memberlist's own messages and
+// user messages (the delegate's broadcasts and SendToAddress), so that a
+// simulation can tell whether membership traffic crowds its own out.
 //
 // Randomness (loss, jitter) comes from one source seeded with Config.Seed;
 // a single goroutine sending on a network gets the same fates in every run.

@@ -33,7 +33,20 @@ type Stats struct {
 	// StreamBytesSent counts bytes written to streams, StreamBytesReceived
 	// bytes written to streams by the other end.
 	StreamBytesSent, StreamBytesReceived uint64
+
+	// What the packets sent carried, parsed as memberlist packets (CRC and
+	// compound framing undone): UserMessages and UserBytes count user
+	// messages (the delegate's broadcasts and direct sends: rows and
+	// records), OwnMessages memberlist's own (probes, acks, alive, suspect
+	// and dead gossip); the rest of PacketBytesSent (OwnBytes) is
+	// memberlist's messages and headers. PacketsWithUser counts the packets
+	// that carried at least one user message.
+	UserMessages, UserBytes, OwnMessages, PacketsWithUser uint64
 }
+
+// OwnBytes returns the packet bytes that were not user messages:
+// memberlist's own messages and the packets' headers.
+func (s Stats) OwnBytes() uint64 { return s.PacketBytesSent - s.UserBytes }
 
 // Sub returns s - o field by field: what happened between two readings.
 func (s Stats) Sub(o Stats) Stats {
@@ -69,6 +82,10 @@ const (
 	statStreamsReset
 	statStreamBytesSent
 	statStreamBytesReceived
+	statUserMessages
+	statUserBytes
+	statOwnMessages
+	statPacketsWithUser
 	numStats
 )
 
@@ -104,6 +121,10 @@ func (s Stats) array() [numStats]uint64 {
 		statStreamsReset:        s.StreamsReset,
 		statStreamBytesSent:     s.StreamBytesSent,
 		statStreamBytesReceived: s.StreamBytesReceived,
+		statUserMessages:        s.UserMessages,
+		statUserBytes:           s.UserBytes,
+		statOwnMessages:         s.OwnMessages,
+		statPacketsWithUser:     s.PacketsWithUser,
 	}
 }
 
@@ -123,5 +144,9 @@ func fromArray(a [numStats]uint64) Stats {
 		StreamsReset:        a[statStreamsReset],
 		StreamBytesSent:     a[statStreamBytesSent],
 		StreamBytesReceived: a[statStreamBytesReceived],
+		UserMessages:        a[statUserMessages],
+		UserBytes:           a[statUserBytes],
+		OwnMessages:         a[statOwnMessages],
+		PacketsWithUser:     a[statPacketsWithUser],
 	}
 }

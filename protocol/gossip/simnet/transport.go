@@ -65,6 +65,14 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	n := t.net
 	n.count(t, statPacketsSent, 1)
 	n.count(t, statPacketBytesSent, uint64(len(b)))
+	if um, ub, om := split(b); um > 0 {
+		n.count(t, statUserMessages, uint64(um))
+		n.count(t, statUserBytes, uint64(ub))
+		n.count(t, statOwnMessages, uint64(om))
+		n.count(t, statPacketsWithUser, 1)
+	} else {
+		n.count(t, statOwnMessages, uint64(om))
+	}
 	l, dst, reachable := n.route(t.key, a.Addr)
 	switch {
 	case dst == nil:

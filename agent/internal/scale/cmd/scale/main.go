@@ -29,9 +29,14 @@ func main() {
 	flag.DurationVar(&cfg.Measure, "measure", 10*time.Second, "how long scenarios (b) and (c) measure the steady state")
 	flag.BoolVar(&cfg.Verbose, "v", false, "print each step to stderr")
 	flag.StringVar(&cfg.Scenarios, "scenarios", "abcdef", "which scenarios to run, by letter (the others' columns print as –)")
+	dilations := flag.String("dilate", "1", "time dilation: comma-separated K (every size at each) or N:K (size N at K); each (N, K) is a row")
 	// Tuning experiments: the agent's gossip timings (0 keeps the default).
 	var gossipInterval, probeInterval, pushPullInterval time.Duration
 	var retransmitMult int
+	rowFanout := flag.Int("row-fanout", -1, "the agents' --row-fanout (-1: the default)")
+	var rejoinInterval, healRejoinInterval time.Duration
+	flag.DurationVar(&rejoinInterval, "rejoin-interval", 0, "the agents' --rejoin-interval (0: the default)")
+	flag.DurationVar(&healRejoinInterval, "heal-rejoin-interval", 0, "the agents' --heal-rejoin-interval (0: the default)")
 	flag.DurationVar(&gossipInterval, "gossip-interval", 0, "the agents' --gossip-interval (0: the default)")
 	flag.DurationVar(&probeInterval, "probe-interval", 0, "the agents' --probe-interval (0: the default)")
 	flag.DurationVar(&pushPullInterval, "push-pull-interval", 0, "the agents' --push-pull-interval (0: the default)")
@@ -66,6 +71,20 @@ func main() {
 		if retransmitMult > 0 {
 			c.RetransmitMult = retransmitMult
 		}
+		if *rowFanout >= 0 {
+			c.RowFanout = *rowFanout
+		}
+		if rejoinInterval > 0 {
+			c.RejoinInterval = rejoinInterval
+		}
+		if healRejoinInterval > 0 {
+			c.HealRejoinInterval = healRejoinInterval
+		}
+	}
+	var err error
+	if cfg.Dilate, err = scale.ParseDilations(*dilations); err != nil {
+		fmt.Fprintf(os.Stderr, "scale: -dilate: %v\n", err)
+		os.Exit(2)
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))

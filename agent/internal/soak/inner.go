@@ -1,0 +1,719 @@
+package soak
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// Ports inside the namespaces (each has its own addresses).
+const (
+	gossipPort      = 7946
+	agentHTTPPort   = 7951
+	coordGRPCPort   = 7960
+	coordHTTPPort   = 7961
+	etcdClientPort  = 2379
+	etcdPeerPort    = 2380
+	processStopWait = 15 * time.Second
+)
+
+// soakRun is the run inside the ctl namespace.
+type soakRun struct {
+	cfg   innerConfig
+	lab   Lab
+	sched Schedule
+	m     *monitor
+	out   *syncWriter
+	hc    *http.Client
+
+	etcd        []*process
+	coordinator *process
+	agents      []*process
+	sockets     []string
+	endpoints   []string
+	st          *store.Store
+	closeStore  func()
+
+	loadStart string // load average when the run started
+
+	mu         sync.Mutex
+	goroutines map[string]int64 // the last go_goroutines scraped, by process
+	stopping   bool             // the run is stopping its processes: their exits are expected
+}
+
+// syncWriter serialises writes to the run's output.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *os.File
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (r *soakRun) logf(format string, args ...any) {
+	fmt.Fprintf(r.out, "%s %s\n", fmtOffset(time.Since(r.m.start)), fmt.Sprintf(format, args...))
+}
+
+// RunInner is the `inner` mode: the run itself, in the ctl namespace,
+// configured by the file the outer process wrote. It returns the exit
+// code: 0 no violation, 1 violations, 3 the soak itself failed.
+func RunInner(ctx context.Context, cfgPath string) int {
+	out := &syncWriter{w: os.Stdout}
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		fmt.Fprintln(out, "soak:", err)
+		return exitTrouble
+	}
+	var ic innerConfig
+	if err := json.Unmarshal(b, &ic); err != nil {
+		fmt.Fprintln(out, "soak:", err)
+		return exitTrouble
+	}
+	sched, err := NewSchedule(ic.plan())
+	if err != nil {
+		fmt.Fprintln(out, err)
+		return exitTrouble
+	}
+	r := &soakRun{cfg: ic, lab: Lab{Prefix: ic.Prefix, Agents: ic.Agents, EtcdMembers: etcdMembers}, sched: sched, out: out,
+		hc:         &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
+		goroutines: map[string]int64{}}
+	r.m = newMonitor(time.Now(), out, ic.Agents)
+	code := r.run(ctx)
+	return code
+}
+
+func (r *soakRun) run(ctx context.Context) int {
+	cfg := r.cfg
+	fmt.Fprintf(r.out, "soak: seed %d (SEED=%d reproduces the schedule); %v; %d agents (%d sentinels never killed), %d etcd members, 1 coordinator\n",
+		cfg.Seed, cfg.Seed, cfg.Duration, cfg.Agents, cfg.Sentinels, etcdMembers)
+	r.loadStart = scale.LoadAvg()
+	fmt.Fprintf(r.out, "soak: machine %s, load average %s; run directory %s\n", scale.Machine(), r.loadStart, cfg.RunDir)
+	var counts []string
+	for _, k := range Kinds {
+		counts = append(counts, fmt.Sprintf("%d %s", r.sched.Count(k), k))
+	}
+	fmt.Fprintf(r.out, "soak: schedule: %s, %d writes (the whole schedule: %s)\n", strings.Join(counts, ", "), len(r.sched.Writes), filepath.Join(cfg.RunDir, "schedule.txt"))
+	os.WriteFile(filepath.Join(cfg.RunDir, "schedule.txt"), []byte(r.sched.Table()), 0o600)
+	if cfg.Verbose {
+		fmt.Fprint(r.out, r.sched.Table())
+	}
+	defer r.stopAll()
+	setup := time.Now()
+	if err := r.startEtcd(ctx); err != nil {
+		fmt.Fprintln(r.out, err)
+		return exitTrouble
+	}
+	if err := r.startCoordinator(ctx); err != nil {
+		fmt.Fprintln(r.out, err)
+		return exitTrouble
+	}
+	if err := r.startAgents(ctx); err != nil {
+		fmt.Fprintln(r.out, err)
+		return exitTrouble
+	}
+	fmt.Fprintf(r.out, "soak: etcd, coordinator and %d agents up in %v\n", cfg.Agents, time.Since(setup).Round(100*time.Millisecond))
+
+	deps := map[string]*depServer{}
+	var depList []*depServer
+	for _, name := range []string{DepHealthy, DepDead, DepOps} {
+		d, err := startDepServer(name)
+		if err != nil {
+			fmt.Fprintln(r.out, err)
+			return exitTrouble
+		}
+		defer d.close()
+		deps[name] = d
+		depList = append(depList, d)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	goRun := func(f func()) {
+		wg.Add(1)
+		go func() { defer wg.Done(); f() }()
+	}
+	// The clock of the run starts with the traffic.
+	r.m.mu.Lock()
+	r.m.start = time.Now()
+	r.m.mu.Unlock()
+	t0 := r.m.start
+	for i, a := range r.agents {
+		goRun(func() { observe(runCtx, r.m, a, r.sockets[i]) })
+	}
+	cl, err := startCallers(runCtx, r.m, r.sockets, depList, cfg.Rate, cfg.CallDeadline)
+	if err != nil {
+		fmt.Fprintln(r.out, err)
+		return exitTrouble
+	}
+	goRun(func() { r.sampleLoop(runCtx) })
+	goRun(func() { r.pollEtcd(runCtx) })
+	goRun(func() {
+		ctxtime.Every(runCtx, time.Second, func() { r.m.tick(time.Now()) })
+	})
+	goRun(func() { r.progress(runCtx) })
+	goRun(func() {
+		d := deps[DepDead]
+		if !ctxtime.Sleep(runCtx, time.Until(t0.Add(cfg.Warmup/2))) {
+			return
+		}
+		d.set(modeFailing)
+		r.m.deadAt(time.Now())
+		r.logf("dependency %q fails from now on (503)", DepDead)
+		if !ctxtime.Sleep(runCtx, time.Until(t0.Add(cfg.Duration/2))) {
+			return
+		}
+		d.set(modeDead)
+		r.logf("dependency %q is dead from now on (connections refused)", DepDead)
+	})
+	byKind := map[Kind][]Fault{}
+	for _, f := range r.sched.Faults {
+		byKind[f.Kind] = append(byKind[f.Kind], f)
+	}
+	for _, k := range Kinds {
+		goRun(func() {
+			for _, f := range byKind[k] {
+				if !ctxtime.Sleep(runCtx, time.Until(t0.Add(f.At))) {
+					return
+				}
+				r.inject(runCtx, t0, f)
+			}
+		})
+	}
+	goRun(func() { r.writer(runCtx, t0) })
+
+	interrupted := !ctxtime.Sleep(ctx, time.Until(t0.Add(cfg.Duration)))
+	end := time.Now()
+	r.m.tick(end)
+	cancel()
+	cl.stop()
+	wg.Wait()
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	r.stopAll()
+	if interrupted {
+		fmt.Fprintln(r.out, "soak: interrupted; the summary covers the run so far")
+	}
+	r.m.mu.Lock()
+	csv := r.m.trends.CSV(r.m.start)
+	r.m.mu.Unlock()
+	os.WriteFile(filepath.Join(cfg.RunDir, "resources.csv"), []byte(csv), 0o600)
+	sum := r.summary(end, deps)
+	fmt.Fprint(r.out, sum)
+	os.WriteFile(filepath.Join(cfg.RunDir, "summary.txt"), []byte(sum), 0o600)
+	r.m.mu.Lock()
+	nv, nt := len(r.m.violations), len(r.m.errors)
+	r.m.mu.Unlock()
+	switch {
+	case nv > 0:
+		return exitViolations
+	case nt > 0:
+		return exitTrouble
+	}
+	return 0
+}
+
+// exited is every process's exit callback.
+func (r *soakRun) exited(p *process, incarnation int, expected bool, err error) {
+	r.mu.Lock()
+	expected = expected || r.stopping
+	r.mu.Unlock()
+	if strings.HasPrefix(p.name, "agent-") && !expected {
+		r.m.agentDown(p.name)
+	}
+	detail := fmt.Sprintf("incarnation %d exited by itself: %v (log: %s)", incarnation, err, p.logPath)
+	r.m.exited(time.Now(), p.name, expected, detail)
+}
+
+func (r *soakRun) newProcess(name string, n Node, argv []string) *process {
+	return &process{name: name, ns: r.lab.NS(n), argv: argv,
+		logPath: filepath.Join(r.cfg.RunDir, name+".log"), exited: r.exited}
+}
+
+// startEtcd starts the members and waits until the cluster serves.
+func (r *soakRun) startEtcd(ctx context.Context) error {
+	var names, peers []string
+	for i := range etcdMembers {
+		n := Node{RoleEtcd, i}
+		names = append(names, n.String())
+		peers = append(peers, fmt.Sprintf("http://%s:%d", r.lab.Addr(n), etcdPeerPort))
+		r.endpoints = append(r.endpoints, fmt.Sprintf("http://%s:%d", r.lab.Addr(n), etcdClientPort))
+	}
+	ic := initialCluster(names, peers)
+	for i := range etcdMembers {
+		n := Node{RoleEtcd, i}
+		p := r.newProcess(n.String(), n, []string{r.cfg.Self, "etcd-member",
+			"-name", names[i], "-dir", filepath.Join(r.cfg.RunDir, names[i]),
+			"-client-url", r.endpoints[i], "-peer-url", peers[i],
+			"-initial-cluster", ic, "-token", r.cfg.Prefix})
+		if err := p.start(); err != nil {
+			return err
+		}
+		r.etcd = append(r.etcd, p)
+	}
+	cli, err := store.Dial(ctx, store.ClientOptions{Endpoints: r.endpoints})
+	if err != nil {
+		return err
+	}
+	st, err := store.New(store.Config{Client: cli})
+	if err != nil {
+		cli.Close()
+		return err
+	}
+	r.st, r.closeStore = st, func() { cli.Close() }
+	wctx, cancel := context.WithTimeout(ctx, etcdStartTimeout)
+	defer cancel()
+	for {
+		if _, err := readDesired(wctx, st, time.Now()); err == nil {
+			return nil
+		} else if wctx.Err() != nil {
+			return fmt.Errorf("soak: etcd did not serve within %v: %v (logs: %s)", etcdStartTimeout, err, r.etcd[0].logPath)
+		}
+		if !ctxtime.Sleep(wctx, 200*time.Millisecond) {
+			return fmt.Errorf("soak: etcd did not serve within %v (logs: %s)", etcdStartTimeout, r.etcd[0].logPath)
+		}
+	}
+}
+
+func (r *soakRun) coordAddr(port int) string {
+	return fmt.Sprintf("%s:%d", r.lab.Addr(Node{Role: RoleCoordinator}), port)
+}
+
+// startCoordinator starts the coordinator and waits for its /healthz.
+func (r *soakRun) startCoordinator(ctx context.Context) error {
+	n := Node{Role: RoleCoordinator}
+	r.coordinator = r.newProcess("coordinator", n, []string{filepath.Join(r.cfg.Bin, "fusebox-coordinator"),
+		"--name", "coordinator", "--etcd", strings.Join(r.endpoints, ","),
+		"--grpc-addr", r.coordAddr(coordGRPCPort), "--http-addr", r.coordAddr(coordHTTPPort),
+		"--gossip-addr", r.coordAddr(gossipPort), "--keyring-file", r.cfg.Keyring,
+		"--tokens-file", r.cfg.Tokens, "--log-format", "json"})
+	if err := r.coordinator.start(); err != nil {
+		return err
+	}
+	return r.waitHTTP(ctx, "coordinator", "http://"+r.coordAddr(coordHTTPPort)+"/healthz", r.coordinator)
+}
+
+func (r *soakRun) agentAddr(i, port int) string {
+	return fmt.Sprintf("%s:%d", r.lab.Addr(Node{RoleAgent, i}), port)
+}
+
+// startAgents starts every agent and waits until each is ready.
+func (r *soakRun) startAgents(ctx context.Context) error {
+	var joins []string
+	for i := range r.cfg.Agents {
+		joins = append(joins, r.agentAddr(i, gossipPort))
+	}
+	sockDir := filepath.Join(r.cfg.RunDir, "s")
+	if err := os.MkdirAll(sockDir, 0o700); err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	for i := range r.cfg.Agents {
+		n := Node{RoleAgent, i}
+		sock := filepath.Join(sockDir, fmt.Sprintf("a%d.sock", i))
+		p := r.newProcess(n.String(), n, []string{filepath.Join(r.cfg.Bin, "fusebox-agent"),
+			"--name", n.String(), "--zone", fmt.Sprintf("z%d", i%2+1),
+			"--data-dir", filepath.Join(r.cfg.RunDir, n.String()),
+			"--gossip-addr", r.agentAddr(i, gossipPort), "--keyring-file", r.cfg.Keyring,
+			"--join", strings.Join(joins, ","), "--etcd", strings.Join(r.endpoints, ","),
+			"--socket", sock, "--grpc-addr", "", "--http-addr", r.agentAddr(i, agentHTTPPort),
+			"--log-format", "json", "--log-level", "info"})
+		if err := p.start(); err != nil {
+			return err
+		}
+		r.agents = append(r.agents, p)
+		r.sockets = append(r.sockets, sock)
+	}
+	for i, p := range r.agents {
+		if err := r.waitHTTP(ctx, p.name, "http://"+r.agentAddr(i, agentHTTPPort)+"/readyz", p); err != nil {
+			return err
+		}
+		_, inc, started := p.running()
+		r.m.agentUp(p.name, inc, started)
+	}
+	return nil
+}
+
+// waitHTTP waits until url answers 200, p exits or 2 minutes pass.
+func (r *soakRun) waitHTTP(ctx context.Context, what, url string, p *process) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	last := ""
+	for {
+		if pid, _, _ := p.running(); pid == 0 {
+			return fmt.Errorf("soak: %s exited at start (log: %s)", what, p.logPath)
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := r.hc.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else {
+			last = err.Error()
+		}
+		if !ctxtime.Sleep(ctx, 250*time.Millisecond) {
+			return fmt.Errorf("soak: %s not ready within 2 minutes: %s (log: %s)", what, last, p.logPath)
+		}
+	}
+}
+
+// stopAll stops every process (SIGTERM, then SIGKILL after a grace) and
+// closes the etcd client. It is idempotent.
+func (r *soakRun) stopAll() {
+	r.mu.Lock()
+	r.stopping = true
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	stop := func(ps ...*process) {
+		for _, p := range ps {
+			if p == nil {
+				continue
+			}
+			wg.Add(1)
+			go func() { defer wg.Done(); p.stop(syscall.SIGTERM, processStopWait) }()
+		}
+		wg.Wait()
+	}
+	stop(r.agents...)
+	stop(r.coordinator)
+	stop(r.etcd...)
+	if r.closeStore != nil {
+		r.closeStore()
+		r.closeStore = nil
+	}
+}
+
+// inject runs one fault: starts it, waits its length, ends it.
+func (r *soakRun) inject(ctx context.Context, t0 time.Time, f Fault) {
+	lab := r.lab
+	allAgents := make([]string, r.cfg.Agents)
+	for i := range allAgents {
+		allAgents[i] = Node{RoleAgent, i}.String()
+	}
+	if r.cfg.Verbose {
+		r.logf("fault: %s", f.Describe())
+	}
+	started := time.Now()
+	wait := func() { ctxtime.Sleep(ctx, time.Until(t0.Add(f.End()))) }
+	defer func() { r.m.injected(f.Kind, time.Since(started)) }()
+	switch f.Kind {
+	case AgentKill:
+		p := r.agents[f.Agent]
+		id := r.m.begin(PathMembership, []string{Fleet}, started)
+		r.m.agentDown(p.name)
+		p.stop(syscall.SIGKILL, processStopWait)
+		wait()
+		if err := p.start(); err != nil {
+			r.m.trouble(time.Now(), "restart %s: %v", p.name, err)
+		} else {
+			_, inc, at := p.running()
+			r.m.agentUp(p.name, inc, at)
+		}
+		r.m.end(id, time.Now())
+	case EtcdKill:
+		p := r.etcd[f.Member]
+		p.stop(syscall.SIGKILL, processStopWait)
+		r.m.window(PathEtcd, allAgents, started, started.Add(min(f.For, EtcdFailover)))
+		r.m.window(PathControl, []string{Control}, started, started.Add(min(f.For, ElectionBound)))
+		wait()
+		if err := p.start(); err != nil {
+			r.m.trouble(time.Now(), "restart %s: %v", p.name, err)
+		}
+	case CoordinatorRestart:
+		id := r.m.begin(PathControl, []string{Control}, started)
+		sig := syscall.SIGTERM
+		if f.Kill {
+			sig = syscall.SIGKILL
+		}
+		r.coordinator.stop(sig, processStopWait)
+		wait()
+		if err := r.coordinator.start(); err != nil {
+			r.m.trouble(time.Now(), "restart the coordinator: %v", err)
+		}
+		r.m.end(id, time.Now())
+	case Partition:
+		var a, b []Node
+		var cutFromEtcd []string
+		for _, i := range f.SideA {
+			a = append(a, Node{RoleAgent, i})
+		}
+		for _, i := range f.SideB {
+			b = append(b, Node{RoleAgent, i})
+		}
+		var infra []Node
+		for i := range etcdMembers {
+			infra = append(infra, Node{RoleEtcd, i})
+		}
+		infra = append(infra, Node{Role: RoleCoordinator})
+		switch f.Infra {
+		case InfraA:
+			for _, n := range b {
+				cutFromEtcd = append(cutFromEtcd, n.String())
+			}
+			a = append(a, infra...)
+		case InfraB:
+			for _, n := range a {
+				cutFromEtcd = append(cutFromEtcd, n.String())
+			}
+			b = append(b, infra...)
+		}
+		ids := []int{r.m.begin(PathGossip, allAgents, started), r.m.begin(PathMembership, []string{Fleet}, started),
+			r.m.begin(PathEtcd, cutFromEtcd, started)}
+		if err := lab.Partition(a, b); err != nil {
+			r.m.trouble(time.Now(), "partition: %v", err)
+		}
+		wait()
+		if err := lab.Heal(append(a, b...)); err != nil {
+			r.m.trouble(time.Now(), "heal: %v", err)
+		}
+		for _, id := range ids {
+			r.m.end(id, time.Now())
+		}
+	case Loss:
+		var lossAgents []string
+		etcdOrCoord, etcdHit := false, false
+		for _, n := range f.Nodes {
+			switch n.Role {
+			case RoleAgent:
+				lossAgents = append(lossAgents, n.String())
+			case RoleEtcd:
+				etcdOrCoord, etcdHit = true, true
+			case RoleCoordinator:
+				etcdOrCoord = true
+			}
+		}
+		ids := []int{r.m.begin(PathGossip, lossAgents, started)}
+		if len(lossAgents) > 0 {
+			ids = append(ids, r.m.begin(PathMembership, []string{Fleet}, started))
+		}
+		if etcdHit {
+			ids = append(ids, r.m.begin(PathEtcd, allAgents, started))
+		} else {
+			ids = append(ids, r.m.begin(PathEtcd, lossAgents, started))
+		}
+		if etcdOrCoord {
+			ids = append(ids, r.m.begin(PathControl, []string{Control}, started))
+		}
+		if err := lab.Loss(f.Nodes, f.Percent); err != nil {
+			r.m.trouble(time.Now(), "loss: %v", err)
+		}
+		wait()
+		if err := lab.LossEnd(f.Nodes); err != nil {
+			r.m.trouble(time.Now(), "loss end: %v", err)
+		}
+		for _, id := range ids {
+			r.m.end(id, time.Now())
+		}
+	}
+}
+
+// writer makes the schedule's writes with fuseboxctl, one after another.
+func (r *soakRun) writer(ctx context.Context, t0 time.Time) {
+	for _, w := range r.sched.Writes {
+		if !ctxtime.Sleep(ctx, time.Until(t0.Add(w.At))) {
+			return
+		}
+		args := []string{"--coordinator", r.coordAddr(coordGRPCPort), "--token-file", r.cfg.TokenFile,
+			"--insecure-plaintext-token", "--actor", "soak", "--timeout", "10s", "-o", "json"}
+		var stdin string
+		switch w.Op {
+		case WritePolicy:
+			args = append(args, "policy", "set", DepOps, "-f", "-", "--yes")
+			stdin = fmt.Sprintf(`{"breaker": {"minimumRequests": %d}}`, w.MinimumRequests)
+		case WriteForceOpen, WriteForceClosed:
+			args = append(args, string(w.Op), DepOps, "--reason", w.Reason)
+			if w.TTL > 0 {
+				args = append(args, "--ttl", w.TTL.String())
+			}
+		case WriteClear:
+			args = append(args, "clear", DepOps)
+		}
+		r.m.writeStarts(time.Now())
+		r.write(ctx, w, args, stdin)
+		r.m.writeEnds()
+	}
+}
+
+// write runs one fuseboxctl write and checks its outcome.
+func (r *soakRun) write(ctx context.Context, w Write, args []string, stdin string) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	cmd := exec.CommandContext(cctx, filepath.Join(r.cfg.Bin, "fuseboxctl"), args...)
+	cmd.Env = soakEnv()
+	cmd.Stdin = strings.NewReader(stdin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	cancel()
+	if ctx.Err() != nil {
+		return
+	}
+	acked := time.Now()
+	exit := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		exit = ee.ExitCode()
+	case err != nil:
+		r.m.trouble(acked, "fuseboxctl: %v", err)
+		return
+	}
+	if r.cfg.Verbose {
+		r.logf("write: %s: exit %d", w.Describe(), exit)
+	}
+	if exit != 0 {
+		r.m.writeDone(acked, w, exit, strings.TrimSpace(out.String()), nil)
+		return
+	}
+	// What etcd holds right after the acknowledgement.
+	var inEtcd *Desired
+	rctx, rcancel := context.WithTimeout(ctx, 20*time.Second)
+	for {
+		d, err := readDesired(rctx, r.st, time.Now())
+		if err == nil {
+			if w.TTL == 0 || time.Since(acked) < w.TTL-2*time.Second {
+				inEtcd = &d
+			}
+			r.m.expect(acked, d)
+			break
+		}
+		if !ctxtime.Sleep(rctx, 250*time.Millisecond) {
+			break
+		}
+	}
+	rcancel()
+	r.m.writeDone(acked, w, 0, "", inEtcd)
+}
+
+// pollEtcd reads what etcd holds for the write dependency every second:
+// the writes' outcomes when fuseboxctl could not say, and TTL expiries.
+func (r *soakRun) pollEtcd(ctx context.Context) {
+	ctxtime.Every(ctx, time.Second, func() {
+		now := time.Now()
+		if d, err := readDesired(ctx, r.st, now); err == nil {
+			r.m.expect(now, d)
+		}
+	})
+}
+
+// sampleLoop scrapes every agent's /metrics (membership, goroutines) and
+// samples every process's resources, every 5 s.
+func (r *soakRun) sampleLoop(ctx context.Context) {
+	ctxtime.Every(ctx, 5*time.Second, func() {
+		var wg sync.WaitGroup
+		for i, a := range r.agents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.scrapeAgent(ctx, i, a)
+			}()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.scrapeGoroutines(ctx, r.coordinator, "http://"+r.coordAddr(coordHTTPPort)+"/metrics")
+			for i, e := range r.etcd {
+				r.scrapeGoroutines(ctx, e, r.endpoints[i]+"/metrics")
+			}
+		}()
+		wg.Wait()
+		now := time.Now()
+		for _, p := range append(append(append([]*process{}, r.agents...), r.etcd...), r.coordinator) {
+			pid, inc, _ := p.running()
+			if pid == 0 {
+				continue
+			}
+			res := procResources(pid)
+			r.mu.Lock()
+			g, ok := r.goroutines[fmt.Sprintf("%s#%d", p.name, inc)]
+			r.mu.Unlock()
+			if ok {
+				res.Goroutines = g
+			}
+			r.m.sample(p.name, inc, now, res)
+		}
+		self := procResources(os.Getpid())
+		self.Goroutines = int64(runtime.NumGoroutine())
+		r.m.sample("soak (callers, observers)", 0, now, self)
+	})
+}
+
+// scrapeAgent reads agent i's /metrics: its count of alive agents (the
+// membership check) and its goroutines.
+func (r *soakRun) scrapeAgent(ctx context.Context, i int, a *process) {
+	pid, inc, _ := a.running()
+	if pid == 0 {
+		return
+	}
+	mfs, err := scrape(ctx, r.hc, "http://"+r.agentAddr(i, agentHTTPPort)+"/metrics")
+	if err != nil {
+		return
+	}
+	if pid2, inc2, _ := a.running(); pid2 != pid || inc2 != inc {
+		return
+	}
+	if v, ok := metricValue(mfs, "go_goroutines"); ok {
+		r.mu.Lock()
+		r.goroutines[fmt.Sprintf("%s#%d", a.name, inc)] = int64(v)
+		r.mu.Unlock()
+	}
+	if ready, _ := metricValue(mfs, "fusebox_agent_ready"); ready != 1 {
+		return // starting: membership is the join's business
+	}
+	alive, _ := metricValue(mfs, "fusebox_agent_members", "role", "agent", "state", "alive")
+	r.m.members(time.Now(), a.name, int(alive))
+}
+
+// scrapeGoroutines records p's go_goroutines from url.
+func (r *soakRun) scrapeGoroutines(ctx context.Context, p *process, url string) {
+	pid, inc, _ := p.running()
+	if pid == 0 {
+		return
+	}
+	mfs, err := scrape(ctx, r.hc, url)
+	if err != nil {
+		return
+	}
+	if v, ok := metricValue(mfs, "go_goroutines"); ok {
+		r.mu.Lock()
+		r.goroutines[fmt.Sprintf("%s#%d", p.name, inc)] = int64(v)
+		r.mu.Unlock()
+	}
+}
+
+// progress prints a line a minute.
+func (r *soakRun) progress(ctx context.Context) {
+	ctxtime.Every(ctx, time.Minute, func() {
+		r.m.mu.Lock()
+		faults, calls := 0, 0
+		for _, s := range r.m.faults {
+			faults += s.n
+		}
+		for _, s := range r.m.calls {
+			calls += s.calls
+		}
+		nv := len(r.m.violations)
+		r.m.mu.Unlock()
+		r.logf("%d faults, %d calls, %d violations so far; load average %s", faults, calls, nv, scale.LoadAvg())
+	})
+}
