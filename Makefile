@@ -71,9 +71,9 @@ image: ## build the container image $(IMAGE):$(VERSION) (deploy/docker/Dockerfil
 	docker build -f deploy/docker/Dockerfile --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 .PHONY: run
-run: ## build and run the demo fleet (flags: make run ARGS='--duration 70s --headless')
+run: ## build fusebox-demo and fuseboxctl into bin/ and run the demo fleet (flags: make run ARGS='--duration 70s --headless')
 	@mkdir -p $(BIN)
-	cd cmd && $(GO) build -o $(BIN)/fusebox-demo ./fusebox-demo
+	cd cmd && $(GO) build -o $(BIN)/ ./fusebox-demo ./fuseboxctl
 	$(BIN)/fusebox-demo $(ARGS)
 
 test: test-deps modules-check ## run every module's tests with -race (fuzz seed corpora included)

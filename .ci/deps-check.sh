@@ -63,6 +63,9 @@ rule() {
     protocol/gossip)
       ALLOW="^($PROTO|sharedstate/secretfile)\$"; DENY='^go\.etcd\.io/'
       WHY='protocol/gossip may import protocol, sharedstate and memberlist' ;;
+    protocol/serverlimits)
+      ALLOW='^$'; DENY='^go\.etcd\.io/|hashicorp/memberlist'
+      WHY='protocol/serverlimits (the server timeouts and gRPC limits of both daemons) may import grpc and the standard library only' ;;
     protocol | protocol/*)
       ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='protocol may import sharedstate (conversions), grpc and protobuf' ;;
@@ -82,8 +85,8 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/backoff|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
       WHY='agent/proxy (the egress proxy) decides through its Engine interface: it may import sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
-      WHY='agent may import sharedstate, store, protocol, protocol/gossip (etcd only through store)' ;;
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      WHY='agent may import sharedstate, store, protocol, protocol/gossip, protocol/serverlimits (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='clientlib/idempotency/redisstore may import clientlib, sharedstate, protocol and Redis' ;;
@@ -91,8 +94,8 @@ rule() {
       ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
-      WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, never agent (etcd only through store)' ;;
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, protocol/serverlimits, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'
       WHY='deploy holds manifests and their tests: no non-test Go code (kustomize and k8s.io/api are test-only)' ;;
@@ -131,8 +134,8 @@ modrule() {
       DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|clientlib/idempotency/redisstore)\$"
       WHYMOD='the binaries link no Redis and no Kubernetes API (deploy tests only)' ;;
     deploy)
-      DENYMOD="redis/go-redis|chromedp|^$mod/clientlib/idempotency/redisstore\$"
-      WHYMOD='the deploy module (manifests and their tests) requires the agent module, kustomize and k8s.io/api' ;;
+      DENYMOD="redis/go-redis|^$mod/clientlib/idempotency/redisstore\$"
+      WHYMOD='the deploy module (manifests and their tests) requires the agent and coordinator modules, kustomize and k8s.io/api' ;;
     *) return 1 ;;
   esac
 }

@@ -25,7 +25,9 @@ import (
 	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/logging"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -244,16 +246,16 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 		}
 	}
 	if cfg.GRPCAddr != "" {
-		if a.tcpLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			return nil, fmt.Errorf("agent: grpc-addr: %w", err)
+		if a.tcpLn, err = cliflag.Listen("grpc-addr", cfg.GRPCAddr); err != nil {
+			return nil, err
 		}
 	}
 	if cfg.HTTPAddr != "" {
-		if a.httpLn, err = net.Listen("tcp", cfg.HTTPAddr); err != nil {
-			return nil, fmt.Errorf("agent: http-addr: %w", err)
+		if a.httpLn, err = cliflag.Listen("http-addr", cfg.HTTPAddr); err != nil {
+			return nil, err
 		}
 	}
-	a.grpcSrv = grpc.NewServer(grpcServerOptions()...)
+	a.grpcSrv = grpc.NewServer(serverlimits.GRPCServerOptions(MaxConcurrentStreams)...)
 	fuseboxv1.RegisterAgentServer(a.grpcSrv, &apiServer{a: a})
 	a.health = health.NewServer()
 	healthpb.RegisterHealthServer(a.grpcSrv, a.health)
@@ -262,7 +264,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	if a.opts.httpTimeouts != nil {
 		timeouts = *a.opts.httpTimeouts
 	}
-	a.httpSrv = timeouts.server(a.httpHandler())
+	a.httpSrv = timeouts.Server(a.httpHandler())
 
 	// etcd before gossip: the member entries are where peers' keys come from.
 	if a.opts.etcdClient != nil {
@@ -309,13 +311,16 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.gossip, err = gossip.New(gc)
 	if err != nil {
-		return nil, err
+		return nil, cliflag.AsListenError("gossip-addr", cfg.GossipAddr, err)
 	}
 	a.gsp.Store(a.gossip)
 
 	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
 		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
 		if a.proxy, err = a.newProxy(); err != nil {
+			if le := cliflag.AsListenError("proxy-addr", cfg.Proxy.Addr, err); le != err {
+				return nil, le
+			}
 			return nil, fmt.Errorf("agent: proxy-addr: %w", err)
 		}
 	}

@@ -152,14 +152,6 @@ log-format: json
 	}
 }
 
-func TestEnvName(t *testing.T) {
-	for flag, env := range map[string]string{"gossip-addr": "FUSEBOX_GOSSIP_ADDR", "etcd": "FUSEBOX_ETCD", "keyring-file": "FUSEBOX_KEYRING_FILE"} {
-		if got := EnvName(flag); got != env {
-			t.Errorf("EnvName(%q) = %q, want %q", flag, got, env)
-		}
-	}
-}
-
 // TestInProcessAPI: without listeners New refuses the config, unless the
 // local API is in process only; then LocalAPI answers without a socket.
 func TestInProcessAPI(t *testing.T) {

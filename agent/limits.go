@@ -3,32 +3,24 @@ package agent
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
+	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 )
 
 // HTTPTimeouts bound each connection to the agent's HTTP server (/metrics,
 // /healthz, /readyz): a client that sends its headers too slowly, its body
 // too slowly, reads the answer too slowly or idles on a kept-alive
 // connection is cut off.
-type HTTPTimeouts struct {
-	ReadHeader, Read, Write, Idle time.Duration
-}
+type HTTPTimeouts = serverlimits.HTTPTimeouts
 
 // DefaultHTTPTimeouts are the agent's HTTP timeouts.
 var DefaultHTTPTimeouts = HTTPTimeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
 
 // WithHTTPTimeouts replaces DefaultHTTPTimeouts (tests shorten them).
 func WithHTTPTimeouts(t HTTPTimeouts) Option { return func(o *options) { o.httpTimeouts = &t } }
-
-func (t HTTPTimeouts) server(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: t.ReadHeader, ReadTimeout: t.Read, WriteTimeout: t.Write, IdleTimeout: t.Idle}
-}
 
 // Limits of the local API's gRPC server. A client (clientlib) holds one
 // Session stream; MaxSessions caps those, these cap the transport.
@@ -37,21 +29,8 @@ const (
 	MaxConcurrentStreams = 256
 	// KeepaliveMinTime is the shortest interval between a client's pings the
 	// agent accepts; a client pinging faster is sent GOAWAY (too_many_pings).
-	KeepaliveMinTime = 5 * time.Second
-	// keepaliveTime and keepaliveTimeout: the agent pings an idle
-	// connection every keepaliveTime and drops it when the ping is not
-	// answered within keepaliveTimeout.
-	keepaliveTime    = time.Minute
-	keepaliveTimeout = 20 * time.Second
+	KeepaliveMinTime = serverlimits.KeepaliveMinTime
 )
-
-func grpcServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-	}
-}
 
 // listenUnix creates the socket's directory, removes a stale socket file
 // (one nobody answers on) and listens with mode 0660. The socket never

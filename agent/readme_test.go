@@ -3,6 +3,7 @@ package agent
 import (
 	"testing"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -15,4 +16,25 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 		code = append(code, d.Name)
 	}
 	sstest.READMEListsMetrics(t, "README.md", "fusebox_agent_", "the agent", code)
+}
+
+// TestREADMEListsEveryFlag keeps the table of README.md's "Settings"
+// equal to the one generated from the flags: every flag, its variable,
+// file key, default and meaning (cliflag.Table also refuses an unstated
+// empty default and a flag whose variable a client reads).
+func TestREADMEListsEveryFlag(t *testing.T) {
+	def := DefaultConfig()
+	table, err := cliflag.Table(NewFlagSet(&def))
+	if err != nil {
+		t.Error(err)
+	}
+	sstest.READMEHasTable(t, "README.md", "## Settings", table)
+}
+
+// TestHelpShowsEveryDefault: fusebox-agent --help shows each flag's real
+// default, the one DefaultConfig holds (--name's, the host name, in words).
+func TestHelpShowsEveryDefault(t *testing.T) {
+	if err := cliflag.CheckHelp(command, "name"); err != nil {
+		t.Error(err)
+	}
 }

@@ -155,6 +155,10 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 5 * time.Second,
 
 		HistoryMaxDependencies: history.DefaultMaxDependencies,
+
+		EmbeddedEtcdCompaction:          embedded.DefaultAutoCompactionMode,
+		EmbeddedEtcdCompactionRetention: embedded.DefaultAutoCompactionRetention,
+		EmbeddedEtcdQuotaBytes:          embedded.DefaultQuotaBackendBytes,
 	}
 }
 

@@ -192,11 +192,11 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	}
 	c.seedHistory()
 
-	if c.grpcLn, err = net.Listen("tcp", c.cfg.GRPCAddr); err != nil {
-		return fmt.Errorf("coordinator: grpc-addr: %w", err)
+	if c.grpcLn, err = cliflag.Listen("grpc-addr", c.cfg.GRPCAddr); err != nil {
+		return err
 	}
-	if c.httpLn, err = net.Listen("tcp", c.cfg.HTTPAddr); err != nil {
-		return fmt.Errorf("coordinator: http-addr: %w", err)
+	if c.httpLn, err = cliflag.Listen("http-addr", c.cfg.HTTPAddr); err != nil {
+		return err
 	}
 	c.grpcSrv = c.newGRPCServer()
 	c.httpSrv = c.newHTTPServer()

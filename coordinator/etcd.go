@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
@@ -27,7 +28,7 @@ func (c *Coordinator) startEtcd(ctx context.Context) error {
 		}
 		srv, err := embedded.Start(ctx, ec)
 		if err != nil {
-			return fmt.Errorf("coordinator: embedded etcd: %w", err)
+			return cliflag.AsListenError("embedded-etcd-url", c.cfg.EmbeddedEtcdURL, fmt.Errorf("coordinator: embedded etcd: %w", err))
 		}
 		c.etcdSrv = srv
 		c.endpoint = srv.Endpoints()

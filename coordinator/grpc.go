@@ -19,6 +19,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/auth"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 )
 
 // adminRoles is the role each Admin method needs: viewer reads, admin
@@ -58,7 +59,7 @@ func (c *Coordinator) newGRPCServer() *grpc.Server {
 		grpc.ChainUnaryInterceptor(c.unaryInterceptor),
 		grpc.ChainStreamInterceptor(c.streamInterceptor),
 	}
-	opts = append(opts, grpcLimits()...)
+	opts = append(opts, serverlimits.GRPCServerOptions(MaxConcurrentStreams)...)
 	if c.tlsConf != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(c.tlsConf)))
 	}

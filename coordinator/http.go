@@ -110,14 +110,7 @@ func (c *Coordinator) newHTTPServer() *http.Server {
 		}
 		mux.Handle(rt.pattern, c.instrument(rt.name, h))
 	}
-	t := c.httpTimeouts()
-	return &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: t.ReadHeader,
-		ReadTimeout:       t.Read,
-		WriteTimeout:      t.Write, // /api/v1/events lifts it for its stream
-		IdleTimeout:       t.Idle,
-	}
+	return c.httpTimeouts().Server(mux) // /api/v1/events lifts the write timeout for its stream
 }
 
 // statusRecorder remembers the status code for the metrics.

@@ -6,17 +6,14 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/keepalive"
+	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 )
 
 // HTTPTimeouts bound each connection to the coordinator's HTTP server: a
 // client that sends its headers or body too slowly, reads an answer too
 // slowly or idles on a kept-alive connection is cut off. The event stream
 // (/api/v1/events) lifts the write timeout for itself.
-type HTTPTimeouts struct {
-	ReadHeader, Read, Write, Idle time.Duration
-}
+type HTTPTimeouts = serverlimits.HTTPTimeouts
 
 // DefaultHTTPTimeouts are the coordinator's HTTP timeouts.
 var DefaultHTTPTimeouts = HTTPTimeouts{ReadHeader: 10 * time.Second, Read: 30 * time.Second, Write: time.Minute, Idle: 2 * time.Minute}
@@ -39,18 +36,8 @@ const (
 	// KeepaliveMinTime is the shortest interval between a client's pings the
 	// coordinator accepts; a client pinging faster is sent GOAWAY
 	// (too_many_pings).
-	KeepaliveMinTime = 5 * time.Second
-	keepaliveTime    = time.Minute
-	keepaliveTimeout = 20 * time.Second
+	KeepaliveMinTime = serverlimits.KeepaliveMinTime
 )
-
-func grpcLimits() []grpc.ServerOption {
-	return []grpc.ServerOption{
-		grpc.MaxConcurrentStreams(MaxConcurrentStreams),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinTime, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
-	}
-}
 
 // proxyHeader returns the name of the first proxy header among names
 // (Forwarded, X-Forwarded-*, X-Real-IP; any case), "" when there is none.

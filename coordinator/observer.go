@@ -8,6 +8,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/hashicorp/memberlist"
 )
@@ -40,7 +41,7 @@ func (c *Coordinator) startGossip() error {
 	if err != nil {
 		c.keys.Close()
 		c.keys = nil
-		return fmt.Errorf("coordinator: fleet observer: %w", err)
+		return cliflag.AsListenError("gossip-addr", c.cfg.GossipAddr, fmt.Errorf("coordinator: fleet observer: %w", err))
 	}
 	c.gossipMu.Lock()
 	c.gossip = g

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"testing"
 
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -10,4 +11,25 @@ import (
 // in step, both ways.
 func TestREADMEListsEveryMetric(t *testing.T) {
 	sstest.READMEListsMetrics(t, "README.md", "fusebox_coordinator_", "the coordinator", MetricNames)
+}
+
+// TestREADMEListsEveryFlag keeps the table of README.md's "Settings"
+// equal to the one generated from the flags: every flag, its variable,
+// file key, default and meaning (cliflag.Table also refuses an unstated
+// empty default and a flag whose variable a client reads).
+func TestREADMEListsEveryFlag(t *testing.T) {
+	def := DefaultConfig()
+	table, err := cliflag.Table(NewFlagSet(&def))
+	if err != nil {
+		t.Error(err)
+	}
+	sstest.READMEHasTable(t, "README.md", "## Settings", table)
+}
+
+// TestHelpShowsEveryDefault: fusebox-coordinator --help shows each flag's
+// real default, the one DefaultConfig holds.
+func TestHelpShowsEveryDefault(t *testing.T) {
+	if err := cliflag.CheckHelp(command); err != nil {
+		t.Error(err)
+	}
 }

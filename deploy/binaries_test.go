@@ -32,9 +32,10 @@ var built struct {
 // fuseboxBinaries are the binaries the manifests and units start.
 var fuseboxBinaries = []string{"fusebox-agent", "fusebox-coordinator", "fusebox-demo"}
 
-// builtBinaries are the ones the tests build and run: the agent's flags are
-// checked in process through agent.LoadConfig, which its main calls.
-var builtBinaries = []string{"fusebox-coordinator", "fusebox-demo"}
+// builtBinaries are the ones the tests build and run: the daemons' flags
+// are checked in process through agent.LoadConfig and
+// coordinator.LoadConfig, which their mains call.
+var builtBinaries = []string{"fusebox-demo"}
 
 // binaryPath builds the Fusebox binaries (once) and returns the path of
 // name (built in the cmd module). With -race, the build uses -race too:

@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator"
+	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 )
 
 // flagInfo is one flag of a binary, from its -h listing.
@@ -344,9 +346,9 @@ func (p podTemplate) fuseboxContainers() []fuseboxContainer {
 }
 
 // TestManifestFlagsAndPorts checks every container that runs a Fusebox
-// binary: each flag exists and parses in the real binary (the agent's
-// through agent.LoadConfig, which validates too), every FUSEBOX_* variable
-// of an agent is a flag, the container ports are exactly what the flags
+// binary: each flag exists and parses in the real binary (the daemons'
+// through agent.LoadConfig and coordinator.LoadConfig, which validate
+// too), every FUSEBOX_* variable of a daemon is one of its flags, the container ports are exactly what the flags
 // make the binary listen on (named gossip, http, grpc, etcd; the ports are
 // the binaries' defaults), no exposed port is bound to loopback, every
 // file a flag names is in a volume, the binary's writable paths are on
@@ -467,8 +469,8 @@ func flagValues(t *testing.T, where, binary string, c *corev1.Container) (vals, 
 	for i, a := range c.Args {
 		args[i] = expand(a)
 	}
-	if binary == "fusebox-agent" {
-		return agentFlags(t, where, args, env)
+	if _, ok := daemons[binary]; ok {
+		return daemonFlags(t, where, binary, args, env)
 	}
 	vals, ok := checkArgs(t, where, binary, args)
 	if !ok {
@@ -481,32 +483,61 @@ func flagValues(t *testing.T, where, binary string, c *corev1.Container) (vals, 
 	return vals, defaults
 }
 
-// agentFlags loads the agent's configuration the way fusebox-agent does
-// (agent.LoadConfig: FUSEBOX_* variables, flags, validation) and returns
-// the flag values and defaults.
-func agentFlags(t *testing.T, where string, args []string, env map[string]string) (vals, defaults map[string]string) {
+// daemon is how a daemon's main loads its configuration: flags, FUSEBOX_*
+// variables and the --config file (cliflag.Load), then validation.
+type daemon struct {
+	// load is LoadConfig; it returns the flag set bound to the result.
+	load func(args []string, getenv func(string) string) (*flag.FlagSet, error)
+	// flags is the flag set bound to the defaults.
+	flags func() *flag.FlagSet
+}
+
+// daemons are the binaries whose configuration the tests load in process,
+// through the package their main calls.
+var daemons = map[string]daemon{
+	"fusebox-agent": {
+		load: func(args []string, getenv func(string) string) (*flag.FlagSet, error) {
+			cfg, err := agent.LoadConfig(args, getenv, io.Discard)
+			return agent.NewFlagSet(&cfg), err
+		},
+		flags: func() *flag.FlagSet { def := agent.DefaultConfig(); return agent.NewFlagSet(&def) },
+	},
+	"fusebox-coordinator": {
+		load: func(args []string, getenv func(string) string) (*flag.FlagSet, error) {
+			cfg, err := coordinator.LoadConfig(args, getenv, io.Discard)
+			return coordinator.NewFlagSet(&cfg), err
+		},
+		flags: func() *flag.FlagSet { def := coordinator.DefaultConfig(); return coordinator.NewFlagSet(&def) },
+	},
+}
+
+// daemonFlags loads a daemon's configuration the way its main does
+// (FUSEBOX_* variables, the --config file, flags, validation) and returns
+// the flag values and defaults. Every FUSEBOX_* variable of the container
+// must be one of the daemon's flags.
+func daemonFlags(t *testing.T, where, binary string, args []string, env map[string]string) (vals, defaults map[string]string) {
 	t.Helper()
-	def := agent.DefaultConfig()
-	defFS := agent.NewFlagSet(&def)
+	d := daemons[binary]
+	defFS := d.flags()
 	for name := range env {
-		if strings.HasPrefix(name, agent.EnvPrefix) && defFS.Lookup(flagOfEnv(name)) == nil {
-			t.Errorf("%s: %s is no agent flag's variable", where, name)
+		if strings.HasPrefix(name, cliflag.EnvPrefix) && defFS.Lookup(flagOfEnv(name)) == nil {
+			t.Errorf("%s: %s is no %s flag's variable", where, name, binary)
 		}
 	}
-	cfg, err := agent.LoadConfig(args, func(k string) string { return env[k] }, io.Discard)
+	fs, err := d.load(args, func(k string) string { return env[k] })
 	if err != nil {
-		t.Errorf("%s: fusebox-agent refuses its configuration: %v", where, err)
+		t.Errorf("%s: %s refuses its configuration: %v", where, binary, err)
 		return nil, nil
 	}
 	vals, defaults = map[string]string{}, map[string]string{}
-	agent.NewFlagSet(&cfg).VisitAll(func(f *flag.Flag) { vals[f.Name] = f.Value.String() })
+	fs.VisitAll(func(f *flag.Flag) { vals[f.Name] = f.Value.String() })
 	defFS.VisitAll(func(f *flag.Flag) { defaults[f.Name] = f.DefValue })
 	return vals, defaults
 }
 
-// flagOfEnv is the agent flag a FUSEBOX_* variable sets.
+// flagOfEnv is the daemon flag a FUSEBOX_* variable sets.
 func flagOfEnv(name string) string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, agent.EnvPrefix)), "_", "-")
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, cliflag.EnvPrefix)), "_", "-")
 }
 
 // mountOf returns the volume mount that holds path.

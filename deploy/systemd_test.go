@@ -108,7 +108,7 @@ func execStart(t *testing.T, where string, u unitFile) (words []string, env map[
 // privileges, a read-only system, no capabilities), the socket in the
 // RuntimeDirectory and the data in the StateDirectory, the agent's egress
 // proxy on loopback, and every flag
-// (ExecStart, the EnvironmentFile it uses, the agent's YAML file) against
+// (ExecStart, an EnvironmentFile it uses, the daemon's YAML file) against
 // the real flag sets, with the binaries' default ports.
 func TestSystemdUnits(t *testing.T) {
 	units := map[string]string{"fusebox-agent.service": "fusebox-agent", "fusebox-coordinator.service": "fusebox-coordinator"}
@@ -141,19 +141,26 @@ func TestSystemdUnits(t *testing.T) {
 			}
 			args := words[1:]
 
-			var vals, defaults map[string]string
+			// --config names /etc/fusebox/<daemon>.yaml: read deploy/systemd's.
+			config := false
+			for i, a := range args {
+				if v, ok := strings.CutPrefix(a, "--config="); ok {
+					config = true
+					if !strings.HasPrefix(v, "/etc/fusebox/") {
+						t.Errorf("--config=%s: the test knows the files of /etc/fusebox only", v)
+					}
+					args[i] = "--config=" + filepath.Join(repoRoot, "deploy", "systemd", path.Base(v))
+				}
+			}
+			vals, defaults := daemonFlags(t, name, binary, args, env)
+			if vals == nil {
+				return
+			}
+			if !config {
+				t.Errorf("no --config: the site's settings belong in /etc/fusebox/%s.yaml, as for every daemon", strings.TrimPrefix(binary, "fusebox-"))
+			}
 			switch binary {
 			case "fusebox-agent":
-				// --config names /etc/fusebox/agent.yaml: read deploy/systemd's.
-				for i, a := range args {
-					if v, ok := strings.CutPrefix(a, "--config="); ok {
-						args[i] = "--config=" + filepath.Join(repoRoot, "deploy", "systemd", path.Base(v))
-					}
-				}
-				vals, defaults = agentFlags(t, name, args, env)
-				if vals == nil {
-					return
-				}
 				if rt := svc("RuntimeDirectory"); rt == "" || path.Dir(vals["socket"]) != "/run/"+rt {
 					t.Errorf("--socket=%s is not in RuntimeDirectory=%s (/run/%s)", vals["socket"], rt, rt)
 				}
@@ -166,14 +173,6 @@ func TestSystemdUnits(t *testing.T) {
 					t.Errorf("--proxy-addr=%q --insecure-proxy=%s: serve the egress proxy on loopback", p, vals["insecure-proxy"])
 				}
 			default:
-				var ok bool
-				if vals, ok = checkArgs(t, name, binary, args); !ok {
-					return
-				}
-				defaults = map[string]string{}
-				for n, f := range helpOf(t, binary) {
-					defaults[n] = f.def
-				}
 				if vals["data-dir"] != "/var/lib/"+state {
 					t.Errorf("--data-dir=%s is not StateDirectory=%s (/var/lib/%s)", vals["data-dir"], state, state)
 				}

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
@@ -41,6 +43,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// defaultFuseboxctl is the fuseboxctl binary beside this one (make run
+// builds both into bin/), relative to the working directory when it is
+// under it ("./bin/fuseboxctl"), else absolute; "fuseboxctl" (from PATH)
+// when there is none.
+func defaultFuseboxctl() string {
+	self, err := os.Executable()
+	if err != nil {
+		return "fuseboxctl"
+	}
+	ctl := filepath.Join(filepath.Dir(self), "fuseboxctl")
+	if st, err := os.Stat(ctl); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
+		return "fuseboxctl"
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, ctl); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return "./" + rel
+		}
+	}
+	return ctl
 }
 
 func parseFlags(args []string, stdout, stderr io.Writer) (demo.Config, error) {
@@ -80,6 +103,7 @@ Flags:
 	fs.StringVar(&cfg.AdminToken, "token", "", "admin bearer token of the coordinator (default: a random one, printed)")
 	fs.IntVar(&cfg.Rate, "rate", cfg.Rate, "shipping-api calls per second of each service")
 	fs.StringVar(&logLevel, "log-level", logLevel, "level of the coordinator's and agents' logs on stderr: debug, info, warn, error")
+	fs.StringVar(&cfg.Fuseboxctl, "fuseboxctl", defaultFuseboxctl(), "how the banner's command lines run fuseboxctl (default: the fuseboxctl beside this binary, as make run builds them, else fuseboxctl from PATH)")
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
 	}

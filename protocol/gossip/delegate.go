@@ -86,7 +86,7 @@ func (g *Gossip) decode(buf []byte, want protocol.FrameType) (protocol.Frame, bo
 func (g *Gossip) admitState(s *fuseboxv1.PushPullState) *inbound {
 	sender := s.GetNode()
 	if why := g.speaker(sender); why != "" {
-		g.Drop(why, len(s.GetRows())+len(s.GetRecords())+len(s.GetSignedRows())+len(s.GetSignedRecords()), "sender", clip(sender))
+		g.dropAbout(sender, why, len(s.GetRows())+len(s.GetRecords())+len(s.GetSignedRows())+len(s.GetSignedRecords()), "sender", clip(sender))
 		return nil
 	}
 	own := func(r *fuseboxv1.NodeWindow) bool {
@@ -232,6 +232,9 @@ type events Gossip
 func (e *events) NotifyJoin(n *memberlist.Node) {
 	m := memberOf(n)
 	m.State = "alive"
+	e.membersMu.Lock()
+	settle(e.settling, m.Name)
+	e.membersMu.Unlock()
 	e.setMember(m)
 	if e.cfg.Events != nil {
 		e.cfg.Events.MemberJoined(m)
@@ -244,6 +247,8 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 	if old, ok := e.members[m.Name]; ok {
 		e.unindexAddr(old.Addr)
 		(*Gossip)(e).retire(old)
+		settle(e.settling, m.Name)
+		settle(e.settlingAddrs, old.Addr)
 	}
 	delete(e.members, m.Name)
 	(*Gossip)(e).removePeer(m.Name)

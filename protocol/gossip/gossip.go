@@ -104,6 +104,11 @@ const MaxBroadcastFrame = 1024
 //     "generation_max", "generation_jump", "since_future", "zone_scope",
 //     "too_many_zones", "too_many_rows", "too_many_dependencies",
 //     "replayed", "evicted" (see sharedstate.RefusalReason).
+//
+// Each reason is logged as a warning at most once a minute, except
+// "not_member" and "unknown_key" items about a member that joined or left
+// within the last minute: a fleet that stops or starts drops those as a
+// matter of course, and they are logged at debug level.
 var DropReasons = []string{"empty", "truncated", "too_large", "unknown_version", "unknown_type", "malformed",
 	"unexpected_type", "invalid_item", "not_member", "not_agent", "row_not_sender",
 	"generation_max", "generation_jump", "since_future", "zone_scope", "too_many_zones", "too_many_rows", "too_many_dependencies",
@@ -210,6 +215,8 @@ type Gossip struct {
 	sendVersion   atomic.Uint32         // SendVersion
 	versionLogged map[string]struct{}   // members noteVersion logged (guarded by membersMu)
 	retired       map[string]retiredKey // keys of departed members (guarded by membersMu)
+	settling      map[string]time.Time  // members that joined or left lately, when (guarded by membersMu; settle)
+	settlingAddrs map[string]time.Time  // the addresses members left from lately, when (guarded by membersMu)
 
 	envMu  sync.Mutex
 	recEnv map[recKey]heldRecord // envelopes of the records held, for push-pull and relays
@@ -236,6 +243,72 @@ func (g *Gossip) Drop(reason string, n int, detail ...any) {
 	g.stats.drop(reason, n)
 	if g.dropLog.allow(reason) {
 		g.lg.Warn("gossip items dropped (logged at most once a minute per reason)", append([]any{"reason", reason, "count", n}, detail...)...)
+	}
+}
+
+// settleTime is how long after a member joined or left the items that
+// speak for it may be dropped as a matter of course: its rows and records
+// still travel in relays' queues after it left, and arrive before its key
+// is known when it just joined.
+const settleTime = time.Minute
+
+// settle notes that a member (by name, or by address in
+// settlingAddrs) joined or left now. Caller holds membersMu.
+func settle(m map[string]time.Time, key string) {
+	now := time.Now()
+	if len(m) >= maxRetired {
+		for k, at := range m {
+			if now.Sub(at) > settleTime {
+				delete(m, k)
+			}
+		}
+		if len(m) >= maxRetired {
+			return // a storm of joins: drops about these are warned of
+		}
+	}
+	m[key] = now
+}
+
+// settled reports whether key joined or left within settleTime.
+func (g *Gossip) settled(m map[string]time.Time, key string) bool {
+	g.membersMu.Lock()
+	at, ok := m[key]
+	g.membersMu.Unlock()
+	return ok && time.Since(at) <= settleTime
+}
+
+// dropAbout is Drop for items refused for what the node who they speak for
+// is (Gossip.speaker's reasons, "unknown_key"). Those about a member that
+// joined or left within settleTime ("not_member", "unknown_key") are
+// expected: counted alike, but logged at debug level, not as a warning.
+func (g *Gossip) dropAbout(who, reason string, n int, detail ...any) {
+	if (reason == "not_member" || reason == "unknown_key") && g.settled(g.settling, who) {
+		g.dropQuietly(reason, n, detail...)
+		return
+	}
+	g.Drop(reason, n, detail...)
+}
+
+// dropFrom is Drop for messages refused as "not_member" by their source
+// address: quietly when a member left from that address a moment ago.
+func (g *Gossip) dropFrom(addr string, n int, detail ...any) {
+	detail = append([]any{"from", addr}, detail...)
+	if g.settled(g.settlingAddrs, addr) {
+		g.dropQuietly("not_member", n, detail...)
+		return
+	}
+	g.Drop("not_member", n, detail...)
+}
+
+// dropQuietly counts an expected drop and logs it at debug level.
+func (g *Gossip) dropQuietly(reason string, n int, detail ...any) {
+	if n <= 0 {
+		return
+	}
+	g.stats.drop(reason, n)
+	if g.dropLog.allow("settling/" + reason) {
+		g.lg.Debug("gossip items dropped about a member that joined or left a moment ago (logged at most once a minute per reason)",
+			append([]any{"reason", reason, "count", n}, detail...)...)
 	}
 }
 
@@ -266,7 +339,9 @@ func (g *Gossip) speaker(name string) string {
 }
 
 // New validates cfg (Config.Validate), creates the memberlist (binding its
-// ports) and starts gossiping. It does not join anyone: call Join.
+// ports) and starts gossiping. It does not join anyone: call Join. A port
+// it cannot bind (TCP or UDP) is an error that wraps the bind's
+// *net.OpError (errors.Is(err, syscall.EADDRINUSE) when taken).
 func New(cfg Config) (*Gossip, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -281,7 +356,7 @@ func New(cfg Config) (*Gossip, error) {
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
 		peerIdx: map[string]int{}, stopRounds: make(chan struct{}),
-		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
+		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 
 	mc := memberlist.DefaultLANConfig()
@@ -313,8 +388,13 @@ func New(cfg Config) (*Gossip, error) {
 	}
 	mc.Delegate = (*delegate)(g)
 	mc.Events = (*events)(g)
-	mc.Logger = newMemberlistLogger(cfg.Logger)
+	mc.Logger = newMemberlistLogger(cfg.Logger, g.closed.Load)
 	mc.EnableCompression = false // see guardTransport
+	if cfg.Transport == nil {
+		if err := checkBind(host, port); err != nil {
+			return nil, fmt.Errorf("gossip: %w", err)
+		}
+	}
 	if cfg.Keyring == nil && cfg.Transport == nil {
 		gt, err := newGuardTransport(g, host, port, mc.Logger)
 		if err != nil {
@@ -360,6 +440,28 @@ func New(cfg Config) (*Gossip, error) {
 		}()
 	}
 	return g, nil
+}
+
+// checkBind binds the TCP and UDP ports of a gossip address and lets them
+// go again. memberlist reports a failed bind in words only; this returns
+// the *net.OpError (errors.Is(err, syscall.EADDRINUSE)), so that a daemon
+// can name the flag of the address.
+func checkBind(host string, port int) error {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	ln.Close()
+	if port == 0 {
+		return nil // any free port: memberlist picks one for both
+	}
+	pc, err := net.ListenPacket("udp", addr)
+	if err != nil {
+		return err
+	}
+	pc.Close()
+	return nil
 }
 
 // Join contacts the given gossip addresses (host:port) and merges state

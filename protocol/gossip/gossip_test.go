@@ -6,11 +6,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -592,6 +596,41 @@ func TestStripUserMessages(t *testing.T) {
 	}
 }
 
+// New on a taken port returns the bind's *net.OpError (wrapped), not only
+// memberlist's words, so a daemon can name the flag of the address: TCP or
+// UDP taken, with gossip's own transport and with a keyring (memberlist's).
+func TestNewOnBusyPort(t *testing.T) {
+	k, err := ParseKeyring([]byte(base64.StdEncoding.EncodeToString([]byte("0123456789abcdef"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		network string
+		keyring *memberlist.Keyring
+	}{{"tcp", "tcp", nil}, {"udp", "udp", nil}, {"tcp with keyring", "tcp", k}, {"udp with keyring", "udp", k}} {
+		t.Run(tc.name, func(t *testing.T) {
+			busy := sstest.BusyUDP
+			if tc.network == "tcp" {
+				busy = sstest.BusyTCP
+			}
+			addr := busy(t)
+			cfg := testConfig("a", RoleAgent, newRecorder())
+			cfg.BindAddr = addr
+			cfg.Keyring = tc.keyring
+			g, err := New(cfg)
+			if err == nil {
+				_ = g.Close(0)
+				t.Fatalf("New on busy %s port %s succeeded", tc.network, addr)
+			}
+			var op *net.OpError
+			if !errors.As(err, &op) || op.Op != "listen" || !errors.Is(err, syscall.EADDRINUSE) {
+				t.Errorf("New on busy %s port: %v (%T), want a listen *net.OpError", tc.network, err, err)
+			}
+		})
+	}
+}
+
 // packetFrames returns the frames of the next packet g gossips, in either
 // of the ways it gossips: memberlist's packets (GetBroadcasts) with
 // RowFanout 0, else the one frame of a broadcast round's packet.
@@ -644,4 +683,105 @@ func TestForgetWithdrawsQueuedRecord(t *testing.T) {
 			t.Fatal("the other record was never broadcast")
 		}
 	})
+}
+
+// Items about a member that left a moment ago (its rows still travel in
+// relays' queues when a fleet stops, its last packets are on their way)
+// are dropped as not_member like a stranger's, but logged at debug level:
+// only the stranger's is a warning.
+func TestDepartedMemberDropsAreNotWarnings(t *testing.T) {
+	var log sstest.Buffer
+	cfg := testConfig("a1", RoleAgent, newRecorder())
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	g := newMember(t, cfg)
+	peer, err := New(testConfig("a2", RoleAgent, newRecorder()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := peer.Join([]string{g.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a2 joined", func() bool { return len(g.Members()) == 2 })
+	peerAddr := peer.Addr()
+	g.membersMu.Lock()
+	g.settling["a2"] = time.Now().Add(-2 * settleTime) // joined long ago: the leave is what counts
+	g.membersMu.Unlock()
+	if err := peer.Close(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a2 left", func() bool { return len(g.Members()) == 1 })
+
+	var codec protocol.Codec
+	frame := func(node string) []byte {
+		f, err := codec.EncodeBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{
+			{Node: node, Dependency: "d1", Seq: 1, Counts: &fuseboxv1.Counts{Successes: 1}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	(*delegate)(g).NotifyMsg(frame("a2"))
+	if d := g.Stats().Dropped["not_member"]; d != 1 {
+		t.Fatalf("a departed member's row: not_member = %d, want 1", d)
+	}
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "dropped") && strings.Contains(l, "node=a2") && !strings.Contains(l, "level=DEBUG") {
+			t.Errorf("a departed member's row is logged above debug: %s", l)
+		}
+	}
+	if !strings.Contains(log.String(), "level=DEBUG msg=\"gossip items dropped about a member that joined or left a moment ago") {
+		t.Errorf("the departed member's row is not logged at debug:\n%s", log.String())
+	}
+	// A packet that was on its way from a2's address when it left.
+	pc, err := net.ListenPacket("udp", peerAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	to, err := net.ResolveUDPAddr("udp", g.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.WriteTo(append([]byte{mlUserMsg}, frame("a2")...), to); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the packet from a2's address counted as not_member", func() bool {
+		return g.Stats().Dropped["not_member"] >= 2
+	})
+	for _, l := range strings.Split(log.String(), "\n") {
+		if strings.Contains(l, "dropped") && strings.Contains(l, "from="+peerAddr) && !strings.Contains(l, "level=DEBUG") {
+			t.Errorf("a packet from a departed member's address is logged above debug: %s", l)
+		}
+	}
+	(*delegate)(g).NotifyMsg(frame("stranger"))
+	if d := g.Stats().Dropped["not_member"]; d != 3 {
+		t.Fatalf("a stranger's row: not_member = %d, want 3", d)
+	}
+	if !regexp.MustCompile(`level=WARN msg="gossip items dropped.*reason=not_member.*node=stranger`).MatchString(log.String()) {
+		t.Errorf("a stranger's row is not a warning:\n%s", log.String())
+	}
+}
+
+// memberlist's errors about its closed sockets while the Gossip closes (a
+// probe in flight) are logged at debug level; the same line at any other
+// time, and other errors, stay errors.
+func TestClosingSocketErrorsAreDebug(t *testing.T) {
+	var log sstest.Buffer
+	var closing bool
+	ml := newMemberlistLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})), func() bool { return closing })
+	const closed = "[ERR] memberlist: Failed to send UDP ping: write udp 127.0.0.1:1->127.0.0.1:2: use of closed network connection"
+	ml.Print(closed)
+	closing = true
+	ml.Print(closed)
+	ml.Print("[ERR] memberlist: Failed to send TCP ack: timeout")
+	lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+	want := []string{"level=ERROR", "level=DEBUG", "level=ERROR"}
+	if len(lines) != len(want) {
+		t.Fatalf("log:\n%s\nwant %d lines", log.String(), len(want))
+	}
+	for i, l := range lines {
+		if !strings.Contains(l, want[i]) {
+			t.Errorf("line %d: %s, want %s", i, l, want[i])
+		}
+	}
 }

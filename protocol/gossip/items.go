@@ -112,7 +112,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if pushPull && role == "origin" {
 			// vouched for by the sender, as below
 		} else if why := g.speaker(who); why != "" {
-			g.Drop(why, 1, role, clip(who), "dependency", clip(dep))
+			g.dropAbout(who, why, 1, role, clip(who), "dependency", clip(dep))
 			return false
 		}
 		switch _, st := g.keyOf(who); st {
@@ -124,7 +124,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 			}
 			return false
 		case KeyUnknown:
-			g.Drop("unknown_key", 1, role, clip(who), "dependency", clip(dep))
+			g.dropAbout(who, "unknown_key", 1, role, clip(who), "dependency", clip(dep))
 			return false
 		}
 		return true
@@ -145,12 +145,12 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if pushPull && role == "origin" {
 			// a record the sender holds: its signature is what counts
 		} else if why := g.speaker(who); why != "" {
-			g.Drop(why, 1, role, clip(who), "dependency", clip(dep))
+			g.dropAbout(who, why, 1, role, clip(who), "dependency", clip(dep))
 			return false
 		}
 		pub, st := g.keyOf(who)
 		if st != KeyKnown {
-			g.Drop("unknown_key", 1, role, clip(who), "dependency", clip(dep))
+			g.dropAbout(who, "unknown_key", 1, role, clip(who), "dependency", clip(dep))
 			return false
 		}
 		if known != nil && known() {

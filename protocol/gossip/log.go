@@ -5,6 +5,7 @@ import (
 	"context"
 	"log"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -17,14 +18,20 @@ import (
 // Packets that no key decrypts (a peer with another keyring, or someone
 // without one) are logged at most once a minute per sender address: a
 // stranger spraying packets must not flood the log.
+//
+// Once the Gossip closes, a probe or send still in flight fails on the
+// closed sockets ("use of closed network connection"): memberlist logs
+// that as an error, this at debug level.
 type memberlistLogWriter struct {
 	lg      *slog.Logger
 	decrypt *rateLog
+	closing func() bool // nil: never
 }
 
-// newMemberlistLogger returns a *log.Logger for memberlist.Config.Logger.
-func newMemberlistLogger(lg *slog.Logger) *log.Logger {
-	return log.New(memberlistLogWriter{lg: lg.With("component", "memberlist"), decrypt: &rateLog{}}, "", 0)
+// newMemberlistLogger returns a *log.Logger for memberlist.Config.Logger;
+// closing reports whether the Gossip is closing.
+func newMemberlistLogger(lg *slog.Logger, closing func() bool) *log.Logger {
+	return log.New(memberlistLogWriter{lg: lg.With("component", "memberlist"), decrypt: &rateLog{}, closing: closing}, "", 0)
 }
 
 // undecryptableSender returns the sender of a memberlist "could not
@@ -58,6 +65,9 @@ func (w memberlistLogWriter) Write(p []byte) (int, error) {
 			}
 		}
 		msg = strings.TrimPrefix(msg, "memberlist: ")
+		if lvl > slog.LevelDebug && w.closing != nil && w.closing() && strings.Contains(msg, net.ErrClosed.Error()) {
+			lvl = slog.LevelDebug
+		}
 		if from, ok := undecryptableSender(msg); ok && w.decrypt != nil {
 			if !w.decrypt.allow(from) {
 				continue

@@ -88,7 +88,7 @@ func (t *guardTransport) packetLoop() {
 			if !t.g.memberAddr(p.From) {
 				buf, stripped := stripUserMessages(p.Buf)
 				if stripped > 0 {
-					t.g.Drop("not_member", stripped, "from", p.From.String())
+					t.g.dropFrom(p.From.String(), stripped)
 				}
 				if buf == nil {
 					continue

@@ -1,6 +1,3 @@
-// Package cliflag holds the flag-value parsing and checks both daemons
-// share (the agent's flags and fusebox-coordinator's), so both read and
-// judge a flag's value alike. It imports the standard library only.
 package cliflag
 
 import (

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -58,6 +59,19 @@ type EtcdAuth struct {
 	// EtcdPasswordFile holds the etcd password (a secret file: mode 0600
 	// or stricter), instead of EtcdPassword.
 	EtcdPasswordFile string
+}
+
+// RegisterFlags registers the etcd TLS and authentication flags both
+// daemons take, bound to a (each flag's default is a's current value):
+// --etcd-ca, --etcd-cert, --etcd-key, --etcd-user, --etcd-password and
+// --etcd-password-file, the names Violations reports.
+func (a *EtcdAuth) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&a.EtcdCA, "etcd-ca", a.EtcdCA, "CA bundle to verify etcd's TLS certificate (default: the system's CAs)")
+	fs.StringVar(&a.EtcdCert, "etcd-cert", a.EtcdCert, "client certificate for etcd TLS (default: none)")
+	fs.StringVar(&a.EtcdKey, "etcd-key", a.EtcdKey, "client key for etcd TLS (default: none)")
+	fs.StringVar(&a.EtcdUsername, "etcd-user", a.EtcdUsername, "etcd user name (default: none: no etcd authentication)")
+	fs.StringVar(&a.EtcdPassword, "etcd-password", a.EtcdPassword, "etcd password; prefer FUSEBOX_ETCD_PASSWORD or --etcd-password-file (default: none)")
+	fs.StringVar(&a.EtcdPasswordFile, "etcd-password-file", a.EtcdPasswordFile, "file holding the etcd password (mode 0600 or stricter; keeps it out of the command line) (default: none)")
 }
 
 // ClientOptionsFor returns the ClientOptions of a daemon's etcd settings:

@@ -91,6 +91,9 @@ type Config struct {
 	// fuseboxctl commands, policy) with one line of addresses, for scripted
 	// runs (optional, default false).
 	Headless bool
+	// Fuseboxctl is how the banner's command lines run fuseboxctl, a
+	// path or a command name (optional, default "fuseboxctl", from PATH).
+	Fuseboxctl string
 	// Out receives the demo's own lines: banner, phases, transitions,
 	// summary (optional, default io.Discard).
 	Out io.Writer
@@ -134,6 +137,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.PollInterval == 0 {
 		c.PollInterval = d.PollInterval
+	}
+	if c.Fuseboxctl == "" {
+		c.Fuseboxctl = "fuseboxctl"
 	}
 	if c.Out == nil {
 		c.Out = io.Discard

@@ -198,7 +198,7 @@ func (d *Demo) printExternalBanner() {
 	fmt.Fprintf(&b, "  Readiness      http://%s/readyz\n", d.HTTPAddr())
 	fmt.Fprintf(&b, "\n  %s cycles every %v: healthy -> failing -> slow -> recovering (%v each);\n",
 		ShippingAPI, 4*d.cfg.PhaseDuration, d.cfg.PhaseDuration)
-	fmt.Fprintf(&b, "  %s stays healthy. The agent's policies apply (fuseboxctl policy get %s), not the demo's.\n", CatalogAPI, ShippingAPI)
+	fmt.Fprintf(&b, "  %s stays healthy. The agent's policies apply (%s policy get %s), not the demo's.\n", CatalogAPI, shellWord(d.cfg.Fuseboxctl), ShippingAPI)
 	fmt.Fprintf(&b, "  Transitions are the ones the services' clients see; Ctrl-C stops the demo and prints a summary.\n\n")
 	d.printf("%s", b.String())
 }

@@ -1,14 +1,11 @@
 package demo_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -114,42 +111,9 @@ func TestExternalAgent(t *testing.T) {
 		}
 	})
 
-	cmd := exec.CommandContext(ctx, fuseboxDemo, "--agent", "unix://"+ac.Socket, "--headless",
+	p := startDemoProcess(ctx, t, "", "--agent", "unix://"+ac.Socket, "--headless",
 		"--phase-duration", phase.String(), "--duration", (6 * phase).String(), "--http-addr", "127.0.0.1:0", "--log-level", "error")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := &lines{}
-	readDone := make(chan struct{})
-	go func() {
-		defer close(readDone)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			out.add(sc.Text())
-		}
-	}()
-	exited := make(chan error, 1)
-	go func() {
-		<-readDone // Wait closes the pipe: read everything first
-		exited <- cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		if cmd.ProcessState == nil {
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	})
-	defer func() {
-		if t.Failed() {
-			t.Logf("fusebox-demo's output:\n%s\nstderr:\n%s", out, stderr.String())
-		}
-	}()
+	out := p.out
 
 	// The headless line names the agent (by its node name, from its
 	// Welcome) and the readiness URL.
@@ -181,15 +145,8 @@ func TestExternalAgent(t *testing.T) {
 		t.Errorf("catalog-api at the agent: %+v, want closed and never opened", s)
 	}
 
-	timer := time.NewTimer(time.Minute)
-	defer timer.Stop()
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Fatalf("fusebox-demo --duration %v: %v", 6*phase, err)
-		}
-	case <-timer.C:
-		t.Fatalf("fusebox-demo did not exit within a minute of --duration %v", 6*phase)
+	if err := p.wait(time.Minute); err != nil {
+		t.Fatalf("fusebox-demo --duration %v: %v", 6*phase, err)
 	}
 	opened := regexp.MustCompile(fmt.Sprintf(`transition  %s @%s: \S+ -> open `, demo.ShippingAPI, ac.Name))
 	if out.find(opened) == nil {

@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
@@ -16,14 +17,16 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // fuseboxctl and fuseboxDemo are the paths of the binaries TestMain builds
-// for the browser test and the external agent test ("" when the build
+// for the browser test, the banner test and the external agent test, in
+// bin/ under buildRoot as `make run` builds them ("" when the build
 // failed; buildErr says why).
 var (
-	fuseboxctl, fuseboxDemo string
-	buildErr                error
+	buildRoot, fuseboxctl, fuseboxDemo string
+	buildErr                           error
 )
 
 func TestMain(m *testing.M) {
@@ -32,7 +35,8 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "TestMain:", err)
 		os.Exit(1)
 	}
-	fuseboxctl, fuseboxDemo, buildErr = buildBinaries(dir)
+	buildRoot = dir
+	fuseboxctl, fuseboxDemo, buildErr = buildBinaries(filepath.Join(dir, "bin"))
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
@@ -126,3 +130,83 @@ func (w *testWriter) Write(p []byte) (int, error) {
 }
 
 var _ io.Writer = (*testWriter)(nil)
+
+// cleanEnv is the test's environment without FUSEBOX_* variables, as in a
+// fresh shell.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FUSEBOX_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// demoProcess is the fusebox-demo binary running for a test.
+type demoProcess struct {
+	cmd    *exec.Cmd
+	out    *lines // its output lines, as they come
+	stderr sstest.Buffer
+	exited chan error // Wait's result, once
+	once   sync.Once
+	waited chan struct{} // closed once wait took exited
+}
+
+// startDemoProcess starts the fusebox-demo binary with args in dir (the
+// test's own working directory when ""), without the test's FUSEBOX_*
+// variables. It is killed at cleanup unless wait saw it exit, and its
+// output is logged when the test failed.
+func startDemoProcess(ctx context.Context, t *testing.T, dir string, args ...string) *demoProcess {
+	t.Helper()
+	p := &demoProcess{out: &lines{}, exited: make(chan error, 1), waited: make(chan struct{})}
+	p.cmd = exec.CommandContext(ctx, fuseboxDemo, args...)
+	p.cmd.Dir = dir
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stderr = &p.stderr
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.out.add(sc.Text())
+		}
+	}()
+	go func() {
+		<-readDone // Wait closes the pipe: read everything first
+		p.exited <- p.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.waited:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("fusebox-demo's output:\n%s\nstderr:\n%s", p.out, p.stderr.String())
+		}
+	})
+	return p
+}
+
+// wait waits up to within for the process to exit and returns Wait's
+// error (one saying it did not exit, after within).
+func (p *demoProcess) wait(within time.Duration) error {
+	timer := time.NewTimer(within)
+	defer timer.Stop()
+	select {
+	case err := <-p.exited:
+		p.once.Do(func() { close(p.waited) })
+		return err
+	case <-timer.C:
+		return fmt.Errorf("fusebox-demo did not exit within %v", within)
+	}
+}

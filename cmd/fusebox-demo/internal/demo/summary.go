@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os/exec"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -174,6 +175,29 @@ func (s Summary) WriteTo(w io.Writer) (int64, error) {
 	return int64(n), err
 }
 
+// shellWord quotes s for a POSIX shell when it holds anything but letters,
+// digits and -_./:=@%+, (a path with a blank stays one word).
+func shellWord(s string) string {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=@%+,", r)) {
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}
+
+// ctlHint says how to get fuseboxctl when the banner names it as a command
+// that is not on PATH ("" otherwise).
+func ctlHint(ctl string) string {
+	if strings.ContainsRune(ctl, '/') {
+		return ""
+	}
+	if _, err := exec.LookPath(ctl); err == nil {
+		return ""
+	}
+	return ctl + " is not on PATH: make build puts it in bin/, or pass --fuseboxctl PATH"
+}
+
 // formatCounts is one dependency's traffic on one log line.
 func formatCounts(dep string, c Counts) string {
 	return fmt.Sprintf("%-13s %5d calls: %5d ok %5d failed %5d rejected | %5d first attempts, %4d retries, %3d probes",
@@ -192,13 +216,30 @@ func (d *Demo) printBanner() {
 		d.printf("fusebox-demo: dashboard %s  admin API %s  token %s\n", url, d.GRPCAddr(), d.token)
 		return
 	}
+	ctl := shellWord(d.cfg.Fuseboxctl)
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nFusebox demo fleet: etcd, a coordinator, 3 agents (zones a, b, c), 3 services.\n\n")
 	fmt.Fprintf(&b, "  Dashboard      %s\n", url)
 	fmt.Fprintf(&b, "  Admin token    %s   (type it into the dashboard's Token box: it shows nothing without one)\n", d.token)
-	fmt.Fprintf(&b, "  fuseboxctl     FUSEBOX_TOKEN=%s fuseboxctl --coordinator %s status\n", d.token, d.GRPCAddr())
-	fmt.Fprintf(&b, "  Force open     FUSEBOX_TOKEN=%s fuseboxctl --coordinator %s force-open %s --reason demo\n",
-		d.token, d.GRPCAddr(), CatalogAPI)
+	fmt.Fprintf(&b, "  fuseboxctl     FUSEBOX_TOKEN=%s %s --coordinator %s status\n", d.token, ctl, d.GRPCAddr())
+	fmt.Fprintf(&b, "  Force open     FUSEBOX_TOKEN=%s %s --coordinator %s force-open %s --reason demo\n",
+		d.token, ctl, d.GRPCAddr(), CatalogAPI)
+	if hint := ctlHint(d.cfg.Fuseboxctl); hint != "" {
+		fmt.Fprintf(&b, "                 (%s)\n", hint)
+	}
+	for i, a := range d.agents {
+		label := ""
+		if i == 0 {
+			label = "Agents"
+		}
+		fmt.Fprintf(&b, "  %-14s %s (%s)  FUSEBOX_AGENT=%s", label, a.Name(), agentZones[i], shellWord("unix://"+a.SocketPath()))
+		if serviceNames[i] == proxiedService {
+			fmt.Fprintf(&b, "  HTTP_PROXY=http://%s", a.ProxyAddr())
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "                 (a service of yours that links clientlib runs with one of these FUSEBOX_AGENT=… set;\n")
+	fmt.Fprintf(&b, "                 one in another language with the HTTP_PROXY=… of an agent's egress proxy)\n")
 	fmt.Fprintf(&b, "  Metrics        http://%s/metrics (coordinator)", d.HTTPAddr())
 	for _, a := range d.agents {
 		fmt.Fprintf(&b, ", http://%s/metrics (%s)", a.HTTPAddr(), a.Name())
@@ -206,11 +247,7 @@ func (d *Demo) printBanner() {
 	fmt.Fprintf(&b, "\n\n  %s cycles every %v: healthy -> failing -> slow -> recovering (%v each);\n",
 		ShippingAPI, 4*d.cfg.PhaseDuration, d.cfg.PhaseDuration)
 	fmt.Fprintf(&b, "  %s stays healthy. Services: checkout@agent-a, orders@agent-b (clientlib), %s@agent-c\n", CatalogAPI, proxiedService)
-	for i, a := range d.agents {
-		if serviceNames[i] == proxiedService {
-			fmt.Fprintf(&b, "  (no clientlib: through its agent's egress proxy, HTTP_PROXY=http://%s).\n", a.ProxyAddr())
-		}
-	}
+	fmt.Fprintf(&b, "  (no clientlib: through its agent's egress proxy).\n")
 	b2 := d.policy.Breaker
 	r := d.policy.Retry
 	fmt.Fprintf(&b, "  Policy: window %v, trips at %d requests with %.0f%% failures or %.0f%% calls over %v from %d nodes;\n",
