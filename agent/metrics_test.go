@@ -72,6 +72,12 @@ func TestMetricsEndpoint(t *testing.T) {
 	})
 	base := "http://" + a.HTTPAddr()
 	sstest.Eventually(t, 10*time.Second, "ready", a.Ready)
+	// The metrics are read once: wait for what they must show to have
+	// happened (agent-0 may learn of the open from agent-1's direct send
+	// before its own first broadcast round went out).
+	sstest.Eventually(t, 10*time.Second, "agent-0 sent gossip messages", func() bool {
+		return a.gossip.Stats().BytesOut["message"] > 0
+	})
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Errorf("/healthz: %d %q", code, body)
 	}
