@@ -1,0 +1,229 @@
+package agent
+
+import (
+	"context"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
+	"github.com/fusebox-dev/fusebox/sharedstate/store"
+)
+
+// joinTargets returns the gossip addresses to try: --join, then the other
+// agents registered in etcd (when reachable).
+func (a *Agent) joinTargets() []string {
+	seen := map[string]bool{a.GossipAddr(): true}
+	var out []string
+	for _, j := range a.cfg.Join {
+		if !seen[j] {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	if a.opts.peers != nil {
+		for _, p := range a.opts.peers() {
+			if p != "" && !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	if a.store != nil {
+		ctx, cancel := context.WithTimeout(a.ctx, 2*time.Second)
+		members, _, err := a.store.ListMembers(ctx)
+		cancel()
+		if err != nil && len(members) == 0 {
+			a.lg.Debug("etcd members list failed", "err", err)
+		} else {
+			a.keys.Replace(keyEntries(members))
+		}
+		for _, m := range members {
+			if m.Node == a.cfg.Name || m.GossipAddr == "" || seen[m.GossipAddr] {
+				continue
+			}
+			seen[m.GossipAddr] = true
+			out = append(out, m.GossipAddr)
+		}
+	}
+	return out
+}
+
+// lookupKey reads one node's key from its etcd member entry (the gossip
+// layer asks for nodes it has not seen listed yet).
+func (a *Agent) lookupKey(ctx context.Context, node string) (gossip.KeyEntry, bool, error) {
+	m, found, err := a.store.GetMember(ctx, node)
+	if err != nil || !found {
+		return gossip.KeyEntry{}, false, err
+	}
+	e, ok := gossip.RegisteredKey(m.Node, m.PublicKey)
+	return e, ok, nil
+}
+
+func keyEntries(members []store.MemberEntry) []gossip.KeyEntry {
+	out := make([]gossip.KeyEntry, 0, len(members))
+	for _, m := range members {
+		if e, ok := gossip.RegisteredKey(m.Node, m.PublicKey); ok {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// peerAddrs returns the gossip addresses of up to max other alive agents.
+func (a *Agent) peerAddrs(max int) []string {
+	var out []string
+	for _, m := range a.gossip.Members() {
+		if len(out) == max {
+			break
+		}
+		if m.Name != a.cfg.Name && m.Meta.IsAgent() {
+			out = append(out, m.Addr)
+		}
+	}
+	return out
+}
+
+func (a *Agent) kickJoin() {
+	select {
+	case a.hub.joinKick <- struct{}{}:
+	default:
+	}
+}
+
+// joinLoop joins the cluster at start (always through a Join, which
+// exchanges state) and again whenever this agent sees no other agent
+// (everyone restarted), with backoff. While it has company it reconciles
+// membership every RejoinInterval: up to gossip.RejoinFanout of the
+// addresses of --join and of the etcd member registry that memberlist does
+// not list as alive are joined again, and after a round that reached one
+// of them (a heal) the next comes after HealRejoinInterval, for as long as
+// rounds keep reaching missing agents. While some are missing, an agent
+// that memberlist brings back (MemberJoined) starts a round at once, at
+// most one per HealRejoinInterval: in a healing fleet the first revivals
+// reach an agent by gossip before its own round comes, and its round is
+// what makes the other side take it back (see DefaultHealRejoinInterval).
+// Rounds within RejoinInterval of the last listing of the registry reuse
+// it (etcd is asked at most once per RejoinInterval).
+// memberlist forgets dead members, so without this two halves of a healed
+// partition that each have company would never merge; a join is a
+// push-pull state exchange, so records and rows converge with it.
+func (a *Agent) joinLoop() {
+	backoff := newBackoff(a.cfg.JoinRetryMin, a.cfg.JoinRetryMax)
+	healing := false // the last rejoin round reached an agent that was missing
+	var lastRound, listed time.Time
+	var targets []string // the registry as last listed
+	for {
+		healing = healing && a.gossip.NumAgents() > 1
+		if !lastRound.IsZero() && a.joined.Load() && a.gossip.NumAgents() > 1 {
+			// Kicked rounds come at most every HealRejoinInterval.
+			if wait := a.cfg.HealRejoinInterval - time.Since(lastRound); wait > 0 && !ctxtime.Sleep(a.ctx, wait) {
+				return
+			}
+		}
+		roundStart := time.Now()
+		lastRound = roundStart
+		// Counting other agents is not enough to be joined: a restarted
+		// agent hears from peers that still know its address before it
+		// exchanged any state with them, and would then serve its clients
+		// without the fleet's breaker records (scale scenario (f)). A Join
+		// is a push-pull: after one, the records are here.
+		if a.gossip.NumAgents() > 1 && a.joined.Load() {
+			backoff.reset()
+			if targets == nil || time.Since(listed) >= a.cfg.RejoinInterval {
+				targets, listed = a.joinTargets(), time.Now()
+			}
+			missing, n, err := a.gossip.Rejoin(targets)
+			healing = len(missing) > 0 && n > 0
+			a.missingPeers.Store(len(missing) > 0)
+			if len(missing) > 0 {
+				if n > 0 {
+					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "missing", len(missing))
+				} else {
+					a.lg.Debug("gossip rejoin found none of the missing agents", "missing", len(missing), "err", err)
+				}
+			}
+		} else if targets := a.joinTargets(); len(targets) > 0 || a.gossip.NumAgents() > 1 {
+			a.missingPeers.Store(false)
+			n, err := 0, error(nil)
+			if len(targets) > 0 {
+				// One answer is a join (a push-pull of the whole
+				// membership): the --join addresses and a few registered
+				// agents at random, not all of a 500-agent registry one
+				// after the other; a round that reaches none retries with
+				// another sample.
+				targets = joinSample(targets, len(a.cfg.Join)+gossip.RejoinFanout)
+				n, err = a.gossip.Join(targets)
+			}
+			if n == 0 && a.gossip.NumAgents() > 1 {
+				// Peers found this agent (they joined it, or still knew its
+				// address): exchange state with a few of them.
+				targets = a.peerAddrs(3)
+				n, err = a.gossip.Join(targets)
+			}
+			switch {
+			case err != nil && n == 0:
+				a.lg.Warn("gossip join failed", "targets", targets, "err", err)
+			case err != nil:
+				a.lg.Info("gossip joined some peers", "joined", n, "targets", targets, "err", err)
+			default:
+				a.lg.Info("gossip joined", "joined", n, "targets", targets)
+			}
+			if n > 0 {
+				a.joined.Store(true)
+			}
+			a.joinFailing.Store(n == 0)
+		}
+		d := backoff.next()
+		if a.joined.Load() && a.gossip.NumAgents() > 1 {
+			d = a.cfg.RejoinInterval
+			if healing {
+				d = a.cfg.HealRejoinInterval
+			}
+			// From the round's start: a round whose dials went into a
+			// partition took a TCP timeout, and waiting a full interval
+			// after it made the rounds 4 s apart, so that a heal waited up
+			// to 4 s for its first join across (scale (e)).
+			d = max(0, d-time.Since(roundStart))
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-a.ctx.Done():
+			t.Stop()
+			return
+		case <-a.hub.joinKick:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// joinSample returns targets when there are at most n, else its first
+// n-RejoinFanout (the --join addresses, which joinTargets lists first)
+// followed by RejoinFanout others at random.
+func joinSample(targets []string, n int) []string {
+	if len(targets) <= n {
+		return targets
+	}
+	keep := max(0, n-gossip.RejoinFanout)
+	rest := slices.Clone(targets[keep:])
+	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append(slices.Clone(targets[:keep]), rest[:n-keep]...)
+}
+
+// backoff is an exponential backoff without jitter (one agent, one loop).
+type backoff struct{ min, max, cur time.Duration }
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }

@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
+)
+
+// answerUpstream hands the upstream's answer on: status, headers (without
+// hop-by-hop ones), the body as it comes (flushed as it comes when its
+// length is unknown or it is an event stream), trailers.
+func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, a attempt, attempts int, rejected string) {
+	resp := a.resp
+	defer a.cancel(nil)
+	defer resp.Body.Close()
+	h := w.Header()
+	conn := connectionTokens(resp.Header)
+	for k, vs := range resp.Header {
+		if hopHeaders[k] || conn[k] || answerHeaders[k] {
+			continue
+		}
+		h[k] = vs
+	}
+	h[HeaderAttempts] = attemptsValue(attempts)
+	if rejected != "" {
+		h.Set(HeaderRejected, rejected)
+	}
+	if len(resp.Trailer) > 0 {
+		names := make([]string, 0, len(resp.Trailer))
+		for k := range resp.Trailer {
+			names = append(names, k)
+		}
+		h["Trailer"] = []string{strings.Join(names, ", ")}
+	}
+	p.m.requests[f][resultUpstream].Inc()
+	w.WriteHeader(resp.StatusCode)
+	flush := resp.ContentLength < 0 || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	if err := copyBody(w, resp.Body, flush); err != nil {
+		if errors.Is(err, errUpstreamBody) {
+			// The client must see a truncated answer, not a complete one.
+			panic(http.ErrAbortHandler)
+		}
+		return
+	}
+	for k, vs := range resp.Trailer {
+		h[k] = vs
+	}
+}
+
+var errUpstreamBody = errors.New("fusebox proxy: reading the upstream's body")
+
+// copyBody copies body to w, flushing after each write when flush; an
+// error reading the body wraps errUpstreamBody.
+func copyBody(w http.ResponseWriter, body io.Reader, flush bool) error {
+	bp := copyBuffers.Get().(*[]byte)
+	defer copyBuffers.Put(bp)
+	buf := *bp
+	rc := http.NewResponseController(w)
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return werr
+			}
+			if flush {
+				if ferr := rc.Flush(); ferr != nil {
+					return ferr
+				}
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return errors.Join(errUpstreamBody, err)
+		}
+	}
+}
+
+// answerError answers 502 (no answer) or 504 (no answer in time).
+func (p *Proxy) answerError(w http.ResponseWriter, f form, t *target, attempts int, timeout bool, err error) {
+	p.m.requests[f][resultError].Inc()
+	h := w.Header()
+	h[HeaderAttempts] = attemptsValue(attempts)
+	status, kind := http.StatusBadGateway, "upstream"
+	msg := "fusebox proxy: " + t.dep + " (" + t.authority + ") did not answer: " + errText(err)
+	if timeout {
+		status, kind = http.StatusGatewayTimeout, "timeout"
+		msg = "fusebox proxy: " + t.dep + " (" + t.authority + ") did not answer in time"
+	}
+	h.Set(HeaderError, kind)
+	http.Error(w, msg, status)
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "no answer"
+	}
+	return err.Error()
+}
+
+// answerRejected answers a refusal at once: 503 with Retry-After and the
+// reason. attempts is how many were made before a retry was refused;
+// lastErr what the last one came to.
+func (p *Proxy) answerRejected(w http.ResponseWriter, f form, t *target, reason string, why sharedstate.Reason, attempts int, lastErr error) {
+	if attempts == 0 {
+		p.m.rejected.WithLabelValues(label(reason)).Inc()
+		p.m.requests[f][resultRejected].Inc()
+	} else {
+		p.m.requests[f][resultError].Inc()
+	}
+	snap := p.eng.Snapshot(t.dep)
+	var pol sharedstate.BreakerPolicy
+	if why == sharedstate.ReasonOpen || why == sharedstate.ReasonForcedOpen {
+		pol = p.eng.Policy(t.dep).Breaker
+	}
+	h := w.Header()
+	h.Set("Retry-After", retryAfterSeconds(retryAfter(snap, pol, why, time.Now())))
+	h.Set(HeaderRejected, reason)
+	h[HeaderAttempts] = attemptsValue(attempts)
+	msg := "fusebox proxy: " + t.dep + ": refused by Fusebox (" + reason + ")"
+	if lastErr != nil {
+		msg += " after " + strconv.Itoa(attempts) + " attempt(s); the last: " + lastErr.Error()
+	}
+	http.Error(w, msg, http.StatusServiceUnavailable)
+}
+
+// refuseEntry answers a dependency the proxy cannot track.
+func (p *Proxy) refuseEntry(w http.ResponseWriter, f form, t *target, err error) {
+	if isRefusedName(err) {
+		p.answerInvalid(w, f, badRequest("invalid-dependency", "fusebox proxy: "+err.Error()))
+		return
+	}
+	p.answerRejected(w, f, t, "too-many-dependencies", sharedstate.ReasonNone, 0, nil)
+}
