@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -322,6 +324,39 @@ func TestDuplicateWaitsForTheFirst(t *testing.T) {
 	}
 	if v := testutil.ToFloat64(d.m.waiting); v != 0 {
 		t.Fatalf("waiting gauge %v after the wait", v)
+	}
+}
+
+// TestWaitingDuplicateRunsAfterNothingRan: a duplicate waiting for the
+// first request runs itself when the first says NothingRan.
+func TestWaitingDuplicateRunsAfterNothingRan(t *testing.T) {
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open)
+	var runs atomic.Int64
+	d := newDeduper(t, memStore(t, MemoryConfig{}))
+	mw := d.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-gate
+			NothingRan(r.Context())
+			http.Error(w, "ledger busy", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first := make(chan int, 1)
+	go func() { first <- req{key: "k"}.do(mw).Code }()
+	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return runs.Load() == 1 })
+	dup := make(chan *httptest.ResponseRecorder, 1)
+	go func() { dup <- req{key: "k"}.do(mw) }()
+	sstest.Eventually(t, 10*time.Second, "the duplicate to wait", func() bool { return testutil.ToFloat64(d.m.waiting) == 1 })
+	open()
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d, want its 503", code)
+	}
+	w := <-dup
+	if w.Code != http.StatusCreated || w.Header().Get(HeaderReplayed) != "" || runs.Load() != 2 {
+		t.Fatalf("duplicate: %d (replayed %q), runs %d; want it to run after the release", w.Code, w.Header().Get(HeaderReplayed), runs.Load())
 	}
 }
 
