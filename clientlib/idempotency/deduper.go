@@ -37,7 +37,8 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 	// HeaderStatus says why the Deduper answered itself: "in-progress",
 	// "mismatch", "invalid-key", "not-stored", "store-unavailable",
-	// "request-too-large".
+	// "request-too-large", or "panicked" (the stored answer of a handler
+	// that panicked).
 	HeaderStatus = "Fusebox-Idempotency"
 
 	metadataReplayed = "idempotent-replayed"
@@ -342,19 +343,20 @@ func (d *Deduper) storeFailed(ctx context.Context, err error) (verdict, string, 
 	return unavailable, "", nil, err
 }
 
-// finish stores resp under the reservation, or releases the key when the
-// handler failed in a way a retry may fix.
-func (d *Deduper) finish(key, token, fp string, resp *Response, release bool) {
+// settle ends a run of the handler: it releases the key when the handler
+// called NothingRan, and otherwise stores resp, whatever its status, as
+// the key's outcome (counted as outcome).
+func (d *Deduper) settle(key, token, fp string, r *handlerRun, resp *Response, outcome string) {
 	// The request's context may be done (the caller went away); the record
 	// must still be written.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	if release {
+	if r.nothingRan.Load() {
 		d.m.requests.WithLabelValues("released").Inc()
 		err = d.store.Release(ctx, key, token)
 	} else {
-		d.m.requests.WithLabelValues("executed").Inc()
+		d.m.requests.WithLabelValues(outcome).Inc()
 		err = d.store.Complete(ctx, key, token, &Record{Fingerprint: fp, Completed: true, Response: *resp}, d.cfg.resultTTL)
 	}
 	switch {
