@@ -33,10 +33,13 @@ type Client struct {
 	random   func() uint64
 	nstripes int
 	engine   *sharedstate.Engine
-	agent    fuseboxv1.AgentClient // nil with NoAgent
+	agent    fuseboxv1.AgentClient // nil with NoAgent or in process
 	conn     *grpc.ClientConn
-	sess     *session
+	fleet    fleet // the agent's session, or its engine in process
 	metrics  *metrics
+	// fallback: the fleet may go away, so the local breaker is fed every
+	// dependency's counts (not only those the fleet refused).
+	fallback bool
 
 	depMu sync.Mutex // guards creation and ndeps
 	deps  atomic.Pointer[map[string]*depState]
@@ -99,7 +102,7 @@ func New(cfg Config) (c *Client, err error) {
 			}
 		}()
 	}
-	c.sess = newSession(c)
+	c.fleet, c.fallback = newSession(c), true
 	if !cfg.NoAgent {
 		target, _ := agentTarget(cfg.AgentAddress) // validated above
 		opts := append([]grpc.DialOption{
@@ -129,10 +132,7 @@ func New(cfg Config) (c *Client, err error) {
 	}
 	c.wg.Add(1)
 	go c.flushLoop()
-	if c.agent != nil {
-		c.wg.Add(1)
-		go c.sess.loop(c.ctx)
-	}
+	c.fleet.start(c.ctx)
 	return c, nil
 }
 
@@ -166,7 +166,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.flushStop)
 		<-c.flushDone
-		c.sess.finish(c.cfg.AgentWait)
+		c.fleet.finish(c.cfg.AgentWait)
 		c.cancel()
 		if c.conn != nil {
 			c.conn.Close()
@@ -189,7 +189,7 @@ func (c *Client) Service() string { return c.service }
 
 // AgentConnected reports whether a session with the agent is up (snapshots
 // from it decide) or not (the local fallback decides).
-func (c *Client) AgentConnected() bool { return c.sess.isConnected() }
+func (c *Client) AgentConnected() bool { return c.fleet.up() }
 
 // Dependency returns the handle on dependency name. Names are 1–128
 // characters of [A-Za-z0-9._:/-]. An invalid name, or a new name past
@@ -226,7 +226,7 @@ func (c *Client) depState(name string) *depState {
 	c.deps.Store(&next)
 	c.ndeps++
 	c.depMu.Unlock()
-	c.sess.subscribe(st)
+	c.fleet.follow(st)
 	return st
 }
 
@@ -314,7 +314,7 @@ func (c *Client) flushLoop() {
 // session is up) gets what it has not counted itself: AcquireRetry and
 // AcquireProbe count the retries, probes and refusals they decide.
 func (c *Client) flush() {
-	connected := c.sess.isConnected()
+	connected := c.fleet.up()
 	now := time.Now().UnixNano()
 	c.each(func(st *depState) {
 		if u := st.keptUntil.Load(); u != 0 && now >= u { // a kept throttle probability expired
@@ -332,7 +332,7 @@ func (c *Client) flush() {
 			SlowCalls:     t.slow - ll.slow,
 			Rejected:      (t.rejected - ll.rejected) + (t.rejectedAgent - ll.rejectedAgent),
 		}
-		if !local.IsZero() {
+		if !local.IsZero() && (c.fallback || st.refused.Load()) {
 			c.ensureLocalPolicy(st)
 			_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
 		}
@@ -345,20 +345,20 @@ func (c *Client) flush() {
 				Rejected:      t.rejected - la.rejected,
 			}
 			if !agent.IsZero() {
-				c.sess.addDeltas(st, agent)
+				c.fleet.report(st, agent)
 			}
 			// In-flight calls, while there is a limit (and once more
 			// after it, to bring the agent's count back to 0).
 			if n := st.slots.inFlight(); st.dec.Load().limit > 0 || n != st.sentInFlight {
 				if n != st.sentInFlight || !st.inFlightSent {
-					c.sess.setInFlight(st, uint64(n))
+					c.fleet.setInFlight(st, uint64(st.sentInFlight), uint64(n))
 					st.sentInFlight, st.inFlightSent = n, true
 				}
 			}
 		}
 	})
 	c.engine.Tick() // single node: the records it proposes need no gossip
-	c.sess.kick()
+	c.fleet.flushed()
 }
 
 // onEngineChange is the local engine's OnChange: republish the decision of

@@ -383,7 +383,7 @@ func (st *depState) publishLocked() {
 		snap      *sharedstate.Snapshot
 		fromAgent bool
 	)
-	if st.agentSnap != nil && st.c.sess.isConnected() {
+	if st.agentSnap != nil && st.c.fleet.up() {
 		snap, fromAgent = st.agentSnap, true
 	} else {
 		snap = st.c.localSnapshot(st)

@@ -130,7 +130,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	gauge(m.dependencies, float64(n))
 	counter(m.dependenciesRefused, m.refused.Load())
 	conn := 0.0
-	if m.c.sess.isConnected() {
+	if m.c.fleet.up() {
 		conn = 1
 	}
 	gauge(m.connected, conn)
