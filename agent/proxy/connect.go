@@ -16,8 +16,13 @@ import (
 // per-attempt timeout and the caller no deadline.
 const defaultDialTimeout = 10 * time.Second
 
-// established is the answer to a CONNECT whose dial succeeded.
-const established = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n\r\n"
+// established is the answer to a CONNECT whose dial succeeded;
+// establishedUntracked, to one the proxy's full table left untracked.
+const (
+	established          = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n\r\n"
+	establishedUntracked = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n" +
+		HeaderUntracked + ": too-many-dependencies\r\n\r\n"
+)
 
 // serveConnect opens a tunnel. Fusebox sees a tunnel at the connection
 // level only: the breaker, throttling and the concurrency limit decide
@@ -57,7 +62,11 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 	}
 	p.m.requests[f][resultUpstream].Inc()
 	_ = conn.SetDeadline(time.Time{}) // the server's read deadlines end with the request
-	if _, err := io.WriteString(conn, established); err != nil {
+	answer := established
+	if e == nil {
+		answer = establishedUntracked
+	}
+	if _, err := io.WriteString(conn, answer); err != nil {
 		conn.Close()
 		up.Close()
 		return
