@@ -110,10 +110,9 @@ func build(cfg Config, eng Engine) (c *Client, err error) {
 			}
 		}()
 	}
-	switch {
-	case eng != nil:
+	if eng != nil {
 		c.fleet = newEngineFleet(c, eng)
-	default:
+	} else {
 		c.fleet, c.fallback = newSession(c), true
 	}
 	if eng == nil && !cfg.NoAgent {

@@ -85,8 +85,9 @@ func optionsFromContext(ctx context.Context) []CallOption {
 //   - statuses 408, 429, 502, 503, 504 are retried (honouring Retry-After
 //     within the deadline); 5xx count as failures. The body of a failed
 //     attempt that may be retried is read (up to 64 KiB) under the
-//     attempt's timeout (at most keepWait without one and without a
-//     deadline) and closed: a stalled body ends the attempt, not the call;
+//     attempt's timeout (for at most 10s when the attempt has neither a
+//     timeout nor a deadline) and closed: a stalled body ends the attempt,
+//     not the call;
 //     that prefix is the caller's answer, with its length, when the retry
 //     is then not made. The answer no attempt follows (the last one, or a
 //     status the classifier does not retry) is returned as it comes, its
