@@ -82,8 +82,8 @@ rule() {
       ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
       WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
     agent/proxy)
-      ALLOW='^(sharedstate|sharedstate/backoff|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
-      WHY='agent/proxy (the egress proxy) decides through its Engine interface: it may import sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
+      ALLOW='^(clientlib|sharedstate|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
+      WHY='agent/proxy (the egress proxy) makes its calls through clientlib, deciding through the Engine interface the agent implements: it may import clientlib, sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
       ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip, protocol/serverlimits (etcd only through store)' ;;

@@ -33,7 +33,7 @@ var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid",
 // rejectReasons are the values of Fusebox-Rejected (the reason label of
 // rejected_total, dashes as underscores).
 var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
-	"budget-exhausted", "too-many-dependencies"}
+	"budget-exhausted"}
 
 // invalidReasons are the values of Fusebox-Error for requests the proxy
 // refuses for what they are (the reason label of invalid_requests_total).
@@ -48,6 +48,7 @@ type metrics struct {
 	rejected   *prometheus.CounterVec
 	invalid    *prometheus.CounterVec
 	unbuffered prometheus.Counter
+	untracked  prometheus.Counter
 	connsRef   prometheus.Counter
 	all        []prometheus.Collector
 	docs       []MetricDoc
@@ -94,7 +95,7 @@ func newMetrics(p *Proxy) *metrics {
 		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
 	}
 	m.rejected = counterVec("rejected_total",
-		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry, too_many_dependencies).",
+		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry).",
 		"reason")
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first
@@ -107,6 +108,8 @@ func newMetrics(p *Proxy) *metrics {
 	}
 	m.unbuffered = counter("unbuffered_bodies_total",
 		"Requests that could have been retried but whose body was larger than the buffer limit: sent to a single attempt (Fusebox-Not-Retried: body-too-large).")
+	m.untracked = counter("untracked_requests_total",
+		"Requests forwarded untracked because the proxy's table of dependencies was full (Fusebox-Untracked: too-many-dependencies): one attempt, no breaker, nothing counted.")
 	m.connsRef = counter("connections_refused_total",
 		"Client connections refused because the connection limit was reached.")
 	gauge("connections", "Client connections open.", func() float64 {

@@ -41,7 +41,8 @@ const (
 	HeaderAttempts = "Fusebox-Attempts"
 	// HeaderRejected names why Fusebox refused an attempt: open,
 	// forced-open, half-open-no-permit, throttled, concurrency-limit,
-	// budget-exhausted (a retry), too-many-dependencies.
+	// budget-exhausted (a retry); too-many-connections (the listener's
+	// cap).
 	HeaderRejected = "Fusebox-Rejected"
 	// HeaderNotRetried says why a request that may be retried was given a
 	// single attempt: body-too-large.
@@ -55,6 +56,9 @@ const (
 	// headers-too-large, bad-timeout, bad-body, upgrade-unsupported), or
 	// why it is forbidden (own-listener, not-allowed).
 	HeaderError = "Fusebox-Error"
+	// HeaderUntracked says that the proxy forwarded the request untracked
+	// (one attempt, no breaker, nothing counted): too-many-dependencies.
+	HeaderUntracked = "Fusebox-Untracked"
 )
 
 // maxOwnerLen bounds Fusebox-Service and Fusebox-Retry-Owner, as clientlib does.
@@ -90,6 +94,7 @@ type target struct {
 	// named it.
 	authority string
 	dep       string
+	route     string // the dependency a route named (the default retry owner)
 }
 
 // dialAddr is host:port.
@@ -189,7 +194,7 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 	t.host, t.authority = host, authority
 	lower := strings.ToLower(host)
 	if rt, ok := p.rt.lookup(lower, cmpOr(port, defaultPort(t.scheme))); ok {
-		t.dep = rt.Dependency
+		t.dep, t.route = rt.Dependency, rt.Dependency
 		if rt.Scheme != "" && t.form != formConnect {
 			t.scheme = rt.Scheme
 		}
@@ -197,6 +202,9 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 	t.port = cmpOr(port, defaultPort(t.scheme))
 	if depHeader != "" {
 		t.dep = depHeader
+	}
+	if t.dep != t.route {
+		t.route = ""
 	}
 	if t.dep == "" {
 		t.dep = dependencyName(authority)
