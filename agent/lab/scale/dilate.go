@@ -4,7 +4,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 )
 
 // Time dilation (DieCast, time-warped network emulation): a fleet runs K

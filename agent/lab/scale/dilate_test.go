@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 )
 
 // Every time.Duration of agent.Config is dilated: by DilateAgent, or by

@@ -11,8 +11,9 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -87,6 +88,7 @@ type Fleet struct {
 
 	mu     sync.Mutex
 	agents []*agent.Agent
+	inside []agentopt.Inside // each agent's in-process handles
 	addrs  []string
 }
 
@@ -120,7 +122,7 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (_ *Fleet, err error) {
 		return nil, err
 	}
 	f := &Fleet{cfg: cfg, Net: n, heapBase: base, k: cfg.Dilate, clock: NewClock(cfg.Dilate),
-		agents: make([]*agent.Agent, cfg.N), addrs: make([]string, cfg.N)}
+		agents: make([]*agent.Agent, cfg.N), inside: make([]agentopt.Inside, cfg.N), addrs: make([]string, cfg.N)}
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -187,7 +189,7 @@ func (f *Fleet) registry() []string {
 // Name returns agent i's node name.
 func Name(i int) string { return fmt.Sprintf("agent-%03d", i) }
 
-func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.Agent, error) {
+func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.Agent, agentopt.Inside, error) {
 	cfg := agent.DefaultConfig()
 	cfg.Name = Name(i)
 	cfg.Zone = "z1"
@@ -208,17 +210,18 @@ func (f *Fleet) start(ctx context.Context, i int, tr *simnet.Transport) (*agent.
 		f.cfg.Tune(&cfg)
 	}
 	DilateAgent(&cfg, f.k)
-	a, err := agent.New(cfg, agent.WithGossipTransport(tr), agent.WithInProcessAPI(), agent.WithPeerRegistry(f.registry),
+	var in agentopt.Inside
+	a, err := agent.New(cfg, agentopt.WithSim(agentopt.Sim{Transport: tr, InProcessAPI: true, Peers: f.registry, Attach: func(x agentopt.Inside) { in = x }}),
 		agent.WithDefaultPolicy(*f.cfg.Policy), agent.WithLogger(f.cfg.Logger), agent.WithClock(f.clock))
 	if err != nil {
 		tr.Shutdown()
-		return nil, fmt.Errorf("scale: agent %d: %w", i, err)
+		return nil, in, fmt.Errorf("scale: agent %d: %w", i, err)
 	}
 	if err := a.Start(ctx); err != nil {
 		a.Close()
-		return nil, fmt.Errorf("scale: agent %d: %w", i, err)
+		return nil, in, fmt.Errorf("scale: agent %d: %w", i, err)
 	}
-	return a, nil
+	return a, in, nil
 }
 
 // Size returns N.
@@ -286,12 +289,12 @@ func (f *Fleet) Restart(ctx context.Context, i int) error {
 
 // startAt starts agent i on tr and puts it in the fleet.
 func (f *Fleet) startAt(ctx context.Context, i int, tr *simnet.Transport) error {
-	a, err := f.start(ctx, i, tr)
+	a, in, err := f.start(ctx, i, tr)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	f.agents[i] = a
+	f.agents[i], f.inside[i] = a, in
 	f.mu.Unlock()
 	return nil
 }
@@ -339,11 +342,13 @@ func (f *Fleet) waitAll(ctx context.Context, ok func(int, *agent.Agent) bool, wh
 // (successes and failures each) in one request through the agent's local
 // API, as clientlib's flush does.
 func (f *Fleet) Report(ctx context.Context, i int, deps []string, successes, failures uint32) error {
-	a := f.Agent(i)
+	f.mu.Lock()
+	a, api := f.agents[i], f.inside[i].API
+	f.mu.Unlock()
 	if a == nil {
 		return fmt.Errorf("scale: %s is not running", Name(i))
 	}
-	resp, err := a.LocalAPI().Report(ctx, FirstAttempts(deps, successes, failures))
+	resp, err := api.Report(ctx, FirstAttempts(deps, successes, failures))
 	if err != nil {
 		return err
 	}
@@ -431,4 +436,11 @@ func (f *Fleet) Proposed(i int, dep, state string) int {
 		}
 	}
 	return 0
+}
+
+// PushPullState returns the state agent i sends in a push-pull right now.
+func (f *Fleet) PushPullState(i int) *fuseboxv1.PushPullState {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inside[i].PushPullState()
 }

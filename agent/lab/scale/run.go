@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 )
 
 // RunConfig configures Run.

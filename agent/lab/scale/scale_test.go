@@ -7,8 +7,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -153,7 +153,7 @@ func TestSteady(t *testing.T) {
 	if c.PushPullErr != nil || c.PushPull >= protocol.DefaultMaxFrameSize {
 		t.Errorf("(c): push-pull of %d bytes: %v", c.PushPull, c.PushPullErr)
 	}
-	if st := f.Agent(0).PushPullState(); len(st.GetRows()) < 1000 {
+	if st := f.PushPullState(0); len(st.GetRows()) < 1000 {
 		t.Errorf("agent 0's push-pull state has %d rows, want its 1,000", len(st.GetRows()))
 	}
 }

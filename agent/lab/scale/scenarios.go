@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol"
-	"github.com/fusebox-dev/fusebox/protocol/gossip/simnet"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
@@ -319,7 +319,7 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 	r.Known = -1
 	for i := range f.Size() {
 		a := f.Agent(i)
-		st := a.PushPullState()
+		st := f.PushPullState(i)
 		frame, err := protocol.Codec{}.EncodePushPull(st)
 		if err != nil && r.PushPullErr == nil {
 			r.PushPullErr = fmt.Errorf("%s: %w", Name(i), err)

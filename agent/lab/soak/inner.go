@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 

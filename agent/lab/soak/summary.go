@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 )
 
 // maxListed bounds the violations the summary lists one by one.

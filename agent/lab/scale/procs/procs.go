@@ -29,7 +29,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"

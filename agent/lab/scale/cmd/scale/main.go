@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 )
 
 func main() {

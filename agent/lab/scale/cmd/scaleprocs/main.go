@@ -19,8 +19,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/scale"
-	"github.com/fusebox-dev/fusebox/agent/internal/scale/procs"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale"
+	"github.com/fusebox-dev/fusebox/agent/lab/scale/procs"
 )
 
 func main() {

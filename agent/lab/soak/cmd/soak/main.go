@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/internal/soak"
+	"github.com/fusebox-dev/fusebox/agent/lab/soak"
 )
 
 func main() {
