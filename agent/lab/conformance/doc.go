@@ -25,8 +25,9 @@
 //     local fallback and keep a force-open; the proxy goes with its agent
 //     (connection refused).
 //
-// The package has no code outside its tests: `go test ./internal/conformance`
-// in the cmd module (part of `make test`) runs it. Its TestMain builds
+// The package has no code outside its tests: `go test ./conformance` in
+// the lab module, agent/lab (part of `make test`), runs it. Its world is
+// built by the lab's fleet builder (package fleet); its TestMain builds
 // fuseboxctl and fusebox-agent with the go command; the Python caller
 // needs Debian's /usr/bin/python3 with python3-grpcio, python3-protobuf
 // and python3-requests (`make test-deps`), and its scenarios skip, saying

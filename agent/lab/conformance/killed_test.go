@@ -1,119 +1,15 @@
 package conformance
 
 import (
-	"bufio"
-	"encoding/json"
+	"context"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/sharedstate"
-	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
-
-// agentProc is a fusebox-agent process (the binary TestMain built), so
-// that a test can kill it.
-type agentProc struct {
-	name      string
-	cmd       *exec.Cmd
-	socket    string
-	proxyAddr string
-	log       *sstest.Buffer
-	exited    chan struct{}
-}
-
-// startAgentProcess starts agent name on etcd with its egress proxy on
-// loopback port 0, and waits until it serves the policies of etcd. It is
-// killed at t's cleanup if still running, and dies with the test process.
-func startAgentProcess(t *testing.T, name string, etcd []string) *agentProc {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "fbk") // short: unix socket paths are limited to 104 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	p := &agentProc{name: name, socket: filepath.Join(dir, "agent.sock"), log: &sstest.Buffer{}, exited: make(chan struct{})}
-	p.cmd = exec.Command(agentBinary, "--name", name, "--zone", "z1", "--data-dir", filepath.Join(dir, "data"),
-		"--etcd", strings.Join(etcd, ","), "--socket", p.socket, "--gossip-addr", "127.0.0.1:0", "--http-addr", "",
-		"--proxy-addr", "127.0.0.1:0", "--log-format", "json", "--log-level", "info",
-		"--gossip-interval", "50ms", "--tick-interval", "50ms")
-	p.cmd.Env = []string{"HOME=" + dir}
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("starting %s: %v", agentBinary, err)
-	}
-	started, synced := make(chan string, 1), make(chan struct{}, 1)
-	go func() {
-		defer close(p.exited)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			_, _ = p.log.Write(append(sc.Bytes(), '\n'))
-			var rec struct{ Msg, Proxy string }
-			if json.Unmarshal(sc.Bytes(), &rec) != nil {
-				continue
-			}
-			switch rec.Msg {
-			case "agent started":
-				started <- rec.Proxy
-			case "policies synced from etcd":
-				select {
-				case synced <- struct{}{}:
-				default:
-				}
-			}
-		}
-		_ = p.cmd.Wait()
-	}()
-	t.Cleanup(func() {
-		p.kill(t)
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", name, p.log.String())
-		}
-	})
-	tm := time.NewTimer(2 * settle)
-	defer tm.Stop()
-	for p.proxyAddr == "" || synced != nil {
-		select {
-		case p.proxyAddr = <-started:
-		case <-synced:
-			synced = nil
-		case <-p.exited:
-			t.Fatalf("%s exited at start:\n%s", name, p.log.String())
-		case <-tm.C:
-			t.Fatalf("%s did not start and sync from etcd within %v:\n%s", name, 2*settle, p.log.String())
-		}
-	}
-	return p
-}
-
-// kill sends SIGKILL and waits for the exit.
-func (p *agentProc) kill(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Kill()
-	tm := time.NewTimer(settle)
-	defer tm.Stop()
-	select {
-	case <-p.exited:
-	case <-tm.C:
-		t.Errorf("%s did not exit within %v of SIGKILL", p.name, settle)
-	}
-}
 
 // TestAgentKilled: the agent of every caller is killed (SIGKILL). The Go
 // and Python clients keep working on their local fallback: calls go on,
@@ -122,15 +18,23 @@ func (p *agentProc) kill(t *testing.T) {
 // The proxy goes with its agent: its callers get a refused connection at
 // once, never a hang.
 func TestAgentKilled(t *testing.T) {
-	srv := embeddedtest.Start(t)
-	w := &world{etcd: srv.Endpoints(), coord: startCoordinator(t, srv.Endpoints())}
+	w := startWorld(t, 0, agentBinary)
 	// Written before the agent starts: it reads them at start.
 	w.setPolicy(t, sharedstate.DefaultPolicyName, suiteDefault(t), suiteDefaultApplied)
 	forced := newUpstream(t, always(http.StatusOK))
 	w.ctl(t, "", "force-open", forced.dep, "--ttl", "10m", "--reason", "conformance suite")
-	p := startAgentProcess(t, "agent-killed", w.etcd)
-	addr := "unix://" + p.socket
-	callers := []caller{newGoCallerAt(t, nil, addr, "conformance-go"), newProxyCallerAt(t, nil, p.proxyAddr)}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*settle)
+	defer cancel()
+	i, err := w.f.Add(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := w.f.Process(i)
+	if err := p.WaitLog(ctx, fleet.MsgSynced); err != nil {
+		t.Fatal(err)
+	}
+	addr := "unix://" + p.Config().Socket
+	callers := []caller{newGoCallerAt(t, nil, addr, "conformance-go"), newProxyCallerAt(t, nil, p.ProxyAddr())}
 	if !pythonUsable() {
 		t.Run(kindPython, needPython)
 	} else {
@@ -153,7 +57,7 @@ func TestAgentKilled(t *testing.T) {
 		}
 	}
 
-	p.kill(t)
+	p.Stop(syscall.SIGKILL, settle)
 	for _, c := range callers {
 		t.Run(c.kind(), func(t *testing.T) {
 			up := ups[c.kind()]

@@ -68,14 +68,11 @@ type pyCaller struct {
 func newPyCaller(t *testing.T, a *agent.Agent, addr, service string) *pyCaller {
 	t.Helper()
 	needPython(t)
-	root, err := repoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(pythonBin, filepath.Join(root, "clientlib", "python", "tests", "driver.py"),
+	cmd := exec.Command(pythonBin, filepath.Join(repoDir, "clientlib", "python", "tests", "driver.py"),
 		"--serve", "--agent", addr, "--service", service, "--agent-wait", fmt.Sprint(agentWait.Seconds()))
 	p := &pyCaller{a: a, lines: make(chan string, 16), stderr: &sstest.Buffer{}}
 	cmd.Stderr = p.stderr
+	var err error
 	if p.in, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}

@@ -3,22 +3,19 @@ package conformance
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"io"
 	"log/slog"
+	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/coordinator"
-	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // settle bounds every wait for a state the fleet reaches by itself (a
@@ -28,83 +25,57 @@ const settle = 20 * time.Second
 
 // world is what the callers take part in: an embedded etcd, a coordinator
 // on it (for fuseboxctl), and agents that found each other through it,
-// each with its egress proxy on.
+// each with its egress proxy on; the lab's fleet builds it.
 type world struct {
-	etcd   []string
+	f      *fleet.Fleet
 	coord  *coordinator.Coordinator
-	agents []*agent.Agent
+	agents []*agent.Agent // in process
 }
 
-// newWorld starts the etcd, the coordinator and n agents; everything is
-// closed at t's cleanup.
-func newWorld(t *testing.T, n int) *world {
-	t.Helper()
-	srv := embeddedtest.Start(t)
-	w := &world{etcd: srv.Endpoints(), coord: startCoordinator(t, srv.Endpoints())}
-	for i := range n {
-		w.agents = append(w.agents, startAgent(t, fmt.Sprintf("agent-%d", i), w.etcd))
-	}
-	sstest.Eventually(t, settle, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
-		for _, a := range w.agents {
-			if !a.Ready() || a.Gossip().NumAgents() != n {
-				return false
-			}
-		}
-		return true
-	})
-	return w
-}
+// newWorld starts the etcd, the coordinator and n agents in process.
+func newWorld(t *testing.T, n int) *world { return startWorld(t, n, "") }
 
-func startCoordinator(t *testing.T, etcd []string) *coordinator.Coordinator {
+// startWorld starts the etcd, the coordinator and n agents (processes of
+// the binary bin when it is set; Add brings more); everything is closed at
+// t's cleanup, and the agents' logs printed if the test failed.
+func startWorld(t *testing.T, n int, bin string) *world {
 	t.Helper()
-	cfg := coordinator.DefaultConfig()
-	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
-	cfg.DataDir = ""
-	cfg.Etcd = etcd
-	cfg.GRPCAddr, cfg.HTTPAddr, cfg.GossipAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownTimeout = 2 * time.Second
-	c, err := coordinator.New(cfg,
-		coordinator.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))),
-		coordinator.WithGossip(func(g *gossip.Config) {
-			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
-		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	var mu sync.Mutex
+	logs := map[int]*sstest.Buffer{}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*settle)
 	defer cancel()
-	if err := c.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// startAgent starts agent name with its egress proxy on loopback port 0;
-// it is closed at cleanup (Close is idempotent), and its log printed if
-// the test failed.
-func startAgent(t *testing.T, name string, etcd []string) *agent.Agent {
-	t.Helper()
-	cfg := agenttest.Config(t, name, etcd)
-	cfg.Proxy.Addr = "127.0.0.1:0"
-	log := &sstest.Buffer{}
-	a, err := agent.New(cfg, agent.WithLogger(slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))))
+	f, err := fleet.New(ctx, fleet.Config{N: n, Dir: t.TempDir(), Etcd: true, Coordinator: true, Binary: bin,
+		Tune: func(_ int, c *agent.Config) {
+			fleet.Quick(c)
+			c.Proxy.Addr = "127.0.0.1:0"
+		},
+		Logger: func(i int) *slog.Logger {
+			mu.Lock()
+			defer mu.Unlock()
+			logs[i] = &sstest.Buffer{}
+			return slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelInfo}))
+		}})
 	if err != nil {
-		t.Fatalf("agent.New(%s): %v", name, err)
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = a.Close()
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", name, log.String())
+		defer f.Close()
+		if !t.Failed() {
+			return
+		}
+		for i := range f.Size() {
+			mu.Lock()
+			l := logs[i]
+			mu.Unlock()
+			if l != nil {
+				t.Logf("log of %s:\n%s", fleet.Name(i), l.String())
+			} else if p := f.Process(i); p != nil {
+				b, _ := os.ReadFile(p.LogPath())
+				t.Logf("log of %s:\n%s", fleet.Name(i), b)
+			}
 		}
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.Start(ctx); err != nil {
-		t.Fatalf("Start(%s): %v", name, err)
-	}
-	return a
+	return &world{f: f, coord: f.Coordinator(), agents: f.Agents()}
 }
 
 // ctl runs the fuseboxctl binary against the coordinator with stdin and

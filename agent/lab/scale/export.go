@@ -4,7 +4,7 @@ import "time"
 
 // Machine describes the CPU the run is on (model and count), as the
 // table's first line says it; LoadAvg is /proc/loadavg's three averages.
-// scale-procs (agent/internal/scale/procs) prints the same line.
+// scale-procs (package procs) prints the same line.
 func Machine() string { return machine() }
 
 // LoadAvg returns the 1, 5 and 15 minute load averages ("unknown" when

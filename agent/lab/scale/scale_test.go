@@ -16,7 +16,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fleet starts n agents for a test, dilated k times, and closes them at
 // cleanup.
-func fleet(t *testing.T, n int, link simnet.Link, k float64) *Fleet {
+func startFleet(t *testing.T, n int, link simnet.Link, k float64) *Fleet {
 	t.Helper()
 	p := Policy()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -93,7 +93,7 @@ func TestTripAndChurn(t *testing.T) {
 	// runs 50 without -race).
 	for _, n := range []int{10, 20} {
 		t.Run(Name(n), func(t *testing.T) {
-			f := fleet(t, n, simnet.Link{}, 1)
+			f := startFleet(t, n, simnet.Link{}, 1)
 			r, err := Trip(timeout(t, 3*time.Minute), f, "dep-a", 5, time.Second)
 			if err != nil {
 				t.Fatal(err)
@@ -118,13 +118,13 @@ func TestTripAndChurn(t *testing.T) {
 // TestLossyTrip is scenario (d): 5% loss, 20–50 ms latency.
 func TestLossyTrip(t *testing.T) {
 	const n = 10
-	f := fleet(t, n, simnet.Link{Latency: 20 * time.Millisecond, Jitter: 30 * time.Millisecond, Loss: 0.05}, 1)
+	f := startFleet(t, n, simnet.Link{Latency: 20 * time.Millisecond, Jitter: 30 * time.Millisecond, Loss: 0.05}, 1)
 	r, err := Trip(timeout(t, 3*time.Minute), f, "dep-d", 5, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	checkTrip(t, n, r)
-	if s := f.Net.Stats(); s.PacketsLost == 0 {
+	if s := f.Net().Stats(); s.PacketsLost == 0 {
 		t.Error("the lossy network lost nothing")
 	}
 }
@@ -134,7 +134,7 @@ func TestLossyTrip(t *testing.T) {
 // every busy dependency's rows.
 func TestSteady(t *testing.T) {
 	const n = 12
-	f := fleet(t, n, simnet.Link{}, 2)
+	f := startFleet(t, n, simnet.Link{}, 2)
 	b, err := Steady(timeout(t, 2*time.Minute), f, "b", 100, 100, 0, 2*time.Second, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +164,7 @@ func TestSteady(t *testing.T) {
 // one membership, one record and every client's row everywhere.
 func TestPartition(t *testing.T) {
 	const n = 12
-	f := fleet(t, n, simnet.Link{}, 2)
+	f := startFleet(t, n, simnet.Link{}, 2)
 	r, err := Partition(timeout(t, 8*time.Minute), f, "dep-e", 2, 15*time.Second, HealWait)
 	if err != nil {
 		t.Fatal(err)

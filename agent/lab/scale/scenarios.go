@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -23,42 +24,6 @@ func Policy() sharedstate.Policy {
 	p.Breaker.OpenDuration = sharedstate.Duration(10 * time.Minute)
 	p.Breaker.MaxOpenDuration = sharedstate.Duration(20 * time.Minute)
 	return p
-}
-
-// ReportEvery is how often a simulated client reports (protocol time), as
-// clientlib's flush does at most every 50 ms; 100 ms keeps hundreds of
-// agents cheap.
-const ReportEvery = 100 * time.Millisecond
-
-// traffic runs clients until stop is closed: every ReportEvery each client
-// agent in clients reports successes and failures for every dependency in
-// deps. It returns a function that stops them and waits.
-func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, successes, failures uint32) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTicker(f.Real(ReportEvery))
-		defer t.Stop()
-		for {
-			for _, i := range clients {
-				f.Report(ctx, i, deps, successes, failures) // an agent being restarted refuses: a client would retry
-			}
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	var once sync.Once
-	return func() {
-		once.Do(func() { close(done) })
-		wg.Wait()
-	}
 }
 
 // Spread picks k of n agents spread over the fleet (0, n/k, 2n/k, ...):
@@ -126,20 +91,20 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 		stop()
 		return TripResult{}, ctx.Err()
 	}
-	s0, t0 := f.Net.Stats(), time.Now()
+	s0, t0 := f.Net().Stats(), time.Now()
 	if !ctxtime.Sleep(ctx, f.Real(warm)) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
-	s1, t1 := f.Net.Stats(), time.Now()
+	s1, t1 := f.Net().Stats(), time.Now()
 	stop()
 	rate := perSecond(s1.Sub(s0), t1.Sub(t0))
 
 	stop = f.traffic(ctx, clients, []string{dep}, 0, 10)
 	defer stop()
-	s2, t2 := f.Net.Stats(), time.Now()
+	s2, t2 := f.Net().Stats(), time.Now()
 	first, err := f.watchRejects(ctx, dep, allAgents(f.Size()))
-	s3, t3 := f.Net.Stats(), time.Now()
+	s3, t3 := f.Net().Stats(), time.Now()
 	var r TripResult
 	var earliest, latest time.Time
 	for _, at := range first {
@@ -172,12 +137,12 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 		return r, err
 	}
 	agreeStart := time.Now()
-	if err := f.waitAll(ctx, func(i int, a *agent.Agent) bool {
+	if err := f.WaitAll(ctx, "every agent holds agent-000's record of "+dep, func(i int) error {
 		r0, _ := f.Record(0, dep)
-		ri, _ := f.Record(i, dep)
-		return sharedstate.SameRecord(r0, ri)
-	}, func(i int, a *agent.Agent) string {
-		return Name(i) + " holds another record than " + Name(0)
+		if ri, _ := f.Record(i, dep); !sharedstate.SameRecord(r0, ri) {
+			return fmt.Errorf("%s holds another record than %s", Name(i), Name(0))
+		}
+		return nil
 	}); err != nil {
 		return r, err
 	}
@@ -306,11 +271,11 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 	if !ctxtime.Sleep(ctx, f.Real(warm)) {
 		return r, ctx.Err()
 	}
-	s0, t0 := f.Net.Stats(), time.Now()
+	s0, t0 := f.Net().Stats(), time.Now()
 	if !ctxtime.Sleep(ctx, f.Real(measure)) {
 		return r, ctx.Err()
 	}
-	s1, t1 := f.Net.Stats(), time.Now()
+	s1, t1 := f.Net().Stats(), time.Now()
 	d := s1.Sub(s0)
 	rt := perSecond(d, f.Protocol(t1.Sub(t0)))
 	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
@@ -399,7 +364,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 			right = append(right, f.Addr(i))
 		}
 	}
-	if err := f.Net.Partition(map[string][]string{"sick": left, "healthy": right}); err != nil {
+	if err := f.Net().Partition(map[string][]string{"sick": left, "healthy": right}); err != nil {
 		stopSick()
 		return r, err
 	}
@@ -437,7 +402,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	}
 
 	clients := append(append([]int(nil), sick...), healthy...)
-	f.Net.Heal()
+	f.Net().Heal()
 	healed := time.Now()
 	stopProgress := f.traceConvergence(dep, clients, healed)
 	defer stopProgress()
@@ -461,7 +426,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	// is waited for.
 	joined := time.Now()
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, StartParallel)
+	sem := make(chan struct{}, fleet.StartParallel)
 	for i := range n {
 		other := (i + half) % n
 		if i >= half {
@@ -510,7 +475,7 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 	wg.Go(func() {
 		t := time.NewTicker(f.Real(500 * time.Millisecond))
 		defer t.Stop()
-		prev := f.Net.Stats()
+		prev := f.Net().Stats()
 		for {
 			select {
 			case <-done:
@@ -534,7 +499,7 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 					same++
 				}
 			}
-			s := f.Net.Stats()
+			s := f.Net().Stats()
 			d := s.Sub(prev)
 			prev = s
 			f.cfg.Trace("heal +%v: %d of %d agents count them all, %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages), %d streams, %d dials timed out",
@@ -565,17 +530,14 @@ func (f *Fleet) rowsFrom(a *agent.Agent, dep string, clients []int) int {
 // fleet record of dep as agent 0 and has a live row of dep from every
 // client agent.
 func (f *Fleet) waitConverged(ctx context.Context, dep string, clients []int) error {
-	rowsFrom := func(a *agent.Agent) int { return f.rowsFrom(a, dep, clients) }
-	return f.waitAll(ctx, func(i int, a *agent.Agent) bool {
-		if a.Gossip().NumAgents() != f.Size() || rowsFrom(a) != len(clients) {
-			return false
-		}
+	return f.WaitAll(ctx, "the fleet converged on "+dep, func(i int) error {
+		a := f.Agent(i)
 		r0, ok0 := f.Record(0, dep)
 		r, ok := f.Record(i, dep)
-		return ok0 == ok && sharedstate.SameRecord(r0, r)
-	}, func(i int, a *agent.Agent) string {
-		r, _ := f.Record(i, dep)
-		return fmt.Sprintf("%s: %d agents (want %d), rows from %d of the %d clients, record generation %d %v from %s",
-			Name(i), a.Gossip().NumAgents(), f.Size(), rowsFrom(a), len(clients), r.Generation, r.State, r.Origin)
+		if a.Gossip().NumAgents() != f.Size() || f.rowsFrom(a, dep, clients) != len(clients) || ok0 != ok || !sharedstate.SameRecord(r0, r) {
+			return fmt.Errorf("%s: %d agents (want %d), rows from %d of the %d clients, record generation %d %v from %s",
+				Name(i), a.Gossip().NumAgents(), f.Size(), f.rowsFrom(a, dep, clients), len(clients), r.Generation, r.State, r.Origin)
+		}
+		return nil
 	})
 }

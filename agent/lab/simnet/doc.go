@@ -41,7 +41,10 @@
 // by the machine's CPU like any other. To give each member more CPU per
 // protocol round, slow every timer down by the same factor K (time
 // dilation): memberlist's intervals and timeouts, the links' Latency and
-// Jitter, and whatever drives the members; agent/internal/scale does so.
+// Jitter, and whatever drives the members; the lab's package scale does
+// so. A network made inside a testing/synctest bubble runs on the bubble's
+// virtual time instead (its delivery goroutine and timers are the
+// bubble's).
 //
 // Stats also split the packets sent into memberlist's own messages and
 // user messages (the delegate's broadcasts and SendToAddress), so that a

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
@@ -31,24 +32,24 @@ func (r *soakRun) inject(ctx context.Context, t0 time.Time, f Fault) {
 	case AgentKill:
 		p := r.agents[f.Agent]
 		id := r.m.begin(PathMembership, []string{Fleet}, started)
-		r.m.agentDown(p.name)
-		p.stop(syscall.SIGKILL, processStopWait)
+		r.m.agentDown(p.Name())
+		p.Stop(syscall.SIGKILL, processStopWait)
 		wait()
-		if err := p.start(); err != nil {
-			r.m.trouble(time.Now(), "restart %s: %v", p.name, err)
+		if err := p.Start(); err != nil {
+			r.m.trouble(time.Now(), "restart %s: %v", p.Name(), err)
 		} else {
-			_, inc, at := p.running()
-			r.m.agentUp(p.name, inc, at)
+			_, inc, at := p.Running()
+			r.m.agentUp(p.Name(), inc, at)
 		}
 		r.m.end(id, time.Now())
 	case EtcdKill:
 		p := r.etcd[f.Member]
-		p.stop(syscall.SIGKILL, processStopWait)
+		p.Stop(syscall.SIGKILL, processStopWait)
 		r.m.window(PathEtcd, allAgents, started, started.Add(min(f.For, EtcdFailover)))
 		r.m.window(PathControl, []string{Control}, started, started.Add(min(f.For, ElectionBound)))
 		wait()
-		if err := p.start(); err != nil {
-			r.m.trouble(time.Now(), "restart %s: %v", p.name, err)
+		if err := p.Start(); err != nil {
+			r.m.trouble(time.Now(), "restart %s: %v", p.Name(), err)
 		}
 	case CoordinatorRestart:
 		id := r.m.begin(PathControl, []string{Control}, started)
@@ -56,9 +57,9 @@ func (r *soakRun) inject(ctx context.Context, t0 time.Time, f Fault) {
 		if f.Kill {
 			sig = syscall.SIGKILL
 		}
-		r.coordinator.stop(sig, processStopWait)
+		r.coordinator.Stop(sig, processStopWait)
 		wait()
-		if err := r.coordinator.start(); err != nil {
+		if err := r.coordinator.Start(); err != nil {
 			r.m.trouble(time.Now(), "restart the coordinator: %v", err)
 		}
 		r.m.end(id, time.Now())
@@ -169,7 +170,7 @@ func (r *soakRun) writer(ctx context.Context, t0 time.Time) {
 func (r *soakRun) write(ctx context.Context, w Write, args []string, stdin string) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	cmd := exec.CommandContext(cctx, filepath.Join(r.cfg.Bin, "fuseboxctl"), args...)
-	cmd.Env = soakEnv()
+	cmd.Env = fleet.Env()
 	cmd.Stdin = strings.NewReader(stdin)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -37,9 +39,9 @@ type soakRun struct {
 	out   *syncWriter
 	hc    *http.Client
 
-	etcd        []*process
-	coordinator *process
-	agents      []*process
+	etcd        []*fleet.Process
+	coordinator *fleet.Process
+	agents      []*fleet.Process
 	sockets     []string
 	endpoints   []string
 	st          *store.Store
@@ -229,20 +231,20 @@ func (r *soakRun) run(ctx context.Context) int {
 }
 
 // exited is every process's exit callback.
-func (r *soakRun) exited(p *process, incarnation int, expected bool, err error) {
+func (r *soakRun) exited(p *fleet.Process, incarnation int, expected bool, err error) {
 	r.mu.Lock()
 	expected = expected || r.stopping
 	r.mu.Unlock()
-	if strings.HasPrefix(p.name, "agent-") && !expected {
-		r.m.agentDown(p.name)
+	if strings.HasPrefix(p.Name(), "agent-") && !expected {
+		r.m.agentDown(p.Name())
 	}
-	detail := fmt.Sprintf("incarnation %d exited by itself: %v (log: %s)", incarnation, err, p.logPath)
-	r.m.exited(time.Now(), p.name, expected, detail)
+	detail := fmt.Sprintf("incarnation %d exited by itself: %v (log: %s)", incarnation, err, p.LogPath())
+	r.m.exited(time.Now(), p.Name(), expected, detail)
 }
 
-func (r *soakRun) newProcess(name string, n Node, argv []string) *process {
-	return &process{name: name, ns: r.lab.NS(n), argv: argv,
-		logPath: filepath.Join(r.cfg.RunDir, name+".log"), exited: r.exited}
+func (r *soakRun) newProcess(name string, n Node, argv []string) (*fleet.Process, error) {
+	return fleet.NewProcess(fleet.ProcessConfig{Name: name, NetNS: r.lab.NS(n), Argv: argv,
+		Log: filepath.Join(r.cfg.RunDir, name+".log"), Exited: r.exited})
 }
 
 // startEtcd starts the members and waits until the cluster serves.
@@ -257,11 +259,14 @@ func (r *soakRun) startEtcd(ctx context.Context) error {
 	ic := initialCluster(names, peers)
 	for i := range etcdMembers {
 		n := Node{RoleEtcd, i}
-		p := r.newProcess(n.String(), n, []string{r.cfg.Self, "etcd-member",
+		p, err := r.newProcess(n.String(), n, []string{r.cfg.Self, "etcd-member",
 			"-name", names[i], "-dir", filepath.Join(r.cfg.RunDir, names[i]),
 			"-client-url", r.endpoints[i], "-peer-url", peers[i],
 			"-initial-cluster", ic, "-token", r.cfg.Prefix})
-		if err := p.start(); err != nil {
+		if err != nil {
+			return err
+		}
+		if err := p.Start(); err != nil {
 			return err
 		}
 		r.etcd = append(r.etcd, p)
@@ -282,10 +287,10 @@ func (r *soakRun) startEtcd(ctx context.Context) error {
 		if _, err := readDesired(wctx, st, time.Now()); err == nil {
 			return nil
 		} else if wctx.Err() != nil {
-			return fmt.Errorf("soak: etcd did not serve within %v: %v (logs: %s)", etcdStartTimeout, err, r.etcd[0].logPath)
+			return fmt.Errorf("soak: etcd did not serve within %v: %v (logs: %s)", etcdStartTimeout, err, r.etcd[0].LogPath())
 		}
 		if !ctxtime.Sleep(wctx, 200*time.Millisecond) {
-			return fmt.Errorf("soak: etcd did not serve within %v (logs: %s)", etcdStartTimeout, r.etcd[0].logPath)
+			return fmt.Errorf("soak: etcd did not serve within %v (logs: %s)", etcdStartTimeout, r.etcd[0].LogPath())
 		}
 	}
 }
@@ -297,12 +302,16 @@ func (r *soakRun) coordAddr(port int) string {
 // startCoordinator starts the coordinator and waits for its /healthz.
 func (r *soakRun) startCoordinator(ctx context.Context) error {
 	n := Node{Role: RoleCoordinator}
-	r.coordinator = r.newProcess("coordinator", n, []string{filepath.Join(r.cfg.Bin, "fusebox-coordinator"),
+	var err error
+	r.coordinator, err = r.newProcess("coordinator", n, []string{filepath.Join(r.cfg.Bin, "fusebox-coordinator"),
 		"--name", "coordinator", "--etcd", strings.Join(r.endpoints, ","),
 		"--grpc-addr", r.coordAddr(coordGRPCPort), "--http-addr", r.coordAddr(coordHTTPPort),
 		"--gossip-addr", r.coordAddr(gossipPort), "--keyring-file", r.cfg.Keyring,
 		"--tokens-file", r.cfg.Tokens, "--log-format", "json"})
-	if err := r.coordinator.start(); err != nil {
+	if err != nil {
+		return err
+	}
+	if err := r.coordinator.Start(); err != nil {
 		return err
 	}
 	return r.waitHTTP(ctx, "coordinator", "http://"+r.coordAddr(coordHTTPPort)+"/healthz", r.coordinator)
@@ -325,37 +334,41 @@ func (r *soakRun) startAgents(ctx context.Context) error {
 	for i := range r.cfg.Agents {
 		n := Node{RoleAgent, i}
 		sock := filepath.Join(sockDir, fmt.Sprintf("a%d.sock", i))
-		p := r.newProcess(n.String(), n, []string{filepath.Join(r.cfg.Bin, "fusebox-agent"),
-			"--name", n.String(), "--zone", fmt.Sprintf("z%d", i%2+1),
-			"--data-dir", filepath.Join(r.cfg.RunDir, n.String()),
-			"--gossip-addr", r.agentAddr(i, gossipPort), "--keyring-file", r.cfg.Keyring,
-			"--join", strings.Join(joins, ","), "--etcd", strings.Join(r.endpoints, ","),
-			"--socket", sock, "--grpc-addr", "", "--http-addr", r.agentAddr(i, agentHTTPPort),
-			"--log-format", "json", "--log-level", "info"})
-		if err := p.start(); err != nil {
+		cfg := agent.DefaultConfig()
+		cfg.Name, cfg.Zone = n.String(), fmt.Sprintf("z%d", i%2+1)
+		cfg.DataDir = filepath.Join(r.cfg.RunDir, n.String())
+		cfg.GossipAddr, cfg.KeyringFile = r.agentAddr(i, gossipPort), r.cfg.Keyring
+		cfg.Join, cfg.Etcd = joins, r.endpoints
+		cfg.Socket, cfg.GRPCAddr, cfg.HTTPAddr = sock, "", r.agentAddr(i, agentHTTPPort)
+		cfg.LogFormat, cfg.LogLevel = "json", "info"
+		p, err := r.newProcess(n.String(), n, append([]string{filepath.Join(r.cfg.Bin, "fusebox-agent")}, fleet.Args(cfg)...))
+		if err != nil {
+			return err
+		}
+		if err := p.Start(); err != nil {
 			return err
 		}
 		r.agents = append(r.agents, p)
 		r.sockets = append(r.sockets, sock)
 	}
 	for i, p := range r.agents {
-		if err := r.waitHTTP(ctx, p.name, "http://"+r.agentAddr(i, agentHTTPPort)+"/readyz", p); err != nil {
+		if err := r.waitHTTP(ctx, p.Name(), "http://"+r.agentAddr(i, agentHTTPPort)+"/readyz", p); err != nil {
 			return err
 		}
-		_, inc, started := p.running()
-		r.m.agentUp(p.name, inc, started)
+		_, inc, started := p.Running()
+		r.m.agentUp(p.Name(), inc, started)
 	}
 	return nil
 }
 
 // waitHTTP waits until url answers 200, p exits or 2 minutes pass.
-func (r *soakRun) waitHTTP(ctx context.Context, what, url string, p *process) error {
+func (r *soakRun) waitHTTP(ctx context.Context, what, url string, p *fleet.Process) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	last := ""
 	for {
-		if pid, _, _ := p.running(); pid == 0 {
-			return fmt.Errorf("soak: %s exited at start (log: %s)", what, p.logPath)
+		if pid, _, _ := p.Running(); pid == 0 {
+			return fmt.Errorf("soak: %s exited at start (log: %s)", what, p.LogPath())
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 		resp, err := r.hc.Do(req)
@@ -369,7 +382,7 @@ func (r *soakRun) waitHTTP(ctx context.Context, what, url string, p *process) er
 			last = err.Error()
 		}
 		if !ctxtime.Sleep(ctx, 250*time.Millisecond) {
-			return fmt.Errorf("soak: %s not ready within 2 minutes: %s (log: %s)", what, last, p.logPath)
+			return fmt.Errorf("soak: %s not ready within 2 minutes: %s (log: %s)", what, last, p.LogPath())
 		}
 	}
 }
@@ -381,13 +394,13 @@ func (r *soakRun) stopAll() {
 	r.stopping = true
 	r.mu.Unlock()
 	var wg sync.WaitGroup
-	stop := func(ps ...*process) {
+	stop := func(ps ...*fleet.Process) {
 		for _, p := range ps {
 			if p == nil {
 				continue
 			}
 			wg.Add(1)
-			go func() { defer wg.Done(); p.stop(syscall.SIGTERM, processStopWait) }()
+			go func() { defer wg.Done(); p.Stop(syscall.SIGTERM, processStopWait) }()
 		}
 		wg.Wait()
 	}

@@ -4,17 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -24,13 +20,13 @@ import (
 // over its unix socket until ctx ends: one Session at a time, opened again
 // whenever it ends (the agent restarts), each tagged with the incarnation
 // running when its Welcome came.
-func observe(ctx context.Context, m *monitor, a *process, socket string) error {
+func observe(ctx context.Context, m *monitor, a *fleet.Process, socket string) error {
 	conn, err := grpc.NewClient("unix://"+socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{
 			BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}))
 	if err != nil {
-		return fmt.Errorf("soak: observer of %s: %w", a.name, err)
+		return fmt.Errorf("soak: observer of %s: %w", a.Name(), err)
 	}
 	defer conn.Close()
 	api := fuseboxv1.NewAgentClient(conn)
@@ -51,7 +47,7 @@ func observe(ctx context.Context, m *monitor, a *process, socket string) error {
 	return nil
 }
 
-func follow(ctx context.Context, m *monitor, a *process, api fuseboxv1.AgentClient) error {
+func follow(ctx context.Context, m *monitor, a *fleet.Process, api fuseboxv1.AgentClient) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := api.Session(ctx, grpc.WaitForReady(true))
@@ -59,7 +55,7 @@ func follow(ctx context.Context, m *monitor, a *process, api fuseboxv1.AgentClie
 		return err
 	}
 	hello := &fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Hello{Hello: &fuseboxv1.Hello{
-		Service: "soak-observer", Instance: a.name, Dependencies: []string{DepHealthy, DepDead, DepOps}}}}
+		Service: "soak-observer", Instance: a.Name(), Dependencies: []string{DepHealthy, DepDead, DepOps}}}}
 	if err := stream.Send(hello); err != nil {
 		return err
 	}
@@ -71,7 +67,7 @@ func follow(ctx context.Context, m *monitor, a *process, api fuseboxv1.AgentClie
 		}
 		now := time.Now()
 		if resp.GetWelcome() != nil {
-			pid, inc, _ := a.running()
+			pid, inc, _ := a.Running()
 			if pid == 0 {
 				return errors.New("welcome from an agent that is not running")
 			}
@@ -81,7 +77,7 @@ func follow(ctx context.Context, m *monitor, a *process, api fuseboxv1.AgentClie
 			continue
 		}
 		for _, s := range resp.GetUpdate().GetSnapshots() {
-			m.snapshot(now, a.name, incarnation, s.GetDependency(), breakerOf(s))
+			m.snapshot(now, a.Name(), incarnation, s.GetDependency(), breakerOf(s))
 		}
 	}
 }
@@ -103,57 +99,6 @@ func breakerOf(s *fuseboxv1.DecisionSnapshot) Breaker {
 		b.Override = "forced_closed"
 	}
 	return b
-}
-
-// scrape reads url (a /metrics page).
-func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.MetricFamily, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(resp.Body)
-}
-
-// metricValue returns the value of family name's series with the given
-// label pairs (false when absent).
-func metricValue(mfs map[string]*dto.MetricFamily, name string, labels ...string) (float64, bool) {
-	mf := mfs[name]
-	if mf == nil {
-		return 0, false
-	}
-next:
-	for _, s := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, lp := range s.GetLabel() {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if have[labels[i]] != labels[i+1] {
-				continue next
-			}
-		}
-		switch {
-		case s.GetGauge() != nil:
-			return s.GetGauge().GetValue(), true
-		case s.GetCounter() != nil:
-			return s.GetCounter().GetValue(), true
-		case s.GetUntyped() != nil:
-			return s.GetUntyped().GetValue(), true
-		}
-	}
-	return 0, false
 }
 
 // readDesired reads what etcd holds for the write dependency: its

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
@@ -45,19 +46,19 @@ func (r *soakRun) sampleLoop(ctx context.Context) {
 		}()
 		wg.Wait()
 		now := time.Now()
-		for _, p := range append(append(append([]*process{}, r.agents...), r.etcd...), r.coordinator) {
-			pid, inc, _ := p.running()
+		for _, p := range append(append(append([]*fleet.Process{}, r.agents...), r.etcd...), r.coordinator) {
+			pid, inc, _ := p.Running()
 			if pid == 0 {
 				continue
 			}
 			res := procResources(pid)
 			r.mu.Lock()
-			g, ok := r.goroutines[fmt.Sprintf("%s#%d", p.name, inc)]
+			g, ok := r.goroutines[fmt.Sprintf("%s#%d", p.Name(), inc)]
 			r.mu.Unlock()
 			if ok {
 				res.Goroutines = g
 			}
-			r.m.sample(p.name, inc, now, res)
+			r.m.sample(p.Name(), inc, now, res)
 		}
 		self := procResources(os.Getpid())
 		self.Goroutines = int64(runtime.NumGoroutine())
@@ -67,43 +68,43 @@ func (r *soakRun) sampleLoop(ctx context.Context) {
 
 // scrapeAgent reads agent i's /metrics: its count of alive agents (the
 // membership check) and its goroutines.
-func (r *soakRun) scrapeAgent(ctx context.Context, i int, a *process) {
-	pid, inc, _ := a.running()
+func (r *soakRun) scrapeAgent(ctx context.Context, i int, a *fleet.Process) {
+	pid, inc, _ := a.Running()
 	if pid == 0 {
 		return
 	}
-	mfs, err := scrape(ctx, r.hc, "http://"+r.agentAddr(i, agentHTTPPort)+"/metrics")
+	mfs, err := fleet.Scrape(ctx, r.hc, "http://"+r.agentAddr(i, agentHTTPPort)+"/metrics")
 	if err != nil {
 		return
 	}
-	if pid2, inc2, _ := a.running(); pid2 != pid || inc2 != inc {
+	if pid2, inc2, _ := a.Running(); pid2 != pid || inc2 != inc {
 		return
 	}
-	if v, ok := metricValue(mfs, "go_goroutines"); ok {
+	if v, ok := mfs.Value("go_goroutines"); ok {
 		r.mu.Lock()
-		r.goroutines[fmt.Sprintf("%s#%d", a.name, inc)] = int64(v)
+		r.goroutines[fmt.Sprintf("%s#%d", a.Name(), inc)] = int64(v)
 		r.mu.Unlock()
 	}
-	if ready, _ := metricValue(mfs, "fusebox_agent_ready"); ready != 1 {
+	if ready, _ := mfs.Value("fusebox_agent_ready"); ready != 1 {
 		return // starting: membership is the join's business
 	}
-	alive, _ := metricValue(mfs, "fusebox_agent_members", "role", "agent", "state", "alive")
-	r.m.members(time.Now(), a.name, int(alive))
+	alive, _ := mfs.Value("fusebox_agent_members", "role", "agent", "state", "alive")
+	r.m.members(time.Now(), a.Name(), int(alive))
 }
 
 // scrapeGoroutines records p's go_goroutines from url.
-func (r *soakRun) scrapeGoroutines(ctx context.Context, p *process, url string) {
-	pid, inc, _ := p.running()
+func (r *soakRun) scrapeGoroutines(ctx context.Context, p *fleet.Process, url string) {
+	pid, inc, _ := p.Running()
 	if pid == 0 {
 		return
 	}
-	mfs, err := scrape(ctx, r.hc, url)
+	mfs, err := fleet.Scrape(ctx, r.hc, url)
 	if err != nil {
 		return
 	}
-	if v, ok := metricValue(mfs, "go_goroutines"); ok {
+	if v, ok := mfs.Value("go_goroutines"); ok {
 		r.mu.Lock()
-		r.goroutines[fmt.Sprintf("%s#%d", p.name, inc)] = int64(v)
+		r.goroutines[fmt.Sprintf("%s#%d", p.Name(), inc)] = int64(v)
 		r.mu.Unlock()
 	}
 }

@@ -3,71 +3,12 @@ package procs
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
-
-// metrics is one scrape of an agent's /metrics.
-type metrics map[string]*dto.MetricFamily
-
-// scrape reads p's /metrics.
-func (f *fleet) scrape(ctx context.Context, p *proc) (metrics, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAt+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := f.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("%s: /metrics: %w", p.name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("%s: /metrics: %s", p.name, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("%s: /metrics: %w", p.name, err)
-	}
-	return metrics(mfs), nil
-}
-
-// value returns the value of the series of family name whose labels
-// include the given name, value pairs (0 when there is none).
-func (m metrics) value(name string, labels ...string) float64 {
-	mf := m[name]
-	if mf == nil {
-		return 0
-	}
-next:
-	for _, s := range mf.GetMetric() {
-		have := map[string]string{}
-		for _, lp := range s.GetLabel() {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for i := 0; i+1 < len(labels); i += 2 {
-			if have[labels[i]] != labels[i+1] {
-				continue next
-			}
-		}
-		if c := s.GetCounter(); c != nil {
-			return c.GetValue()
-		}
-		return s.GetGauge().GetValue()
-	}
-	return 0
-}
 
 // observers are one Session per agent, following one dependency: the
 // snapshots an agent pushes to its clients, which clientlib decides from.
@@ -84,24 +25,25 @@ type observers struct {
 
 // observe opens the sessions and waits for every agent's Welcome (after
 // it, the agent pushes every change of dep's snapshot).
-func (f *fleet) observe(ctx context.Context, dep string) (*observers, error) {
+func observe(ctx context.Context, f *fleet.Fleet, dep string) (*observers, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	o := &observers{cancel: cancel, first: make([]time.Time, len(f.procs)), errs: make([]error, len(f.procs)),
-		left: len(f.procs), done: make(chan struct{})}
-	welcomed := make(chan error, len(f.procs))
-	for _, p := range f.procs {
+	n := f.Size()
+	o := &observers{cancel: cancel, first: make([]time.Time, n), errs: make([]error, n), left: n, done: make(chan struct{})}
+	welcomed := make(chan error, n)
+	for i := range n {
+		api := f.Client(i)
 		o.wg.Add(1)
 		go func() {
 			defer o.wg.Done()
-			err := o.follow(ctx, p, dep, welcomed)
+			err := o.follow(ctx, i, api, dep, welcomed)
 			if err != nil && ctx.Err() == nil {
 				o.mu.Lock()
-				o.errs[p.i] = fmt.Errorf("%s: session: %w", p.name, err)
+				o.errs[i] = fmt.Errorf("%s: session: %w", fleet.Name(i), err)
 				o.mu.Unlock()
 			}
 		}()
 	}
-	for range f.procs {
+	for range n {
 		if err := <-welcomed; err != nil {
 			o.stop()
 			return nil, fmt.Errorf("scale-procs: observer session: %w", err)
@@ -110,16 +52,16 @@ func (f *fleet) observe(ctx context.Context, dep string) (*observers, error) {
 	return o, nil
 }
 
-// follow runs agent p's session until its snapshot of dep shows the
+// follow runs agent i's session until its snapshot of dep shows the
 // breaker open or ctx ends. It sends one value to welcomed.
-func (o *observers) follow(ctx context.Context, p *proc, dep string, welcomed chan<- error) (err error) {
+func (o *observers) follow(ctx context.Context, i int, api fuseboxv1.AgentClient, dep string, welcomed chan<- error) (err error) {
 	sent := false
 	defer func() {
 		if !sent {
-			welcomed <- fmt.Errorf("%s: %w", p.name, err)
+			welcomed <- fmt.Errorf("%s: %w", fleet.Name(i), err)
 		}
 	}()
-	stream, err := p.api.Session(ctx)
+	stream, err := api.Session(ctx)
 	if err != nil {
 		return err
 	}
@@ -143,7 +85,7 @@ func (o *observers) follow(ctx context.Context, p *proc, dep string, welcomed ch
 				continue
 			}
 			if st := s.GetState(); st == fuseboxv1.BreakerState_BREAKER_STATE_OPEN || st == fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN {
-				o.markOpen(p.i, now)
+				o.markOpen(i, now)
 				return nil
 			}
 		}

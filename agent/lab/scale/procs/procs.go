@@ -3,12 +3,12 @@
 // real fusebox-agent processes on loopback, to check the simulated network
 // of package scale against real sockets (`make scale-procs N=40`).
 //
-// Run starts an embedded etcd, writes scale.Policy() as the fleet default
-// through sharedstate/store, starts N fusebox-agent processes (gossip on
-// 127.0.0.1 port 0, local API on unix sockets in a temp dir, --etcd
-// pointing at the embedded etcd and --join at the first agent), waits
-// until every agent counts N agents and runs under the written policy
-// (each agent's /metrics), and then: one observer Session per agent over
+// Run builds the fleet with package fleet in its process mode: an
+// embedded etcd holding scale.Policy() as the fleet default, N
+// fusebox-agent processes (gossip on 127.0.0.1 port 0, local API on unix
+// sockets in a temp dir, --etcd pointing at the embedded etcd and --join at
+// the first agent); it waits until every agent counts N agents and runs
+// under the written policy (each agent's /metrics), and then: one observer Session per agent over
 // its unix socket (the snapshot pushes clientlib decides from), k clients
 // on agents spread over the fleet that Report healthy calls and then only
 // failures, the time each agent's pushed snapshot first shows the breaker
@@ -23,25 +23,23 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
-	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
 // Config configures Run.
 type Config struct {
 	// N is the number of agent processes (required, at least 2).
 	N int
-	// Agent is the fusebox-agent binary (required; BuildAgent builds one).
+	// Agent is the fusebox-agent binary (required; fleet.Build builds one).
 	Agent string
 	// Dir is where Run makes its temporary directory: etcd's data, the
 	// agents' data directories, sockets and logs (optional, default
@@ -60,7 +58,8 @@ type Config struct {
 	// TripTimeout bounds the trip: from the first failure until every
 	// agent holds the breaker open (optional, default 60 s).
 	TripTimeout time.Duration
-	// AgentArgs are extra flags for every agent (optional).
+	// AgentArgs are extra fusebox-agent flags for every agent (optional;
+	// parsed into the agent.Config the fleet renders as flags).
 	AgentArgs []string
 	// Log receives a line per step (optional, default none).
 	Log io.Writer
@@ -88,6 +87,12 @@ func (c Config) Validate() error {
 	if c.Dependency != "" {
 		if err := sharedstate.ValidateDependencyName(c.Dependency); err != nil {
 			errs = append(errs, fmt.Errorf("scale-procs: Dependency: %w", err))
+		}
+	}
+	if len(c.AgentArgs) > 0 {
+		def := agent.DefaultConfig()
+		if err := agentFlags(&def, c.AgentArgs); err != nil {
+			errs = append(errs, fmt.Errorf("scale-procs: AgentArgs: %w", err))
 		}
 	}
 	for name, d := range map[string]time.Duration{"Warm": c.Warm, "StartTimeout": c.StartTimeout, "TripTimeout": c.TripTimeout} {
@@ -179,7 +184,7 @@ func (r Result) Check() error {
 // it measured and, when a step failed (an agent did not start, membership
 // was not reached, the trip did not reach every agent), an error naming
 // the step; the result then holds what was measured until then. Every
-// agent process is stopped (SIGTERM, then SIGKILL to its process group)
+// agent process is stopped (SIGTERM, then SIGKILL)
 // before Run returns, whatever happened.
 func Run(ctx context.Context, cfg Config) (res Result, err error) {
 	if err := cfg.Validate(); err != nil {
@@ -205,69 +210,65 @@ func Run(ctx context.Context, cfg Config) (res Result, err error) {
 		os.RemoveAll(dir)
 	}()
 
-	etcd, err := embedded.Start(ctx, embedded.TestConfig(filepath.Join(dir, "etcd")))
-	if err != nil {
-		return res, fmt.Errorf("scale-procs: embedded etcd: %w", err)
-	}
-	defer etcd.Close()
-	if err := writePolicy(ctx, etcd); err != nil {
-		return res, err
-	}
-	logf("etcd at %s holds the scale policy", strings.Join(etcd.Endpoints(), ","))
-
-	f := &fleet{cfg: cfg, dir: dir, etcd: etcd.Endpoints(), logf: logf}
-	defer f.close()
+	p := scale.Policy()
 	startCtx, cancel := context.WithTimeout(ctx, cfg.StartTimeout)
 	defer cancel()
-	if err := f.start(startCtx); err != nil {
-		return res, err
+	logf("starting etcd and %d agents", cfg.N)
+	f, err := fleet.New(startCtx, fleet.Config{N: cfg.N, Dir: dir, Etcd: true, Policy: &p, Binary: cfg.Agent, Seeds: 1,
+		Tune: func(_ int, c *agent.Config) {
+			agentFlags(c, cfg.AgentArgs) // checked by Validate
+		}})
+	if err != nil {
+		return res, fmt.Errorf("scale-procs: %w", err)
 	}
-	logf("%d agents started", cfg.N)
-	if err := f.waitMembership(startCtx); err != nil {
-		return res, err
+	defer f.Close()
+	if err := f.WaitAll(startCtx, "every agent runs the policies from etcd", func(i int) error {
+		m, err := f.Metrics(startCtx, i)
+		if err != nil {
+			return err
+		}
+		if v, _ := m.Value("fusebox_agent_policy_source", "source", "etcd"); v != 1 {
+			return fmt.Errorf("%s does not run the policies from etcd", fleet.Name(i))
+		}
+		return nil
+	}); err != nil {
+		return res, fmt.Errorf("scale-procs: %w", err)
 	}
-	res.Membership = time.Since(f.started)
+	res.Membership = time.Since(f.Started())
 	logf("every agent counts %d agents and runs the etcd policy, %.1f s after the first started", cfg.N, res.Membership.Seconds())
 
-	if err := trip(ctx, f, &res); err != nil {
+	if err := trip(ctx, f, cfg, logf, &res); err != nil {
 		return res, err
 	}
-	res.CPU = f.cpu().Seconds() / time.Since(f.started).Seconds()
+	res.CPU = cpu(f).Seconds() / time.Since(f.Started()).Seconds()
 	return res, res.Check()
 }
 
-// writePolicy writes scale.Policy() as the fleet default, as an operator
-// would (fuseboxctl policy set _default), before any agent starts.
-func writePolicy(ctx context.Context, etcd *embedded.Server) error {
-	cli, err := etcd.NewClient()
-	if err != nil {
-		return fmt.Errorf("scale-procs: etcd client: %w", err)
+// agentFlags parses fusebox-agent flags into c.
+func agentFlags(c *agent.Config, args []string) error {
+	fs := agent.NewFlagSet(c)
+	fs.SetOutput(io.Discard)
+	if err := fs.Parse(args); err != nil {
+		return err
 	}
-	defer cli.Close()
-	st, err := store.New(store.Config{Client: cli})
-	if err != nil {
-		return fmt.Errorf("scale-procs: %w", err)
-	}
-	p := scale.Policy()
-	if _, err := st.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, p.Patch(), store.WriteOptions{Actor: "scale-procs"}); err != nil {
-		return fmt.Errorf("scale-procs: write the policy: %w", err)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	return nil
 }
 
 // trip runs the scenario on a started fleet and fills res.
-func trip(ctx context.Context, f *fleet, res *Result) error {
-	cfg := f.cfg
+func trip(ctx context.Context, f *fleet.Fleet, cfg Config, logf func(string, ...any), res *Result) error {
 	dep := cfg.Dependency
-	obs, err := f.observe(ctx, dep)
+	obs, err := observe(ctx, f, dep)
 	if err != nil {
 		return err
 	}
 	defer obs.stop()
 
 	clients := scale.Spread(cfg.N, cfg.Clients)
-	f.logf("clients on agents %v report healthy calls for %v", clients, cfg.Warm)
-	stop := f.traffic(ctx, clients, dep, 10, 0)
+	logf("clients on agents %v report healthy calls for %v", clients, cfg.Warm)
+	stop := scale.Traffic(ctx, f, clients, []string{dep}, 10, 0, scale.ReportEvery, logf)
 	ok := ctxtime.Sleep(ctx, cfg.Warm)
 	stop()
 	if !ok {
@@ -277,9 +278,9 @@ func trip(ctx context.Context, f *fleet, res *Result) error {
 		return fmt.Errorf("scale-procs: %d agents held %s open on healthy traffic", n, dep)
 	}
 
-	f.logf("the clients report only failures")
+	logf("the clients report only failures")
 	failStart := time.Now()
-	stop = f.traffic(ctx, clients, dep, 0, 10)
+	stop = scale.Traffic(ctx, f, clients, []string{dep}, 0, 10, scale.ReportEvery, logf)
 	defer stop()
 	tripCtx, cancel := context.WithTimeout(ctx, cfg.TripTimeout)
 	defer cancel()
@@ -302,155 +303,91 @@ func trip(ctx context.Context, f *fleet, res *Result) error {
 		res.Detect = earliest.Sub(failStart)
 	}
 	res.P50, res.P99, res.Max = scale.Percentile(res.Spread, 0.5), scale.Percentile(res.Spread, 0.99), scale.Percentile(res.Spread, 1)
-	f.logf("%d of %d agents held %s open; first to last: %v", res.Open, cfg.N, dep, res.Max)
+	logf("%d of %d agents held %s open; first to last: %v", res.Open, cfg.N, dep, res.Max)
 
 	// Every agent must reject now (Check, as a strict client asks), and
 	// the proposers are counted from every agent's metrics.
-	res.Rejecting = f.rejecting(ctx, dep)
-	res.Proposers, err = f.proposers(ctx, dep)
+	res.Rejecting = rejecting(ctx, f, dep, logf)
+	res.Proposers, err = proposers(ctx, f, dep)
 	if err != nil {
 		return err
 	}
-	f.logf("%d agents reject; %d proposed the open record", res.Rejecting, res.Proposers)
+	logf("%d agents reject; %d proposed the open record", res.Rejecting, res.Proposers)
 	if waitErr != nil {
 		return fmt.Errorf("scale-procs: the trip did not reach every agent within %v: %w", cfg.TripTimeout, waitErr)
 	}
 	return nil
 }
 
-// traffic has a client of each agent in clients Report successes and
-// failures for dep every 100 ms (scale.ReportEvery), over the agent's
-// unix socket, until the returned function is called.
-func (f *fleet) traffic(ctx context.Context, clients []int, dep string, successes, failures uint32) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	req := scale.FirstAttempts([]string{dep}, successes, failures)
-	for _, i := range clients {
-		p := f.procs[i]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			t := time.NewTicker(scale.ReportEvery)
-			defer t.Stop()
-			for {
-				rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-				resp, err := p.api.Report(rctx, req)
-				rcancel()
-				if err == nil && len(resp.GetErrors()) > 0 {
-					err = errors.New(resp.GetErrors()[0].GetMessage())
-				}
-				if err != nil && ctx.Err() == nil {
-					f.logf("%s: report: %v", p.name, err) // a client would go on
-				}
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-			}
-		}()
-	}
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-		})
-	}
-}
-
 // rejecting asks every agent to Check a first attempt to dep and counts
 // the rejections.
-func (f *fleet) rejecting(ctx context.Context, dep string) int {
-	var mu sync.Mutex
+func rejecting(ctx context.Context, f *fleet.Fleet, dep string, logf func(string, ...any)) int {
 	n := 0
-	f.each(func(p *proc) {
+	for i := range f.Size() {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		d, err := p.api.Check(cctx, &fuseboxv1.CheckRequest{Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST,
+		d, err := f.Client(i).Check(cctx, &fuseboxv1.CheckRequest{Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST,
 			Service: "scale-procs", Instance: "check"})
-		if err != nil {
-			f.logf("%s: check: %v", p.name, err)
-			return
-		}
-		if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT {
-			mu.Lock()
+		cancel()
+		switch {
+		case err != nil:
+			logf("%s: check: %v", fleet.Name(i), err)
+		case d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT:
 			n++
-			mu.Unlock()
-		} else {
-			f.logf("%s: check: %v (%v)", p.name, d.GetVerdict(), d.GetReason())
+		default:
+			logf("%s: check: %v (%v)", fleet.Name(i), d.GetVerdict(), d.GetReason())
 		}
-	})
+	}
 	return n
 }
 
 // proposers counts the agents whose metrics say they proposed an open
 // record of dep themselves.
-func (f *fleet) proposers(ctx context.Context, dep string) (int, error) {
-	var mu sync.Mutex
+func proposers(ctx context.Context, f *fleet.Fleet, dep string) (int, error) {
 	n := 0
 	var errs []error
-	f.each(func(p *proc) {
-		m, err := f.scrape(ctx, p)
-		mu.Lock()
-		defer mu.Unlock()
+	for i := range f.Size() {
+		m, err := f.Metrics(ctx, i)
 		if err != nil {
 			errs = append(errs, err)
-			return
+			continue
 		}
-		if m.value("fusebox_agent_breaker_transitions_total", "dependency", dep, "to", "open", "origin", "self") > 0 {
+		if v, _ := m.Value("fusebox_agent_breaker_transitions_total", "dependency", dep, "to", "open", "origin", "self"); v > 0 {
 			n++
 		}
-	})
+	}
 	if err := errors.Join(errs...); err != nil {
 		return n, fmt.Errorf("scale-procs: counting the proposers: %w", err)
 	}
 	return n, nil
 }
 
-// BuildAgent builds cmd/fusebox-agent of the repository at root (in its
-// cmd module) into dir and returns the binary's path. race adds -race
-// (tests under -race, whose packages are compiled that way).
-func BuildAgent(ctx context.Context, root, dir string, race bool) (string, error) {
-	out := filepath.Join(dir, "fusebox-agent")
-	args := []string{"build", "-o", out}
-	if race {
-		args = append(args, "-race")
+// cpu returns the CPU time (user + system) the running agents used so far,
+// from /proc/<pid>/stat.
+func cpu(f *fleet.Fleet) time.Duration {
+	var total time.Duration
+	for i := range f.Size() {
+		pid, _, _ := f.Process(i).Running()
+		if pid == 0 {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// The fields after the command name (in parentheses, which may hold
+		// spaces): state is field 3, utime 14, stime 15, in clock ticks.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) < 13 {
+			continue
+		}
+		ut, _ := strconv.ParseInt(fields[11], 10, 64)
+		st, _ := strconv.ParseInt(fields[12], 10, 64)
+		total += time.Duration(ut+st) * time.Second / clockTicks
 	}
-	args = append(args, "./fusebox-agent")
-	cmd := exec.CommandContext(ctx, goTool(), args...)
-	cmd.Dir = filepath.Join(root, "cmd")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("scale-procs: go %s: %w\n%s", strings.Join(args, " "), err, b)
-	}
-	return out, nil
+	return total
 }
 
-// goTool is the go command found on PATH ("go" when there is none: the
-// build then fails saying so).
-func goTool() string {
-	if p, err := exec.LookPath("go"); err == nil {
-		return p
-	}
-	return "go"
-}
-
-// ModuleRoot returns the repository root, the folder of the Fusebox root
-// module, as the module governing dir (the current directory when dir is
-// empty) finds it: that module itself, or the replace directive of one of
-// the nested modules.
-func ModuleRoot(ctx context.Context, dir string) (string, error) {
-	cmd := exec.CommandContext(ctx, goTool(), "list", "-m", "-f", "{{.Dir}}", rootModule)
-	cmd.Dir = dir
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	b, err := cmd.Output()
-	root := strings.TrimSpace(string(b))
-	if err != nil || root == "" {
-		return "", fmt.Errorf("scale-procs: not inside the Fusebox repository (go list -m %s: %v %s): run from the repository", rootModule, err, strings.TrimSpace(stderr.String()))
-	}
-	return root, nil
-}
-
-// rootModule is the module path of the repository's root module.
-const rootModule = "github.com/fusebox-dev/fusebox"
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat's times: 100 on
+// every Linux architecture Go supports.
+const clockTicks = 100

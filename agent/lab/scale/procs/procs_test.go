@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -28,6 +30,7 @@ func TestConfigValidate(t *testing.T) {
 			"Clients must be >= 0, got -1", "Warm must be >= 0"}},
 		{Config{N: 4, Agent: filepath.Join(dir, "missing")}, []string{"Agent: stat " + filepath.Join(dir, "missing")}},
 		{Config{N: 4, Agent: notExec, Dependency: "no spaces allowed"}, []string{"is not an executable file", "Dependency:"}},
+		{Config{N: 4, Agent: notExec, AgentArgs: []string{"--no-such-flag"}}, []string{"AgentArgs: flag provided but not defined: -no-such-flag"}},
 		{Config{N: 4, Agent: dir}, []string{"is not an executable file"}},
 	}
 	for _, c := range cases {
@@ -59,14 +62,11 @@ func TestRealAgents(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root, err := ModuleRoot(ctx, "")
+	bins, err := fleet.Build(ctx, t.TempDir(), raceEnabled, "fusebox-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := BuildAgent(ctx, root, t.TempDir(), raceEnabled)
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := bins[0]
 	const n = 4
 
 	t.Run("trip", func(t *testing.T) {

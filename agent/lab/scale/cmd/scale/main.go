@@ -1,8 +1,8 @@
-// Command scale runs the fleet scenarios of agent/internal/scale for each
+// Command scale runs the fleet scenarios of agent/lab/scale for each
 // size given and prints agent/README.md's "Scale" table (markdown) with the
 // machine it ran on. `make scale` runs it for N = 10, 50, 200 and 500.
 //
-//	go run ./agent/internal/scale/cmd/scale -sizes 10,50 -split 30s
+//	cd agent/lab && go run ./scale/cmd/scale -sizes 10,50 -split 30s
 package main
 
 import (

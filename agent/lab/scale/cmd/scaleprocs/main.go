@@ -6,7 +6,7 @@
 // and reject), 2 on bad flags. Every agent process is stopped on exit and
 // on Ctrl-C. `make scale-procs N=40` builds the agent and runs it.
 //
-//	go run ./agent/internal/scale/cmd/scaleprocs -n 40 -agent bin/fusebox-agent -v
+//	cd agent/lab && go run ./scale/cmd/scaleprocs -n 40 -agent ../../bin/fusebox-agent -v
 package main
 
 import (
@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/scale"
 	"github.com/fusebox-dev/fusebox/agent/lab/scale/procs"
 )
@@ -55,14 +56,12 @@ func run() int {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		root, err := procs.ModuleRoot(ctx, "")
-		if err == nil {
-			cfg.Agent, err = procs.BuildAgent(ctx, root, dir, false)
-		}
+		bins, err := fleet.Build(ctx, dir, false, "fusebox-agent")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		cfg.Agent = bins[0]
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -10,7 +10,7 @@
 // and delete its namespaces. `make soak DURATION=30m` builds the binaries
 // and runs it.
 //
-//	cd agent && go run ./internal/soak/cmd/soak -duration 30m -bin ../bin [-seed N] [-v]
+//	cd agent/lab && go run ./soak/cmd/soak -duration 30m -bin ../../bin [-seed N] [-v]
 //
 // The modes `inner` (the run inside its namespace) and `etcd-member` (one
 // etcd member) are how the command runs itself; they are not for people.
