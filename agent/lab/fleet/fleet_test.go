@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os/exec"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
+	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
@@ -187,5 +190,67 @@ func TestNewFailsClean(t *testing.T) {
 	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("New waited for the deadline: %v", err)
+	}
+}
+
+// A fleet of fusebox-agent processes, their flags rendered from the
+// fleet's agent.Config: they run the policies of etcd, a client
+// reports over a unix socket, /metrics is read, a restarted agent is a new
+// incarnation that joins again, and no process is left after Close.
+func TestProcessFleet(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skipf("no go command to build fusebox-agent with: %v", err)
+	}
+	ctx := timeout(t, 5*time.Minute)
+	bins, err := Build(ctx, t.TempDir(), raceEnabled, "fusebox-agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := sharedstate.DefaultPolicy()
+	p.Breaker.MinimumRequests = 7
+	f, err := New(ctx, Config{N: 2, Dir: t.TempDir(), Etcd: true, Policy: &p, Binary: bins[0],
+		Tune: func(_ int, c *agent.Config) { Quick(c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	t.Cleanup(func() {
+		f.Close()
+		for _, pid := range pids {
+			if err := syscall.Kill(pid, 0); err == nil {
+				t.Errorf("agent process %d still runs after Close", pid)
+			}
+		}
+	})
+	if f.Agent(0) != nil || f.Process(0) == nil {
+		t.Fatalf("agent-000 in process %v, as a process %v", f.Agent(0), f.Process(0))
+	}
+	if err := f.Report(ctx, 0, []string{"dep-z"}, 1, 1); err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.Client(1).Check(ctx, &fuseboxv1.CheckRequest{Dependency: "dep-z", Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST,
+		Service: "fleet-test", Instance: "1"})
+	if err != nil || d.GetVerdict() != fuseboxv1.Verdict_VERDICT_ALLOW {
+		t.Errorf("Check on agent-001: %v, %v; want allowed", d, err)
+	}
+	m, err := f.Metrics(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := m.Value("fusebox_agent_policy_source", "source", "etcd"); v != 1 {
+		t.Errorf("agent-001 does not run the policies of etcd: fusebox_agent_policy_source{source=\"etcd\"} = %v", v)
+	}
+	if err := f.Restart(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, inc, _ := f.Process(1).Running(); inc != 1 {
+		t.Errorf("agent-001 restarted as incarnation %d, want 1", inc)
+	}
+	if err := f.WaitMembership(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range f.Size() {
+		pid, _, _ := f.Process(i).Running()
+		pids = append(pids, pid)
 	}
 }
