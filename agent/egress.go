@@ -94,7 +94,7 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 	pc.MaxDependencies = a.cfg.MaxDependencies
 	pc.CAFile = c.CAFile
 	pc.ShutdownTimeout = max(a.cfg.ShutdownTimeout/3, 10*time.Millisecond)
-	pc.Registerer = registerers{a.reg, a.opts.registerer}
+	pc.Registerer = registerers{a.reg, a.opts.Registerer}
 	pc.Logger = a.lg.With("component", "proxy")
 	return proxy.New(pc)
 }

@@ -22,8 +22,8 @@ func (a *Agent) joinTargets() []string {
 			out = append(out, j)
 		}
 	}
-	if a.opts.peers != nil {
-		for _, p := range a.opts.peers() {
+	if a.opts.Sim.Peers != nil {
+		for _, p := range a.opts.Sim.Peers() {
 			if p != "" && !seen[p] {
 				seen[p] = true
 				out = append(out, p)
