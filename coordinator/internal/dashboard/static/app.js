@@ -4,7 +4,8 @@
 // Data flow (see doc.go):
 //   - GET /api/v1/fleet?compact=1 every 2 s (10 s while the tab is hidden),
 //     and soon after every event: counts, rates, nodes, zones, probers.
-//   - GET /api/v1/events (EventSource): transitions and overrides change the
+//   - GET /api/v1/events, read with fetch (the token in the Authorization
+//     header, never in the URL): transitions and overrides change the
 //     badges at once, without waiting for the next poll.
 //   - GET /api/v1/history?dependency=NAME seeds a row's sparkline when the row
 //     first scrolls into view (at most 3 requests in flight); each poll and
@@ -349,8 +350,15 @@
   }
 
   // ---- live events ----
+  //
+  // The event stream is read with fetch, not EventSource: EventSource
+  // cannot send the Authorization header, and a token never goes in a URL
+  // (proxies log URLs; the coordinator refuses a token in the query). The body is
+  // parsed as server-sent events; a reconnect sends Last-Event-ID, so the
+  // coordinator replays what it still keeps.
 
-  let es = null, esTimer = 0, esBackoff = 1000;
+  const MAX_EVENT_BYTES = 1 << 20; // an event larger than this ends the stream
+  let stream = null, esTimer = 0, esBackoff = 1000, lastEventId = '';
 
   function setConn(state, title) {
     const c = $('conn');
@@ -359,43 +367,81 @@
     c.title = title || 'The live event stream (/api/v1/events)';
   }
 
-  function connect() {
+  // retryStream says why the stream is down and tries again, backing off.
+  function retryStream(ctrl, state, title) {
+    if (stream !== ctrl) return;
+    stream = null;
+    setConn(state, title);
     clearTimeout(esTimer);
-    if (es) {
-      es.close();
-      es = null;
-    }
+    esTimer = setTimeout(connect, esBackoff);
+    esBackoff = Math.min(esBackoff * 2, 30000);
+  }
+
+  async function connect() {
+    clearTimeout(esTimer);
+    if (stream) stream.abort();
+    const ctrl = new AbortController();
+    stream = ctrl;
     setConn('connecting');
+    const headers = { 'Accept': 'text/event-stream' };
     const tok = token();
-    // EventSource cannot send an Authorization header: the coordinator
-    // takes the token from ?access_token= for this endpoint only, as a
-    // viewer, and this page sends no Referer.
-    const src = new EventSource('/api/v1/events' + (tok ? '?access_token=' + encodeURIComponent(tok) : ''));
-    es = src;
-    src.onopen = () => {
-      if (es !== src) return;
-      esBackoff = 1000;
-      setConn('live');
-      refreshSoon(0); // whatever happened while we were away
-    };
-    src.onerror = () => {
-      if (es !== src) return;
-      if (src.readyState === EventSource.CONNECTING) {
-        setConn('reconnecting'); // the browser retries by itself
-        return;
+    if (tok) headers['Authorization'] = 'Bearer ' + tok;
+    if (lastEventId) headers['Last-Event-ID'] = lastEventId;
+    let resp;
+    try {
+      resp = await fetch('/api/v1/events', { headers: headers, cache: 'no-store', credentials: 'omit', signal: ctrl.signal });
+    } catch (e) {
+      retryStream(ctrl, 'offline', 'The coordinator is unreachable; retrying');
+      return;
+    }
+    if (stream !== ctrl) return;
+    if (!resp.ok) {
+      let msg = resp.status + ' ' + resp.statusText;
+      try { msg = (await resp.json()).error || msg; } catch (e) { /* not JSON */ }
+      if (resp.status === 401) authProblem(msg);
+      // 429/503: past the coordinator's stream caps (named in msg).
+      retryStream(ctrl, resp.status === 401 ? 'unauthorized' : (resp.status === 429 || resp.status === 503) ? 'refused' : 'offline', msg);
+      return;
+    }
+    esBackoff = 1000;
+    setConn('live');
+    refreshSoon(0); // whatever happened while we were away
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    try {
+      for (;;) {
+        const r = await reader.read();
+        if (r.done) break;
+        buf += decoder.decode(r.value, { stream: true }).replace(/\r\n?/g, '\n');
+        let end;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          sseBlock(block);
+        }
+        if (buf.length > MAX_EVENT_BYTES) break;
       }
-      src.close();
-      es = null;
-      api('/api/v1/whoami').then(() => {
-        setConn('offline', 'The event stream failed; retrying');
-      }, (e) => {
-        setConn(e.status === 401 ? 'unauthorized' : 'offline', e.message);
-      }).finally(() => {
-        esTimer = setTimeout(connect, esBackoff);
-        esBackoff = Math.min(esBackoff * 2, 30000);
-      });
-    };
-    for (const type of ['transition', 'override', 'policy']) src.addEventListener(type, onEvent);
+    } catch (e) { /* aborted, or the connection broke */ }
+    retryStream(ctrl, 'reconnecting', 'The event stream ended; reconnecting');
+  }
+
+  // sseBlock handles one server-sent event: "id:", "event:" and "data:"
+  // lines; comments (keep-alives) start with ':'.
+  function sseBlock(block) {
+    let type = 'message', data = '', id = null;
+    for (const line of block.split('\n')) {
+      if (!line || line[0] === ':') continue;
+      const i = line.indexOf(':');
+      const field = i < 0 ? line : line.slice(0, i);
+      let value = i < 0 ? '' : line.slice(i + 1);
+      if (value[0] === ' ') value = value.slice(1);
+      if (field === 'event') type = value;
+      else if (field === 'data') data += (data ? '\n' : '') + value;
+      else if (field === 'id') id = value;
+    }
+    if (id !== null) lastEventId = id;
+    if (data && (type === 'transition' || type === 'override' || type === 'policy')) onEvent({ data: data });
   }
 
   function onEvent(msg) {
