@@ -147,11 +147,13 @@
     d.allowed = num(v.retryBudget);
     d.incident = v.incidentStart ? Date.parse(v.incidentStart) || 0 : 0;
     d.trip = v.trip || null;
-    d.ov = d.override ? {
-      actor: v.overrideActor || '', reason: v.overrideReason || '',
-      created: v.overrideCreated ? Date.parse(v.overrideCreated) || 0 : 0,
-      expires: v.overrideExpires ? Date.parse(v.overrideExpires) || 0 : 0,
-    } : null;
+    if (d.eventAt <= at) { // else an event's override is newer than this snapshot: keep what it said
+      d.ov = d.override ? {
+        actor: v.overrideActor || '', reason: v.overrideReason || '',
+        created: v.overrideCreated ? Date.parse(v.overrideCreated) || 0 : 0,
+        expires: v.overrideExpires ? Date.parse(v.overrideExpires) || 0 : 0,
+      } : null;
+    }
     d.ramp = num(v.rampProbability) > 0 && v.rampUntil ? { p: num(v.rampProbability), until: Date.parse(v.rampUntil) || 0 } : null;
     d.rps = (num(f.successes) + num(f.failures)) / windowSeconds(d.name);
     const nodes = v.nodes || [];
