@@ -32,10 +32,15 @@ type adminServer struct {
 
 // writeOptions builds the audit actor of a write: the request's actor
 // field plus the identity of the credential, e.g.
-// "alice@laptop (admin:1f2e3d4c)", or the identity alone.
+// "alice@laptop (admin:1f2e3d4c)", or the identity alone. An actor holding
+// a control character (sharedstate.ValidateText) is refused: it would be
+// printed on operators' terminals by fuseboxctl audit.
 func writeOptions(ctx context.Context, actor string, expected *int64) (store.WriteOptions, error) {
 	if len(actor) > maxActorLen {
 		return store.WriteOptions{}, fmt.Errorf("%w: actor is %d bytes, at most %d", ErrInvalidRequest, len(actor), maxActorLen)
+	}
+	if err := sharedstate.ValidateText("actor", actor); err != nil {
+		return store.WriteOptions{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	id := identityFrom(ctx).Name
 	if id == "" {
@@ -151,6 +156,9 @@ func (a *adminServer) setOverride(ctx context.Context, req *fuseboxv1.SetOverrid
 	}
 	if len(req.GetReason()) > sharedstate.MaxReasonLen {
 		return nil, fmt.Errorf("%w: reason is %d bytes, at most %d", ErrInvalidRequest, len(req.GetReason()), sharedstate.MaxReasonLen)
+	}
+	if err := sharedstate.ValidateText("reason", req.GetReason()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	w, err := writeOptions(ctx, req.GetActor(), nil)
 	if err != nil {

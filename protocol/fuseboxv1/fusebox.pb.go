@@ -3805,8 +3805,28 @@ type DependencyView struct {
 	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	// Calls in flight over the fleet's rows, and the policy's
 	// concurrency.max_in_flight (0: no limit).
-	InFlight      uint64 `protobuf:"varint,39,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	MaxInFlight   uint32 `protobuf:"varint,40,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	InFlight    uint64 `protobuf:"varint,39,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,40,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// The incident of the shown record while it is open or half-open: when
+	// its run of opens began (the trip) and what it tripped on. Unset when
+	// closed, or when its proposer does not say.
+	IncidentStart *timestamppb.Timestamp `protobuf:"bytes,41,opt,name=incident_start,json=incidentStart,proto3" json:"incident_start,omitempty"`
+	Trip          *TripEvidence          `protobuf:"bytes,42,opt,name=trip,proto3" json:"trip,omitempty"`
+	// The override in force: who set it, when, and when it expires (unset:
+	// until cleared).
+	OverrideActor   string                 `protobuf:"bytes,43,opt,name=override_actor,json=overrideActor,proto3" json:"override_actor,omitempty"`
+	OverrideCreated *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=override_created,json=overrideCreated,proto3" json:"override_created,omitempty"`
+	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,45,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
+	// The ramp after the shown record's latest close, while it lasts: the
+	// share of first attempts it refuses now (breaker.rampStart rising to
+	// all admitted over breaker.rampDuration) and when it ends. Unset: no
+	// ramp in progress.
+	RampProbability float64                `protobuf:"fixed64,46,opt,name=ramp_probability,json=rampProbability,proto3" json:"ramp_probability,omitempty"`
+	RampUntil       *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=ramp_until,json=rampUntil,proto3" json:"ramp_until,omitempty"`
+	// The fleet's retry budget over the window, in retries:
+	// max(minRetriesPerSecond × window, ratio × first attempts). budget_used
+	// is fleet.retries divided by it.
+	RetryBudget   float64 `protobuf:"fixed64,48,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3991,6 +4011,62 @@ func (x *DependencyView) GetInFlight() uint64 {
 func (x *DependencyView) GetMaxInFlight() uint32 {
 	if x != nil {
 		return x.MaxInFlight
+	}
+	return 0
+}
+
+func (x *DependencyView) GetIncidentStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IncidentStart
+	}
+	return nil
+}
+
+func (x *DependencyView) GetTrip() *TripEvidence {
+	if x != nil {
+		return x.Trip
+	}
+	return nil
+}
+
+func (x *DependencyView) GetOverrideActor() string {
+	if x != nil {
+		return x.OverrideActor
+	}
+	return ""
+}
+
+func (x *DependencyView) GetOverrideCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverrideCreated
+	}
+	return nil
+}
+
+func (x *DependencyView) GetOverrideExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverrideExpires
+	}
+	return nil
+}
+
+func (x *DependencyView) GetRampProbability() float64 {
+	if x != nil {
+		return x.RampProbability
+	}
+	return 0
+}
+
+func (x *DependencyView) GetRampUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RampUntil
+	}
+	return nil
+}
+
+func (x *DependencyView) GetRetryBudget() float64 {
+	if x != nil {
+		return x.RetryBudget
 	}
 	return 0
 }
@@ -5065,7 +5141,14 @@ type BreakerRecord struct {
 	Origin        string       `protobuf:"bytes,6,opt,name=origin,proto3" json:"origin,omitempty"`
 	Reason        string       `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Set for `scope: zone` policies, which keep one record per zone.
-	Zone          string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	Zone string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	// An open record's incident start: when the run of opens it belongs to
+	// began (the trip; re-opens after failed probes keep it), Unix
+	// nanoseconds. 0: a closed record, or a proposer that does not say.
+	IncidentStartUnixNano int64 `protobuf:"varint,9,opt,name=incident_start_unix_nano,json=incidentStartUnixNano,proto3" json:"incident_start_unix_nano,omitempty"`
+	// An open record's trip evidence: what the trip rule decided that trip
+	// on (re-opens keep it). Unset: closed, or not known.
+	Trip          *TripEvidence `protobuf:"bytes,10,opt,name=trip,proto3" json:"trip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5156,6 +5239,190 @@ func (x *BreakerRecord) GetZone() string {
 	return ""
 }
 
+func (x *BreakerRecord) GetIncidentStartUnixNano() int64 {
+	if x != nil {
+		return x.IncidentStartUnixNano
+	}
+	return 0
+}
+
+func (x *BreakerRecord) GetTrip() *TripEvidence {
+	if x != nil {
+		return x.Trip
+	}
+	return nil
+}
+
+// TripEvidence is what a breaker tripped on: the counts the trip rule
+// pooled over the horizon that tripped (the window, or a fast-path suffix
+// of it), the policy's trip rule it compared them with, and the nodes whose
+// own counts met a threshold there.
+type TripEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests (successes + failures), failures and slow calls pooled, from
+	// `nodes` nodes with requests.
+	Requests  uint64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	Failures  uint64 `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	SlowCalls uint64 `protobuf:"varint,3,opt,name=slow_calls,json=slowCalls,proto3" json:"slow_calls,omitempty"`
+	Nodes     uint32 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The slow-call rate tripped it (else the failure rate).
+	Slow bool `protobuf:"varint,5,opt,name=slow,proto3" json:"slow,omitempty"`
+	// The trip rule of the policy at the trip.
+	FailureRateThreshold  float64 `protobuf:"fixed64,6,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
+	SlowCallRateThreshold float64 `protobuf:"fixed64,7,opt,name=slow_call_rate_threshold,json=slowCallRateThreshold,proto3" json:"slow_call_rate_threshold,omitempty"`
+	MinimumRequests       uint32  `protobuf:"varint,8,opt,name=minimum_requests,json=minimumRequests,proto3" json:"minimum_requests,omitempty"`
+	MinFailingNodes       uint32  `protobuf:"varint,9,opt,name=min_failing_nodes,json=minFailingNodes,proto3" json:"min_failing_nodes,omitempty"`
+	// 0: the classic rule (the rate itself was compared); else the lower
+	// bound of the rate at this confidence was.
+	Confidence float64 `protobuf:"fixed64,10,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	LowerBound float64 `protobuf:"fixed64,11,opt,name=lower_bound,json=lowerBound,proto3" json:"lower_bound,omitempty"`
+	// How much of the window was counted (nanoseconds): the window, or the
+	// fast-path suffix that tripped (fast_path).
+	HorizonNanos int64 `protobuf:"varint,12,opt,name=horizon_nanos,json=horizonNanos,proto3" json:"horizon_nanos,omitempty"`
+	FastPath     bool  `protobuf:"varint,13,opt,name=fast_path,json=fastPath,proto3" json:"fast_path,omitempty"`
+	// The failing nodes that failed most (at most 8, 512 bytes of names),
+	// and how many there were.
+	FailingNodes     []string `protobuf:"bytes,14,rep,name=failing_nodes,json=failingNodes,proto3" json:"failing_nodes,omitempty"`
+	FailingNodeCount uint32   `protobuf:"varint,15,opt,name=failing_node_count,json=failingNodeCount,proto3" json:"failing_node_count,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TripEvidence) Reset() {
+	*x = TripEvidence{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TripEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TripEvidence) ProtoMessage() {}
+
+func (x *TripEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TripEvidence.ProtoReflect.Descriptor instead.
+func (*TripEvidence) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *TripEvidence) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlowCalls() uint64 {
+	if x != nil {
+		return x.SlowCalls
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlow() bool {
+	if x != nil {
+		return x.Slow
+	}
+	return false
+}
+
+func (x *TripEvidence) GetFailureRateThreshold() float64 {
+	if x != nil {
+		return x.FailureRateThreshold
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlowCallRateThreshold() float64 {
+	if x != nil {
+		return x.SlowCallRateThreshold
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetMinimumRequests() uint32 {
+	if x != nil {
+		return x.MinimumRequests
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetMinFailingNodes() uint32 {
+	if x != nil {
+		return x.MinFailingNodes
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetLowerBound() float64 {
+	if x != nil {
+		return x.LowerBound
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetHorizonNanos() int64 {
+	if x != nil {
+		return x.HorizonNanos
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetFastPath() bool {
+	if x != nil {
+		return x.FastPath
+	}
+	return false
+}
+
+func (x *TripEvidence) GetFailingNodes() []string {
+	if x != nil {
+		return x.FailingNodes
+	}
+	return nil
+}
+
+func (x *TripEvidence) GetFailingNodeCount() uint32 {
+	if x != nil {
+		return x.FailingNodeCount
+	}
+	return 0
+}
+
 // SignedItem is what one origin signed: a RowBatch of its rows (in
 // signed_rows) or one BreakerRecord it proposed (in signed_records).
 // Relays forward it byte for byte, so a receiver verifies the origin's
@@ -5174,7 +5441,7 @@ type SignedItem struct {
 
 func (x *SignedItem) Reset() {
 	*x = SignedItem{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5453,7 @@ func (x *SignedItem) String() string {
 func (*SignedItem) ProtoMessage() {}
 
 func (x *SignedItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5466,7 @@ func (x *SignedItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedItem.ProtoReflect.Descriptor instead.
 func (*SignedItem) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *SignedItem) GetBody() []byte {
@@ -5228,7 +5495,7 @@ type RowBatch struct {
 
 func (x *RowBatch) Reset() {
 	*x = RowBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5507,7 @@ func (x *RowBatch) String() string {
 func (*RowBatch) ProtoMessage() {}
 
 func (x *RowBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5520,7 @@ func (x *RowBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowBatch.ProtoReflect.Descriptor instead.
 func (*RowBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *RowBatch) GetRows() []*NodeWindow {
@@ -5282,7 +5549,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5294,7 +5561,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5307,7 +5574,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -5355,7 +5622,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5367,7 +5634,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5380,7 +5647,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -5717,7 +5984,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tin_flight\x18\x19 \x01(\x04R\binFlight\"J\n" +
 	"\bZoneView\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12*\n" +
-	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\xea\x06\n" +
+	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\x99\n" +
+	"\n" +
 	"\x0eDependencyView\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5747,7 +6015,16 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
 	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
-	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xd3\x01\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\x12A\n" +
+	"\x0eincident_start\x18) \x01(\v2\x1a.google.protobuf.TimestampR\rincidentStart\x12,\n" +
+	"\x04trip\x18* \x01(\v2\x18.fusebox.v1.TripEvidenceR\x04trip\x12%\n" +
+	"\x0eoverride_actor\x18+ \x01(\tR\roverrideActor\x12E\n" +
+	"\x10override_created\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideCreated\x12E\n" +
+	"\x10override_expires\x18- \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12)\n" +
+	"\x10ramp_probability\x18. \x01(\x01R\x0frampProbability\x129\n" +
+	"\n" +
+	"ramp_until\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\trampUntil\x12!\n" +
+	"\fretry_budget\x180 \x01(\x01R\vretryBudget\"\xd3\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
@@ -5859,7 +6136,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0frecent_failures\x18\t \x03(\x04R\x0erecentFailures\x12*\n" +
 	"\x11recent_slow_calls\x18\n" +
 	" \x03(\x04R\x0frecentSlowCalls\x12\x1b\n" +
-	"\tin_flight\x18\x1b \x01(\x04R\binFlight\"\x8a\x02\n" +
+	"\tin_flight\x18\x1b \x01(\x04R\binFlight\"\xf1\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5873,7 +6150,31 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"open_count\x18\x05 \x01(\rR\topenCount\x12\x16\n" +
 	"\x06origin\x18\x06 \x01(\tR\x06origin\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
-	"\x04zone\x18\b \x01(\tR\x04zone\">\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\x127\n" +
+	"\x18incident_start_unix_nano\x18\t \x01(\x03R\x15incidentStartUnixNano\x12,\n" +
+	"\x04trip\x18\n" +
+	" \x01(\v2\x18.fusebox.v1.TripEvidenceR\x04trip\"\xab\x04\n" +
+	"\fTripEvidence\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x04R\brequests\x12\x1a\n" +
+	"\bfailures\x18\x02 \x01(\x04R\bfailures\x12\x1d\n" +
+	"\n" +
+	"slow_calls\x18\x03 \x01(\x04R\tslowCalls\x12\x14\n" +
+	"\x05nodes\x18\x04 \x01(\rR\x05nodes\x12\x12\n" +
+	"\x04slow\x18\x05 \x01(\bR\x04slow\x124\n" +
+	"\x16failure_rate_threshold\x18\x06 \x01(\x01R\x14failureRateThreshold\x127\n" +
+	"\x18slow_call_rate_threshold\x18\a \x01(\x01R\x15slowCallRateThreshold\x12)\n" +
+	"\x10minimum_requests\x18\b \x01(\rR\x0fminimumRequests\x12*\n" +
+	"\x11min_failing_nodes\x18\t \x01(\rR\x0fminFailingNodes\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\n" +
+	" \x01(\x01R\n" +
+	"confidence\x12\x1f\n" +
+	"\vlower_bound\x18\v \x01(\x01R\n" +
+	"lowerBound\x12#\n" +
+	"\rhorizon_nanos\x18\f \x01(\x03R\fhorizonNanos\x12\x1b\n" +
+	"\tfast_path\x18\r \x01(\bR\bfastPath\x12#\n" +
+	"\rfailing_nodes\x18\x0e \x03(\tR\ffailingNodes\x12,\n" +
+	"\x12failing_node_count\x18\x0f \x01(\rR\x10failingNodeCount\">\n" +
 	"\n" +
 	"SignedItem\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
@@ -5985,7 +6286,7 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 }
 
 var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -6056,33 +6357,34 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(*SimulatePolicyResponse)(nil), // 66: fusebox.v1.SimulatePolicyResponse
 	(*NodeWindow)(nil),             // 67: fusebox.v1.NodeWindow
 	(*BreakerRecord)(nil),          // 68: fusebox.v1.BreakerRecord
-	(*SignedItem)(nil),             // 69: fusebox.v1.SignedItem
-	(*RowBatch)(nil),               // 70: fusebox.v1.RowBatch
-	(*GossipBatch)(nil),            // 71: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 72: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 74: google.protobuf.Timestamp
+	(*TripEvidence)(nil),           // 69: fusebox.v1.TripEvidence
+	(*SignedItem)(nil),             // 70: fusebox.v1.SignedItem
+	(*RowBatch)(nil),               // 71: fusebox.v1.RowBatch
+	(*GossipBatch)(nil),            // 72: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 73: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 74: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 75: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	73,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	73,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	73,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	74,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	74,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	74,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,   // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	73,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	73,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	73,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	73,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	73,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	73,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
-	73,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
+	74,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	74,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	74,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	74,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	74,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	74,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
+	74,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
 	0,   // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,   // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,   // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
 	11,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	73,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	74,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	74,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	75,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,   // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	74,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	75,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,   // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
 	12,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,   // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
@@ -6105,18 +6407,18 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	17,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
 	22,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
 	29,  // 40: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	73,  // 41: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	74,  // 41: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
 	36,  // 42: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
 	1,   // 43: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	74,  // 44: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	74,  // 45: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	73,  // 46: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	75,  // 44: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	75,  // 45: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	74,  // 46: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
 	39,  // 47: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	74,  // 48: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	75,  // 48: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
 	45,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
 	49,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
 	50,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
-	74,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	75,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
 	48,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
 	10,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
 	10,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
@@ -6126,92 +6428,98 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	10,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
 	55,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
 	54,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	74,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	75,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
 	12,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	74,  // 64: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	56,  // 65: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48,  // 66: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	49,  // 67: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
-	9,   // 68: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	74,  // 69: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	74,  // 70: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	73,  // 71: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
-	74,  // 72: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
-	74,  // 73: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
-	74,  // 74: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
-	74,  // 75: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
-	74,  // 76: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
-	62,  // 77: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 78: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
-	74,  // 79: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
-	63,  // 80: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
-	63,  // 81: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
-	63,  // 82: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
-	61,  // 83: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 84: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 85: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
-	74,  // 86: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
-	73,  // 87: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
-	74,  // 88: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
-	65,  // 89: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
-	65,  // 90: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
-	61,  // 91: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 92: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
-	64,  // 93: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
-	10,  // 94: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,   // 95: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	67,  // 96: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	67,  // 97: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	68,  // 98: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	69,  // 99: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	69,  // 100: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	68,  // 101: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	67,  // 102: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	69,  // 103: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	69,  // 104: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	19,  // 105: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24,  // 106: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24,  // 107: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25,  // 108: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27,  // 109: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30,  // 110: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 111: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33,  // 112: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34,  // 113: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37,  // 114: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40,  // 115: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40,  // 116: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41,  // 117: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43,  // 118: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46,  // 119: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	51,  // 120: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	53,  // 121: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	58,  // 122: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	60,  // 123: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	23,  // 124: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14,  // 125: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14,  // 126: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14,  // 127: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28,  // 128: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29,  // 129: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32,  // 130: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29,  // 131: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35,  // 132: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38,  // 133: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39,  // 134: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39,  // 135: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42,  // 136: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44,  // 137: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47,  // 138: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	52,  // 139: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	57,  // 140: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	59,  // 141: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	66,  // 142: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	124, // [124:143] is the sub-list for method output_type
-	105, // [105:124] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	75,  // 64: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
+	69,  // 65: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
+	75,  // 66: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
+	75,  // 67: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
+	75,  // 68: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
+	75,  // 69: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	56,  // 70: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	48,  // 71: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	49,  // 72: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	9,   // 73: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	75,  // 74: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	75,  // 75: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	74,  // 76: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	75,  // 77: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	75,  // 78: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	75,  // 79: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	75,  // 80: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	75,  // 81: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	62,  // 82: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	75,  // 83: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	75,  // 84: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	63,  // 85: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	63,  // 86: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	63,  // 87: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	61,  // 88: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 89: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	75,  // 90: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	75,  // 91: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	74,  // 92: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	75,  // 93: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	65,  // 94: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 95: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	61,  // 96: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	62,  // 97: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	64,  // 98: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	10,  // 99: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,   // 100: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	69,  // 101: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
+	67,  // 102: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	67,  // 103: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	68,  // 104: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	70,  // 105: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	70,  // 106: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	68,  // 107: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	67,  // 108: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	70,  // 109: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	70,  // 110: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	19,  // 111: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	24,  // 112: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	24,  // 113: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	25,  // 114: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	27,  // 115: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	30,  // 116: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 117: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	33,  // 118: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	34,  // 119: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	37,  // 120: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	40,  // 121: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	40,  // 122: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	41,  // 123: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	43,  // 124: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	46,  // 125: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	51,  // 126: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	53,  // 127: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	58,  // 128: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	60,  // 129: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	23,  // 130: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	14,  // 131: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	14,  // 132: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	14,  // 133: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	28,  // 134: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	29,  // 135: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	32,  // 136: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	29,  // 137: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	35,  // 138: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	38,  // 139: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	39,  // 140: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	39,  // 141: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	42,  // 142: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	44,  // 143: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	47,  // 144: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	52,  // 145: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	57,  // 146: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	59,  // 147: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	66,  // 148: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	130, // [130:149] is the sub-list for method output_type
+	111, // [111:130] is the sub-list for method input_type
+	111, // [111:111] is the sub-list for extension type_name
+	111, // [111:111] is the sub-list for extension extendee
+	0,   // [0:111] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -6239,7 +6547,7 @@ func file_fusebox_v1_fusebox_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
 			NumEnums:      10,
-			NumMessages:   63,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

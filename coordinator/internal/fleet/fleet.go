@@ -98,6 +98,7 @@ type Override struct {
 	State   sharedstate.OverrideState
 	Reason  string
 	Actor   string
+	Created time.Time
 	Expires time.Time // zero: no expiry
 }
 

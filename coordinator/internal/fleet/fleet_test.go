@@ -409,3 +409,70 @@ func TestThrottleAndInFlight(t *testing.T) {
 		t.Errorf("throttling off: %v %v", d.GetThrottleEnabled(), d.GetThrottleProbability())
 	}
 }
+
+// What an operator reads of an incident: an open record's trip evidence
+// and incident start (the first open of a run of re-opens, not the latest
+// re-open), the override's author, creation and expiry, the ramp after a
+// close, and the retry budget in retries beside the share used.
+func TestIncidentOverrideRampAndBudget(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	v := New(Config{Clock: clock})
+	pol := sharedstate.DefaultPolicy()
+	pol.Breaker.RampDuration = sharedstate.Duration(time.Minute)
+	src := staticSource{
+		policies: map[string]sharedstate.Policy{"inventory-api": pol},
+		overrides: map[string]Override{"ledger": {State: sharedstate.ForcedOpen, Reason: "failover drill", Actor: "alice (ops-admin)",
+			Created: t0, Expires: t0.Add(10 * time.Minute)}},
+	}
+	trip := &sharedstate.TripEvidence{Requests: 40, Failures: 32, Nodes: 3, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
+		MinimumRequests: 20, MinFailingNodes: 2, Horizon: 10 * time.Second, FailingNodes: []string{"agent-1", "agent-2"}, FailingNodeCount: 2}
+	reopen := sharedstate.BreakerRecord{Dependency: "inventory-api", Generation: 4, State: sharedstate.Open, Since: t0.Add(45 * time.Second),
+		OpenCount: 4, Origin: "agent-3", Reason: "probe failed", IncidentStart: t0, Trip: trip}
+	clock.Advance(47 * time.Second) // open for 5 s after the fourth open
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(reopen)},
+		Rows: []*fuseboxv1.NodeWindow{{Node: "agent-3", Dependency: "inventory-api", Seq: 1,
+			Counts: &fuseboxv1.Counts{FirstAttempts: 1000, Retries: 106, Successes: 900, Failures: 100}}}})
+
+	snap := v.Snapshot(clock.Now(), src, "")
+	byName := map[string]*fuseboxv1.DependencyView{}
+	for _, d := range snap.GetDependencies() {
+		byName[d.GetDependency()] = d
+	}
+	inv := byName["inventory-api"]
+	if inv.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_OPEN || !inv.GetIncidentStart().AsTime().Equal(t0) ||
+		!inv.GetSince().AsTime().Equal(reopen.Since) || inv.GetOpenCount() != 4 {
+		t.Errorf("inventory-api: state %v, incident start %v, since %v, opens %d; want open since %v, incident from %v",
+			inv.GetState(), inv.GetIncidentStart().AsTime(), inv.GetSince().AsTime(), inv.GetOpenCount(), reopen.Since, t0)
+	}
+	if got := convert.TripFromProto(inv.GetTrip()); got == nil || got.String() != trip.String() {
+		t.Errorf("inventory-api's trip evidence %v, want %v", got, trip)
+	}
+	// 106 retries against max(10/s × 10 s, 10% × 1000) = 100.
+	if inv.GetRetryBudget() != 100 || math.Abs(inv.GetBudgetUsed()-1.06) > 1e-9 {
+		t.Errorf("retry budget %v, used %v; want 100 retries, 1.06", inv.GetRetryBudget(), inv.GetBudgetUsed())
+	}
+	led := byName["ledger"]
+	if led.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN || led.GetOverrideActor() != "alice (ops-admin)" ||
+		led.GetOverrideReason() != "failover drill" || !led.GetOverrideCreated().AsTime().Equal(t0) ||
+		!led.GetOverrideExpires().AsTime().Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("ledger's override: %v by %q (%q), created %v, expires %v", led.GetOverride(), led.GetOverrideActor(),
+			led.GetOverrideReason(), led.GetOverrideCreated(), led.GetOverrideExpires())
+	}
+
+	// The close: no incident any more, the ramp for rampDuration.
+	closed := sharedstate.BreakerRecord{Dependency: "inventory-api", Generation: 5, State: sharedstate.Closed, Since: clock.Now(), Origin: "agent-3"}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(closed)}})
+	clock.Advance(15 * time.Second)
+	inv = v.Snapshot(clock.Now(), src, "inventory-api").GetDependencies()[0]
+	if inv.GetIncidentStart() != nil || inv.GetTrip() != nil {
+		t.Errorf("closed: incident %v, trip %v; want neither", inv.GetIncidentStart(), inv.GetTrip())
+	}
+	// rampStart 0.1: refuses 90% at the close, 67.5% a quarter in.
+	if math.Abs(inv.GetRampProbability()-0.675) > 1e-9 || !inv.GetRampUntil().AsTime().Equal(closed.Since.Add(time.Minute)) {
+		t.Errorf("ramp %v until %v, want 0.675 until %v", inv.GetRampProbability(), inv.GetRampUntil().AsTime(), closed.Since.Add(time.Minute))
+	}
+	clock.Advance(45 * time.Second)
+	if inv = v.Snapshot(clock.Now(), src, "inventory-api").GetDependencies()[0]; inv.GetRampUntil() != nil || inv.GetRampProbability() != 0 {
+		t.Errorf("after the ramp: %v until %v, want none", inv.GetRampProbability(), inv.GetRampUntil())
+	}
+}
