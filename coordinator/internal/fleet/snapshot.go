@@ -232,6 +232,10 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	if o, ok := src.Override(dep, now); ok {
 		d.Override = convert.OverrideState(o.State)
 		d.OverrideReason = o.Reason
+		d.OverrideActor = o.Actor
+		if !o.Expires.IsZero() {
+			d.OverrideExpires = timestamppb.New(o.Expires)
+		}
 	}
 
 	var (
