@@ -111,7 +111,7 @@ type ExplainedField struct {
 	// Field is the dotted JSON path, e.g. "breaker.minimumRequests".
 	Field string `json:"field"`
 	// Value is the field's JSON value in the effective policy.
-	Value string `json:"value"`
+	Value  string       `json:"value"`
 	Source PolicySource `json:"source"`
 	// Inherited is the value the field would have without its source: the
 	// fleet default's (over the built-in default) for SourceOwn, the built-in
