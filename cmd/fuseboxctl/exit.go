@@ -118,6 +118,7 @@ func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	stderr = newSafeWriter(stderr) // messages quote what the coordinator said
 	var ce *cliError
 	if errors.As(err, &ce) {
 		for _, l := range ce.lines {
