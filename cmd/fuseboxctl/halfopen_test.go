@@ -46,15 +46,21 @@ func TestWatchShowsHalfOpenThenOpen(t *testing.T) {
 		_ = cmd.Wait()
 	})
 	lines := make(chan string, 64)
-	go func() { // ends when the watch is killed
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
 		defer close(lines)
 		r := bufio.NewReader(stdout)
-		for {
+		for { // bounded by the watch's output, which ends when the cleanup kills it
 			line, err := r.ReadString('\n')
 			if err != nil {
 				return
 			}
-			lines <- line
+			select {
+			case lines <- line:
+			case <-done:
+				return
+			}
 		}
 	}()
 
