@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -146,5 +149,22 @@ func TestUsageErrorsNameTheArgument(t *testing.T) {
 		{[]string{"policy", "lint", "a.json", "b.json"}, `unexpected argument "b.json": it takes only FILE`},
 	} {
 		ctl(t, nil, nil, tc.args...).want(t, 1, nil, []string{tc.want})
+	}
+}
+
+// TestWithAnOlderCoordinator: against a coordinator of the release before
+// (no GetEffectivePolicy, no AuditEntry.changes), the new commands say so,
+// and audit computes the field changes itself.
+func TestWithAnOlderCoordinator(t *testing.T) {
+	err := rpcError(status.Error(codes.Unimplemented, "unknown method GetEffectivePolicy for service fusebox.v1.Admin"), "c:7960", true)
+	var ce *cliError
+	if !errors.As(err, &ce) || ce.code != exitError || !strings.Contains(ce.Error(), "coordinator c:7960 does not serve this") ||
+		!strings.Contains(ce.Error(), "older than this fuseboxctl") {
+		t.Errorf("Unimplemented = %v", err)
+	}
+	d := auditOf(&fuseboxv1.AuditEntry{Action: "policy.put", Before: []byte(`{"breaker":{"minimumRequests":20}}`),
+		After: []byte(`{"breaker":{"minimumRequests":50}}`)})
+	if got := changeSummary(d); got != "breaker.minimumRequests: 20 → 50" {
+		t.Errorf("an entry without changes shows %q", got)
 	}
 }

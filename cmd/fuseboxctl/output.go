@@ -375,6 +375,9 @@ func auditOf(a *fuseboxv1.AuditEntry) auditDoc {
 	for _, c := range a.GetChanges() {
 		d.Changes = append(d.Changes, changeDoc{Field: c.GetField(), From: dash(c.GetFrom()), To: dash(c.GetTo())})
 	}
+	if len(a.GetChanges()) == 0 { // a coordinator older than AuditEntry.changes
+		d.Changes = changesOf(sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter()))
+	}
 	return d
 }
 
