@@ -536,6 +536,64 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
 }
 
+// PolicySource is where the value of a field of an effective policy comes
+// from.
+type PolicySource int32
+
+const (
+	PolicySource_POLICY_SOURCE_UNSPECIFIED PolicySource = 0
+	// The built-in default of the coordinator's release: neither the
+	// dependency's policy nor the stored fleet default sets the field.
+	PolicySource_POLICY_SOURCE_BUILT_IN PolicySource = 1
+	// The stored fleet default (policies/_default).
+	PolicySource_POLICY_SOURCE_FLEET_DEFAULT PolicySource = 2
+	// The dependency's own policy (policies/<dependency>).
+	PolicySource_POLICY_SOURCE_OWN PolicySource = 3
+)
+
+// Enum value maps for PolicySource.
+var (
+	PolicySource_name = map[int32]string{
+		0: "POLICY_SOURCE_UNSPECIFIED",
+		1: "POLICY_SOURCE_BUILT_IN",
+		2: "POLICY_SOURCE_FLEET_DEFAULT",
+		3: "POLICY_SOURCE_OWN",
+	}
+	PolicySource_value = map[string]int32{
+		"POLICY_SOURCE_UNSPECIFIED":   0,
+		"POLICY_SOURCE_BUILT_IN":      1,
+		"POLICY_SOURCE_FLEET_DEFAULT": 2,
+		"POLICY_SOURCE_OWN":           3,
+	}
+)
+
+func (x PolicySource) Enum() *PolicySource {
+	p := new(PolicySource)
+	*p = x
+	return p
+}
+
+func (x PolicySource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PolicySource) Descriptor() protoreflect.EnumDescriptor {
+	return file_fusebox_v1_fusebox_proto_enumTypes[9].Descriptor()
+}
+
+func (PolicySource) Type() protoreflect.EnumType {
+	return &file_fusebox_v1_fusebox_proto_enumTypes[9]
+}
+
+func (x PolicySource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PolicySource.Descriptor instead.
+func (PolicySource) EnumDescriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+}
+
 // EventType is what a WatchEvent is about.
 type EventType int32
 
@@ -576,11 +634,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_fusebox_v1_fusebox_proto_enumTypes[9].Descriptor()
+	return file_fusebox_v1_fusebox_proto_enumTypes[10].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_fusebox_v1_fusebox_proto_enumTypes[9]
+	return &file_fusebox_v1_fusebox_proto_enumTypes[10]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -589,7 +647,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{10}
 }
 
 // Counts are the per-dependency tallies of a window (or a delta of them).
@@ -2261,6 +2319,163 @@ func (x *GetPolicyRequest) GetDependency() string {
 	return ""
 }
 
+// PolicyField is one field of an effective policy.
+type PolicyField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its dotted JSON path, e.g. "breaker.minimumRequests".
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Its JSON value in the effective policy.
+	Value  string       `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Source PolicySource `protobuf:"varint,3,opt,name=source,proto3,enum=fusebox.v1.PolicySource" json:"source,omitempty"`
+	// The value it would have without its source: the fleet default's for
+	// OWN, the built-in default's for FLEET_DEFAULT; empty for BUILT_IN.
+	Inherited     string `protobuf:"bytes,4,opt,name=inherited,proto3" json:"inherited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyField) Reset() {
+	*x = PolicyField{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyField) ProtoMessage() {}
+
+func (x *PolicyField) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyField.ProtoReflect.Descriptor instead.
+func (*PolicyField) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PolicyField) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *PolicyField) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *PolicyField) GetSource() PolicySource {
+	if x != nil {
+		return x.Source
+	}
+	return PolicySource_POLICY_SOURCE_UNSPECIFIED
+}
+
+func (x *PolicyField) GetInherited() string {
+	if x != nil {
+		return x.Inherited
+	}
+	return ""
+}
+
+type EffectivePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency, or "_default".
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The complete effective policy, as JSON.
+	PolicyJson []byte `protobuf:"bytes,2,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	// The dependency's own stored policy; unset when it has none (it runs
+	// on the fleet default) and for "_default".
+	Own *PolicyEntry `protobuf:"bytes,3,opt,name=own,proto3" json:"own,omitempty"`
+	// The stored fleet default; unset when none is stored (the built-in
+	// default is the fleet default).
+	FleetDefault *PolicyEntry `protobuf:"bytes,4,opt,name=fleet_default,json=fleetDefault,proto3" json:"fleet_default,omitempty"`
+	// Every field of policy_json (but schema and dependency), in the order
+	// of the policy's sections.
+	Fields        []*PolicyField `protobuf:"bytes,5,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectivePolicy) Reset() {
+	*x = EffectivePolicy{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectivePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectivePolicy) ProtoMessage() {}
+
+func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectivePolicy.ProtoReflect.Descriptor instead.
+func (*EffectivePolicy) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *EffectivePolicy) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *EffectivePolicy) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetOwn() *PolicyEntry {
+	if x != nil {
+		return x.Own
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetFleetDefault() *PolicyEntry {
+	if x != nil {
+		return x.FleetDefault
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetFields() []*PolicyField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
 type ListPoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2269,7 +2484,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2496,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2509,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
 }
 
 type ListPoliciesResponse struct {
@@ -2306,7 +2521,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2533,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2546,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyEntry {
@@ -2356,7 +2571,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2583,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2596,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutPolicyRequest) GetDependency() string {
@@ -2423,7 +2638,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2650,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2663,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeletePolicyRequest) GetDependency() string {
@@ -2481,7 +2696,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2708,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2721,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeletePolicyResponse) GetDeleted() bool {
@@ -2527,7 +2742,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2754,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2767,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Violation) GetField() string {
@@ -2580,14 +2795,19 @@ type ValidatePolicyRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	PolicyJson []byte                 `protobuf:"bytes,1,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
 	// If set, lint the retry arithmetic against this caller deadline.
-	Deadline      *durationpb.Duration `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *durationpb.Duration `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// If set, the name the policy is to be written under (a dependency or
+	// "_default"), checked as PutPolicy checks it: a valid name, a
+	// "dependency" field (when present) equal to it, a complete policy for
+	// "_default".
+	Dependency    string `protobuf:"bytes,3,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ValidatePolicyRequest) Reset() {
 	*x = ValidatePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2819,7 @@ func (x *ValidatePolicyRequest) String() string {
 func (*ValidatePolicyRequest) ProtoMessage() {}
 
 func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2832,7 @@ func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyRequest.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ValidatePolicyRequest) GetPolicyJson() []byte {
@@ -2629,6 +2849,13 @@ func (x *ValidatePolicyRequest) GetDeadline() *durationpb.Duration {
 	return nil
 }
 
+func (x *ValidatePolicyRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
 type ValidatePolicyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Violations    []*Violation           `protobuf:"bytes,1,rep,name=violations,proto3" json:"violations,omitempty"`
@@ -2639,7 +2866,7 @@ type ValidatePolicyResponse struct {
 
 func (x *ValidatePolicyResponse) Reset() {
 	*x = ValidatePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2878,7 @@ func (x *ValidatePolicyResponse) String() string {
 func (*ValidatePolicyResponse) ProtoMessage() {}
 
 func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2891,7 @@ func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyResponse.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ValidatePolicyResponse) GetViolations() []*Violation {
@@ -2697,7 +2924,7 @@ type OverrideEntry struct {
 
 func (x *OverrideEntry) Reset() {
 	*x = OverrideEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2936,7 @@ func (x *OverrideEntry) String() string {
 func (*OverrideEntry) ProtoMessage() {}
 
 func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2949,7 @@ func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideEntry.ProtoReflect.Descriptor instead.
 func (*OverrideEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OverrideEntry) GetDependency() string {
@@ -2787,7 +3014,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3026,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3039,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetOverrideRequest) GetDependency() string {
@@ -2853,7 +3080,7 @@ type ClearOverrideRequest struct {
 
 func (x *ClearOverrideRequest) Reset() {
 	*x = ClearOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3092,7 @@ func (x *ClearOverrideRequest) String() string {
 func (*ClearOverrideRequest) ProtoMessage() {}
 
 func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3105,7 @@ func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearOverrideRequest) GetDependency() string {
@@ -2904,7 +3131,7 @@ type ClearOverrideResponse struct {
 
 func (x *ClearOverrideResponse) Reset() {
 	*x = ClearOverrideResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3143,7 @@ func (x *ClearOverrideResponse) String() string {
 func (*ClearOverrideResponse) ProtoMessage() {}
 
 func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3156,7 @@ func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearOverrideResponse) GetCleared() bool {
@@ -2947,7 +3174,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3186,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3199,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
 }
 
 type ListOverridesResponse struct {
@@ -2984,7 +3211,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3223,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3236,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*OverrideEntry {
@@ -3020,21 +3247,25 @@ func (x *ListOverridesResponse) GetOverrides() []*OverrideEntry {
 }
 
 type AuditEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	Action        string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	Dependency    string                 `protobuf:"bytes,4,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	Before        []byte                 `protobuf:"bytes,5,opt,name=before,proto3" json:"before,omitempty"`
-	After         []byte                 `protobuf:"bytes,6,opt,name=after,proto3" json:"after,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Revision   int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Actor      string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action     string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Dependency string                 `protobuf:"bytes,4,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Before     []byte                 `protobuf:"bytes,5,opt,name=before,proto3" json:"before,omitempty"`
+	After      []byte                 `protobuf:"bytes,6,opt,name=after,proto3" json:"after,omitempty"`
+	At         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	// The leaves of the document that differ between before and after
+	// (schema and dependency left out): a policy's fields, an override's
+	// state, reason, expiry.
+	Changes       []*FieldChange `protobuf:"bytes,8,rep,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3277,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3290,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AuditEntry) GetRevision() int64 {
@@ -3111,6 +3342,76 @@ func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AuditEntry) GetChanges() []*FieldChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// FieldChange is one leaf of a JSON document that changed.
+type FieldChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its dotted JSON path, e.g. "breaker.minimumRequests".
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Its JSON values before and after; empty where the document lacked it.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldChange) Reset() {
+	*x = FieldChange{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldChange) ProtoMessage() {}
+
+func (x *FieldChange) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
+func (*FieldChange) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *FieldChange) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *FieldChange) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *FieldChange) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty for every dependency.
@@ -3123,7 +3424,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3436,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3449,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAuditRequest) GetDependency() string {
@@ -3174,7 +3475,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3487,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3500,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3238,7 +3539,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3551,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3564,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Member) GetNode() string {
@@ -3356,7 +3657,7 @@ type EtcdSync struct {
 
 func (x *EtcdSync) Reset() {
 	*x = EtcdSync{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3669,7 @@ func (x *EtcdSync) String() string {
 func (*EtcdSync) ProtoMessage() {}
 
 func (x *EtcdSync) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3682,7 @@ func (x *EtcdSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdSync.ProtoReflect.Descriptor instead.
 func (*EtcdSync) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *EtcdSync) GetSynced() bool {
@@ -3442,7 +3743,7 @@ type EtcdRewind struct {
 
 func (x *EtcdRewind) Reset() {
 	*x = EtcdRewind{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3755,7 @@ func (x *EtcdRewind) String() string {
 func (*EtcdRewind) ProtoMessage() {}
 
 func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3768,7 @@ func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdRewind.ProtoReflect.Descriptor instead.
 func (*EtcdRewind) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EtcdRewind) GetReason() string {
@@ -3520,7 +3821,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3833,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3846,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 type ListMembersResponse struct {
@@ -3557,7 +3858,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3870,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3883,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3602,7 +3903,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3915,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3928,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3652,7 +3953,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3965,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3978,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3732,7 +4033,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +4045,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4058,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3833,7 +4134,7 @@ type DependencyView struct {
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3845,7 +4146,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3858,7 +4159,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -4085,7 +4386,7 @@ type FleetSnapshot struct {
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4097,7 +4398,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4110,7 +4411,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -4156,7 +4457,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4168,7 +4469,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4181,7 +4482,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchRequest) GetDependency() string {
@@ -4236,7 +4537,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4549,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4562,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchEvent) GetId() uint64 {
@@ -4371,7 +4672,7 @@ type SimulatePolicyRequest struct {
 
 func (x *SimulatePolicyRequest) Reset() {
 	*x = SimulatePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4383,7 +4684,7 @@ func (x *SimulatePolicyRequest) String() string {
 func (*SimulatePolicyRequest) ProtoMessage() {}
 
 func (x *SimulatePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4396,7 +4697,7 @@ func (x *SimulatePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SimulatePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SimulatePolicyRequest) GetDependency() string {
@@ -4436,7 +4737,7 @@ type SimulatedInterval struct {
 
 func (x *SimulatedInterval) Reset() {
 	*x = SimulatedInterval{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4448,7 +4749,7 @@ func (x *SimulatedInterval) String() string {
 func (*SimulatedInterval) ProtoMessage() {}
 
 func (x *SimulatedInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4461,7 +4762,7 @@ func (x *SimulatedInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedInterval.ProtoReflect.Descriptor instead.
 func (*SimulatedInterval) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SimulatedInterval) GetState() string {
@@ -4529,7 +4830,7 @@ type SimulatedTotals struct {
 
 func (x *SimulatedTotals) Reset() {
 	*x = SimulatedTotals{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4541,7 +4842,7 @@ func (x *SimulatedTotals) String() string {
 func (*SimulatedTotals) ProtoMessage() {}
 
 func (x *SimulatedTotals) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4554,7 +4855,7 @@ func (x *SimulatedTotals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedTotals.ProtoReflect.Descriptor instead.
 func (*SimulatedTotals) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SimulatedTotals) GetDemand() uint64 {
@@ -4642,7 +4943,7 @@ type SimulatedSide struct {
 
 func (x *SimulatedSide) Reset() {
 	*x = SimulatedSide{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4654,7 +4955,7 @@ func (x *SimulatedSide) String() string {
 func (*SimulatedSide) ProtoMessage() {}
 
 func (x *SimulatedSide) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4667,7 +4968,7 @@ func (x *SimulatedSide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedSide.ProtoReflect.Descriptor instead.
 func (*SimulatedSide) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SimulatedSide) GetOpened() *timestamppb.Timestamp {
@@ -4727,7 +5028,7 @@ type SimulatedIncident struct {
 
 func (x *SimulatedIncident) Reset() {
 	*x = SimulatedIncident{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +5040,7 @@ func (x *SimulatedIncident) String() string {
 func (*SimulatedIncident) ProtoMessage() {}
 
 func (x *SimulatedIncident) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +5053,7 @@ func (x *SimulatedIncident) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedIncident.ProtoReflect.Descriptor instead.
 func (*SimulatedIncident) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{54}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SimulatedIncident) GetFrom() *timestamppb.Timestamp {
@@ -4803,7 +5104,7 @@ type SimulatedPolicy struct {
 
 func (x *SimulatedPolicy) Reset() {
 	*x = SimulatedPolicy{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4815,7 +5116,7 @@ func (x *SimulatedPolicy) String() string {
 func (*SimulatedPolicy) ProtoMessage() {}
 
 func (x *SimulatedPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4828,7 +5129,7 @@ func (x *SimulatedPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedPolicy.ProtoReflect.Descriptor instead.
 func (*SimulatedPolicy) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{55}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SimulatedPolicy) GetPolicyJson() []byte {
@@ -4880,7 +5181,7 @@ type SimulatePolicyResponse struct {
 
 func (x *SimulatePolicyResponse) Reset() {
 	*x = SimulatePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4892,7 +5193,7 @@ func (x *SimulatePolicyResponse) String() string {
 func (*SimulatePolicyResponse) ProtoMessage() {}
 
 func (x *SimulatePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4905,7 +5206,7 @@ func (x *SimulatePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatePolicyResponse.ProtoReflect.Descriptor instead.
 func (*SimulatePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{56}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SimulatePolicyResponse) GetDependency() string {
@@ -5024,7 +5325,7 @@ type NodeWindow struct {
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5036,7 +5337,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5049,7 +5350,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{57}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -5155,7 +5456,7 @@ type BreakerRecord struct {
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5167,7 +5468,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5180,7 +5481,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{58}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -5290,7 +5591,7 @@ type TripEvidence struct {
 
 func (x *TripEvidence) Reset() {
 	*x = TripEvidence{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5302,7 +5603,7 @@ func (x *TripEvidence) String() string {
 func (*TripEvidence) ProtoMessage() {}
 
 func (x *TripEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5315,7 +5616,7 @@ func (x *TripEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TripEvidence.ProtoReflect.Descriptor instead.
 func (*TripEvidence) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TripEvidence) GetRequests() uint64 {
@@ -5441,7 +5742,7 @@ type SignedItem struct {
 
 func (x *SignedItem) Reset() {
 	*x = SignedItem{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5453,7 +5754,7 @@ func (x *SignedItem) String() string {
 func (*SignedItem) ProtoMessage() {}
 
 func (x *SignedItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5466,7 +5767,7 @@ func (x *SignedItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedItem.ProtoReflect.Descriptor instead.
 func (*SignedItem) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SignedItem) GetBody() []byte {
@@ -5495,7 +5796,7 @@ type RowBatch struct {
 
 func (x *RowBatch) Reset() {
 	*x = RowBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5507,7 +5808,7 @@ func (x *RowBatch) String() string {
 func (*RowBatch) ProtoMessage() {}
 
 func (x *RowBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5520,7 +5821,7 @@ func (x *RowBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowBatch.ProtoReflect.Descriptor instead.
 func (*RowBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RowBatch) GetRows() []*NodeWindow {
@@ -5549,7 +5850,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5561,7 +5862,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5574,7 +5875,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -5622,7 +5923,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5634,7 +5935,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5647,7 +5948,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{63}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -5858,7 +6159,21 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10GetPolicyRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
-	"dependency\"\x15\n" +
+	"dependency\"\x89\x01\n" +
+	"\vPolicyField\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x120\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x18.fusebox.v1.PolicySourceR\x06source\x12\x1c\n" +
+	"\tinherited\x18\x04 \x01(\tR\tinherited\"\xec\x01\n" +
+	"\x0fEffectivePolicy\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12\x1f\n" +
+	"\vpolicy_json\x18\x02 \x01(\fR\n" +
+	"policyJson\x12)\n" +
+	"\x03own\x18\x03 \x01(\v2\x17.fusebox.v1.PolicyEntryR\x03own\x12<\n" +
+	"\rfleet_default\x18\x04 \x01(\v2\x17.fusebox.v1.PolicyEntryR\ffleetDefault\x12/\n" +
+	"\x06fields\x18\x05 \x03(\v2\x17.fusebox.v1.PolicyFieldR\x06fields\"\x15\n" +
 	"\x13ListPoliciesRequest\"K\n" +
 	"\x14ListPoliciesResponse\x123\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x17.fusebox.v1.PolicyEntryR\bpolicies\"\xb1\x01\n" +
@@ -5883,11 +6198,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"o\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x8f\x01\n" +
 	"\x15ValidatePolicyRequest\x12\x1f\n" +
 	"\vpolicy_json\x18\x01 \x01(\fR\n" +
 	"policyJson\x125\n" +
-	"\bdeadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\"k\n" +
+	"\bdeadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x03 \x01(\tR\n" +
+	"dependency\"k\n" +
 	"\x16ValidatePolicyResponse\x125\n" +
 	"\n" +
 	"violations\x18\x01 \x03(\v2\x15.fusebox.v1.ViolationR\n" +
@@ -5919,7 +6237,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\acleared\x18\x01 \x01(\bR\acleared\"\x16\n" +
 	"\x14ListOverridesRequest\"P\n" +
 	"\x15ListOverridesResponse\x127\n" +
-	"\toverrides\x18\x01 \x03(\v2\x19.fusebox.v1.OverrideEntryR\toverrides\"\xd0\x01\n" +
+	"\toverrides\x18\x01 \x03(\v2\x19.fusebox.v1.OverrideEntryR\toverrides\"\x83\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x14\n" +
@@ -5930,7 +6248,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x16\n" +
 	"\x06before\x18\x05 \x01(\fR\x06before\x12\x14\n" +
 	"\x05after\x18\x06 \x01(\fR\x05after\x12*\n" +
-	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"H\n" +
+	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x121\n" +
+	"\achanges\x18\b \x03(\v2\x17.fusebox.v1.FieldChangeR\achanges\"G\n" +
+	"\vFieldChange\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"H\n" +
 	"\x10ListAuditRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -6245,7 +6568,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x14OUTCOME_SLOW_SUCCESS\x10\x03\x12\x18\n" +
 	"\x14OUTCOME_SLOW_FAILURE\x10\x04\x12\x13\n" +
 	"\x0fOUTCOME_TIMEOUT\x10\x05\x12\x14\n" +
-	"\x10OUTCOME_REJECTED\x10\x06*r\n" +
+	"\x10OUTCOME_REJECTED\x10\x06*\x81\x01\n" +
+	"\fPolicySource\x12\x1d\n" +
+	"\x19POLICY_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16POLICY_SOURCE_BUILT_IN\x10\x01\x12\x1f\n" +
+	"\x1bPOLICY_SOURCE_FLEET_DEFAULT\x10\x02\x12\x15\n" +
+	"\x11POLICY_SOURCE_OWN\x10\x03*r\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_TYPE_TRANSITION\x10\x01\x12\x17\n" +
@@ -6256,9 +6584,10 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\fAcquireRetry\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x12@\n" +
 	"\fAcquireProbe\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x127\n" +
 	"\x05Check\x12\x18.fusebox.v1.CheckRequest\x1a\x14.fusebox.v1.Decision\x12?\n" +
-	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xc0\b\n" +
+	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\x91\t\n" +
 	"\x05Admin\x12B\n" +
-	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
+	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12O\n" +
+	"\x12GetEffectivePolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x1b.fusebox.v1.EffectivePolicy\x12Q\n" +
 	"\fListPolicies\x12\x1f.fusebox.v1.ListPoliciesRequest\x1a .fusebox.v1.ListPoliciesResponse\x12B\n" +
 	"\tPutPolicy\x12\x1c.fusebox.v1.PutPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
 	"\fDeletePolicy\x12\x1f.fusebox.v1.DeletePolicyRequest\x1a .fusebox.v1.DeletePolicyResponse\x12W\n" +
@@ -6285,8 +6614,8 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 	return file_fusebox_v1_fusebox_proto_rawDescData
 }
 
-var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
+var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -6297,229 +6626,240 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(Scope)(0),                     // 6: fusebox.v1.Scope
 	(Jitter)(0),                    // 7: fusebox.v1.Jitter
 	(Outcome)(0),                   // 8: fusebox.v1.Outcome
-	(EventType)(0),                 // 9: fusebox.v1.EventType
-	(*Counts)(nil),                 // 10: fusebox.v1.Counts
-	(*RetrySettings)(nil),          // 11: fusebox.v1.RetrySettings
-	(*BreakerSettings)(nil),        // 12: fusebox.v1.BreakerSettings
-	(*DecisionSnapshot)(nil),       // 13: fusebox.v1.DecisionSnapshot
-	(*Decision)(nil),               // 14: fusebox.v1.Decision
-	(*Hello)(nil),                  // 15: fusebox.v1.Hello
-	(*DependencyCounts)(nil),       // 16: fusebox.v1.DependencyCounts
-	(*ProbeResult)(nil),            // 17: fusebox.v1.ProbeResult
-	(*CountDeltas)(nil),            // 18: fusebox.v1.CountDeltas
-	(*SessionRequest)(nil),         // 19: fusebox.v1.SessionRequest
-	(*Welcome)(nil),                // 20: fusebox.v1.Welcome
-	(*SnapshotUpdate)(nil),         // 21: fusebox.v1.SnapshotUpdate
-	(*DependencyError)(nil),        // 22: fusebox.v1.DependencyError
-	(*SessionResponse)(nil),        // 23: fusebox.v1.SessionResponse
-	(*AcquireRequest)(nil),         // 24: fusebox.v1.AcquireRequest
-	(*CheckRequest)(nil),           // 25: fusebox.v1.CheckRequest
-	(*OutcomeReport)(nil),          // 26: fusebox.v1.OutcomeReport
-	(*ReportRequest)(nil),          // 27: fusebox.v1.ReportRequest
-	(*ReportResponse)(nil),         // 28: fusebox.v1.ReportResponse
-	(*PolicyEntry)(nil),            // 29: fusebox.v1.PolicyEntry
-	(*GetPolicyRequest)(nil),       // 30: fusebox.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),    // 31: fusebox.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 32: fusebox.v1.ListPoliciesResponse
-	(*PutPolicyRequest)(nil),       // 33: fusebox.v1.PutPolicyRequest
-	(*DeletePolicyRequest)(nil),    // 34: fusebox.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),   // 35: fusebox.v1.DeletePolicyResponse
-	(*Violation)(nil),              // 36: fusebox.v1.Violation
-	(*ValidatePolicyRequest)(nil),  // 37: fusebox.v1.ValidatePolicyRequest
-	(*ValidatePolicyResponse)(nil), // 38: fusebox.v1.ValidatePolicyResponse
-	(*OverrideEntry)(nil),          // 39: fusebox.v1.OverrideEntry
-	(*SetOverrideRequest)(nil),     // 40: fusebox.v1.SetOverrideRequest
-	(*ClearOverrideRequest)(nil),   // 41: fusebox.v1.ClearOverrideRequest
-	(*ClearOverrideResponse)(nil),  // 42: fusebox.v1.ClearOverrideResponse
-	(*ListOverridesRequest)(nil),   // 43: fusebox.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 44: fusebox.v1.ListOverridesResponse
-	(*AuditEntry)(nil),             // 45: fusebox.v1.AuditEntry
-	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
-	(*Member)(nil),                 // 48: fusebox.v1.Member
-	(*EtcdSync)(nil),               // 49: fusebox.v1.EtcdSync
-	(*EtcdRewind)(nil),             // 50: fusebox.v1.EtcdRewind
-	(*ListMembersRequest)(nil),     // 51: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 52: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 53: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 54: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 55: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 56: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 57: fusebox.v1.FleetSnapshot
-	(*WatchRequest)(nil),           // 58: fusebox.v1.WatchRequest
-	(*WatchEvent)(nil),             // 59: fusebox.v1.WatchEvent
-	(*SimulatePolicyRequest)(nil),  // 60: fusebox.v1.SimulatePolicyRequest
-	(*SimulatedInterval)(nil),      // 61: fusebox.v1.SimulatedInterval
-	(*SimulatedTotals)(nil),        // 62: fusebox.v1.SimulatedTotals
-	(*SimulatedSide)(nil),          // 63: fusebox.v1.SimulatedSide
-	(*SimulatedIncident)(nil),      // 64: fusebox.v1.SimulatedIncident
-	(*SimulatedPolicy)(nil),        // 65: fusebox.v1.SimulatedPolicy
-	(*SimulatePolicyResponse)(nil), // 66: fusebox.v1.SimulatePolicyResponse
-	(*NodeWindow)(nil),             // 67: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 68: fusebox.v1.BreakerRecord
-	(*TripEvidence)(nil),           // 69: fusebox.v1.TripEvidence
-	(*SignedItem)(nil),             // 70: fusebox.v1.SignedItem
-	(*RowBatch)(nil),               // 71: fusebox.v1.RowBatch
-	(*GossipBatch)(nil),            // 72: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 73: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 74: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 75: google.protobuf.Timestamp
+	(PolicySource)(0),              // 9: fusebox.v1.PolicySource
+	(EventType)(0),                 // 10: fusebox.v1.EventType
+	(*Counts)(nil),                 // 11: fusebox.v1.Counts
+	(*RetrySettings)(nil),          // 12: fusebox.v1.RetrySettings
+	(*BreakerSettings)(nil),        // 13: fusebox.v1.BreakerSettings
+	(*DecisionSnapshot)(nil),       // 14: fusebox.v1.DecisionSnapshot
+	(*Decision)(nil),               // 15: fusebox.v1.Decision
+	(*Hello)(nil),                  // 16: fusebox.v1.Hello
+	(*DependencyCounts)(nil),       // 17: fusebox.v1.DependencyCounts
+	(*ProbeResult)(nil),            // 18: fusebox.v1.ProbeResult
+	(*CountDeltas)(nil),            // 19: fusebox.v1.CountDeltas
+	(*SessionRequest)(nil),         // 20: fusebox.v1.SessionRequest
+	(*Welcome)(nil),                // 21: fusebox.v1.Welcome
+	(*SnapshotUpdate)(nil),         // 22: fusebox.v1.SnapshotUpdate
+	(*DependencyError)(nil),        // 23: fusebox.v1.DependencyError
+	(*SessionResponse)(nil),        // 24: fusebox.v1.SessionResponse
+	(*AcquireRequest)(nil),         // 25: fusebox.v1.AcquireRequest
+	(*CheckRequest)(nil),           // 26: fusebox.v1.CheckRequest
+	(*OutcomeReport)(nil),          // 27: fusebox.v1.OutcomeReport
+	(*ReportRequest)(nil),          // 28: fusebox.v1.ReportRequest
+	(*ReportResponse)(nil),         // 29: fusebox.v1.ReportResponse
+	(*PolicyEntry)(nil),            // 30: fusebox.v1.PolicyEntry
+	(*GetPolicyRequest)(nil),       // 31: fusebox.v1.GetPolicyRequest
+	(*PolicyField)(nil),            // 32: fusebox.v1.PolicyField
+	(*EffectivePolicy)(nil),        // 33: fusebox.v1.EffectivePolicy
+	(*ListPoliciesRequest)(nil),    // 34: fusebox.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 35: fusebox.v1.ListPoliciesResponse
+	(*PutPolicyRequest)(nil),       // 36: fusebox.v1.PutPolicyRequest
+	(*DeletePolicyRequest)(nil),    // 37: fusebox.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),   // 38: fusebox.v1.DeletePolicyResponse
+	(*Violation)(nil),              // 39: fusebox.v1.Violation
+	(*ValidatePolicyRequest)(nil),  // 40: fusebox.v1.ValidatePolicyRequest
+	(*ValidatePolicyResponse)(nil), // 41: fusebox.v1.ValidatePolicyResponse
+	(*OverrideEntry)(nil),          // 42: fusebox.v1.OverrideEntry
+	(*SetOverrideRequest)(nil),     // 43: fusebox.v1.SetOverrideRequest
+	(*ClearOverrideRequest)(nil),   // 44: fusebox.v1.ClearOverrideRequest
+	(*ClearOverrideResponse)(nil),  // 45: fusebox.v1.ClearOverrideResponse
+	(*ListOverridesRequest)(nil),   // 46: fusebox.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 47: fusebox.v1.ListOverridesResponse
+	(*AuditEntry)(nil),             // 48: fusebox.v1.AuditEntry
+	(*FieldChange)(nil),            // 49: fusebox.v1.FieldChange
+	(*ListAuditRequest)(nil),       // 50: fusebox.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),      // 51: fusebox.v1.ListAuditResponse
+	(*Member)(nil),                 // 52: fusebox.v1.Member
+	(*EtcdSync)(nil),               // 53: fusebox.v1.EtcdSync
+	(*EtcdRewind)(nil),             // 54: fusebox.v1.EtcdRewind
+	(*ListMembersRequest)(nil),     // 55: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 56: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 57: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 58: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 59: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 60: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 61: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 62: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 63: fusebox.v1.WatchEvent
+	(*SimulatePolicyRequest)(nil),  // 64: fusebox.v1.SimulatePolicyRequest
+	(*SimulatedInterval)(nil),      // 65: fusebox.v1.SimulatedInterval
+	(*SimulatedTotals)(nil),        // 66: fusebox.v1.SimulatedTotals
+	(*SimulatedSide)(nil),          // 67: fusebox.v1.SimulatedSide
+	(*SimulatedIncident)(nil),      // 68: fusebox.v1.SimulatedIncident
+	(*SimulatedPolicy)(nil),        // 69: fusebox.v1.SimulatedPolicy
+	(*SimulatePolicyResponse)(nil), // 70: fusebox.v1.SimulatePolicyResponse
+	(*NodeWindow)(nil),             // 71: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 72: fusebox.v1.BreakerRecord
+	(*TripEvidence)(nil),           // 73: fusebox.v1.TripEvidence
+	(*SignedItem)(nil),             // 74: fusebox.v1.SignedItem
+	(*RowBatch)(nil),               // 75: fusebox.v1.RowBatch
+	(*GossipBatch)(nil),            // 76: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 77: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 78: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 79: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	74,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	74,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	74,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	78,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	78,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	78,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,   // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	74,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	74,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	74,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	74,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	74,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	74,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
-	74,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
+	78,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	78,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	78,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	78,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	78,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	78,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
+	78,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
 	0,   // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,   // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
 	2,   // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	74,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	75,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	12,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
+	78,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
+	79,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
 	0,   // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	75,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	79,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
 	6,   // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
+	13,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
 	4,   // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
 	5,   // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13,  // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16,  // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17,  // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15,  // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18,  // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	13,  // 29: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	13,  // 30: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20,  // 31: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21,  // 32: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22,  // 33: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	14,  // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	11,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	17,  // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	18,  // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	16,  // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	19,  // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	14,  // 29: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	14,  // 30: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	21,  // 31: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	22,  // 32: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	23,  // 33: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
 	3,   // 34: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
 	3,   // 35: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
 	8,   // 36: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26,  // 37: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29,  // 40: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	74,  // 41: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36,  // 42: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,   // 43: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	75,  // 44: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	75,  // 45: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	74,  // 46: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39,  // 47: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	75,  // 48: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	49,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
-	50,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
-	75,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
-	48,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,   // 56: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,   // 57: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,   // 58: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	55,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	54,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	75,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	75,  // 64: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
-	69,  // 65: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
-	75,  // 66: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
-	75,  // 67: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
-	75,  // 68: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
-	75,  // 69: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	56,  // 70: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48,  // 71: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	49,  // 72: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
-	9,   // 73: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	75,  // 74: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	75,  // 75: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	74,  // 76: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
-	75,  // 77: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
-	75,  // 78: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
-	75,  // 79: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
-	75,  // 80: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
-	75,  // 81: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
-	62,  // 82: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
-	75,  // 83: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
-	75,  // 84: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
-	63,  // 85: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
-	63,  // 86: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
-	63,  // 87: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
-	61,  // 88: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 89: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
-	75,  // 90: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
-	75,  // 91: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
-	74,  // 92: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
-	75,  // 93: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
-	65,  // 94: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
-	65,  // 95: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
-	61,  // 96: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 97: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
-	64,  // 98: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
-	10,  // 99: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,   // 100: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	69,  // 101: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
-	67,  // 102: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	67,  // 103: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	68,  // 104: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	70,  // 105: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	70,  // 106: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	68,  // 107: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	67,  // 108: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	70,  // 109: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	70,  // 110: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	19,  // 111: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24,  // 112: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24,  // 113: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25,  // 114: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27,  // 115: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30,  // 116: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 117: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33,  // 118: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34,  // 119: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37,  // 120: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40,  // 121: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40,  // 122: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41,  // 123: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43,  // 124: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46,  // 125: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	51,  // 126: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	53,  // 127: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	58,  // 128: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	60,  // 129: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	23,  // 130: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14,  // 131: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14,  // 132: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14,  // 133: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28,  // 134: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29,  // 135: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32,  // 136: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29,  // 137: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35,  // 138: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38,  // 139: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39,  // 140: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39,  // 141: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42,  // 142: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44,  // 143: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47,  // 144: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	52,  // 145: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	57,  // 146: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	59,  // 147: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	66,  // 148: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	130, // [130:149] is the sub-list for method output_type
-	111, // [111:130] is the sub-list for method input_type
-	111, // [111:111] is the sub-list for extension type_name
-	111, // [111:111] is the sub-list for extension extendee
-	0,   // [0:111] is the sub-list for field type_name
+	27,  // 37: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	18,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	23,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	9,   // 40: fusebox.v1.PolicyField.source:type_name -> fusebox.v1.PolicySource
+	30,  // 41: fusebox.v1.EffectivePolicy.own:type_name -> fusebox.v1.PolicyEntry
+	30,  // 42: fusebox.v1.EffectivePolicy.fleet_default:type_name -> fusebox.v1.PolicyEntry
+	32,  // 43: fusebox.v1.EffectivePolicy.fields:type_name -> fusebox.v1.PolicyField
+	30,  // 44: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	78,  // 45: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	39,  // 46: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,   // 47: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	79,  // 48: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	79,  // 49: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	78,  // 50: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 51: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	79,  // 52: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49,  // 53: fusebox.v1.AuditEntry.changes:type_name -> fusebox.v1.FieldChange
+	48,  // 54: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	53,  // 55: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	54,  // 56: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	79,  // 57: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	52,  // 58: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	11,  // 59: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	11,  // 60: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,   // 61: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,   // 62: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,   // 63: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	11,  // 64: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	59,  // 65: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	58,  // 66: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	79,  // 67: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	13,  // 68: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	79,  // 69: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
+	73,  // 70: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
+	79,  // 71: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
+	79,  // 72: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
+	79,  // 73: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
+	79,  // 74: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	60,  // 75: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	52,  // 76: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	53,  // 77: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	10,  // 78: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	79,  // 79: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	79,  // 80: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	78,  // 81: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	79,  // 82: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	79,  // 83: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	79,  // 84: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	79,  // 85: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	79,  // 86: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	66,  // 87: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 88: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	79,  // 89: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	67,  // 90: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	67,  // 91: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	67,  // 92: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	65,  // 93: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 94: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 95: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	79,  // 96: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	78,  // 97: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	79,  // 98: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	69,  // 99: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	69,  // 100: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 101: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 102: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	68,  // 103: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	11,  // 104: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	0,   // 105: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	73,  // 106: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
+	71,  // 107: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	71,  // 108: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	72,  // 109: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	74,  // 110: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	74,  // 111: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	72,  // 112: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	71,  // 113: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	74,  // 114: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	74,  // 115: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	20,  // 116: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	25,  // 117: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	25,  // 118: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	26,  // 119: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	28,  // 120: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	31,  // 121: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 122: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
+	34,  // 123: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	36,  // 124: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	37,  // 125: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	40,  // 126: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	43,  // 127: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	43,  // 128: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	44,  // 129: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	46,  // 130: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	50,  // 131: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	55,  // 132: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	57,  // 133: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	62,  // 134: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	64,  // 135: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	24,  // 136: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	15,  // 137: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	15,  // 138: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	15,  // 139: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	29,  // 140: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	30,  // 141: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	33,  // 142: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
+	35,  // 143: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	30,  // 144: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	38,  // 145: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	41,  // 146: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	42,  // 147: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	42,  // 148: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	45,  // 149: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	47,  // 150: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	51,  // 151: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	56,  // 152: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	61,  // 153: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	63,  // 154: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	70,  // 155: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	136, // [136:156] is the sub-list for method output_type
+	116, // [116:136] is the sub-list for method input_type
+	116, // [116:116] is the sub-list for extension type_name
+	116, // [116:116] is the sub-list for extension extendee
+	0,   // [0:116] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -6538,16 +6878,16 @@ func file_fusebox_v1_fusebox_proto_init() {
 		(*SessionResponse_Update)(nil),
 		(*SessionResponse_Error)(nil),
 	}
-	file_fusebox_v1_fusebox_proto_msgTypes[23].OneofWrappers = []any{}
-	file_fusebox_v1_fusebox_proto_msgTypes[24].OneofWrappers = []any{}
-	file_fusebox_v1_fusebox_proto_msgTypes[53].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[25].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[26].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   64,
+			NumEnums:      11,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

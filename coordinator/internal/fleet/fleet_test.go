@@ -198,6 +198,48 @@ func TestRecordsMergeAndTransitions(t *testing.T) {
 	}
 }
 
+// TestHalfOpenBetweenTicks: the agents go half-open and a probe fails (or
+// succeeds) before the view's Tick derived half-open. The successor record
+// still shows the half-open the agents went through: open -> half-open,
+// then half-open -> open (or closed), as every agent logged it.
+func TestHalfOpenBetweenTicks(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock}))
+	src := staticSource{}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 1, true, t0, "n1")}})
+	if got := r.take(); len(got) != 1 || got[0].State != sharedstate.Open {
+		t.Fatalf("transitions = %+v, want closed -> open", got)
+	}
+	clock.Advance(5*time.Second + 10*time.Millisecond) // past openDuration; no Tick ran
+	reopen := rec("db", 2, true, clock.Now(), "n2")
+	reopen.OpenCount, reopen.Reason = 2, "probe failed"
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{reopen}})
+	got := r.take()
+	want := []string{"open -> half-open generation 1", "half-open -> open generation 2"}
+	if len(got) != len(want) {
+		t.Fatalf("transitions = %+v, want %v", got, want)
+	}
+	for i, tr := range got {
+		if s := fmt.Sprintf("%s -> %s generation %d", tr.Previous, tr.State, tr.Generation); s != want[i] {
+			t.Errorf("transition %d = %s, want %s", i, s, want[i])
+		}
+	}
+	// A Tick after the fact reports nothing more; the close that follows
+	// the next half-open, again missed by the ticks, shows it too.
+	v.Tick(clock.Now(), src)
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("Tick reported %+v", got)
+	}
+	clock.Advance(20 * time.Second)
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 3, false, clock.Now(), "n1")}})
+	got = r.take()
+	if len(got) != 2 || got[0].State != sharedstate.HalfOpen || got[0].Generation != 2 ||
+		got[1].Previous != sharedstate.HalfOpen || got[1].State != sharedstate.Closed || got[1].Generation != 3 {
+		t.Fatalf("transitions = %+v, want open -> half-open (2), half-open -> closed (3)", got)
+	}
+}
+
 func TestProbersAndBudget(t *testing.T) {
 	clock := sharedstate.NewManualClock(t0)
 	v := New(Config{Clock: clock})
