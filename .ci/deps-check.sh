@@ -49,7 +49,7 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/secretfile|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
-      ALLOW='^sharedstate(/secretfile)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      ALLOW='^sharedstate(/secretfile|/backoff)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
       WHY='sharedstate/store may import sharedstate and the etcd client' ;;
     sharedstate | sharedstate/*)
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
@@ -79,7 +79,7 @@ rule() {
       ALLOW='^(clientlib|sharedstate|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
       WHY='agent/proxy (the egress proxy) makes its calls through clientlib, deciding through the Engine interface the agent implements: it may import clientlib, sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip, protocol/serverlimits (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -88,7 +88,7 @@ rule() {
       ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, protocol/serverlimits, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'

@@ -194,14 +194,14 @@ func (s *session) loop(ctx context.Context) {
 	defer s.c.wg.Done()
 	defer close(s.loopDone)
 	cfg := &s.c.cfg
-	delay := cfg.ReconnectMin
+	retry := backoff.New(backoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: backoff.Equal}, s.c.random)
 	for {
 		welcomed, err := s.runOnce(ctx)
 		if ctx.Err() != nil || s.closing.Load() {
 			return
 		}
 		if welcomed {
-			delay = cfg.ReconnectMin
+			retry.Reset()
 		}
 		s.c.metrics.sessionFailures.Add(1)
 		if s.reported != -1 { // say once that the agent is not there
@@ -211,8 +211,7 @@ func (s *session) loop(ctx context.Context) {
 				"(local breaker and budget, last pushed policies, overrides and shaping)",
 				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
-		wait := backoff.Policy{Base: delay, Max: delay, Jitter: backoff.Equal}.Wait(0, 0, backoff.Uniform(s.c.random()))
-		t := time.NewTimer(wait)
+		t := time.NewTimer(retry.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -221,9 +220,6 @@ func (s *session) loop(ctx context.Context) {
 		case <-s.finishing:
 			t.Stop()
 			return
-		}
-		if delay *= 2; delay > cfg.ReconnectMax {
-			delay = cfg.ReconnectMax
 		}
 	}
 }

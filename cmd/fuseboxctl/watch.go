@@ -16,6 +16,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Reconnection backoff of watch after a dropped stream.
@@ -97,7 +98,7 @@ func (o *watchOptions) run(ctx context.Context) error {
 	var (
 		st           watchState
 		failingSince time.Time
-		backoff      = watchMinBackoff
+		retry        = backoff.New(backoff.Policy{Base: watchMinBackoff, Max: watchMaxBackoff, Jitter: backoff.None}, nil)
 		timer        *time.Timer
 	)
 	defer func() {
@@ -112,7 +113,8 @@ func (o *watchOptions) run(ctx context.Context) error {
 			return nil
 		}
 		if st.streams > streamsBefore { // it was up: a drop, not a failed reconnect
-			failingSince, backoff = time.Time{}, watchMinBackoff
+			failingSince = time.Time{}
+			retry.Reset()
 		}
 		s, isStatus := status.FromError(err)
 		switch {
@@ -133,17 +135,16 @@ func (o *watchOptions) run(ctx context.Context) error {
 		} else if time.Since(failingSince) >= o.timeout {
 			return rpcError(err, c.addr, c.ready())
 		}
-		if timer == nil {
-			timer = time.NewTimer(backoff)
+		if wait := retry.Next(); timer == nil {
+			timer = time.NewTimer(wait)
 		} else {
-			timer.Reset(backoff)
+			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		}
-		backoff = min(2*backoff, watchMaxBackoff)
 	}
 }
 
