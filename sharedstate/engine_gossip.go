@@ -59,16 +59,17 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	}
 	now := e.nowNanos()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var row *rowEntry
 	if i, ok := d.rowIdx[r.Node]; ok {
 		row = &d.rows[i]
 		if row.Seq >= r.Seq {
+			d.mu.Unlock()
 			return false, nil
 		}
 		r.Node = row.Node // share one copy of the name
 	} else {
 		if !e.rowCount.take(r.Node, e.maxRowsPerNode) {
+			d.mu.Unlock()
 			return false, fmt.Errorf("%w: %s has %d rows", ErrTooManyRows, r.Node, e.maxRowsPerNode)
 		}
 		r.Node = strings.Clone(r.Node)
@@ -81,6 +82,21 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	row.received = now
 	d.classify(e, row)
 	d.rowsVersion++
+	// Another node's probe outcome may give this one its turn to probe
+	// (or close the breaker): publish at once rather than at the next Tick.
+	// Rare: only rows of a half-open breaker carry one.
+	published := false
+	if r.ProbeSuccesses|r.ProbeFailures != 0 && d.shared() {
+		t := e.now()
+		if rec := d.rec(e); r.Generation == rec.Generation && rec.StateAt(d.pol.Breaker, t) == HalfOpen {
+			d.halfOpenTick(e, t, rec)
+			published = d.refresh(e, t)
+		}
+	}
+	d.mu.Unlock()
+	if published {
+		e.notify(d.name)
+	}
 	return true, nil
 }
 
