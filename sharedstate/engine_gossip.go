@@ -176,10 +176,12 @@ func (e *Engine) RowsToSend() []NodeWindow {
 
 // UrgentRows returns the rows RowsToSend returned since the previous call
 // that announce a failure burst at this node while the breaker is closed
-// (see the fast path of the trip rule): the caller sends them straight to
-// every member, besides gossiping them, so that the fleet pools the fresh
-// failures within a network round trip. A node marks at most one row per
-// dependency as urgent per window/2.
+// (see the fast path of the trip rule), or a new outcome of its half-open
+// probes: the caller sends them straight to every member, besides
+// gossiping them, so that the fleet pools the fresh failures, or the probe
+// outcomes, within a network round trip. A node marks at most one row per
+// dependency as urgent per window/2 for failures, and one per probe
+// outcome.
 func (e *Engine) UrgentRows() []NodeWindow {
 	e.outMu.Lock()
 	defer e.outMu.Unlock()
