@@ -456,9 +456,9 @@ func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, s
 	}
 	switch verdict.Verdict {
 	case sharedstate.Allow:
-		if !strict && st.throttled(dec) {
+		if rej := st.throttled(dec, strict); rej != nil {
 			sp.rejected.Add(1)
-			return grant{}, st.rejThrottled
+			return grant{}, rej
 		}
 		held, err := st.acquireSlot(ctx, sp, slotWait)
 		if err != nil {

@@ -188,6 +188,9 @@ type decision struct {
 	throttleCut uint64
 	// shadowCut is throttleCut in shadow mode: a hit is counted, not refused.
 	shadowCut uint64
+	// rampCut is the ramp's part of throttleCut (the agent's snapshot's
+	// RampProbability): a draw below it is the ramp's refusal.
+	rampCut uint64
 	// limit is this process's share of the concurrency limit (0: none).
 	limit int64
 }
@@ -255,7 +258,7 @@ type depState struct {
 	rare      rareCounters
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
-	rejThrottled, rejLimit                     *RejectedError
+	rejThrottled, rejRamp, rejLimit            *RejectedError
 
 	_     [64]byte // keep the semaphore off the read-mostly fields
 	slots slots
@@ -308,6 +311,7 @@ func newDepState(c *Client, name string, err error, nstripes int) *depState {
 	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
 	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
 	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
+	st.rejRamp = &RejectedError{Dependency: name, Reason: "ramp", Err: ErrThrottled}
 	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
 	st.slots.stripes = st.stripes
 	st.slots.freed = make(chan struct{}, 1)
@@ -324,6 +328,8 @@ func (st *depState) rejection(r sharedstate.Reason) error {
 		return st.rejBudget
 	case sharedstate.ReasonThrottled:
 		return st.rejThrottled
+	case sharedstate.ReasonRamp:
+		return st.rejRamp
 	}
 	return st.rejOpen
 }
@@ -364,16 +370,20 @@ type keptShaping struct {
 // fallback takes over: the concurrency share (a capacity does not change
 // because an agent restarts) until the agent decides again, and the
 // throttle probability for one breaker window, the span it was computed
-// over (later it would describe traffic no window holds any more). Caller
-// holds st.mu.
+// over (later it would describe traffic no window holds any more), unless
+// it is the ramp's after a close (a ramp lasts rampDuration, not a
+// window). Caller holds st.mu.
 func (st *depState) keepShaping() {
 	s := st.agentSnap
 	if s == nil {
 		return
 	}
-	st.kept = keptShaping{limit: s.ConcurrencyLimit, throttle: s.ThrottleProbability}
+	st.kept = keptShaping{limit: s.ConcurrencyLimit}
+	if s.ThrottleProbability > s.RampProbability {
+		st.kept.throttle = s.ThrottleProbability
+	}
 	st.keptUntil.Store(0)
-	if s.ThrottleProbability > 0 {
+	if st.kept.throttle > 0 {
 		var window time.Duration
 		if st.localPol != nil {
 			window = st.localPol.Breaker.Window.Std()
@@ -416,19 +426,20 @@ func (st *depState) publishLocked() {
 			throttle = k.throttle
 		}
 	}
-	var tc, sc uint64
+	var tc, sc, rc uint64
 	var lim int64
 	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
 		tc, lim = throttleCut(throttle), int64(max(limit, 0))
+		rc = min(throttleCut(snap.RampProbability), tc)
 	} else {
 		sc = throttleCut(throttle)
 	}
 	old := st.dec.Load()
-	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.limit == lim {
+	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.rampCut == rc && old.limit == lim {
 		return
 	}
 	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Retry),
-		slow: snap.SlowCallDuration, fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, limit: lim}
+		slow: snap.SlowCallDuration, fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, rampCut: rc, limit: lim}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
 	}

@@ -52,8 +52,9 @@
 //
 // Errors match, with errors.Is: ErrOpen (breaker open or half-open without
 // a permit; fn was not called), ErrForcedOpen (an operator forced it open;
-// also matches ErrOpen), ErrThrottled (adaptive throttling refused a first
-// attempt; also matches ErrOpen, so code that handles a refusing breaker
+// also matches ErrOpen), ErrThrottled (adaptive throttling, or the ramp
+// after a close, refused a first attempt: RejectedError.Reason "throttled"
+// or "ramp"; also matches ErrOpen, so code that handles a refusing breaker
 // handles it unchanged), ErrConcurrencyLimit (this process has its share of
 // the fleet's in-flight limit; it does not match ErrOpen: the dependency is
 // not judged unhealthy), ErrBudgetExhausted (joined with the last attempt's

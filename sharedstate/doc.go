@@ -52,22 +52,29 @@
 // A node whose own window trips while the fleet's does not opens only for
 // itself (Snapshot.LocalState, NodeWindow.LocalOpen). An open record turns
 // half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration
-// and at fleetMaxOpenDuration (never below openDuration; the default, 5s,
+// and at fleetMaxOpenDuration (never below openDuration; the default, 2s,
 // means no doubling); a node's own breaker doubles up to maxOpenDuration.
 // Then the top halfOpenProbes members with traffic, by rendezvous hash, may
-// each run one probe at a time, the one ranked k from k × perAttemptTimeout
+// each run one probe at a time, the one ranked k from k × probeStagger
 // into the round, so that while the dependency stays dead the first
-// holder's failed probe reopens the breaker before the others probe.
-// Rounds last probeTimeout: a new round moves the permits, and a probe is
-// admitted only if perAttemptTimeout fits in what is left of its round, so
-// rounds do not overlap. Probes are judged by the closed state's rules
-// (ProbeOutcome): a failure fails, and so does a slow success when slow
-// calls can trip the breaker (slowCallRateThreshold < 1, or the classic
-// rule). probeSuccessThreshold successes at one prober close the breaker
-// (generation+1); a failed probe reopens it (generation+1, openCount+1).
+// holder's failed probe reopens the breaker before the others probe; the
+// node whose failed probe reopened the breaker and the nodes whose own
+// breaker is open hold no permit while another member with traffic does
+// (ProbeCandidates). Rounds last probeTimeout: a new round moves the
+// permits, and a probe is admitted only if perAttemptTimeout fits in what
+// is left of its round, so rounds do not overlap. Probes are judged by the
+// closed state's rules (ProbeOutcome): a failure fails, and so does a slow
+// success when slow calls can trip the breaker (slowCallRateThreshold < 1,
+// or the classic rule). The probes' outcomes are pooled through the rows
+// (NodeWindow.ProbeSuccesses): once one succeeded every holder probes, and
+// probeSuccessThreshold successes fleet-wide close the breaker
+// (generation+1); a failed probe reopens it (generation+1, openCount+1),
+// unless other nodes' probes succeeded and no other node's failed: then
+// only the failing node's own breaker opens.
 // For rampDuration after a close first attempts are admitted with a
 // probability rising linearly from rampStart to 1 (published as the
-// snapshot's ThrottleProbability, refused as ReasonThrottled). A node that
+// snapshot's RampProbability, part of its ThrottleProbability, refused as
+// ReasonRamp). A node that
 // learns the breaker closed under a new generation starts a fresh window,
 // and the trip rule counts only rows of the current generation. Overrides
 // beat everything;

@@ -108,12 +108,12 @@ type BreakerPolicy struct {
 	// dependency stays dead, so a doubling beyond a few seconds protects
 	// nothing and only delays the return after the dependency recovers.
 	// Scope node and the node-local breaker double up to maxOpenDuration,
-	// as a per-instance breaker does. The default, 5s, equal to the default
+	// as a per-instance breaker does. The default, 2s, equal to the default
 	// openDuration, means no doubling.
 	FleetMaxOpenDuration Duration `json:"fleetMaxOpenDuration"`
 	// RampDuration is the slow start after a breaker closes: for this long
 	// the breaker admits first attempts with a probability that rises
-	// linearly from RampStart to 1 (the rest are refused as throttled).
+	// linearly from RampStart to 1 (the rest are refused, ReasonRamp).
 	// 0 turns the ramp off.
 	RampDuration Duration `json:"rampDuration"`
 	// RampStart is the share of first attempts admitted when the ramp
@@ -196,7 +196,7 @@ func DefaultPolicy() Policy {
 			MinimumRequests:       20,
 			MinFailingNodes:       2,
 			Window:                Duration(10 * time.Second),
-			OpenDuration:          Duration(5 * time.Second),
+			OpenDuration:          Duration(2 * time.Second),
 			MaxOpenDuration:       Duration(2 * time.Minute),
 			HalfOpenProbes:        3,
 			ProbeSuccessThreshold: 3,
@@ -228,8 +228,8 @@ func DefaultPolicy() Policy {
 // The defaults of the recovery settings, chosen with TestSimRecovery (the
 // recovery table in sharedstate/README.md).
 const (
-	defaultFleetMaxOpen = 5 * time.Second
-	defaultRampDuration = time.Second
+	defaultFleetMaxOpen = 2 * time.Second
+	defaultRampDuration = 500 * time.Millisecond
 	defaultRampStart    = 0.1
 )
 

@@ -56,14 +56,18 @@ type Snapshot struct {
 	Retry            RetrySettings
 
 	// ThrottleProbability is the probability with which a first attempt is
-	// refused as throttled (Throttled, DecideFirstAt): the higher of the
-	// policy's throttle formula over the scope's window at the engine's last
-	// Tick and, for breaker.rampDuration after a close, the ramp's refusal
-	// (1 − rampStart at the close, falling linearly to 0); in steps of
-	// 1/200, and 0 unless the governing and local breakers are closed
-	// without an override. In shadow mode it is published but DecideFirstAt
-	// allows.
+	// refused (Throttled, DecideFirstAt): the higher of the policy's
+	// throttle formula over the scope's window at the engine's last Tick
+	// and, for breaker.rampDuration after a close, the ramp's refusal
+	// (RampProbability); in steps of 1/200, and 0 unless the governing and
+	// local breakers are closed without an override. In shadow mode it is
+	// published but DecideFirstAt allows.
 	ThrottleProbability float64
+	// RampProbability is the ramp's part of ThrottleProbability (at most
+	// it): 1 − rampStart at the close, falling linearly to 0 over
+	// breaker.rampDuration. A refusal whose draw falls below it is the
+	// ramp's (ReasonRamp), one above it the throttle's (ReasonThrottled).
+	RampProbability float64
 	// ConcurrencyLimit is this node's share of the policy's
 	// concurrency.maxInFlight (0: no limit). Overrides do not lift it.
 	ConcurrencyLimit int

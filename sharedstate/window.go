@@ -226,6 +226,12 @@ type NodeWindow struct {
 	// InFlight is the node's calls in flight to the dependency when it
 	// sent the row (a gauge, not a window total).
 	InFlight uint64 `json:"inFlight,omitempty"`
+	// ProbeSuccesses and ProbeFailures are the node's half-open probes
+	// under Generation that succeeded, and that failed while other nodes'
+	// probes succeeded (a failed probe otherwise reopens the breaker under
+	// a new generation): the fleet pools them (see Engine.ProbeOutcome).
+	ProbeSuccesses uint32 `json:"probeSuccesses,omitempty"`
+	ProbeFailures  uint32 `json:"probeFailures,omitempty"`
 	Counts
 	// Recent are the node's counts over the freshest suffixes of its
 	// window, for the fast path of the trip rule.

@@ -32,7 +32,7 @@ var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid",
 
 // rejectReasons are the values of Fusebox-Rejected (the reason label of
 // rejected_total, dashes as underscores).
-var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
+var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "ramp", "concurrency-limit",
 	"budget-exhausted"}
 
 // invalidReasons are the values of Fusebox-Error for requests the proxy
@@ -95,7 +95,7 @@ func newMetrics(p *Proxy) *metrics {
 		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
 	}
 	m.rejected = counterVec("rejected_total",
-		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry).",
+		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, ramp, concurrency_limit, budget_exhausted: a retry).",
 		"reason")
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first

@@ -40,7 +40,7 @@ const (
 	// proxy refused the request before any).
 	HeaderAttempts = "Fusebox-Attempts"
 	// HeaderRejected names why Fusebox refused an attempt: open,
-	// forced-open, half-open-no-permit, throttled, concurrency-limit,
+	// forced-open, half-open-no-permit, throttled, ramp, concurrency-limit,
 	// budget-exhausted (a retry); too-many-connections (the listener's
 	// cap).
 	HeaderRejected = "Fusebox-Rejected"

@@ -37,6 +37,7 @@ func TestRecordRoundTripThroughTheWire(t *testing.T) {
 
 func TestRowRoundTripThroughTheWire(t *testing.T) {
 	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true, InFlight: 17,
+		ProbeSuccesses: 2, ProbeFailures: 1,
 		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6},
 		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)}}
 	b, err := proto.Marshal(RowToProto(r))

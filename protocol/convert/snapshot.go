@@ -34,6 +34,7 @@ func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 		SlowCallDuration:    durationpb.New(s.SlowCallDuration),
 		Retry:               RetryToProto(s.Retry),
 		ThrottleProbability: s.ThrottleProbability,
+		RampProbability:     s.RampProbability,
 		ConcurrencyLimit:    u32(s.ConcurrencyLimit),
 	}
 	if !s.Since.IsZero() {
@@ -72,6 +73,9 @@ func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 	}
 	if p := m.GetThrottleProbability(); p > 0 && p <= 1 { // NaN and out-of-range values are dropped
 		s.ThrottleProbability = p
+	}
+	if p := m.GetRampProbability(); p > 0 && p <= s.ThrottleProbability { // likewise, and the ramp is part of it
+		s.RampProbability = p
 	}
 	if t := m.GetSince(); t != nil {
 		s.Since = t.AsTime()
@@ -130,6 +134,8 @@ func Reason(r sharedstate.Reason) fuseboxv1.RejectReason {
 		return fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED
 	case sharedstate.ReasonThrottled:
 		return fuseboxv1.RejectReason_REJECT_REASON_THROTTLED
+	case sharedstate.ReasonRamp:
+		return fuseboxv1.RejectReason_REJECT_REASON_RAMP
 	}
 	return fuseboxv1.RejectReason_REJECT_REASON_NONE
 }
@@ -147,6 +153,8 @@ func ReasonFromProto(r fuseboxv1.RejectReason) sharedstate.Reason {
 		return sharedstate.ReasonBudgetExhausted
 	case fuseboxv1.RejectReason_REJECT_REASON_THROTTLED:
 		return sharedstate.ReasonThrottled
+	case fuseboxv1.RejectReason_REJECT_REASON_RAMP:
+		return sharedstate.ReasonRamp
 	}
 	return sharedstate.ReasonNone
 }

@@ -331,6 +331,8 @@ func TestSnapshotRoundTripProperty(t *testing.T) {
 			ThrottleProbability: rapid.SampledFrom([]float64{0, 0.005, 0.5, 1}).Draw(rt, "throttle"),
 			ConcurrencyLimit:    rapid.IntRange(0, math.MaxUint32).Draw(rt, "concurrency"),
 		}
+		// The ramp is part of the throttle probability.
+		s.RampProbability = s.ThrottleProbability * rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "ramp")
 		checkRoundTrip(rt, s)
 	})
 }
@@ -411,7 +413,7 @@ func TestEnumsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, r := range []sharedstate.Reason{sharedstate.ReasonNone, sharedstate.ReasonOpen, sharedstate.ReasonForcedOpen,
-		sharedstate.ReasonHalfOpenNoPermit, sharedstate.ReasonBudgetExhausted} {
+		sharedstate.ReasonHalfOpenNoPermit, sharedstate.ReasonBudgetExhausted, sharedstate.ReasonThrottled, sharedstate.ReasonRamp} {
 		if got := ReasonFromProto(Reason(r)); got != r {
 			t.Errorf("reason %v: %v", r, got)
 		}
@@ -423,5 +425,29 @@ func TestEnumsRoundTrip(t *testing.T) {
 	}
 	if _, ok := VerdictFromProto(fuseboxv1.Verdict_VERDICT_UNSPECIFIED); ok {
 		t.Error("unspecified verdict accepted")
+	}
+}
+
+// A probability from the wire outside [0,1], NaN, or a ramp part above the
+// throttle probability it is part of, is dropped: a client never refuses
+// more than the agent said.
+func TestThrottleProbabilitiesFromTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		throttle, ramp         float64
+		wantThrottle, wantRamp float64
+	}{
+		{0.5, 0.25, 0.5, 0.25},
+		{0.5, 0.5, 0.5, 0.5},
+		{0.5, 0.75, 0.5, 0},
+		{math.NaN(), 0.25, 0, 0},
+		{1.5, 1.5, 0, 0},
+		{0.5, math.NaN(), 0.5, 0},
+		{0.5, -0.1, 0.5, 0},
+	} {
+		s := SnapshotFromProto(&fuseboxv1.DecisionSnapshot{Dependency: dep, ThrottleProbability: tc.throttle, RampProbability: tc.ramp})
+		if s.ThrottleProbability != tc.wantThrottle || s.RampProbability != tc.wantRamp {
+			t.Errorf("throttle %v, ramp %v from the wire: %v, %v; want %v, %v", tc.throttle, tc.ramp,
+				s.ThrottleProbability, s.RampProbability, tc.wantThrottle, tc.wantRamp)
+		}
 	}
 }

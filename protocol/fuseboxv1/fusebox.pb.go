@@ -312,6 +312,10 @@ const (
 	RejectReason_REJECT_REASON_BUDGET_EXHAUSTED    RejectReason = 4
 	// Adaptive throttling refused a first attempt (policy "throttle").
 	RejectReason_REJECT_REASON_THROTTLED RejectReason = 24
+	// The ramp after a close refused a first attempt (breaker.rampDuration):
+	// the breaker lets the traffic back in gradually. A client that does not
+	// know this value treats it as a refusal (open).
+	RejectReason_REJECT_REASON_RAMP RejectReason = 25
 )
 
 // Enum value maps for RejectReason.
@@ -323,6 +327,7 @@ var (
 		3:  "REJECT_REASON_HALF_OPEN_NO_PERMIT",
 		4:  "REJECT_REASON_BUDGET_EXHAUSTED",
 		24: "REJECT_REASON_THROTTLED",
+		25: "REJECT_REASON_RAMP",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_NONE":                0,
@@ -331,6 +336,7 @@ var (
 		"REJECT_REASON_HALF_OPEN_NO_PERMIT": 3,
 		"REJECT_REASON_BUDGET_EXHAUSTED":    4,
 		"REJECT_REASON_THROTTLED":           24,
+		"REJECT_REASON_RAMP":                25,
 	}
 )
 
@@ -1063,8 +1069,14 @@ type DecisionSnapshot struct {
 	// This node's share of concurrency.max_in_flight (0: no limit); the agent
 	// sends each session its process's part of it.
 	ConcurrencyLimit uint32 `protobuf:"varint,39,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The part of throttle_probability that is the ramp after a close
+	// (breaker.rampDuration), at most throttle_probability: a first attempt
+	// refused with a uniform draw u < ramp_probability is the ramp's refusal
+	// (REJECT_REASON_RAMP), one with ramp_probability <= u <
+	// throttle_probability the throttle's (REJECT_REASON_THROTTLED).
+	RampProbability float64 `protobuf:"fixed64,40,opt,name=ramp_probability,json=rampProbability,proto3" json:"ramp_probability,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *DecisionSnapshot) Reset() {
@@ -1233,6 +1245,13 @@ func (x *DecisionSnapshot) GetThrottleProbability() float64 {
 func (x *DecisionSnapshot) GetConcurrencyLimit() uint32 {
 	if x != nil {
 		return x.ConcurrencyLimit
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetRampProbability() float64 {
+	if x != nil {
+		return x.RampProbability
 	}
 	return 0
 }
@@ -5318,9 +5337,15 @@ type NodeWindow struct {
 	RecentFailures  []uint64 `protobuf:"varint,9,rep,packed,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
 	RecentSlowCalls []uint64 `protobuf:"varint,10,rep,packed,name=recent_slow_calls,json=recentSlowCalls,proto3" json:"recent_slow_calls,omitempty"`
 	// The node's calls in flight when it sent the row (a gauge).
-	InFlight      uint64 `protobuf:"varint,27,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InFlight uint64 `protobuf:"varint,27,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// While the breaker of `generation` is half-open: the node's probes that
+	// succeeded, and those that failed while other nodes' succeeded (its
+	// node-local breaker opened instead of the fleet's). The fleet closes on
+	// their sum; a build that does not know them counts its own probes only.
+	ProbeSuccesses uint32 `protobuf:"varint,28,opt,name=probe_successes,json=probeSuccesses,proto3" json:"probe_successes,omitempty"`
+	ProbeFailures  uint32 `protobuf:"varint,29,opt,name=probe_failures,json=probeFailures,proto3" json:"probe_failures,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeWindow) Reset() {
@@ -5426,6 +5451,20 @@ func (x *NodeWindow) GetRecentSlowCalls() []uint64 {
 func (x *NodeWindow) GetInFlight() uint64 {
 	if x != nil {
 		return x.InFlight
+	}
+	return 0
+}
+
+func (x *NodeWindow) GetProbeSuccesses() uint32 {
+	if x != nil {
+		return x.ProbeSuccesses
+	}
+	return 0
+}
+
+func (x *NodeWindow) GetProbeFailures() uint32 {
+	if x != nil {
+		return x.ProbeFailures
 	}
 	return 0
 }
@@ -6042,7 +6081,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"ramp_start\x18* \x01(\x01R\trampStartB\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
-	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\x9b\a\n" +
+	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\xc6\a\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -6071,7 +6110,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x05scope\x18\x11 \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x125\n" +
 	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12+\n" +
-	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\"\xa5\x01\n" +
+	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\x12)\n" +
+	"\x10ramp_probability\x18( \x01(\x01R\x0frampProbability\"\xa5\x01\n" +
 	"\bDecision\x12-\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x13.fusebox.v1.VerdictR\averdict\x120\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x18.fusebox.v1.RejectReasonR\x06reason\x128\n" +
@@ -6441,7 +6481,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tincidents\x18\n" +
 	" \x03(\v2\x1d.fusebox.v1.SimulatedIncidentR\tincidents\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12)\n" +
-	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xf7\x02\n" +
+	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xc7\x03\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -6459,7 +6499,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0frecent_failures\x18\t \x03(\x04R\x0erecentFailures\x12*\n" +
 	"\x11recent_slow_calls\x18\n" +
 	" \x03(\x04R\x0frecentSlowCalls\x12\x1b\n" +
-	"\tin_flight\x18\x1b \x01(\x04R\binFlight\"\xf1\x02\n" +
+	"\tin_flight\x18\x1b \x01(\x04R\binFlight\x12'\n" +
+	"\x0fprobe_successes\x18\x1c \x01(\rR\x0eprobeSuccesses\x12%\n" +
+	"\x0eprobe_failures\x18\x1d \x01(\rR\rprobeFailures\"\xf1\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -6540,14 +6582,15 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x17\n" +
 	"\x13VERDICT_ALLOW_PROBE\x10\x02\x12\x12\n" +
-	"\x0eVERDICT_REJECT\x10\x03*\xc5\x01\n" +
+	"\x0eVERDICT_REJECT\x10\x03*\xdd\x01\n" +
 	"\fRejectReason\x12\x16\n" +
 	"\x12REJECT_REASON_NONE\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_OPEN\x10\x01\x12\x1d\n" +
 	"\x19REJECT_REASON_FORCED_OPEN\x10\x02\x12%\n" +
 	"!REJECT_REASON_HALF_OPEN_NO_PERMIT\x10\x03\x12\"\n" +
 	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04\x12\x1b\n" +
-	"\x17REJECT_REASON_THROTTLED\x10\x18*O\n" +
+	"\x17REJECT_REASON_THROTTLED\x10\x18\x12\x16\n" +
+	"\x12REJECT_REASON_RAMP\x10\x19*O\n" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSCOPE_FLEET\x10\x01\x12\x0e\n" +

@@ -190,7 +190,8 @@ class StateChange:
 class _Decision:
     """What the hot path reads: an immutable snapshot and what is derived
     from it once. Replaced (one attribute store) whenever it changes."""
-    __slots__ = ("snap", "verdict", "reason", "retry", "slow", "from_agent", "throttle", "shadow_throttle", "limit")
+    __slots__ = ("snap", "verdict", "reason", "retry", "slow", "from_agent", "throttle", "shadow_throttle", "ramp",
+                 "limit")
 
     def __init__(self, snap, from_agent):
         self.snap = snap
@@ -200,6 +201,8 @@ class _Decision:
         self.slow = snap.slow_call_duration
         self.from_agent = from_agent
         p = snap.throttle_probability if 0 < snap.throttle_probability <= 1 else 0.0
+        # The ramp's part: a draw below it is the ramp's refusal, not the throttle's.
+        self.ramp = min(snap.ramp_probability, p) if snap.ramp_probability > 0 else 0.0
         if snap.mode != P.SHADOW:  # shadow mode reports, never refuses
             self.throttle, self.shadow_throttle, self.limit = p, 0.0, max(snap.concurrency_limit, 0)
         else:
@@ -447,8 +450,9 @@ class Dependency:
         if verdict == P.ALLOW:
             if not strict:
                 if dec.throttle > 0:
-                    if self._c._random() < dec.throttle:
-                        raise self._reject(P.REASON_THROTTLED)
+                    u = self._c._random()
+                    if u < dec.throttle:
+                        raise self._reject(P.REASON_RAMP if u < dec.ramp else P.REASON_THROTTLED)
                 elif dec.shadow_throttle > 0 and self._c._random() < dec.shadow_throttle:
                     with self._mu:
                         self._shadow_throttled += 1
@@ -600,7 +604,9 @@ class Dependency:
         if k.concurrency_limit:
             kw["concurrency_limit"] = k.concurrency_limit
         until = self._kept_throttle_until
-        if k.throttle_probability and not kw.get("override") and s.state == P.CLOSED and \
+        # The throttle's probability, not the ramp's after a close (a ramp
+        # lasts rampDuration, not a window).
+        if k.throttle_probability > k.ramp_probability and not kw.get("override") and s.state == P.CLOSED and \
                 (until is None or self._c._clock() < until):
             kw["throttle_probability"] = k.throttle_probability
         return dataclasses.replace(s, **kw) if kw else s

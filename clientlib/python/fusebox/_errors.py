@@ -31,7 +31,7 @@ class RejectedError(FuseboxError):
     """Fusebox refused an attempt: it was not made.
 
     dependency and reason ("open", "forced-open", "half-open-no-permit",
-    "budget-exhausted", "throttled" or "concurrency-limit") say which and
+    "budget-exhausted", "throttled", "ramp" or "concurrency-limit") say which and
     why; for a refused retry, last_error is the previous attempt's exception
     (also the __cause__)."""
 
@@ -63,7 +63,8 @@ class ForcedOpenError(OpenError):
 
 
 class ThrottledError(OpenError):
-    """Fleet-wide adaptive throttling refused a first attempt."""
+    """Fleet-wide adaptive throttling (reason "throttled"), or the ramp
+    after the breaker closed (reason "ramp"), refused a first attempt."""
     message = "fusebox: throttled"
 
 
@@ -81,7 +82,7 @@ class ConcurrencyLimitError(RejectedError):
 
 REJECTIONS = {
     "open": OpenError, "half-open-no-permit": OpenError, "forced-open": ForcedOpenError,
-    "throttled": ThrottledError, "budget-exhausted": BudgetExhaustedError,
+    "throttled": ThrottledError, "ramp": ThrottledError, "budget-exhausted": BudgetExhaustedError,
     "concurrency-limit": ConcurrencyLimitError,
 }
 

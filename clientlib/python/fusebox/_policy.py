@@ -35,6 +35,7 @@ REASON_FORCED_OPEN = "forced-open"
 REASON_NO_PERMIT = "half-open-no-permit"
 REASON_BUDGET = "budget-exhausted"
 REASON_THROTTLED = "throttled"
+REASON_RAMP = "ramp"
 REASON_CONCURRENCY = "concurrency-limit"
 
 _NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}\Z")
@@ -156,6 +157,7 @@ class Snapshot:
     slow_call_duration: float = 2.0
     retry: RetrySettings = RetrySettings()
     throttle_probability: float = 0.0
+    ramp_probability: float = 0.0  # the ramp after a close: part of throttle_probability
     concurrency_limit: int = 0
 
     def decide_first(self):
@@ -191,7 +193,8 @@ _JITTERS = {pb.JITTER_FULL: _backoff.FULL, pb.JITTER_EQUAL: _backoff.EQUAL,
             pb.JITTER_DECORRELATED: _backoff.DECORRELATED, pb.JITTER_NONE: _backoff.NONE}
 REASONS = {pb.REJECT_REASON_OPEN: REASON_OPEN, pb.REJECT_REASON_FORCED_OPEN: REASON_FORCED_OPEN,
            pb.REJECT_REASON_HALF_OPEN_NO_PERMIT: REASON_NO_PERMIT,
-           pb.REJECT_REASON_BUDGET_EXHAUSTED: REASON_BUDGET, pb.REJECT_REASON_THROTTLED: REASON_THROTTLED}
+           pb.REJECT_REASON_BUDGET_EXHAUSTED: REASON_BUDGET, pb.REJECT_REASON_THROTTLED: REASON_THROTTLED,
+           pb.REJECT_REASON_RAMP: REASON_RAMP}
 
 
 def _seconds(d):
@@ -270,7 +273,8 @@ def snapshot_from_proto(m, pol):
     local = _STATES.get(m.local_state, CLOSED)
     if m.local_state == pb.BREAKER_STATE_UNSPECIFIED and m.node_local_open:
         local = HALF_OPEN if state == CLOSED and m.probe_permit else OPEN
-    p = m.throttle_probability
+    p = m.throttle_probability if 0 < m.throttle_probability <= 1 else 0.0  # NaN and out-of-range values are dropped
+    ramp = m.ramp_probability if 0 < m.ramp_probability <= p else 0.0  # likewise, and the ramp is part of it
     return Snapshot(
         dependency=m.dependency, state=state, local_state=local, generation=m.generation,
         version=m.version, open_count=m.open_count, probe_round=m.probe_round,
@@ -281,6 +285,6 @@ def snapshot_from_proto(m, pol):
         slow_call_duration=(_seconds(m.slow_call_duration) if m.HasField("slow_call_duration")
                             else pol.breaker.slow_call_duration),
         retry=pol.retry,
-        throttle_probability=p if 0 < p <= 1 else 0.0,  # NaN and out-of-range values are dropped
+        throttle_probability=p, ramp_probability=ramp,
         concurrency_limit=m.concurrency_limit,
     )

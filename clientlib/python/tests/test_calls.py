@@ -285,6 +285,12 @@ class LocalModeTest(unittest.TestCase):
         self.assertEqual(self.d.call(Flaky()), "ok")
         self.assertEqual(self.d.stats()["shadow_throttled"], 1)
 
+    def test_the_ramps_probability_is_not_kept(self):
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.6), True)
+        self.d._disconnected()
+        self.d._publish()
+        self.assertEqual(self.d.call(Flaky()), "ok", "a ramp lasts rampDuration, not a window")
+
     def test_a_throttle_probability_holds_one_window_after_the_agent_went_away(self):
         self.d._apply_agent_snapshot(pushed(throttle_probability=0.6), True)
         self.d._disconnected()
@@ -396,6 +402,23 @@ class AgentPathTest(unittest.TestCase):
         with self.assertRaises(fusebox.OpenError) as cm:
             self.d.call(f)
         self.assertEqual(cm.exception.reason, "half-open-no-permit")
+
+    def test_the_ramps_refusals_are_named_as_the_ramps(self):
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.55, version=2), True)
+        with self.assertRaises(fusebox.ThrottledError) as cm:  # draw 0.5 < 0.55: the ramp alone refuses it
+            self.d.call(Flaky())
+        self.assertEqual(cm.exception.reason, "ramp")
+        self.assertIsInstance(cm.exception, fusebox.OpenError)
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.3, version=3), True)
+        with self.assertRaises(fusebox.ThrottledError) as cm:  # 0.3 <= 0.5 < 0.6: the throttle's
+            self.d.call(Flaky())
+        self.assertEqual(cm.exception.reason, "throttled")
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.4, ramp_probability=0.9, version=4), True)
+        self.assertEqual(self.d.call(Flaky()), "ok", "a ramp above the throttle probability is dropped")
+        self.s.answers["check"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_RAMP)
+        with self.assertRaises(fusebox.ThrottledError) as cm:
+            self.d.call(Flaky(), strict=True)
+        self.assertEqual(cm.exception.reason, "ramp")
 
     def test_strict_asks_check(self):
         self.s.answers["check"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_FORCED_OPEN)

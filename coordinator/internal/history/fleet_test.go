@@ -28,8 +28,12 @@ func TestHistoryAddsUpWhatTheNodesCounted(t *testing.T) {
 			h := history.New(history.Config{})
 			t0 := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
 			const dep = "shipping-api"
-			// Two of four nodes fail from 45 s to 60 s.
-			fleet := historytest.Run(t, h, historytest.Config{Dependency: dep, Nodes: 4, Seed: seed, Policy: sharedstate.DefaultPolicy(),
+			// Two of four nodes fail from 45 s to 60 s. The breaker's pace
+			// the tolerances below were set for: open 5s, a 1s ramp.
+			pol := sharedstate.DefaultPolicy()
+			pol.Breaker.OpenDuration, pol.Breaker.FleetMaxOpenDuration = sharedstate.Duration(5*time.Second), sharedstate.Duration(5*time.Second)
+			pol.Breaker.RampDuration = sharedstate.Duration(time.Second)
+			fleet := historytest.Run(t, h, historytest.Config{Dependency: dep, Nodes: 4, Seed: seed, Policy: pol,
 				Rate:  func(i int) float64 { return 30 + 30*float64(i%2) },
 				Fails: func(i int, el time.Duration) bool { return i < 2 && el >= 45*time.Second && el < 60*time.Second },
 				Start: t0, Begin: 25 * time.Second, Retries: true}, 80*time.Second)
