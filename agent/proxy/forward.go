@@ -194,7 +194,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	}
 	if body.over {
 		maxAttempts = 1
-		w.Header().Set(HeaderNotRetried, "body-too-large")
+		w.Header().Set(HeaderNotRetried, body.notRetried)
 		p.m.unbuffered.Inc()
 	}
 

@@ -87,14 +87,38 @@ func TestForwardAndReverseForms(t *testing.T) {
 
 func TestDependencyNames(t *testing.T) {
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	h := newHarness(t, nil, nil)
-	h.get(up.URL + "/")
-	h.get(up.URL+"/", HeaderDependency, "named-by-header")
+	h := newHarness(t, nil, func(c *Config) { c.Routes = []string{hostOf(up) + "=routed-api"} })
+	h.get(up.URL+"/", HeaderDependency, hostOf(up)) // the upstream's own name
+	h.get(up.URL + "/")                             // its route's
+	h.get(up.URL+"/", HeaderDependency, "routed-api")
 	if c := h.window(hostOf(up)); c.FirstAttempts != 1 {
 		t.Errorf("dependency %s (clientlib's name for the host): %+v", hostOf(up), c)
 	}
-	if c := h.window("named-by-header"); c.FirstAttempts != 1 {
-		t.Errorf("dependency named-by-header: %+v", c)
+	if c := h.window("routed-api"); c.FirstAttempts != 2 {
+		t.Errorf("dependency routed-api: %+v", c)
+	}
+	// Any other name is refused by default, and counts nothing.
+	resp := h.get(up.URL+"/", HeaderDependency, "payments")
+	if resp.StatusCode != 400 || resp.Header.Get(HeaderError) != "dependency-not-allowed" ||
+		!strings.Contains(bodyOf(t, resp), "--proxy-allow-any-dependency") {
+		t.Errorf("a name of the caller's choosing: %d %s=%q", resp.StatusCode, HeaderError, resp.Header.Get(HeaderError))
+	}
+	if c := h.window("payments"); c.Requests() != 0 {
+		t.Errorf("the refused name was counted: %+v", c)
+	}
+	if got := h.counter("fusebox_agent_proxy_invalid_requests_total", "reason", "dependency_not_allowed"); got != 1 {
+		t.Errorf("invalid_requests_total{dependency_not_allowed} = %v", got)
+	}
+	// A route's name belongs to its upstream only.
+	other := upstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	if resp := h.get(other.URL+"/", HeaderDependency, "routed-api"); resp.StatusCode != 400 {
+		t.Errorf("another upstream under routed-api's name: %d", resp.StatusCode)
+	}
+	// AllowAnyDependency lets the caller name it.
+	lax := newHarness(t, nil, func(c *Config) { c.AllowAnyDependency = true })
+	lax.get(up.URL+"/", HeaderDependency, "named-by-header")
+	if c := lax.window("named-by-header"); c.FirstAttempts != 1 {
+		t.Errorf("dependency named-by-header with AllowAnyDependency: %+v", c)
 	}
 }
 
@@ -742,7 +766,7 @@ func TestConnectionLimit(t *testing.T) {
 
 func TestTooManyDependencies(t *testing.T) {
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) {})
-	h := newHarness(t, nil, func(c *Config) { c.MaxDependencies = 2 })
+	h := newHarness(t, nil, func(c *Config) { c.MaxDependencies = 2; c.AllowAnyDependency = true })
 	for i, want := range []int{200, 200, 503} {
 		resp := h.get(up.URL+"/", HeaderDependency, "dep-"+strconv.Itoa(i))
 		if resp.StatusCode != want {
