@@ -67,6 +67,7 @@ type options struct {
 	inProcessAPI  bool
 	httpTimeouts  *HTTPTimeouts
 	peers         func() []string
+	proxyLn       net.Listener
 }
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
@@ -104,6 +105,13 @@ func WithGossipTransport(t memberlist.NodeAwareTransport) Option {
 // that their agents reconcile as a production fleet's do.
 func WithPeerRegistry(peers func() []string) Option { return func(o *options) { o.peers = peers } }
 
+// WithProxyListener makes the egress proxy serve ln, a listening socket
+// handed to the process (systemd's socket activation: Run takes it from
+// the environment), instead of binding Config.Proxy.Addr, which must name
+// ln's address. The agent closes its ln when it stops; a copy held
+// elsewhere keeps the socket listening for the next agent.
+func WithProxyListener(ln net.Listener) Option { return func(o *options) { o.proxyLn = ln } }
+
 // WithInProcessAPI serves the local API only in process, through LocalAPI:
 // no unix socket, no TCP, so Config.Socket and Config.GRPCAddr may both be
 // empty. Simulations use it to run hundreds of agents without sockets.
@@ -126,6 +134,9 @@ type Agent struct {
 	reg     *prometheus.Registry
 	m       *metrics
 	hub     *hub
+	// confirmed are the dependencies whose rows and own records go out
+	// (confirm.go).
+	confirmed *confirmations
 
 	grpcSrv *grpc.Server
 	health  *health.Server
@@ -210,6 +221,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 
 	a.hub = newHub()
+	a.confirmed = newConfirmations(cfg.Proxy.Routes, cfg.MaxDependencies)
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
 		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
@@ -315,6 +327,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.gsp.Store(a.gossip)
 
+	if a.opts.proxyLn != nil && cfg.Proxy.Addr == "" {
+		a.opts.proxyLn.Close()
+		return nil, fmt.Errorf("agent: proxy-addr: a socket was handed to the agent for the proxy (%s), but --proxy-addr is not set", a.opts.proxyLn.Addr())
+	}
 	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
 		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
 		if a.proxy, err = a.newProxy(); err != nil {
@@ -515,10 +531,27 @@ func (a *Agent) Err() error {
 }
 
 // Run runs an agent until ctx is done, then closes it (SIGTERM handling
-// lives in the caller: cancel ctx on the signal).
+// lives in the caller: cancel ctx on the signal). The proxy serves the
+// listening socket the process was handed by systemd's socket activation
+// (LISTEN_FDS; the one named ProxySocketName, or bound to --proxy-addr),
+// if any: it outlives the process, so a restart refuses no caller.
 func Run(ctx context.Context, cfg Config, opts ...Option) error {
+	socks, err := inheritedSockets(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ln, err := proxySocket(socks, cfg.Proxy.Addr)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		opts = append(opts, WithProxyListener(ln))
+	}
 	a, err := New(cfg, opts...)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
 	if err := a.Start(ctx); err != nil {

@@ -29,9 +29,12 @@ import (
 )
 
 // withProxy turns the proxy on (loopback, port 0) and the other TCP
-// listeners too, so that the tests can aim at them.
+// listeners too, so that the tests can aim at them; the tests' upstreams
+// listen on ports of the moment, so their dependencies are named by
+// Fusebox-Dependency (--proxy-allow-any-dependency).
 func withProxy(c *agent.Config) {
 	c.Proxy.Addr = "127.0.0.1:0"
+	c.Proxy.AllowAnyDependency = true
 	c.GRPCAddr = "127.0.0.1:0"
 	c.HTTPAddr = "127.0.0.1:0"
 }
