@@ -26,7 +26,7 @@ type body struct {
 
 // firstBodyBuffer is the first buffer of a body; it doubles as the
 // body's bytes arrive, up to its length or one byte past MaxBodyBuffer.
-const firstBodyBuffer = 16 << 10
+const firstBodyBuffer = 4 << 10
 
 // readBody buffers r's body when the request may be retried, up to
 // MaxBodyBuffer; beyond that (or without retries) the body is streamed to
