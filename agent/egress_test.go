@@ -405,8 +405,12 @@ func TestProxyAddrMustBeLoopback(t *testing.T) {
 	cfg.Proxy.Routes = []string{"x"}
 	cfg.Proxy.AllowHosts = []string{"a b"}
 	cfg.Proxy.MaxConns = 0
+	cfg.Proxy.MaxConnsPerClient = 0
+	cfg.Proxy.BodyBufferBudget = -1
+	cfg.Proxy.BodyTimeout = 0
 	err = cfg.Validate()
-	for _, flag := range []string{"proxy-routes", "proxy-allow-hosts", "proxy-max-conns"} {
+	for _, flag := range []string{"proxy-routes", "proxy-allow-hosts", "proxy-max-conns", "proxy-max-conns-per-client",
+		"proxy-body-buffer-budget", "proxy-body-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("Validate does not name --%s: %v", flag, err)
 		}

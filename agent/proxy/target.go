@@ -57,8 +57,8 @@ const (
 	// timeout, upstream (no answer), or what was wrong with the request
 	// (malformed-uri, bad-upstream, missing-upstream, invalid-dependency,
 	// dependency-not-allowed, headers-too-large, bad-timeout, bad-body,
-	// upgrade-unsupported), or
-	// why it is forbidden (own-listener, not-allowed).
+	// upgrade-unsupported), or why it is forbidden (own-listener,
+	// not-allowed).
 	HeaderError = "Fusebox-Error"
 )
 
