@@ -29,7 +29,7 @@ BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 # directives name its sibling folders, and every module builds, tests and
 # tidies on its own (GOWORK=off, so a go.work above the checkout changes
 # nothing).
-MODULES := . sharedstate/store protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy
+MODULES := . sharedstate/store protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy agent/lab
 export GOWORK := off
 
 # $(call each,COMMAND[,FOLDERS]): COMMAND in every module's folder (or in
@@ -96,7 +96,7 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 
 .PHONY: scale
 scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500, SCALE_DILATE=200:2,500:4,1000:12) and print the Scale table of agent/README.md
-	cd agent && $(GO) run ./internal/scale/cmd/scale -sizes $(SCALE_SIZES) -dilate $(SCALE_DILATE) $(SCALE_ARGS)
+	cd agent/lab && $(GO) run ./scale/cmd/scale -sizes $(SCALE_SIZES) -dilate $(SCALE_DILATE) $(SCALE_ARGS)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
 # sockets (an embedded etcd, unix sockets in a temp dir; every agent is
@@ -105,7 +105,7 @@ scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,20
 scale-procs: ## run scenario (a) with N real agent processes on loopback (N=40) and print the Scale table's first columns
 	@mkdir -p $(BIN)
 	cd cmd && $(GO) build -o $(BIN)/fusebox-agent ./fusebox-agent
-	cd agent && $(GO) run ./internal/scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
+	cd agent/lab && $(GO) run ./scale/cmd/scaleprocs -n $(N) -agent $(BIN)/fusebox-agent $(ARGS)
 
 # Real fusebox-agent, etcd and fusebox-coordinator processes in network
 # namespaces under random faults drawn from a seed, with continuous checks
@@ -116,7 +116,7 @@ soak: ## run Fusebox under random faults for DURATION (10m; SEED=N replays a sch
 	@command -v nft >/dev/null && command -v ip >/dev/null || { echo "installing Debian's nftables and iproute2 for the soak"; apt-get update && apt-get install -y nftables iproute2; }
 	@mkdir -p $(BIN)
 	cd cmd && $(GO) build -o $(BIN)/ ./fusebox-agent ./fusebox-coordinator ./fuseboxctl
-	cd agent && $(GO) run ./internal/soak/cmd/soak -duration $(DURATION) -seed $(SEED) -bin $(BIN) $(ARGS)
+	cd agent/lab && $(GO) run ./soak/cmd/soak -duration $(DURATION) -seed $(SEED) -bin $(BIN) $(ARGS)
 
 bench: test-deps ## run the benchmarks of the folder READMEs' Performance sections
 	@$(call each,$(GO) test -run '^$$' -bench '$(BENCH)' -benchmem -count $(BENCH_COUNT) ./...)

@@ -41,9 +41,6 @@ PROTO='sharedstate|protocol|protocol/fuseboxv1|protocol/convert'
 rule() {
   ALLOW='^$'; DENY='^$'; WHY=''
   case "$1" in
-    cmd/internal/conformance)
-      ALLOW='^$'; DENY='.'
-      WHY='cmd/internal/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
     cmd/*) ALLOW='.*'; WHY='cmd may import everything' ;;
     sharedstate/store/embedded/embeddedtest)
       ALLOW='^(sharedstate|sharedstate/store|sharedstate/store/embedded)$'; DENY='hashicorp/memberlist'
@@ -52,14 +49,11 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/secretfile|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
-      ALLOW='^sharedstate(/secretfile)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      ALLOW='^sharedstate(/secretfile|/backoff)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
       WHY='sharedstate/store may import sharedstate and the etcd client' ;;
     sharedstate | sharedstate/*)
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
       WHY='sharedstate and its small packages import the standard library only' ;;
-    protocol/gossip/simnet)
-      ALLOW='^$'; DENY='^go\.etcd\.io/'
-      WHY='protocol/gossip/simnet (the simulated network of tests and scale runs) may import memberlist only' ;;
     protocol/gossip)
       ALLOW="^($PROTO|sharedstate/secretfile)\$"; DENY='^go\.etcd\.io/'
       WHY='protocol/gossip may import protocol, sharedstate and memberlist' ;;
@@ -72,20 +66,20 @@ rule() {
     agent/agenttest)
       ALLOW='^agent$'; DENY='^go\.etcd\.io/'
       WHY='agent/agenttest (test helpers) may import agent' ;;
-    agent/internal/soak | agent/internal/soak/*)
-      ALLOW="^($PROTO|clientlib|agent/internal/scale|agent/internal/soak|sharedstate/ctxtime|sharedstate/store)\$"; DENY='hashicorp/memberlist'
-      WHY='agent/internal/soak (make soak: real agents, etcd members and a coordinator in network namespaces under faults) may import clientlib, store, agent/internal/scale, protocol and the etcd server (its members)' ;;
-    agent/internal/scale/procs | agent/internal/scale/cmd/scaleprocs)
-      ALLOW="^($PROTO|agent/internal/scale|agent/internal/scale/procs|sharedstate/ctxtime|sharedstate/store|sharedstate/store/embedded)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
-      WHY='agent/internal/scale/procs (scale-procs: real agent processes on loopback) may import agent/internal/scale, store and embedded (its etcd), protocol' ;;
-    agent/internal/scale | agent/internal/scale/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/gossip/simnet|sharedstate/ctxtime|agent|agent/internal/scale)\$"; DENY='^go\.etcd\.io/'
-      WHY='agent/internal/scale (fleets on the simulated network) may import agent, protocol/gossip/simnet and what agent may' ;;
+    agent/lab/conformance)
+      ALLOW='^$'; DENY='.'
+      WHY='agent/lab/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
+    agent/lab/simnet)
+      ALLOW='^$'; DENY='^go\.etcd\.io/'
+      WHY='agent/lab/simnet (the simulated network of the lab) may import memberlist only' ;;
+    agent/lab | agent/lab/*)
+      ALLOW='.*'
+      WHY='the lab (agent/lab: the fleet builder, scale runs, soak) may import everything, agent/internal/agentopt (the simulation hooks) included' ;;
     agent/proxy)
-      ALLOW='^(sharedstate|sharedstate/backoff|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
-      WHY='agent/proxy (the egress proxy) decides through its Engine interface: it may import sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
+      ALLOW='^(clientlib|sharedstate|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
+      WHY='agent/proxy (the egress proxy) makes its calls through clientlib, deciding through the Engine interface the agent implements: it may import clientlib, sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip, protocol/serverlimits (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -94,7 +88,7 @@ rule() {
       ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, protocol/serverlimits, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'
@@ -125,17 +119,20 @@ modrule() {
       DENYMOD="^go\.etcd\.io/|hashicorp/memberlist|chromedp|k8s\.io/|^$mod/"
       WHYMOD='the redisstore module requires the root module and go-redis only' ;;
     agent)
-      DENYMOD="redis/go-redis|chromedp|$K8S|^$mod/(coordinator|cmd|deploy|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the agent module requires the root, store and gossip modules (never coordinator), no Redis, chromedp or Kubernetes API' ;;
+      DENYMOD="redis/go-redis|chromedp|$K8S|^$mod/(coordinator|cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the agent module requires the root, store and gossip modules (never coordinator or the lab), no Redis, chromedp or Kubernetes API' ;;
     coordinator)
-      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the coordinator module requires the root, store, gossip and (for its tests) agent modules, no Redis or Kubernetes API' ;;
+      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the coordinator module requires the root, store, gossip and (for its tests) agent modules, never the lab, no Redis or Kubernetes API' ;;
     cmd)
-      DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the binaries link no Redis and no Kubernetes API (deploy tests only)' ;;
+      DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the binaries link no Redis, no Kubernetes API (deploy tests only) and nothing of the lab' ;;
     deploy)
-      DENYMOD="redis/go-redis|^$mod/clientlib/idempotency/redisstore\$"
-      WHYMOD='the deploy module (manifests and their tests) requires the agent and coordinator modules, kustomize and k8s.io/api' ;;
+      DENYMOD="redis/go-redis|^$mod/(agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the deploy module (manifests and their tests) requires the agent and coordinator modules, kustomize and k8s.io/api, never the lab' ;;
+    agent/lab)
+      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the lab module requires the root, store, gossip, agent and coordinator modules (no product module requires it), no Redis or Kubernetes API' ;;
     *) return 1 ;;
   esac
 }
@@ -187,11 +184,11 @@ for m in $modules; do
     done
   done
 
-  # No binary links package testing, a test-helper package or the simulated
-  # network.
+  # No binary links package testing, a test-helper package or the lab (its
+  # simulated network included).
   for b in $(grep -E "^$mod/cmd/" <<<"$pkgs" | grep -v /internal/ || true); do
-    for d in $(cd "$m" && $GO list -e -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/protocol/gossip/simnet$' || true); do
-      bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers and the simulated network belong in packages only tests and scale runs import)"
+    for d in $(cd "$m" && $GO list -e -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/agent/lab(/|$)' || true); do
+      bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers belong in packages only tests import, the simulated network in the lab)"
     done
   done
 done

@@ -3,7 +3,6 @@ package agent
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -43,18 +42,6 @@ func (a *Agent) HTTPAddr() string {
 
 // Engine returns the agent's engine (read it; the agent feeds it).
 func (a *Agent) Engine() *sharedstate.Engine { return a.eng }
-
-// LocalAPI returns the handlers of the local API (what the unix socket and
-// the loopback TCP serve), to be called in process. Session needs a gRPC
-// stream; the unary methods (Check, Report, AcquireRetry, AcquireProbe) do
-// not.
-func (a *Agent) LocalAPI() fuseboxv1.AgentServer { return &apiServer{a: a} }
-
-// PushPullState returns the state this agent sends in a push-pull right
-// now (its records and its own rows): simulations measure its size.
-func (a *Agent) PushPullState() *fuseboxv1.PushPullState {
-	return (*gossipHandler)(a).LocalState(false)
-}
 
 // Gossip returns the agent's gossip layer.
 func (a *Agent) Gossip() *gossip.Gossip { return a.gossip }

@@ -22,6 +22,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -54,74 +55,49 @@ const ShutdownMessage = "fusebox: agent shutting down"
 // ErrClosed is returned by Start after Close.
 var ErrClosed = errors.New("agent: closed")
 
-// Option configures the optional knobs of New.
-type Option func(*options)
-
-type options struct {
-	clock         sharedstate.Clock
-	logger        *slog.Logger
-	registerer    prometheus.Registerer
-	defaultPolicy *sharedstate.Policy
-	etcdClient    *store.Client
-	transport     memberlist.NodeAwareTransport
-	inProcessAPI  bool
-	httpTimeouts  *HTTPTimeouts
-	peers         func() []string
-	proxyLn       net.Listener
-}
+// Option configures the optional knobs of New. It is a function over
+// agentopt.Options, which only package agent and the lab (agent/lab) can
+// import: the lab's simulation hooks are set that way, not through this
+// package's API.
+type Option func(*agentopt.Options)
 
 // WithClock sets the engine's clock (default sharedstate.SystemClock).
-func WithClock(c sharedstate.Clock) Option { return func(o *options) { o.clock = c } }
+func WithClock(c sharedstate.Clock) Option { return func(o *agentopt.Options) { o.Clock = c } }
 
 // WithLogger sets the logger (default: logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+func WithLogger(l *slog.Logger) Option { return func(o *agentopt.Options) { o.Logger = l } }
 
 // WithRegisterer also registers the agent's collectors on r (for example a
 // process-wide registry); /metrics always serves the agent's own registry.
-func WithRegisterer(r prometheus.Registerer) Option { return func(o *options) { o.registerer = r } }
+func WithRegisterer(r prometheus.Registerer) Option {
+	return func(o *agentopt.Options) { o.Registerer = r }
+}
 
 // WithDefaultPolicy sets the fleet default used until etcd (or the cache)
 // provides policies/_default (default sharedstate.DefaultPolicy()). Tests
 // use it for short windows.
 func WithDefaultPolicy(p sharedstate.Policy) Option {
-	return func(o *options) { o.defaultPolicy = &p }
+	return func(o *agentopt.Options) { o.DefaultPolicy = &p }
 }
 
 // WithEtcdClient makes the agent use c instead of dialing Config.Etcd; the
 // agent does not close it.
-func WithEtcdClient(c *store.Client) Option { return func(o *options) { o.etcdClient = c } }
-
-// WithGossipTransport makes memberlist use t instead of binding UDP and TCP
-// sockets at Config.GossipAddr (which must still parse; the transport
-// decides the advertised address). Simulations run many agents in one
-// process on protocol/gossip/simnet this way.
-func WithGossipTransport(t memberlist.NodeAwareTransport) Option {
-	return func(o *options) { o.transport = t }
-}
-
-// WithPeerRegistry lists the fleet's agents (their gossip addresses) for
-// joining and membership reconciliation, as the etcd member registry does
-// (both are used when both are there). Simulations without etcd use it so
-// that their agents reconcile as a production fleet's do.
-func WithPeerRegistry(peers func() []string) Option { return func(o *options) { o.peers = peers } }
+func WithEtcdClient(c *store.Client) Option { return func(o *agentopt.Options) { o.EtcdClient = c } }
 
 // WithProxyListener makes the egress proxy serve ln, a listening socket
 // handed to the process (systemd's socket activation: Run takes it from
 // the environment), instead of binding Config.Proxy.Addr, which must name
 // ln's address. The agent closes its ln when it stops; a copy held
 // elsewhere keeps the socket listening for the next agent.
-func WithProxyListener(ln net.Listener) Option { return func(o *options) { o.proxyLn = ln } }
-
-// WithInProcessAPI serves the local API only in process, through LocalAPI:
-// no unix socket, no TCP, so Config.Socket and Config.GRPCAddr may both be
-// empty. Simulations use it to run hundreds of agents without sockets.
-func WithInProcessAPI() Option { return func(o *options) { o.inProcessAPI = true } }
+func WithProxyListener(ln net.Listener) Option {
+	return func(o *agentopt.Options) { o.ProxyListener = ln }
+}
 
 // Agent is one running fusebox-agent. Build it with New, run it with
 // Start, stop it with Close.
 type Agent struct {
 	cfg   Config
-	opts  options
+	opts  agentopt.Options
 	lg    *slog.Logger
 	clock sharedstate.Clock
 
@@ -189,15 +165,15 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	for _, o := range opts {
 		o(&a.opts)
 	}
-	if err := cfg.validate(a.opts.inProcessAPI); err != nil {
+	if err := cfg.validate(a.opts.Sim.InProcessAPI); err != nil {
 		return nil, err
 	}
-	a.lg = a.opts.logger
+	a.lg = a.opts.Logger
 	if a.lg == nil {
 		a.lg = logging.New(cfg.LogFormat, cfg.LogLevel, os.Stderr)
 	}
 	a.lg = a.lg.With("node", cfg.Name)
-	a.clock = a.opts.clock
+	a.clock = a.opts.Clock
 	if a.clock == nil {
 		a.clock = sharedstate.SystemClock{}
 	}
@@ -226,7 +202,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
 		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
 		IdleRetention: cfg.IdleRetention,
-		DefaultPolicy: a.opts.defaultPolicy, OnChange: a.onChange,
+		DefaultPolicy: a.opts.DefaultPolicy, OnChange: a.onChange,
 	}
 	if a.eng, err = sharedstate.NewEngine(ec); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
@@ -243,12 +219,12 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	if err := a.m.register(a.reg); err != nil {
 		return nil, err
 	}
-	if a.opts.registerer != nil {
-		if err := a.m.register(a.opts.registerer); err != nil {
+	if a.opts.Registerer != nil {
+		if err := a.m.register(a.opts.Registerer); err != nil {
 			return nil, err
 		}
 	}
-	a.policies.init(a.opts.defaultPolicy)
+	a.policies.init(a.opts.DefaultPolicy)
 	a.loadCache()
 
 	// Local API listeners first: their addresses go into the gossip metadata.
@@ -273,14 +249,14 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	healthpb.RegisterHealthServer(a.grpcSrv, a.health)
 	reflection.Register(a.grpcSrv)
 	timeouts := DefaultHTTPTimeouts
-	if a.opts.httpTimeouts != nil {
-		timeouts = *a.opts.httpTimeouts
+	if a.opts.HTTPTimeouts != nil {
+		timeouts = *a.opts.HTTPTimeouts
 	}
 	a.httpSrv = timeouts.Server(a.httpHandler())
 
 	// etcd before gossip: the member entries are where peers' keys come from.
-	if a.opts.etcdClient != nil {
-		a.etcd = a.opts.etcdClient
+	if a.opts.EtcdClient != nil {
+		a.etcd = a.opts.EtcdClient
 	} else if len(cfg.Etcd) > 0 {
 		if a.etcd, err = newEtcdClient(cfg, a.lg); err != nil {
 			return nil, err
@@ -316,7 +292,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.Handler = (*gossipHandler)(a)
 	gc.Events = (*memberEvents)(a)
 	gc.Logger = a.lg
-	gc.Transport = a.opts.transport
+	gc.Transport = a.opts.Sim.Transport
 	gc.Signer = a.signer
 	if a.keys != nil {
 		gc.Keys = a.keys.Key
@@ -327,9 +303,9 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.gsp.Store(a.gossip)
 
-	if a.opts.proxyLn != nil && cfg.Proxy.Addr == "" {
-		a.opts.proxyLn.Close()
-		return nil, fmt.Errorf("agent: proxy-addr: a socket was handed to the agent for the proxy (%s), but --proxy-addr is not set", a.opts.proxyLn.Addr())
+	if a.opts.ProxyListener != nil && cfg.Proxy.Addr == "" {
+		a.opts.ProxyListener.Close()
+		return nil, fmt.Errorf("agent: proxy-addr: a socket was handed to the agent for the proxy (%s), but --proxy-addr is not set", a.opts.ProxyListener.Addr())
 	}
 	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
 		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
@@ -339,6 +315,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 			}
 			return nil, fmt.Errorf("agent: proxy-addr: %w", err)
 		}
+	}
+	if a.opts.Sim.Attach != nil {
+		a.opts.Sim.Attach(agentopt.Inside{API: &apiServer{a: a},
+			PushPullState: func() *fuseboxv1.PushPullState { return (*gossipHandler)(a).LocalState(false) }})
 	}
 	return a, nil
 }

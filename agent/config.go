@@ -336,7 +336,7 @@ func DefaultConfig() Config {
 // the field (by its flag name) and the offending value. It changes nothing.
 func (c Config) Validate() error { return c.validate(false) }
 
-// validate is Validate; inProcessAPI (WithInProcessAPI) lets the agent run
+// validate is Validate; inProcessAPI (agentopt.Sim.InProcessAPI) lets the agent run
 // without a socket or TCP listener for its local API.
 func (c Config) validate(inProcessAPI bool) error {
 	var errs []error

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -153,24 +154,30 @@ log-format: json
 }
 
 // TestInProcessAPI: without listeners New refuses the config, unless the
-// local API is in process only; then LocalAPI answers without a socket.
+// local API is in process only (the lab's simulation hook); then the API
+// handed to Sim.Attach answers without a socket, and the push-pull state
+// it hands over carries the reported row.
 func TestInProcessAPI(t *testing.T) {
 	cfg := testConfig(t, "inproc")
 	cfg.Socket, cfg.GRPCAddr, cfg.HTTPAddr = "", "", ""
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "socket: must be set") {
 		t.Fatalf("New without listeners: %v", err)
 	}
-	a := startAgent(t, cfg, WithInProcessAPI())
+	var in agentopt.Inside
+	a := startAgent(t, cfg, agentopt.WithSim(agentopt.Sim{InProcessAPI: true, Attach: func(i agentopt.Inside) { in = i }}))
 	if a.SocketPath() != "" || a.GRPCAddr() != "" {
 		t.Fatalf("listeners: socket %q grpc %q", a.SocketPath(), a.GRPCAddr())
 	}
-	resp, err := a.LocalAPI().Report(context.Background(), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
+	if in.API == nil || in.PushPullState == nil {
+		t.Fatalf("Sim.Attach was not called with the agent's handles: %+v", in)
+	}
+	resp, err := in.API.Report(context.Background(), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
 		Dependency: "inproc-dep", Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: fuseboxv1.Outcome_OUTCOME_FAILURE, Count: 3}}})
 	if err != nil || resp.GetAccepted() != 3 {
 		t.Fatalf("Report: %v %v", resp, err)
 	}
 	sstest.Eventually(t, 5*time.Second, "the reported row in the push-pull state", func() bool {
-		st := a.PushPullState()
+		st := in.PushPullState()
 		return len(st.GetRows()) == 1 && st.GetRows()[0].GetDependency() == "inproc-dep" && st.GetRows()[0].GetCounts().GetFailures() == 3
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
@@ -19,7 +20,8 @@ func TestOnlyTrustedCallersConfirm(t *testing.T) {
 	cfg := testConfig(t, "confirming")
 	cfg.GRPCAddr = "127.0.0.1:0"
 	cfg.Proxy.Routes = []string{"shipping.internal=shipping-api"}
-	a := startAgent(t, cfg)
+	var in agentopt.Inside
+	a := startAgent(t, cfg, agentopt.WithSim(agentopt.Sim{Attach: func(i agentopt.Inside) { in = i }}))
 	conn, err := grpc.NewClient("passthrough:///"+a.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +35,7 @@ func TestOnlyTrustedCallersConfirm(t *testing.T) {
 			t.Fatalf("Report(%s): %v", r.dep, err)
 		}
 	}
-	if _, err := a.LocalAPI().Report(context.Background(), successes("in-process", 3)); err != nil {
+	if _, err := in.API.Report(context.Background(), successes("in-process", 3)); err != nil {
 		t.Fatal(err)
 	}
 	for dep, want := range map[string]bool{"by-socket": true, "in-process": true, "shipping-api": true, "by-tcp": false} {

@@ -87,10 +87,12 @@
 //
 // With Config.Proxy.Addr (--proxy-addr, off by default, loopback unless
 // --insecure-proxy) the agent also serves package agent/proxy: services
-// in any language send their HTTP calls to it (HTTP_PROXY) and get the
-// breaker, budget and retries clientlib applies, decided in process on the
-// agent's engine (egressEngine: the proxy counts as one more client of the
-// dependencies it calls). ProxyAddr returns its address.
+// in any language send their HTTP calls to it (HTTP_PROXY), and the proxy
+// makes them through clientlib's attempt loop (clientlib.NewInProcess),
+// deciding and counting on the agent's engine in process (egressEngine:
+// the proxy counts as one more client of the dependencies it calls, its
+// snapshots pushed by the hub as the sessions' are). ProxyAddr returns its
+// address.
 //
 // # Policies and the cache
 //

@@ -11,13 +11,15 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// egressEngine is the agent's side of the egress proxy (proxy.Engine):
-// the agent's own engine, with the proxy counted as one more client of
-// the dependencies it calls, as a clientlib session is. Its outcomes go
-// into the node's window (what the agent gossips), its probe transitions
-// go out at once, and it gets its part of the node's concurrency share.
+// egressEngine is the agent's side of the egress proxy (proxy.Engine, the
+// clientlib.Engine its in-process client decides through): the agent's
+// own engine, with the proxy counted as one more client of the
+// dependencies it calls, as a clientlib session is. Its counts go into the
+// node's window (what the agent gossips), its probe transitions go out at
+// once, it gets its part of the node's concurrency share, and its
+// snapshots are pushed by the hub as the sessions' are.
 type egressEngine struct {
-	proxy.LocalEngine
+	*proxy.LocalEngine
 	a *Agent
 }
 
@@ -40,12 +42,19 @@ func (e egressEngine) Release(dep string) {
 	e.a.hub.changed(dep)
 }
 
-// Record implements proxy.Engine.
-func (e egressEngine) Record(dep string, kind sharedstate.AttemptKind, o sharedstate.Outcome) {
-	if err := e.a.eng.Record(dep, kind, o); err == nil {
-		e.a.egressOutcomes.Inc()
+// AddCounts implements clientlib.Engine: counted as a session's deltas.
+func (e egressEngine) AddCounts(dep string, c sharedstate.Counts) error {
+	if err := e.a.eng.AddCounts(dep, c); err != nil {
+		e.a.m.refused(err)
+		return err
 	}
+	e.a.egressOutcomes.Add(float64(c.Requests() + c.Rejected))
+	return nil
 }
+
+// Watch implements clientlib.Engine: the hub calls f whenever it tells
+// the sessions that a snapshot or a share changed.
+func (e egressEngine) Watch(f func(dep string)) { e.a.hub.watchEgress(f) }
 
 // ProbeOutcome implements proxy.Engine: a transition goes straight out.
 func (e egressEngine) ProbeOutcome(dep string, o sharedstate.Outcome) {
@@ -75,7 +84,7 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 	c := a.cfg.Proxy
 	pc := proxy.DefaultConfig()
 	pc.Addr = c.Addr
-	if ln := a.opts.proxyLn; ln != nil {
+	if ln := a.opts.ProxyListener; ln != nil {
 		if !sameAddr(ln.Addr().String(), c.Addr) {
 			ln.Close()
 			return nil, fmt.Errorf("the socket handed to the agent for the proxy is bound to %s, not %s", ln.Addr(), c.Addr)
@@ -83,7 +92,7 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 		pc.Listener = ln
 	}
 	pc.AllowNonLoopback = c.Insecure
-	pc.Engine = egressEngine{LocalEngine: proxy.LocalEngine{E: a.eng}, a: a}
+	pc.Engine = egressEngine{LocalEngine: &proxy.LocalEngine{E: a.eng}, a: a}
 	pc.Own = a.ownAddrs()
 	pc.AllowHosts = c.AllowHosts
 	pc.Routes = c.Routes
@@ -98,7 +107,7 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 	pc.MaxDependencies = a.cfg.MaxDependencies
 	pc.CAFile = c.CAFile
 	pc.ShutdownTimeout = max(a.cfg.ShutdownTimeout/3, 10*time.Millisecond)
-	pc.Registerer = registerers{a.reg, a.opts.registerer}
+	pc.Registerer = registerers{a.reg, a.opts.Registerer}
 	pc.Logger = a.lg.With("component", "proxy")
 	return proxy.New(pc)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -348,7 +349,7 @@ func (a *Agent) member() store.Member {
 // lease, registering again (with backoff) whenever the lease is lost, and
 // updates the registration when etcdSync changes.
 func (a *Agent) registerLoop() {
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	retry := backoff.New(backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoff.None}, nil)
 	for a.ctx.Err() == nil {
 		m := a.member()
 		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
@@ -358,12 +359,12 @@ func (a *Agent) registerLoop() {
 			if a.ctx.Err() == nil {
 				a.lg.Debug("etcd registration failed, retrying", "err", err)
 			}
-			if !ctxtime.Sleep(a.ctx, backoff.next()) {
+			if !ctxtime.Sleep(a.ctx, retry.Next()) {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		retry.Reset()
 		a.lg.Debug("registered in etcd", "key", reg.Key())
 		// A registration may have made this agent findable: try the registry.
 		a.kickJoin()

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 )
 
@@ -20,7 +21,9 @@ type HTTPTimeouts = serverlimits.HTTPTimeouts
 var DefaultHTTPTimeouts = HTTPTimeouts{ReadHeader: 5 * time.Second, Read: 10 * time.Second, Write: 30 * time.Second, Idle: 2 * time.Minute}
 
 // WithHTTPTimeouts replaces DefaultHTTPTimeouts (tests shorten them).
-func WithHTTPTimeouts(t HTTPTimeouts) Option { return func(o *options) { o.httpTimeouts = &t } }
+func WithHTTPTimeouts(t HTTPTimeouts) Option {
+	return func(o *agentopt.Options) { o.HTTPTimeouts = &t }
+}
 
 // Limits of the local API's gRPC server. A client (clientlib) holds one
 // Session stream; MaxSessions caps those, these cap the transport.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -281,12 +282,31 @@ func (a *Agent) onChange(dep string) {
 	}
 }
 
-// hub fans snapshot changes out to sessions.
+// hub fans snapshot changes out to sessions, and to the egress proxy's
+// client (its hook, called after mu is released: it calls back into the
+// engine and the hub).
 type hub struct {
 	mu       sync.RWMutex
 	sessions map[*session]struct{}
 	shape    shapeHub
 	joinKick chan struct{}
+	egress   atomic.Pointer[func(string)]
+}
+
+// watchEgress makes f the egress proxy's hook (nil: none).
+func (h *hub) watchEgress(f func(dep string)) {
+	if f == nil {
+		h.egress.Store(nil)
+		return
+	}
+	h.egress.Store(&f)
+}
+
+// tellEgress calls the egress proxy's hook, if any.
+func (h *hub) tellEgress(dep string) {
+	if f := h.egress.Load(); f != nil {
+		(*f)(dep)
+	}
 }
 
 func newHub() *hub {
@@ -324,6 +344,7 @@ func (h *hub) changedAll() {
 		s.changedAll()
 	}
 	h.mu.RUnlock()
+	h.tellEgress("")
 }
 
 func (h *hub) changed(dep string) {
@@ -332,4 +353,5 @@ func (h *hub) changed(dep string) {
 		s.changed(dep)
 	}
 	h.mu.RUnlock()
+	h.tellEgress(dep)
 }

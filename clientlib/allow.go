@@ -78,6 +78,10 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 	if st.err != nil {
 		return noopDone, st.err
 	}
+	if st.untracked { // no breaker, budget or limit: nothing to decide or report
+		st.c.metrics.untracked.Add(1)
+		return noopDone, nil
+	}
 	if kind == First && len(d.defaults) == 0 {
 		if dec := st.dec.Load(); dec.first.Verdict == sharedstate.Allow {
 			t := st.c.tokens.Get().(*token)

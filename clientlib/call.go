@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -55,6 +54,16 @@ type Attempt struct {
 	Deadline time.Time
 
 	owner string
+	// last: no attempt follows this one, whatever it comes to.
+	last bool
+	// classify is the call's classifier (nil in hedged attempts).
+	classify Classifier
+}
+
+// mayRetry reports whether another attempt may follow one that failed
+// with err (the retry budget and the deadline still decide).
+func (a Attempt) mayRetry(err error) bool {
+	return !a.last && a.classify != nil && a.classify(err).Retryable
 }
 
 // Header names clientlib reads and writes.
@@ -68,6 +77,9 @@ const (
 	HeaderTimeoutMs = "Fusebox-Timeout-Ms"
 	// HeaderIdempotencyKey is the HTTP header of idempotency keys.
 	HeaderIdempotencyKey = "Idempotency-Key"
+	// HeaderProbe is "1" on an attempt that is a half-open probe: the
+	// server may tell probes from the rest of the traffic.
+	HeaderProbe = "Fusebox-Probe"
 
 	metadataRetryOwner     = "fusebox-retry-owner"
 	metadataIdempotencyKey = "idempotency-key"
@@ -75,11 +87,14 @@ const (
 
 // SetHeaders writes the attempt's Fusebox headers into h, for attempt
 // functions that make HTTP requests without the RoundTripper:
-// Fusebox-Retry-Owner, Fusebox-Timeout-Ms (when there is a deadline) and
-// Idempotency-Key (for IdempotentWithKey).
+// Fusebox-Retry-Owner, Fusebox-Probe (on a probe), Fusebox-Timeout-Ms (when
+// there is a deadline) and Idempotency-Key (for IdempotentWithKey).
 func (a Attempt) SetHeaders(h http.Header) {
 	if a.owner != "" {
 		h.Set(HeaderRetryOwner, a.owner)
+	}
+	if a.Probe {
+		h.Set(HeaderProbe, "1")
 	}
 	if !a.Deadline.IsZero() {
 		h.Set(HeaderTimeoutMs, timeoutMs(time.Until(a.Deadline)))
@@ -95,146 +110,6 @@ func timeoutMs(d time.Duration) string {
 		ms = 1
 	}
 	return strconv.FormatInt(ms, 10)
-}
-
-// CallOption is an optional knob of one call (or, through Dependency.With,
-// of every call of a handle). Options are plain values: passing them
-// allocates nothing.
-type CallOption struct {
-	kind optKind
-	n    int
-	d    time.Duration
-	s    string
-	v    any
-}
-
-type optKind uint8
-
-const (
-	optNone optKind = iota
-	optFallback
-	optFallbackValue
-	optClassifier
-	optMaxAttempts
-	optAttemptTimeout
-	optKey
-	optStrict
-	optNested
-	optSlotWait
-)
-
-// WithFallback calls fb with the call's final error (ErrOpen, ErrForcedOpen,
-// the last attempt's error joined with ErrBudgetExhausted or the deadline…)
-// instead of returning it; the call returns what fb returns. fb is not
-// called on success. (optional, default none)
-func WithFallback(fb func(ctx context.Context, err error) error) CallOption {
-	return CallOption{kind: optFallback, v: fb}
-}
-
-// WithFallbackValue is WithFallback for Call[T]: fb's value becomes the
-// call's result. A Do call ignores it. (optional, default none)
-func WithFallbackValue[T any](fb func(ctx context.Context, err error) (T, error)) CallOption {
-	return CallOption{kind: optFallbackValue, v: fb}
-}
-
-// WithClassifier replaces DefaultClassifier for this call (optional,
-// default DefaultClassifier).
-func WithClassifier(c Classifier) CallOption {
-	return CallOption{kind: optClassifier, v: c}
-}
-
-// WithMaxAttempts overrides the policy's maxAttempts (first attempt
-// included) for this call; n ≥ 1 (optional, default the policy's, 3 in the
-// default policy).
-func WithMaxAttempts(n int) CallOption { return CallOption{kind: optMaxAttempts, n: n} }
-
-// WithAttemptTimeout overrides the policy's perAttemptTimeout for this
-// call; 0 means no per-attempt timeout (only the caller's deadline)
-// (optional, default the policy's, 500ms in the default policy).
-func WithAttemptTimeout(d time.Duration) CallOption {
-	return CallOption{kind: optAttemptTimeout, d: d}
-}
-
-// WithIdempotencyKey sets the key of an IdempotentWithKey call, e.g. one
-// derived from a business identifier (optional, default a random 128-bit
-// key per call).
-func WithIdempotencyKey(key string) CallOption { return CallOption{kind: optKey, s: key} }
-
-// StrictConsult asks the agent synchronously (Check, bounded by
-// Config.AgentWait) before a first attempt instead of deciding from the
-// pushed snapshot. Retries and probes always ask. Without an agent it
-// decides locally. (optional, default off)
-func StrictConsult() CallOption { return CallOption{kind: optStrict} }
-
-// NestedRetries(true) lets this call retry even inside a request whose
-// caller already owns retries (the request came through Middleware with a
-// Fusebox-Retry-Owner header). The policy has no such field yet, so this
-// option is the only opt-out. (optional, default false: nested calls make
-// a single attempt and fail fast upward)
-func NestedRetries(allow bool) CallOption {
-	n := 0
-	if allow {
-		n = 1
-	}
-	return CallOption{kind: optNested, n: n}
-}
-
-// WaitForSlot lets a call wait up to d (and never past its context) for a
-// slot when its process already has its share of the policy's
-// concurrency.maxInFlight calls in flight, instead of failing at once with
-// ErrConcurrencyLimit: it gets one as soon as a call releases one or a new
-// share makes room. d ≥ 0 (optional, default 0: no wait).
-func WaitForSlot(d time.Duration) CallOption { return CallOption{kind: optSlotWait, d: d} }
-
-type callConfig struct {
-	slotWait      time.Duration
-	fallback      func(context.Context, error) error
-	classifier    Classifier
-	maxAttempts   int
-	timeout       time.Duration
-	hasTimeout    bool
-	key           string
-	strict        bool
-	nestedRetries bool
-}
-
-func (cfg *callConfig) apply(lists ...[]CallOption) error {
-	for _, opts := range lists {
-		for i := range opts {
-			o := &opts[i]
-			switch o.kind {
-			case optFallback:
-				cfg.fallback, _ = o.v.(func(context.Context, error) error)
-			case optClassifier:
-				cfg.classifier, _ = o.v.(Classifier)
-			case optMaxAttempts:
-				if o.n < 1 {
-					return fmt.Errorf("%w: WithMaxAttempts(%d): must be at least 1", ErrInvalidOption, o.n)
-				}
-				cfg.maxAttempts = o.n
-			case optAttemptTimeout:
-				if o.d < 0 {
-					return fmt.Errorf("%w: WithAttemptTimeout(%v): must not be negative", ErrInvalidOption, o.d)
-				}
-				cfg.timeout, cfg.hasTimeout = o.d, true
-			case optKey:
-				if o.s == "" || len(o.s) > 1024 || !headerValue(o.s) {
-					return fmt.Errorf("%w: WithIdempotencyKey(%q): must be 1–1024 bytes of printable ASCII", ErrInvalidOption, o.s)
-				}
-				cfg.key = o.s
-			case optStrict:
-				cfg.strict = true
-			case optNested:
-				cfg.nestedRetries = o.n == 1
-			case optSlotWait:
-				if o.d < 0 {
-					return fmt.Errorf("%w: WaitForSlot(%v): must not be negative", ErrInvalidOption, o.d)
-				}
-				cfg.slotWait = o.d
-			}
-		}
-	}
-	return nil
 }
 
 // Do makes the call fn stands for, through the breaker, with retries as the
@@ -330,8 +205,11 @@ type grant struct {
 }
 
 // run is the retry loop behind Do, Call, the RoundTripper and the gRPC
-// interceptor. hedgeable: the policy's hedging may run attempts of fn at
-// the same time (Do and Call; the transports need one attempt at a time).
+// interceptor: the only implementation of a call in Go, for services
+// (through their agent's session) and for the agent's egress proxy
+// (through its engine in process) alike. hedgeable: the policy's hedging
+// may run attempts of fn at the same time (Do and Call; the transports
+// need one attempt at a time).
 func (st *depState) run(ctx context.Context, class Class, fn func(context.Context, Attempt) error, defaults, opts []CallOption, hedgeable bool) error {
 	if st.err != nil {
 		return st.err
@@ -341,6 +219,10 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		if err := cfg.apply(defaults, opts); err != nil {
 			return err
 		}
+	}
+	info := cfg.info
+	if info != nil {
+		*info = CallInfo{}
 	}
 	c := st.c
 	dec := st.dec.Load()
@@ -353,11 +235,19 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		perAttempt = cfg.timeout
 	}
 	owner, nested := ctx.Value(retryOwnerKey{}).(string)
-	if class == NonRetryable || (nested && !cfg.nestedRetries) {
+	once := class == NonRetryable || (nested && !cfg.nestedRetries) || st.untracked
+	if once {
 		maxAttempts = 1
+	}
+	if st.untracked {
+		c.metrics.untracked.Add(1)
+		cfg.strict = false // nothing to ask about a name the client does not track
 	}
 	if !nested {
 		owner = c.service
+		if cfg.owner != "" {
+			owner = cfg.owner
+		}
 	}
 	var key string
 	if class == IdempotentWithKey {
@@ -378,6 +268,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 	)
 	for n := 1; ; n++ {
 		if cerr := ctx.Err(); cerr != nil { // no attempt starts for a caller that is gone
+			info.end(n-1, stopOf(cerr), nil)
 			if lastErr != nil {
 				return errors.Join(cerr, lastErr)
 			}
@@ -394,10 +285,20 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			if g.slot {
 				defer st.slots.release(sp)
 			}
+			if info != nil {
+				info.Probe = g.probe
+			}
 		} else {
 			g, err = st.admitRetry(ctx, sp)
 		}
 		if err != nil {
+			if info != nil {
+				stop := StopRejected
+				if cerr := ctx.Err(); cerr != nil { // a wait for a slot ended with the caller
+					stop = stopOf(cerr)
+				}
+				info.end(n-1, stop, err)
+			}
 			if lastErr != nil {
 				return errors.Join(err, lastErr)
 			}
@@ -412,17 +313,25 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			}
 			r := st.runHedged(ctx, sp, h)
 			if r.err == nil {
+				info.end(r.attempts, StopNone, nil)
 				return nil
 			}
 			lastErr = r.err
 			if cerr := ctx.Err(); cerr != nil {
+				info.end(r.attempts, stopOf(cerr), nil)
 				return errors.Join(cerr, r.err)
 			}
-			if !r.cl.Retryable || r.attempts >= maxAttempts {
+			if !r.cl.Retryable {
+				info.end(r.attempts, StopNotRetryable, nil)
+				return r.err
+			}
+			if r.attempts >= maxAttempts {
+				info.end(r.attempts, StopMaxAttempts, nil)
 				return r.err
 			}
 			n = r.attempts
-			if _, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
+			if stop, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
+				info.end(n, stop, nil)
 				return err
 			}
 			continue
@@ -430,7 +339,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		start := c.mono()
 		actx := ctx
 		var cancel context.CancelFunc
-		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner}
+		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner, last: n >= maxAttempts, classify: classify}
 		if perAttempt > 0 {
 			// Under an earlier caller deadline this is a plain cancel
 			// context (context.WithDeadline's rule), so the attempt times
@@ -452,6 +361,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		if err == nil {
 			sp.record(false, slow)
 			st.finishProbe(g, true, slow)
+			info.end(n, StopNone, nil)
 			return nil
 		}
 		lastErr = err
@@ -463,6 +373,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 				sp.record(true, slow)
 				st.finishProbe(g, false, slow)
 			}
+			info.end(n, stopOf(cerr), nil)
 			return errors.Join(cerr, err)
 		}
 		var cl Classification
@@ -472,40 +383,54 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		} else {
 			cl = classify(err)
 		}
-		sp.record(cl.Failure, slow)
-		st.finishProbe(g, !cl.Failure, slow)
-		if !cl.Retryable || n >= maxAttempts {
+		if !cl.NotCounted {
+			sp.record(cl.Failure, slow)
+			st.finishProbe(g, !cl.Failure, slow)
+		}
+		if !cl.Retryable || once {
+			info.end(n, StopNotRetryable, nil)
+			return err
+		}
+		if n >= maxAttempts {
+			info.end(n, StopMaxAttempts, nil)
 			return err
 		}
 
-		if _, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
+		if stop, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
+			info.end(n, stop, nil)
 			return err
 		}
 	}
 }
 
 // retryWait waits the backoff before attempt n+1 (at least the server's
-// Retry-After): an error (errors.Join of the reason and lastErr) when the
-// next attempt does not fit before the caller's deadline or the caller gave
-// up meanwhile.
+// Retry-After). It fails, saying why, when the next attempt does not fit
+// before the caller's deadline (errors.Join(context.DeadlineExceeded,
+// lastErr)), when the caller gives up meanwhile (errors.Join(ctx.Err(),
+// lastErr)), and when, without a deadline, the server's Retry-After is
+// longer than the policy's backoff.max (lastErr: the answer is the
+// caller's to honour; no call waits unbounded).
 func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duration, cl Classification, perAttempt time.Duration,
-	parentDeadline time.Time, hasParentDeadline bool, lastErr error) (time.Duration, error) {
+	parentDeadline time.Time, hasParentDeadline bool, lastErr error) (StopReason, error) {
 	c := st.c
 	dec := st.dec.Load()
 	wait := dec.retry.backoff.Wait(n-1, *prevWait, backoff.Uniform(c.random()))
 	*prevWait = wait
 	if cl.RetryAfter > wait {
 		wait = cl.RetryAfter
+		if m := dec.retry.backoff.Max; !hasParentDeadline && m > 0 && wait > m {
+			return StopRetryAfter, lastErr
+		}
 	}
 	if hasParentDeadline {
 		next := time.Now().Add(wait)
 		if perAttempt > 0 {
 			next = next.Add(perAttempt)
 			if next.After(parentDeadline) {
-				return wait, errors.Join(context.DeadlineExceeded, lastErr)
+				return StopDeadline, errors.Join(context.DeadlineExceeded, lastErr)
 			}
 		} else if !next.Before(parentDeadline) {
-			return wait, errors.Join(context.DeadlineExceeded, lastErr)
+			return StopDeadline, errors.Join(context.DeadlineExceeded, lastErr)
 		}
 	}
 	if wait > 0 {
@@ -514,10 +439,10 @@ func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duratio
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
-			return wait, errors.Join(ctx.Err(), lastErr)
+			return stopOf(ctx.Err()), errors.Join(ctx.Err(), lastErr)
 		}
 	}
-	return wait, nil
+	return StopNone, nil
 }
 
 // admitFirst decides a first attempt: from the snapshot, or by asking.

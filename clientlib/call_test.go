@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -315,14 +316,48 @@ func TestInvalidUses(t *testing.T) {
 	if called {
 		t.Error("fn was called")
 	}
-	small := newClient(t, Config{NoAgent: true, MaxDependencies: 2})
+}
+
+// Past MaxDependencies a new name is called untracked, never refused: one
+// attempt whatever its class, nothing tracked or reported, counted in
+// fusebox_client_untracked_calls_total. Forget makes room again.
+func TestPastMaxDependenciesCallsGoThroughUntracked(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	small := newClient(t, Config{NoAgent: true, MaxDependencies: 2, Registerer: reg})
 	small.Dependency("a")
 	small.Dependency("b")
-	if err := small.Dependency("c").Err(); !errors.Is(err, ErrTooManyDependencies) {
-		t.Errorf("third dependency: %v", err)
+	c := small.Dependency("c")
+	if c.Err() != nil || !c.Untracked() || small.Dependency("a").Untracked() {
+		t.Fatalf("third dependency: Err %v, Untracked %v; want no error, untracked (and a tracked)", c.Err(), c.Untracked())
 	}
-	if err := small.Dependency("a").Err(); err != nil {
-		t.Errorf("known dependency: %v", err)
+	attempts := 0
+	var info CallInfo
+	err := c.Do(context.Background(), Idempotent, func(context.Context, Attempt) error {
+		attempts++
+		return errors.New("connection refused, retryable by class")
+	}, WithClassifier(func(error) Classification { return Classification{Retryable: true, Failure: true} }),
+		WithMaxAttempts(5), WithCallInfo(&info))
+	if err == nil || attempts != 1 || info.Attempts != 1 || info.Stop != StopNotRetryable {
+		t.Errorf("untracked call: %v after %d attempts (%+v); want the error after one attempt", err, attempts, info)
+	}
+	if done, err := c.Allow(Retry); err != nil {
+		t.Errorf("Allow(Retry) on an untracked handle: %v", err)
+	} else {
+		done(Failure)
+	}
+	if n := len(*small.deps.Load()); n != 2 {
+		t.Errorf("the client tracks %d names, want its 2", n)
+	}
+	if got := series(t, reg, "fusebox_client_untracked_calls_total"); !strings.Contains(got, "fusebox_client_untracked_calls_total 2\n") {
+		t.Errorf("series:\n%s\nwant fusebox_client_untracked_calls_total 2 (Do and Allow)", got)
+	}
+	small.Forget("a")
+	small.Forget("nobody")
+	if d := small.Dependency("c"); d.Untracked() {
+		t.Error("after Forget(a), c is still untracked")
+	}
+	if d := small.Dependency("a"); !d.Untracked() {
+		t.Error("a came back although the table is full again")
 	}
 }
 

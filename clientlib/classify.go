@@ -29,8 +29,15 @@ type Classification struct {
 	Failure bool
 	// RetryAfter is the server's "not before" hint (Retry-After,
 	// grpc-retry-pushback-ms): the next attempt waits at least this long,
-	// and is not made when that does not fit the caller's deadline.
+	// and is not made when that does not fit the caller's deadline (nor,
+	// without a deadline, when it is longer than the policy's backoff.max).
 	RetryAfter time.Duration
+	// NotCounted: the attempt says nothing about the dependency, which it
+	// never reached (the caller's own rule refused to send it, as the
+	// egress proxy refuses to connect to the agent's own listeners):
+	// neither a success nor a failure is counted, and a probe's result is
+	// not reported. Failure is then ignored; Retryable still applies.
+	NotCounted bool
 }
 
 // Classifier decides what a failed attempt means. It is called with the

@@ -33,14 +33,19 @@ type Client struct {
 	random   func() uint64
 	nstripes int
 	engine   *sharedstate.Engine
-	agent    fuseboxv1.AgentClient // nil with NoAgent
+	agent    fuseboxv1.AgentClient // nil with NoAgent or in process
 	conn     *grpc.ClientConn
-	sess     *session
+	fleet    fleet // the agent's session, or its engine in process
 	metrics  *metrics
+	// fallback: the fleet may go away, so the local breaker is fed every
+	// dependency's counts (not only those the fleet refused).
+	fallback bool
 
-	depMu sync.Mutex // guards creation and ndeps
-	deps  atomic.Pointer[map[string]*depState]
-	ndeps int
+	depMu     sync.Mutex // guards creation, forgetting, ndeps and forgotten
+	deps      atomic.Pointer[map[string]*depState]
+	ndeps     int
+	forgotten []*depState // forgotten since the last flush, which reports their last counts
+	capHit    atomic.Bool // MaxDependencies was reached once (said once in the log)
 
 	tokens   sync.Pool
 	tokenSeq atomic.Uint32
@@ -62,7 +67,13 @@ type Client struct {
 // the agent: calls work at once, on the local breaker until the agent's
 // snapshots arrive. It fails only on an invalid Config or a Registerer
 // refusing the metrics; then it has started nothing.
-func New(cfg Config) (c *Client, err error) {
+func New(cfg Config) (*Client, error) { return build(cfg, nil) }
+
+// build is New, or NewInProcess when eng is not nil.
+func build(cfg Config, eng Engine) (c *Client, err error) {
+	if eng != nil {
+		cfg.NoAgent = true // no session: the engine is the fleet
+	}
 	cfg.fillDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -99,8 +110,12 @@ func New(cfg Config) (c *Client, err error) {
 			}
 		}()
 	}
-	c.sess = newSession(c)
-	if !cfg.NoAgent {
+	if eng != nil {
+		c.fleet = newEngineFleet(c, eng)
+	} else {
+		c.fleet, c.fallback = newSession(c), true
+	}
+	if eng == nil && !cfg.NoAgent {
 		target, _ := agentTarget(cfg.AgentAddress) // validated above
 		opts := append([]grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -129,10 +144,7 @@ func New(cfg Config) (c *Client, err error) {
 	}
 	c.wg.Add(1)
 	go c.flushLoop()
-	if c.agent != nil {
-		c.wg.Add(1)
-		go c.sess.loop(c.ctx)
-	}
+	c.fleet.start(c.ctx)
 	return c, nil
 }
 
@@ -166,7 +178,7 @@ func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.flushStop)
 		<-c.flushDone
-		c.sess.finish(c.cfg.AgentWait)
+		c.fleet.finish(c.cfg.AgentWait)
 		c.cancel()
 		if c.conn != nil {
 			c.conn.Close()
@@ -189,15 +201,41 @@ func (c *Client) Service() string { return c.service }
 
 // AgentConnected reports whether a session with the agent is up (snapshots
 // from it decide) or not (the local fallback decides).
-func (c *Client) AgentConnected() bool { return c.sess.isConnected() }
+func (c *Client) AgentConnected() bool { return c.fleet.up() }
 
 // Dependency returns the handle on dependency name. Names are 1–128
-// characters of [A-Za-z0-9._:/-]. An invalid name, or a new name past
-// Config.MaxDependencies, gives a handle whose every call fails at once with
-// an error matching ErrInvalidDependency or ErrTooManyDependencies, without
-// calling the attempt function; Dependency.Err tells it up front.
+// characters of [A-Za-z0-9._:/-]. An invalid name gives a handle whose every
+// call fails at once with an error matching ErrInvalidDependency, without
+// calling the attempt function; Dependency.Err tells it up front. A new
+// name past Config.MaxDependencies is never refused: its handle's calls go
+// through untracked (Dependency.Untracked), counted in
+// fusebox_client_untracked_calls_total, and said once in the log.
 func (c *Client) Dependency(name string) *Dependency {
 	return &Dependency{st: c.depState(name)}
+}
+
+// Forget stops tracking dependency name: its breaker state, counters and
+// metric series are dropped (counts not yet reported are reported at the
+// next flush, and an engine in process is told; see NewInProcess), and it
+// no longer counts against Config.MaxDependencies. A later Dependency(name)
+// starts afresh. Handles made before keep working, deciding from the last
+// state they saw, but what they count is no longer reported: get a new
+// handle. Forgetting an unknown name does nothing. A service with a fixed
+// set of dependencies never needs it; a client that calls names others
+// choose (the agent's egress proxy) forgets the idle ones so that its table
+// does not grow forever.
+func (c *Client) Forget(name string) {
+	c.depMu.Lock()
+	defer c.depMu.Unlock()
+	st := c.lookup(name)
+	if st == nil {
+		return
+	}
+	next := maps.Clone(*c.deps.Load())
+	delete(next, name)
+	c.deps.Store(&next)
+	c.ndeps--
+	c.forgotten = append(c.forgotten, st)
 }
 
 func (c *Client) lookup(name string) *depState { return (*c.deps.Load())[name] }
@@ -207,7 +245,7 @@ func (c *Client) depState(name string) *depState {
 		return st
 	}
 	if err := sharedstate.ValidateDependencyName(name); err != nil {
-		return newDepState(c, name, err)
+		return newDepState(c, name, err, 0)
 	}
 	c.depMu.Lock()
 	if st := c.lookup(name); st != nil {
@@ -216,17 +254,21 @@ func (c *Client) depState(name string) *depState {
 	}
 	if c.ndeps >= c.cfg.MaxDependencies {
 		c.depMu.Unlock()
-		c.metrics.refused.Add(1)
-		return newDepState(c, name, &sharedstate.TooManyDependenciesError{Dependency: name, Limit: c.cfg.MaxDependencies})
+		if !c.capHit.Swap(true) {
+			c.logger().Warn("clientlib: MaxDependencies reached; calls to new dependencies go through untracked "+
+				"(one attempt, no breaker, not reported) until names are forgotten",
+				"service", c.service, "limit", c.cfg.MaxDependencies, "dependency", name)
+		}
+		return newUntracked(c, name)
 	}
-	st := newDepState(c, name, nil)
+	st := newDepState(c, name, nil, c.nstripes)
 	st.publish()
 	next := maps.Clone(*c.deps.Load())
 	next[name] = st
 	c.deps.Store(&next)
 	c.ndeps++
 	c.depMu.Unlock()
-	c.sess.subscribe(st)
+	c.fleet.follow(st)
 	return st
 }
 
@@ -310,55 +352,74 @@ func (c *Client) flushLoop() {
 }
 
 // flush computes each dependency's deltas since the previous flush. The
-// local breaker gets what it has not counted itself; the agent (when a
-// session is up) gets what it has not counted itself: AcquireRetry and
-// AcquireProbe count the retries, probes and refusals they decide.
+// local breaker gets what it has not counted itself; the fleet (while it
+// is up) gets what it has not counted itself: AcquireRetry and
+// AcquireProbe count the retries, probes and refusals they decide. The
+// dependencies forgotten since the previous flush are flushed a last time,
+// and the fleet forgets them.
 func (c *Client) flush() {
-	connected := c.sess.isConnected()
+	connected := c.fleet.up()
 	now := time.Now().UnixNano()
-	c.each(func(st *depState) {
-		if u := st.keptUntil.Load(); u != 0 && now >= u { // a kept throttle probability expired
-			st.keptUntil.Store(0)
-			st.publish()
-		}
-		t := st.sum()
-		la, ll := st.sentAgent, st.sentLocal
-		st.sentAgent, st.sentLocal = t, t
-		local := sharedstate.Counts{
-			FirstAttempts: (t.first - ll.first) + (t.probesAgent - ll.probesAgent),
-			Retries:       t.retriesAgent - ll.retriesAgent,
-			Successes:     t.success - ll.success,
-			Failures:      t.failure - ll.failure,
-			SlowCalls:     t.slow - ll.slow,
-			Rejected:      (t.rejected - ll.rejected) + (t.rejectedAgent - ll.rejectedAgent),
-		}
-		if !local.IsZero() {
-			c.ensureLocalPolicy(st)
-			_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
-		}
-		if connected {
-			agent := sharedstate.Counts{
-				FirstAttempts: t.first - la.first,
-				Successes:     t.success - la.success,
-				Failures:      t.failure - la.failure,
-				SlowCalls:     t.slow - la.slow,
-				Rejected:      t.rejected - la.rejected,
-			}
-			if !agent.IsZero() {
-				c.sess.addDeltas(st, agent)
-			}
-			// In-flight calls, while there is a limit (and once more
-			// after it, to bring the agent's count back to 0).
-			if n := st.slots.inFlight(); st.dec.Load().limit > 0 || n != st.sentInFlight {
-				if n != st.sentInFlight || !st.inFlightSent {
-					c.sess.setInFlight(st, uint64(n))
-					st.sentInFlight, st.inFlightSent = n, true
-				}
-			}
-		}
-	})
+	c.depMu.Lock()
+	forgotten := c.forgotten
+	c.forgotten = nil
+	c.depMu.Unlock()
+	for _, st := range forgotten {
+		c.flushDep(st, connected, now, true)
+		c.fleet.forget(st)
+	}
+	c.each(func(st *depState) { c.flushDep(st, connected, now, false) })
 	c.engine.Tick() // single node: the records it proposes need no gossip
-	c.sess.kick()
+	c.fleet.flushed()
+}
+
+// flushDep is flush's work for st; last: st was forgotten, and its
+// in-flight count goes back to 0.
+func (c *Client) flushDep(st *depState, connected bool, now int64, last bool) {
+	if u := st.keptUntil.Load(); u != 0 && now >= u { // a kept throttle probability expired
+		st.keptUntil.Store(0)
+		st.publish()
+	}
+	t := st.sum()
+	la, ll := st.sentAgent, st.sentLocal
+	st.sentAgent, st.sentLocal = t, t
+	local := sharedstate.Counts{
+		FirstAttempts: (t.first - ll.first) + (t.probesAgent - ll.probesAgent),
+		Retries:       t.retriesAgent - ll.retriesAgent,
+		Successes:     t.success - ll.success,
+		Failures:      t.failure - ll.failure,
+		SlowCalls:     t.slow - ll.slow,
+		Rejected:      (t.rejected - ll.rejected) + (t.rejectedAgent - ll.rejectedAgent),
+	}
+	if !local.IsZero() && !last && (c.fallback || st.refused.Load()) {
+		c.ensureLocalPolicy(st)
+		_ = c.engine.AddCounts(st.name, local) // refused only past MaxDependencies, which New shares
+	}
+	if !connected {
+		return
+	}
+	agent := sharedstate.Counts{
+		FirstAttempts: t.first - la.first,
+		Successes:     t.success - la.success,
+		Failures:      t.failure - la.failure,
+		SlowCalls:     t.slow - la.slow,
+		Rejected:      t.rejected - la.rejected,
+	}
+	if !agent.IsZero() {
+		c.fleet.report(st, agent)
+	}
+	// In-flight calls, while there is a limit (and once more after it, to
+	// bring the fleet's count back to 0).
+	n := st.slots.inFlight()
+	if last {
+		n = 0
+	}
+	if st.dec.Load().limit > 0 || n != st.sentInFlight {
+		if n != st.sentInFlight || !st.inFlightSent {
+			c.fleet.setInFlight(st, uint64(st.sentInFlight), uint64(n))
+			st.sentInFlight, st.inFlightSent = n, true
+		}
+	}
 }
 
 // onEngineChange is the local engine's OnChange: republish the decision of

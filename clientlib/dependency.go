@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
@@ -23,8 +24,17 @@ type Dependency struct {
 func (d *Dependency) Name() string { return d.st.name }
 
 // Err returns the error every call of this handle fails with when its name
-// was refused (ErrInvalidDependency, ErrTooManyDependencies), else nil.
+// is invalid (ErrInvalidDependency), else nil.
 func (d *Dependency) Err() error { return d.st.err }
+
+// Untracked reports whether the calls of this handle go through untracked:
+// the client already tracked Config.MaxDependencies names when the handle
+// was made. Such a call is never refused: it makes one attempt (whatever
+// its class), under the default policy's per-attempt timeout, with no
+// breaker, budget or concurrency limit; nothing of it is reported, and it
+// counts in fusebox_client_untracked_calls_total. A handle made once the
+// client has room again (see Client.Forget) is tracked.
+func (d *Dependency) Untracked() bool { return d.st.untracked }
 
 // With returns a handle on the same dependency whose calls apply opts before
 // their own options, e.g. c.Dependency("ledger").With(NestedRetries(true)).
@@ -234,14 +244,15 @@ type totals struct {
 
 // depState is the shared state behind every handle of one dependency.
 type depState struct {
-	c       *Client
-	name    string
-	err     error // non-nil: every call fails with it
-	dec     atomic.Pointer[decision]
-	stripes []stripe
-	mask    uint32
-	_       [64]byte // keep the rare counters off dec's cache line
-	rare    rareCounters
+	c         *Client
+	name      string
+	err       error // non-nil: every call fails with it
+	untracked bool  // past MaxDependencies: one attempt, no breaker, not reported
+	dec       atomic.Pointer[decision]
+	stripes   []stripe
+	mask      uint32
+	_         [64]byte // keep the rare counters off dec's cache line
+	rare      rareCounters
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
 	rejThrottled, rejLimit                     *RejectedError
@@ -259,6 +270,11 @@ type depState struct {
 	fallbackSnap    *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
 	refusedMsg      string                // why the agent refused this name
 	kept            keptShaping           // the agent's last shaping, while the local breaker decides
+	// Of an engine in process (engineFleet): Track succeeded, and the
+	// engine's snapshot and concurrency share agentSnap was made of.
+	fleetTracked bool
+	fleetSrc     *sharedstate.Snapshot
+	fleetLimit   int
 
 	refused atomic.Bool // the agent refused this name: decide locally
 	// keptUntil is kept.throttleUntil in Unix nanoseconds (0: none), for
@@ -278,13 +294,15 @@ type depState struct {
 	inFlightSent         bool
 }
 
-func newDepState(c *Client, name string, err error) *depState {
+// newDepState returns the state of dependency name with nstripes stripes
+// (a power of two), or one whose calls fail with err.
+func newDepState(c *Client, name string, err error, nstripes int) *depState {
 	st := &depState{c: c, name: name, err: err}
 	if err != nil {
 		return st
 	}
-	st.stripes = make([]stripe, c.nstripes)
-	st.mask = uint32(c.nstripes - 1)
+	st.stripes = make([]stripe, nstripes)
+	st.mask = uint32(nstripes - 1)
 	st.rejOpen = &RejectedError{Dependency: name, Reason: "open", Err: ErrOpen}
 	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
 	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
@@ -383,7 +401,7 @@ func (st *depState) publishLocked() {
 		snap      *sharedstate.Snapshot
 		fromAgent bool
 	)
-	if st.agentSnap != nil && st.c.sess.isConnected() {
+	if st.agentSnap != nil && st.c.fleet.up() {
 		snap, fromAgent = st.agentSnap, true
 	} else {
 		snap = st.c.localSnapshot(st)
@@ -425,6 +443,18 @@ func (st *depState) publishLocked() {
 			st.c.emit(StateChange{Dependency: st.name, From: from, To: to})
 		}
 	}
+}
+
+// newUntracked returns the state of an untracked handle on name: one
+// stripe, and a fixed decision that admits every first attempt under the
+// policy the local breaker would give name, with no concurrency limit.
+func newUntracked(c *Client, name string) *depState {
+	st := newDepState(c, name, nil, 1)
+	st.untracked = true
+	snap := convert.PolicySnapshot(name, c.engine.Policy(name))
+	st.dec.Store(&decision{snap: snap, first: sharedstate.Decision{Verdict: sharedstate.Allow},
+		retry: retryFrom(snap.Retry), slow: snap.SlowCallDuration})
+	return st
 }
 
 func (st *depState) publish() {

@@ -45,8 +45,10 @@
 //     default, U[0, min(max, base·2^n)); equal, decorrelated and none are
 //     selectable in the policy — and at least a server's Retry-After or
 //     grpc-retry-pushback-ms, when that fits the deadline (a negative
-//     pushback ends the retries). Sleeps end early when ctx is done; the
-//     error is then errors.Join(ctx.Err(), lastErr).
+//     pushback ends the retries; without a deadline, so does one longer
+//     than the policy's backoff.max: no wait is unbounded). Sleeps end
+//     early when ctx is done; the error is then errors.Join(ctx.Err(),
+//     lastErr).
 //
 // Errors match, with errors.Is: ErrOpen (breaker open or half-open without
 // a permit; fn was not called), ErrForcedOpen (an operator forced it open;
@@ -56,7 +58,9 @@
 // the fleet's in-flight limit; it does not match ErrOpen: the dependency is
 // not judged unhealthy), ErrBudgetExhausted (joined with the last attempt's
 // error), ErrNotRetryable (wrap it into an attempt's error to stop retries),
-// ErrInvalidDependency, ErrTooManyDependencies, ErrInvalidOption. Refusals
+// ErrInvalidDependency, ErrInvalidOption. WithCallInfo tells a caller how
+// many attempts a call made, whether the first was a probe and why it
+// stopped (CallInfo). Refusals
 // are *RejectedError values naming the dependency and reason, prebuilt per
 // dependency: refusing allocates nothing.
 //
@@ -83,6 +87,9 @@
 //   - StrictConsult(): default off (decide from the pushed snapshot).
 //   - NestedRetries(true): default false (see "One retrying layer").
 //   - WaitForSlot(d): default 0, no wait (see "Throttling and concurrency").
+//   - WithRetryOwner(service): default Client.Service (the retry owner named
+//     upstream; see "One retrying layer").
+//   - WithCallInfo(&info): default none (see CallInfo).
 //
 // Dependency.With(opts...) makes them the defaults of a handle. Options are
 // plain values: passing them allocates nothing.
@@ -144,11 +151,14 @@
 // Client.RoundTripper(next, opts...) retries GET, HEAD, OPTIONS, TRACE, PUT
 // and DELETE; POST and PATCH only with an Idempotency-Key header (or under
 // ContextWithClass(ctx, IdempotentWithKey), which generates the header once
-// for all attempts). Bodies are replayed with GetBody (no GetBody: one
-// attempt). Bodies of failed attempts are read (up to 64 KiB) and closed;
-// when retries end, the last response is returned as a normal response.
-// The per-attempt timeout covers an HTTP attempt until its response
-// headers; a good body is read under the request's context. Options:
+// for all attempts; RequestClass says which). Bodies are replayed with
+// GetBody (no GetBody: one attempt). The body of a failed attempt a retry
+// may follow is read (up to 64 KiB) under the attempt's timeout and closed,
+// to be the caller's answer should the retry not be made; the answer no
+// attempt follows is returned as it comes. The per-attempt timeout covers
+// an HTTP attempt until its response headers; a good body is read under the
+// request's context. Dependency.RoundTripper(next) sends every request
+// through one handle. Options:
 // HTTPDependency(name) (default: the URL's host, with its port when the URL
 // names one: two ports of one host are two dependencies),
 // HTTPDependencyFunc, HTTPCallOptions.
@@ -212,8 +222,16 @@
 // aggregated deltas on the Session stream every FlushInterval (50ms) while
 // there is traffic, by a background goroutine: the caller never waits, and
 // memory is bounded by the number of dependencies (MaxDependencies, default
-// 1000). Retries, probes and refusals decided by AcquireRetry/AcquireProbe
-// are counted by the agent itself and not sent again.
+// 1000). Past it a new name is never refused: its calls go through
+// untracked (Dependency.Untracked: one attempt, no breaker, nothing
+// reported), counted in fusebox_client_untracked_calls_total; Client.Forget
+// drops a name. Retries, probes and refusals decided by
+// AcquireRetry/AcquireProbe are counted by the agent itself and not sent
+// again.
+//
+// NewInProcess is the agent's: its egress proxy makes its calls through
+// this same loop, deciding through the agent's engine in process (Engine)
+// instead of a session.
 //
 // # Configuration (Config; every field optional)
 //
@@ -237,7 +255,7 @@
 //   - fusebox_client_slow_calls_total{dependency}
 //   - fusebox_client_rejected_total{dependency}
 //   - fusebox_client_breaker_state{dependency,state="closed|open|half_open|forced_open|forced_closed"}
-//   - fusebox_client_dependencies, fusebox_client_dependencies_refused_total
+//   - fusebox_client_dependencies, fusebox_client_untracked_calls_total
 //   - fusebox_client_agent_connected, fusebox_client_agent_sessions_total,
 //     fusebox_client_agent_session_failures_total
 //   - fusebox_client_agent_fallbacks_total{call="acquire_retry|acquire_probe|check"}

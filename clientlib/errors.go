@@ -45,14 +45,13 @@ var (
 	// with an invalid dependency name returns (see Client.Dependency).
 	ErrInvalidDependency = sharedstate.ErrInvalidDependencyName
 
-	// ErrTooManyDependencies is wrapped by the error every call of a handle
-	// returns when the client already tracked Config.MaxDependencies names.
-	ErrTooManyDependencies = sharedstate.ErrTooManyDependencies
-
 	// ErrInvalidOption is wrapped by the error a call returns when one of its
 	// options is out of range; the attempt function is not called.
 	ErrInvalidOption = errors.New("fusebox: invalid call option")
 )
+
+// errNilEngine: NewInProcess without an engine.
+var errNilEngine = errors.New("clientlib: NewInProcess: the engine must not be nil")
 
 type forcedOpen struct{}
 

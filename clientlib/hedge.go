@@ -110,7 +110,9 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 			} else {
 				cl = h.classify(d.err)
 			}
-			sp.record(cl.Failure, slow)
+			if !cl.NotCounted {
+				sp.record(cl.Failure, slow)
+			}
 			res.err, res.cl = d.err, cl
 			if !cl.Retryable {
 				settled = true

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -82,13 +83,20 @@ func optionsFromContext(ctx context.Context) []CallOption {
 //   - a request body is replayed through Request.GetBody (a body without
 //     GetBody makes the request NonRetryable);
 //   - statuses 408, 429, 502, 503, 504 are retried (honouring Retry-After
-//     within the deadline); 5xx count as failures; the bodies of failed
-//     attempts are read (up to 64 KiB) and closed, and the last one is
-//     returned to the caller as a normal response when retries end;
+//     within the deadline); 5xx count as failures. The body of a failed
+//     attempt that may be retried is read (up to 64 KiB) under the
+//     attempt's timeout (for at most 10s when the attempt has neither a
+//     timeout nor a deadline) and closed: a stalled body ends the attempt,
+//     not the call;
+//     that prefix is the caller's answer, with its length, when the retry
+//     is then not made. The answer no attempt follows (the last one, or a
+//     status the classifier does not retry) is returned as it comes, its
+//     body under the request's context;
 //   - each attempt carries Fusebox-Retry-Owner, Fusebox-Timeout-Ms (the
-//     attempt's remaining time) and, when keyed, Idempotency-Key. The
-//     per-attempt timeout covers the request until the response headers;
-//     reading a successful body is bounded by the request's context only.
+//     attempt's remaining time), Fusebox-Probe on a half-open probe and,
+//     when keyed, Idempotency-Key. The per-attempt timeout covers the
+//     request until the response headers; reading a successful body is
+//     bounded by the request's context only.
 //
 // A refused request returns an error matching ErrOpen (or ErrForcedOpen),
 // without a response. next is http.DefaultTransport when nil. Do not also
@@ -111,9 +119,22 @@ func (c *Client) RoundTripper(next http.RoundTripper, opts ...HTTPOption) http.R
 	return rt
 }
 
+// RoundTripper returns an http.RoundTripper that sends every request
+// through d, as Client.RoundTripper does (same classes, retries, headers
+// and errors); the handle's defaults (With) apply to every request. next is
+// http.DefaultTransport when nil. Requests of an untracked handle make one
+// attempt each (see Untracked).
+func (d *Dependency) RoundTripper(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return &roundTripper{c: d.st.c, next: next, st: d.st, options: d.defaults}
+}
+
 type roundTripper struct {
 	c       *Client
 	next    http.RoundTripper
+	st      *depState // every request's (Dependency.RoundTripper), else named per request
 	name    string
 	nameFn  func(*http.Request) string
 	options []CallOption
@@ -136,7 +157,10 @@ func sanitizeName(s string) string { return sharedstate.HostDependencyName(s) }
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
 func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
-	st := t.c.depState(t.depName(req))
+	st := t.st
+	if st == nil {
+		st = t.c.depState(t.depName(req))
+	}
 	ctx := req.Context()
 	class, key := requestClass(req)
 	if hasBody(req) && req.GetBody == nil {
@@ -152,8 +176,14 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		started bool
 	)
 	err := st.run(ctx, class, func(actx context.Context, a Attempt) error {
-		// The attempt's timeout bounds the request until its headers; the
-		// body of a good answer is the caller's to read under its context.
+		if last != nil { // a retry: the previous answer is no longer the caller's
+			last.Body.Close()
+			last = nil
+		}
+		// The attempt's timeout bounds the request until its headers, and
+		// the reading of a failed answer a retry may follow; the body of
+		// the answer the caller gets is the caller's to read under its
+		// context.
 		rctx, rcancel := context.WithCancelCause(ctx)
 		stop := context.AfterFunc(actx, func() { rcancel(context.Cause(actx)) })
 		r := req.Clone(rctx)
@@ -169,13 +199,8 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		started = true
 		a.SetHeaders(r.Header)
 		resp, err := t.next.RoundTrip(r)
-		if !stop() && err == nil && actx.Err() != nil && ctx.Err() == nil {
-			// The attempt's deadline fired just as the headers arrived.
-			drainClose(resp.Body)
-			rcancel(nil)
-			return context.DeadlineExceeded
-		}
 		if err != nil {
+			stop()
 			rcancel(nil)
 			if err == io.EOF {
 				// The server closed the connection without answering (it
@@ -186,16 +211,36 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return err
 		}
+		var herr error
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
-			resp.Body = keepPrefix(resp.Body)
-			rcancel(nil)
-			last = resp
-			return &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
+			herr = &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
 				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+			if a.mayRetry(herr) {
+				// Keep what the caller gets should the retry not be made,
+				// still under the attempt's timeout: a body that stalls
+				// ends this attempt, never the caller's call.
+				if a.Deadline.IsZero() {
+					t := time.AfterFunc(keepWait, func() { rcancel(context.DeadlineExceeded) })
+					keepPrefix(resp)
+					t.Stop()
+				} else {
+					keepPrefix(resp)
+				}
+				stop()
+				rcancel(nil)
+				last = resp
+				return herr
+			}
+		}
+		if !stop() && actx.Err() != nil && ctx.Err() == nil {
+			// The attempt's deadline fired just as the headers arrived.
+			resp.Body.Close()
+			rcancel(nil)
+			return context.DeadlineExceeded
 		}
 		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: rcancel}
 		last = resp
-		return nil
+		return herr
 	}, t.options, callOpts, false)
 	if !started && hasBody(req) {
 		req.Body.Close() // a RoundTripper always closes the request body
@@ -214,6 +259,19 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	return nil, err
 }
 
+// RequestClass returns the class the RoundTripper gives req: the class of
+// ContextWithClass when req's context has one; else Idempotent for GET,
+// HEAD, OPTIONS, TRACE, PUT and DELETE, IdempotentWithKey for a POST or
+// PATCH with a valid Idempotency-Key header (1–1024 bytes of printable
+// ASCII; an invalid one is sent as it is, once), NonRetryable for the rest.
+// (The RoundTripper also makes a request whose body it cannot replay, one
+// without GetBody, NonRetryable.) Judge a request as it will be sent:
+// after a proxy removed its hop-by-hop headers, say.
+func RequestClass(req *http.Request) Class {
+	c, _ := requestClass(req)
+	return c
+}
+
 // requestClass derives the class of a request, and the key of a keyed one.
 func requestClass(req *http.Request) (Class, string) {
 	key := req.Header.Get(HeaderIdempotencyKey)
@@ -227,25 +285,29 @@ func requestClass(req *http.Request) (Class, string) {
 	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete, "":
 		return Idempotent, ""
 	case http.MethodPost, http.MethodPatch:
-		if key != "" {
+		if validKey(key) {
 			return IdempotentWithKey, key
 		}
 	}
 	return NonRetryable, ""
 }
 
-// keepPrefix reads up to maxErrorBody of a failed attempt's body, closes
-// it (so the connection can be reused when it was read to the end), and
-// returns the part read.
-func keepPrefix(body io.ReadCloser) io.ReadCloser {
-	b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
-	body.Close()
-	return io.NopCloser(bytes.NewReader(b))
-}
+// keepWait bounds the reading of a failed answer's body that a retry may
+// follow when the attempt has neither a timeout nor a deadline.
+const keepWait = 10 * time.Second
 
-func drainClose(body io.ReadCloser) {
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxErrorBody))
-	body.Close()
+// keepPrefix replaces resp's body with up to maxErrorBody of it, read now,
+// and closes the original (so that the connection can be reused when it
+// was read to the end); resp's length says what was kept. The caller
+// bounds the read: the attempt's timer cancels the request's context.
+func keepPrefix(resp *http.Response) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+	resp.Header.Set("Content-Length", strconv.Itoa(len(b)))
+	resp.TransferEncoding = nil
+	resp.Trailer = nil
 }
 
 type cancelOnClose struct {

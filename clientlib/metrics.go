@@ -16,11 +16,11 @@ type metrics struct {
 	sessions        atomic.Uint64
 	sessionFailures atomic.Uint64
 	agentRefusals   atomic.Uint64
-	refused         atomic.Uint64
+	untracked       atomic.Uint64    // calls made untracked (past MaxDependencies)
 	fallbacks       [3]atomic.Uint64 // acquire_retry, acquire_probe, check
 
 	attempts, outcomes, slow, rejected, state    *prometheus.Desc
-	dependencies, dependenciesRefused            *prometheus.Desc
+	dependencies, untrackedCalls                 *prometheus.Desc
 	connected, sessionsDesc, sessionFailuresDesc *prometheus.Desc
 	fallbacksDesc, agentRefusalsDesc, dropped    *prometheus.Desc
 	shadowThrottled, inFlight, concurrencyLimit  *prometheus.Desc
@@ -40,8 +40,8 @@ func newMetrics(c *Client) *metrics {
 		rejected:     d("rejected_total", "Attempts refused by the breaker or the retry budget.", "dependency"),
 		state:        d("breaker_state", "1 for the breaker state this client currently decides with (forced overrides included), 0 for the others.", "dependency", "state"),
 		dependencies: d("dependencies", "Dependencies this client tracks."),
-		dependenciesRefused: d("dependencies_refused_total",
-			"Dependency handles refused because MaxDependencies was reached."),
+		untrackedCalls: d("untracked_calls_total",
+			"Calls made untracked because their dependency was new past MaxDependencies: one attempt each, no breaker, nothing reported."),
 		connected:           d("agent_connected", "1 while a session with the local agent is up, 0 while the local fallback decides."),
 		sessionsDesc:        d("agent_sessions_total", "Sessions established with the local agent."),
 		sessionFailuresDesc: d("agent_session_failures_total", "Attempts to open a session with the agent that failed, and sessions that ended (each followed by a reconnect)."),
@@ -80,7 +80,7 @@ func (m *metrics) unregister(r prometheus.Registerer) { r.Unregister(m) }
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{m.attempts, m.outcomes, m.slow, m.rejected, m.state,
-		m.dependencies, m.dependenciesRefused, m.connected, m.sessionsDesc, m.sessionFailuresDesc,
+		m.dependencies, m.untrackedCalls, m.connected, m.sessionsDesc, m.sessionFailuresDesc,
 		m.fallbacksDesc, m.agentRefusalsDesc, m.dropped, m.shadowThrottled, m.inFlight, m.concurrencyLimit} {
 		ch <- d
 	}
@@ -128,9 +128,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		}
 	})
 	gauge(m.dependencies, float64(n))
-	counter(m.dependenciesRefused, m.refused.Load())
+	counter(m.untrackedCalls, m.untracked.Load())
 	conn := 0.0
-	if m.c.sess.isConnected() {
+	if m.c.fleet.up() {
 		conn = 1
 	}
 	gauge(m.connected, conn)

@@ -3,11 +3,10 @@ package clientlib
 import (
 	"context"
 
-	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// admitRetry takes one retry from the budget: the agent's, else the local one.
+// admitRetry takes one retry from the budget: the fleet's, else the local one.
 func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 	dec := st.dec.Load()
 	if dec.first.Verdict == sharedstate.Reject {
@@ -15,14 +14,11 @@ func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 		return grant{}, dec.rejErr
 	}
 	c := st.c
-	if c.viaAgent(st) {
-		d, err := c.askAgent(ctx, st, "acquire_retry", func(ctx context.Context) (*fuseboxv1.Decision, error) {
-			return c.agent.AcquireRetry(ctx, c.acquireRequest(st))
-		})
-		if err == nil {
-			if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT {
+	if c.viaFleet(st) {
+		if d, ok := c.fleet.acquireRetry(ctx, st); ok {
+			if !d.Allowed() {
 				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(rejectReason(d.GetReason()))
+				return grant{}, st.rejection(d.Reason)
 			}
 			st.rare.retriesAgent.Add(1)
 			return grant{}, nil
@@ -39,27 +35,20 @@ func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 }
 
 // acquireProbe asks for a half-open probe permit.
-func (st *depState) acquireProbe(ctx context.Context, askAgent bool, dec *decision) (grant, error) {
+func (st *depState) acquireProbe(ctx context.Context, askFleet bool, dec *decision) (grant, error) {
 	c := st.c
-	if askAgent && c.viaAgent(st) {
-		d, err := c.askAgent(ctx, st, "acquire_probe", func(ctx context.Context) (*fuseboxv1.Decision, error) {
-			return c.agent.AcquireProbe(ctx, c.acquireRequest(st))
-		})
-		if err == nil {
-			switch d.GetVerdict() {
-			case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
+	if askFleet && c.viaFleet(st) {
+		if d, gen, ok := c.fleet.acquireProbe(ctx, st, dec.snap.Generation); ok {
+			switch d.Verdict {
+			case sharedstate.AllowProbe:
 				st.rare.probesAgent.Add(1)
-				gen := dec.snap.Generation
-				if s := d.GetSnapshot(); s != nil {
-					gen = s.GetGeneration()
-				}
 				return grant{probe: true, byAgent: true, generation: gen}, nil
-			case fuseboxv1.Verdict_VERDICT_ALLOW:
-				st.rare.probesAgent.Add(1) // the agent counted a first attempt
+			case sharedstate.Allow:
+				st.rare.probesAgent.Add(1) // the fleet counted a first attempt
 				return grant{}, nil
 			default:
 				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(rejectReason(d.GetReason()))
+				return grant{}, st.rejection(d.Reason)
 			}
 		}
 	}
@@ -78,22 +67,12 @@ func (st *depState) acquireProbe(ctx context.Context, askAgent bool, dec *decisi
 }
 
 // check decides a first attempt synchronously (StrictConsult). It reports
-// whether the agent answered.
+// whether the fleet answered.
 func (st *depState) check(ctx context.Context) (sharedstate.Decision, bool) {
 	c := st.c
-	if c.viaAgent(st) {
-		d, err := c.askAgent(ctx, st, "check", func(ctx context.Context) (*fuseboxv1.Decision, error) {
-			return c.agent.Check(ctx, &fuseboxv1.CheckRequest{Dependency: st.name,
-				Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Service: c.service, Instance: c.cfg.Instance})
-		})
-		if err == nil {
-			switch d.GetVerdict() {
-			case fuseboxv1.Verdict_VERDICT_REJECT:
-				return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: rejectReason(d.GetReason())}, true
-			case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
-				return sharedstate.Decision{Verdict: sharedstate.AllowProbe}, true
-			}
-			return sharedstate.Decision{Verdict: sharedstate.Allow}, true
+	if c.viaFleet(st) {
+		if d, ok := c.fleet.check(ctx, st); ok {
+			return d, true
 		}
 	}
 	c.ensureLocalPolicy(st)
@@ -108,7 +87,7 @@ func (st *depState) finishProbe(g grant, success, slow bool) {
 		return
 	}
 	if g.byAgent {
-		st.c.sess.addProbeResult(st.name, g.generation, success, slow)
+		st.c.fleet.probeResult(st, g.generation, success, slow)
 		return
 	}
 	st.c.engine.ProbeOutcome(st.name, sharedstate.OutcomeOf(!success, slow))

@@ -60,10 +60,23 @@ func newSession(c *Client) *session {
 		finishing: make(chan struct{}), loopDone: make(chan struct{})}
 }
 
-func (s *session) isConnected() bool { return s.connected.Load() }
+var _ fleet = (*session)(nil)
 
-// subscribe asks the agent for st's snapshots (in the next deltas message).
-func (s *session) subscribe(st *depState) {
+// start implements fleet: the session loop, unless the client has no agent.
+func (s *session) start(ctx context.Context) {
+	if s.c.agent == nil {
+		return
+	}
+	s.c.wg.Add(1)
+	go s.loop(ctx)
+}
+
+// up implements fleet: a session is up.
+func (s *session) up() bool { return s.connected.Load() }
+
+// follow implements fleet: it asks the agent for st's snapshots (in the
+// next deltas message).
+func (s *session) follow(st *depState) {
 	if s.c.agent == nil {
 		return
 	}
@@ -73,27 +86,38 @@ func (s *session) subscribe(st *depState) {
 	s.kick()
 }
 
-func (s *session) addDeltas(st *depState, d sharedstate.Counts) {
+// forget implements fleet. The agent keeps st's name among the session's
+// until the session ends (the protocol has no unsubscribe); its snapshots
+// find no dependency and are dropped.
+func (s *session) forget(*depState) {}
+
+// report implements fleet: the deltas go in the next message.
+func (s *session) report(st *depState, d sharedstate.Counts) {
 	s.mu.Lock()
 	s.pending[st] = s.pending[st].Plus(d)
 	s.mu.Unlock()
 }
 
-// setInFlight queues st's current in-flight count for the agent.
-func (s *session) setInFlight(st *depState, n uint64) {
+// setInFlight implements fleet: st's current in-flight count goes in the
+// next message.
+func (s *session) setInFlight(st *depState, _, n uint64) {
 	s.mu.Lock()
 	s.inFlight[st] = n
 	s.mu.Unlock()
 }
 
-func (s *session) addProbeResult(dep string, gen uint64, success, slow bool) {
+// probeResult implements fleet: the result goes in the next message.
+func (s *session) probeResult(st *depState, gen uint64, success, slow bool) {
 	s.mu.Lock()
 	if len(s.probes) < maxPendingProbeResults {
-		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: dep, Generation: gen, Success: success, Slow: slow})
+		s.probes = append(s.probes, &fuseboxv1.ProbeResult{Dependency: st.name, Generation: gen, Success: success, Slow: slow})
 	}
 	s.mu.Unlock()
 	s.kick()
 }
+
+// flushed implements fleet: the sender sends what the flush queued.
+func (s *session) flushed() { s.kick() }
 
 // kick wakes the sender, and restarts a session whose Send is stuck.
 func (s *session) kick() {
@@ -153,7 +177,7 @@ func (s *session) finish(wait time.Duration) {
 	}
 	s.closing.Store(true)
 	close(s.finishing)
-	if !s.isConnected() {
+	if !s.up() {
 		return
 	}
 	t := time.NewTimer(wait)
@@ -170,14 +194,14 @@ func (s *session) loop(ctx context.Context) {
 	defer s.c.wg.Done()
 	defer close(s.loopDone)
 	cfg := &s.c.cfg
-	delay := cfg.ReconnectMin
+	retry := backoff.New(backoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: backoff.Equal}, s.c.random)
 	for {
 		welcomed, err := s.runOnce(ctx)
 		if ctx.Err() != nil || s.closing.Load() {
 			return
 		}
 		if welcomed {
-			delay = cfg.ReconnectMin
+			retry.Reset()
 		}
 		s.c.metrics.sessionFailures.Add(1)
 		if s.reported != -1 { // say once that the agent is not there
@@ -187,8 +211,7 @@ func (s *session) loop(ctx context.Context) {
 				"(local breaker and budget, last pushed policies, overrides and shaping)",
 				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
-		wait := backoff.Policy{Base: delay, Max: delay, Jitter: backoff.Equal}.Wait(0, 0, backoff.Uniform(s.c.random()))
-		t := time.NewTimer(wait)
+		t := time.NewTimer(retry.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -197,9 +220,6 @@ func (s *session) loop(ctx context.Context) {
 		case <-s.finishing:
 			t.Stop()
 			return
-		}
-		if delay *= 2; delay > cfg.ReconnectMax {
-			delay = cfg.ReconnectMax
 		}
 	}
 }
@@ -450,70 +470,10 @@ func (c *Client) syncLocal(st *depState) {
 	}
 }
 
-// applyAnswer installs the snapshot of an agent's answer given in session
-// epoch (see applyAgentSnapshot), if that session is still up.
-func (c *Client) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
-	ps := d.GetSnapshot()
-	if ps == nil || ps.GetDependency() != st.name {
-		return
-	}
-	if !c.sess.isConnected() || c.sess.epoch.Load() != epoch {
-		return
-	}
-	c.applyAgentSnapshot(st, ps, false)
-}
-
 func (c *Client) applyDependencyError(e *fuseboxv1.DependencyError) {
-	c.metrics.agentRefusals.Add(1)
-	st := c.lookup(e.GetDependency())
-	if st == nil {
-		return
+	if st := c.lookup(e.GetDependency()); st != nil {
+		c.refusedByFleet(st, e.GetMessage())
+	} else {
+		c.metrics.agentRefusals.Add(1)
 	}
-	st.mu.Lock()
-	if st.refusedMsg == "" { // once per refusal, not per message
-		c.logger().Warn("clientlib: the agent refused a dependency; deciding it locally",
-			"dependency", st.name, "service", c.service, "reason", e.GetMessage())
-	}
-	st.refusedMsg = e.GetMessage()
-	st.keepShaping()
-	st.agentSnap = nil
-	st.publishLocked()
-	st.mu.Unlock()
-	st.refused.Store(true)
-}
-
-// --- synchronous questions to the agent (retries, probes, strict mode) ---
-
-// viaAgent reports whether st's rare-path questions go to the agent.
-func (c *Client) viaAgent(st *depState) bool {
-	return c.agent != nil && c.sess.isConnected() && !st.refused.Load()
-}
-
-// askAgent runs one unary call about st under Config.AgentWait; the
-// snapshot of its answer is installed when it is newer than st's.
-func (c *Client) askAgent(ctx context.Context, st *depState, call string, f func(context.Context) (*fuseboxv1.Decision, error)) (*fuseboxv1.Decision, error) {
-	epoch := c.sess.epoch.Load()
-	actx, cancel := context.WithTimeout(ctx, c.cfg.AgentWait)
-	defer cancel()
-	d, err := f(actx)
-	if err != nil {
-		if ctx.Err() == nil {
-			c.metrics.fallback(call)
-		}
-		return d, err
-	}
-	c.applyAnswer(st, epoch, d)
-	return d, nil
-}
-
-// rejectReason is the reason of an agent's refusal (open when it names none).
-func rejectReason(r fuseboxv1.RejectReason) sharedstate.Reason {
-	if reason := convert.ReasonFromProto(r); reason != sharedstate.ReasonNone {
-		return reason
-	}
-	return sharedstate.ReasonOpen
-}
-
-func (c *Client) acquireRequest(st *depState) *fuseboxv1.AcquireRequest {
-	return &fuseboxv1.AcquireRequest{Dependency: st.name, Service: c.service, Instance: c.cfg.Instance}
 }

@@ -27,7 +27,7 @@ func TestStripeSize(t *testing.T) {
 // bareDep is a dependency's state without a client around it (no
 // goroutines), with nstripes stripes, deciding under the given limit.
 func bareDep(nstripes int, limit int64) *depState {
-	st := newDepState(&Client{nstripes: nstripes}, "bare-api", nil)
+	st := newDepState(&Client{nstripes: nstripes}, "bare-api", nil, nstripes)
 	setLimit(st, limit)
 	return st
 }

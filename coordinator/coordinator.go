@@ -164,6 +164,9 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	// kept from before a restart is then never one of this process's, and
 	// Watch says so instead of resuming at the wrong place.
 	c.broker = events.NewBroker(256, 512, uint64(max(time.Now().UnixMicro(), 0)), func() { c.metrics.sseDropped.Inc() })
+	c.broker.Limit(events.Limits{Total: c.cfg.MaxEventStreams, PerKey: c.cfg.MaxEventStreamsPerIdentity}, func(scope string) {
+		c.metrics.streamsRefused.WithLabelValues(streamLimitOf(scope)).Inc()
+	})
 	c.history = history.New(history.Config{
 		FineHorizon: c.cfg.HistoryFine, CoarseHorizon: c.cfg.HistoryCoarse, MaxDependencies: c.cfg.HistoryMaxDependencies,
 		OnDrop: func(reason string) { c.metrics.historyDropped.WithLabelValues(reason).Inc() },

@@ -1,9 +1,11 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/fusebox-dev/fusebox/coordinator/dashboardtest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -102,6 +105,9 @@ func TestDashboardInABrowser(t *testing.T) {
 			"throttle":{"enabled":true,"k":2},"concurrency":{"maxInFlight":50}}`,
 		"dns-cache": `{"breaker":{"window":"2m","openDuration":"1m","maxOpenDuration":"2m"}}`,
 		"inventory": `{"breaker":{"mode":"shadow","window":"2m","openDuration":"1m","maxOpenDuration":"2m"}}`,
+		// search recovers: half-open 2 s after it opens, closed by one
+		// probe, then a two-minute ramp.
+		"search": `{"breaker":{"window":"2m","openDuration":"2s","maxOpenDuration":"2s","probeSuccessThreshold":1,"rampDuration":"2m","rampStart":0.2}}`,
 	} {
 		if _, err := c.Store().PutPolicy(ctx, dep, []byte(pol), store.WriteOptions{Actor: "gitops"}); err != nil {
 			t.Fatal(err)
@@ -113,14 +119,15 @@ func TestDashboardInABrowser(t *testing.T) {
 	sstest.Eventually(t, 20*time.Second, "the policies on every agent, and the observer seeing the three agents", func() bool {
 		for _, a := range agents {
 			if a.Engine().Policy("payments").Breaker.OpenDuration.Std() != time.Minute ||
-				a.Engine().Policy("inventory").Breaker.OpenDuration.Std() != time.Minute {
+				a.Engine().Policy("inventory").Breaker.OpenDuration.Std() != time.Minute ||
+				a.Engine().Policy("search").Breaker.RampDuration.Std() != 2*time.Minute {
 				return false
 			}
 		}
 		return c.view.AliveAgents() == 3
 	})
 
-	p := dashboardtest.NewBrowser(t, chromium, dashboardtest.BrowserOptions{Width: 1440, Height: 900, Timeout: 30 * time.Second})
+	p := dashboardtest.NewBrowser(t, chromium, dashboardtest.BrowserOptions{Width: 1400, Height: 900, Timeout: 30 * time.Second})
 	base := "http://" + c.HTTPAddr()
 	p.Run("open the dashboard", chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
 	p.Wait("the page to say it needs a token", `document.querySelector('#conn').dataset.state === 'unauthorized' && !document.querySelector('#banner').hidden`)
@@ -159,10 +166,18 @@ func TestDashboardInABrowser(t *testing.T) {
 	// shipping-api: 306 successes + 4 failures in a 10 s window; 16 retries
 	// of a budget of max(10/s × 10 s, 10% × 294 first attempts) = 100.
 	p.Wait("shipping-api's requests/s and retry budget", `document.querySelector('tr[data-dep="shipping-api"] td.rps')?.textContent === '31.0' &&
-		document.querySelector('tr[data-dep="shipping-api"] td.budget').textContent === '16%'`)
-	p.Wait("payments' failing nodes and zones", `document.querySelector('tr[data-dep="payments"] td.nodes').textContent === 'agent-0, agent-1' &&
+		document.querySelector('tr[data-dep="shipping-api"] td.budget').textContent === '16 / 100'`)
+	p.Wait("payments' failing nodes and zones", `['agent-0, agent-1', 'at trip: agent-0, agent-1'].includes(document.querySelector('tr[data-dep="payments"] td.nodes').textContent) &&
 		document.querySelector('tr[data-dep="payments"] td.zones').textContent === 'zone-a 88% · zone-b 100%'`)
 	p.Wait("payments to turn open", rowState("payments")+` === 'open'`)
+	// What tripped it, since when, and where: the evidence the trip was
+	// decided on, not the current window.
+	p.Wait("payments' trip evidence, incident start and the nodes it tripped on", `(() => {
+		const r = document.querySelector('tr[data-dep="payments"]');
+		return /^failures \d+% ≥ 50% of \d+ req · 2 nodes$/.test(r.querySelector('td.why-cell').textContent) &&
+			/^since \d\d:\d\d:\d\d \(\d+s\)$/.test(r.querySelector('.since').textContent) &&
+			r.querySelector('td.nodes').textContent === 'at trip: agent-0, agent-1';
+	})()`)
 	p.Wait("inventory to show shadow, and what it would do", rowState("inventory")+` === 'shadow' && document.querySelector('tr[data-dep="inventory"] .would')`)
 	p.Wait("dns-cache to show a node-local open", rowState("dns-cache")+` === 'closed' && document.querySelector('tr[data-dep="dns-cache"] .local-open')`)
 
@@ -181,6 +196,12 @@ func TestDashboardInABrowser(t *testing.T) {
 	if got := p.Eval(`document.querySelector('#action-status').textContent`); !strings.HasPrefix(got, "ok: ledger is forced-open until ") {
 		t.Errorf("#action-status after the admin's force-open = %q", got)
 	}
+	// Who forced it, why and until when, in the table.
+	p.Wait("ledger's override author, reason and expiry", `(() => {
+		const r = document.querySelector('tr[data-dep="ledger"]');
+		return /^ops-admin: failover drill · until \d\d:\d\d:\d\d \((9|10)m left\)$/.test(r.querySelector('td.why-cell').textContent) &&
+			/^set \d\d:\d\d:\d\d/.test(r.querySelector('.since').textContent);
+	})()`)
 	o, err := c.Store().GetOverride(ctx, "ledger")
 	if err != nil || o.Actor != "ops-admin" || o.Reason != "failover drill" || o.Expires.Sub(o.Created) < 10*time.Minute {
 		t.Errorf("ledger's override in etcd = %+v, %v", o, err)
@@ -193,7 +214,33 @@ func TestDashboardInABrowser(t *testing.T) {
 	p.Wait("a sparkline with a state change mark", `document.querySelector('tr[data-dep="payments"] .marks line.mark.open')`)
 	traffic() // again, so that the screenshot has numbers
 	p.Wait("the new counts", `document.querySelector('tr[data-dep="shipping-api"] td.rps').textContent !== '0'`)
-	fleetShot := p.Screenshot("dashboard-fleet")
+
+	// An override written before actors were checked: its control
+	// characters are shown escaped, never sent to the page as they are.
+	if _, err := c.Store().SetOverride(ctx, "legacy-api", store.OverrideSpec{State: sharedstate.ForcedClosed, Reason: "drill\r\x1b[31mEVIL"},
+		store.WriteOptions{Actor: "bob\x1b[2J"}); err != nil {
+		t.Fatal(err)
+	}
+	p.Wait("legacy-api's actor and reason escaped", `document.querySelector('tr[data-dep="legacy-api"] td.why-cell')?.textContent.startsWith('bob\\x1b[2J: drill\\r\\x1b[31mEVIL · until cleared')`)
+
+	// search recovers: it opens, turns half-open (its probers shown), and
+	// one probe closes it; then the ramp is shown as the ramp.
+	report(t, agents[0], outcome("search", first, failure, 15))
+	report(t, agents[1], outcome("search", first, failure, 15))
+	p.Wait("search half-open, probing, still showing its incident", `(() => {
+		const r = document.querySelector('tr[data-dep="search"]');
+		return r && r.querySelector('.badge').dataset.state === 'half-open' && r.querySelector('td.probers').textContent !== '—' &&
+			/^failures 100% ≥ 50% of 30 req · 2 nodes$/.test(r.querySelector('td.why-cell').textContent) && r.querySelector('.since').textContent.startsWith('since ');
+	})()`)
+	fleetShot := p.Screenshot("dashboard-fleet") // open, forced-open (ledger), half-open (search), forced-closed (legacy-api)
+	probeOnce(t, agents[:2], "search")
+	p.Wait("search closed, ramping", `(() => {
+		const r = document.querySelector('tr[data-dep="search"]');
+		return r.querySelector('.badge').dataset.state === 'closed' &&
+			/^Ramp: admitting \d+% of first attempts until \d\d:\d\d:\d\d$/.test(r.querySelector('td.why-cell').textContent) &&
+			r.querySelector('.since').textContent.startsWith('closed ');
+	})()`)
+	rampShot := p.Screenshot("dashboard-recovering")
 
 	// The dependency page: per-node rows, zones, the audit trail.
 	p.Run("open payments' page", chromedp.Navigate(base+"/#/dep/payments"))
@@ -208,18 +255,32 @@ func TestDashboardInABrowser(t *testing.T) {
 		return th && fl && th.textContent.startsWith('refusing ') && Number(th.dataset.probability) > 0.5 &&
 			fl.dataset.limit === '50' && fl.textContent.startsWith('0 of 50');
 	})()`)
+	p.Wait("payments' incident and trip facts", `(() => {
+		const inc = document.querySelector('#dep-facts .incident'), trip = document.querySelector('#dep-facts .trip');
+		return inc && trip && inc.dataset.start !== '' && /^since .* ago\): the trip/.test(inc.textContent) &&
+			/^Tripped on \d+ failures of \d+ requests/.test(trip.textContent) && trip.textContent.includes('agent-0, agent-1');
+	})()`)
 	depShot := p.FullScreenshot("dashboard-dependency")
+	p.Run("open search's page", chromedp.Navigate(base+"/#/dep/search"))
+	p.Wait("search's ramp in the throttle fact", `document.querySelector('#dep-facts .throttle.ramp')?.textContent.startsWith('Ramp: admitting ')`)
 
 	// 1,000 dependencies: rows for all, and the filter narrows them.
 	var many []*fuseboxv1.OutcomeReport
 	for i := range 1000 {
 		many = append(many, outcome(fmt.Sprintf("svc-%04d", i), first, success, uint32(1+i%7)))
 	}
-	report(t, agents[2], many...)
+	// The svc rows live as long as their traffic: keep it coming (every
+	// 3 s, as callers that keep calling would) until the checks of the
+	// 1,000 rows are done. On a loaded machine their gossip can take longer
+	// than the 10 s window keeps a single report's counts.
+	stopReporting := keepReporting(t, agents[2], 3*time.Second, many)
+	defer stopReporting()
 	p.Run("back to the fleet", chromedp.Navigate(base+"/#/"))
 	start := time.Now()
-	p.Wait("1,000 svc rows", `document.querySelectorAll('tr[data-dep^="svc-"]').length === 1000`)
-	t.Logf("1,000 new rows shown %v after the report", time.Since(start).Round(time.Millisecond))
+	sstest.Eventually(t, 90*time.Second, "1,000 svc rows", func() bool {
+		return p.Eval(`String(document.querySelectorAll('tr[data-dep^="svc-"]').length)`) == "1000"
+	})
+	t.Logf("1,000 new rows shown %v after the first report", time.Since(start).Round(time.Millisecond))
 	manyShot := p.Screenshot("dashboard-1000")
 	start = time.Now()
 	p.Run("filter", dashboardtest.TypeInto("#filter", "svc-09"))
@@ -248,11 +309,78 @@ func TestDashboardInABrowser(t *testing.T) {
 	for _, prob := range p.Problems() {
 		t.Errorf("the page reported: %s", prob)
 	}
+	// No token in any URL the page asked for; the event stream carried it
+	// in the Authorization header.
+	streams := 0
+	for _, r := range p.Requests() {
+		if strings.Contains(r.URL, viewerToken) || strings.Contains(r.URL, adminToken) || strings.Contains(r.URL, "access_token") {
+			t.Errorf("the page sent a token in a URL: %s %s", r.Method, r.URL)
+		}
+		if strings.HasSuffix(r.URL, "/api/v1/events") && r.Authorization == "Bearer "+adminToken {
+			streams++
+		}
+	}
+	if streams == 0 {
+		t.Errorf("no request to /api/v1/events with the admin token in its Authorization header among %d requests", len(p.Requests()))
+	}
 	// The override form suggests every name (agents may have evicted the
 	// idle ones of the first part by now).
 	if n, _ := strconv.Atoi(p.Eval(`String(document.querySelectorAll('#dep-names option').length)`)); n < 1000 ||
 		p.Eval(`String(!!document.querySelector('#dep-names option[value="ledger"]'))`) != "true" {
 		t.Errorf("the dependency datalist has %d names, want the 1,000 svc ones and ledger", n)
 	}
-	t.Logf("screenshots: %s %s %s", fleetShot, depShot, manyShot)
+	t.Logf("screenshots: %s %s %s %s", fleetShot, rampShot, depShot, manyShot)
+}
+
+// keepReporting reports outcomes to an agent now and then every interval,
+// from a goroutine, until the returned stop (idempotent) is called.
+func keepReporting(t *testing.T, a *agent.Agent, every time.Duration, outcomes []*fuseboxv1.OutcomeReport) (stop func()) {
+	t.Helper()
+	report(t, a, outcomes...)
+	c := agentClient(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+			resp, err := c.Report(rctx, &fuseboxv1.ReportRequest{Outcomes: outcomes})
+			rcancel()
+			if ctx.Err() == nil && (err != nil || len(resp.GetErrors()) > 0) {
+				t.Errorf("Report to %s: %v %v", a.Name(), err, resp.GetErrors())
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }
+}
+
+// probeOnce sends one successful probe of dep through whichever agent
+// holds a probe permit, as a client does: AcquireProbe, then the probe's
+// result.
+func probeOnce(t *testing.T, agents []*agent.Agent, dep string) {
+	t.Helper()
+	sstest.Eventually(t, 20*time.Second, "a probe permit for "+dep, func() bool {
+		for _, a := range agents {
+			d, err := agentClient(t, a).AcquireProbe(ctxFor(t, 10*time.Second), &fuseboxv1.AcquireRequest{Dependency: dep, Service: "test"})
+			if err != nil || d.GetVerdict() != fuseboxv1.Verdict_VERDICT_ALLOW_PROBE {
+				continue
+			}
+			resp, err := agentClient(t, a).Report(ctxFor(t, 10*time.Second), &fuseboxv1.ReportRequest{
+				ProbeResults: []*fuseboxv1.ProbeResult{{Dependency: dep, Generation: d.GetSnapshot().GetGeneration(), Success: true}}})
+			if err != nil || len(resp.GetErrors()) > 0 {
+				t.Fatalf("Report of the probe to %s: %v %v", a.Name(), err, resp.GetErrors())
+			}
+			return true
+		}
+		return false
+	})
 }

@@ -29,10 +29,12 @@
 //
 // Access: with a tokens file ("ROLE TOKEN [NAME]" per line, ROLE viewer or
 // admin) every Admin call and /api/v1/* request needs "Authorization:
-// Bearer TOKEN"; writes need admin. A browser's EventSource cannot send
-// that header, so GET /api/v1/events alone also takes ?access_token=TOKEN,
-// which then counts as a viewer whatever the token's role. Browser writes
-// must be same-origin (http.CrossOriginProtection) and POST bodies JSON.
+// Bearer TOKEN"; writes need admin. A token is never taken from a URL: a
+// request with ?access_token= is refused (the dashboard reads the event
+// stream with fetch, which sends the header). Event streams are capped in
+// all and per identity (Config.MaxEventStreams,
+// MaxEventStreamsPerIdentity). Browser writes must be same-origin
+// (http.CrossOriginProtection) and POST bodies JSON.
 // Without a tokens file the coordinator refuses non-loopback listen
 // addresses, every loopback caller is an admin (named "loopback" in the
 // audit), and /api/v1/* answer only requests whose Host is a loopback name

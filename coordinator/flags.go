@@ -47,6 +47,8 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.IntVar(&cfg.MaxDependencies, "max-dependencies", cfg.MaxDependencies, "most dependencies the fleet view tracks")
 	fs.DurationVar(&cfg.HistoryFine, "history-fine", cfg.HistoryFine, "how long the what-if history keeps counts at window/100 (at least 100ms)")
 	fs.DurationVar(&cfg.HistoryCoarse, "history-coarse", cfg.HistoryCoarse, "how long the what-if history keeps counts at 1s (at least --history-fine)")
+	fs.IntVar(&cfg.MaxEventStreams, "max-event-streams", cfg.MaxEventStreams, "most event streams open at once (/api/v1/events and Admin Watch; each holds memory and a file descriptor); past it new ones are refused with 503")
+	fs.IntVar(&cfg.MaxEventStreamsPerIdentity, "max-event-streams-per-identity", cfg.MaxEventStreamsPerIdentity, "most event streams one identity (token name; loopback without --tokens-file) may have open; past it new ones are refused with 429")
 	fs.IntVar(&cfg.HistoryMaxDependencies, "history-max-dependencies", cfg.HistoryMaxDependencies, "most dependencies the what-if history keeps (about 1 MiB each when busy)")
 	cliflag.LogFlags(fs, &cfg.LogFormat, &cfg.LogLevel)
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "how long a graceful stop may take")

@@ -74,7 +74,7 @@ func (c *Coordinator) routes() []route {
 //
 //	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
 //	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
-//	GET    /api/v1/events[?access_token=TOKEN]         server-sent events (transition, override, policy)
+//	GET    /api/v1/events                              server-sent events (transition, override, policy)
 //	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
 //	GET    /api/v1/overrides                           the overrides in force
 //	GET    /api/v1/policies                            the effective policies the fleet view uses
@@ -158,12 +158,12 @@ func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
 // the handler finds the identity with identityFrom(r.Context()), which the
 // writes put into the audit.
 //
-//   - The token comes from "Authorization: Bearer TOKEN". GET
-//     /api/v1/events also takes it as ?access_token=TOKEN, because a
-//     browser's EventSource cannot send headers; a token given that way
-//     grants at most role viewer, so it can never authorize a write, and the
-//     dashboard serves itself with Referrer-Policy no-referrer so the URL
-//     does not travel further.
+//   - The token comes from "Authorization: Bearer TOKEN", and only from
+//     there. A request with ?access_token= in its URL is refused (400),
+//     whatever it carries and wherever it goes: a URL is written to the
+//     access logs of every proxy and server on the way, so a secret in one
+//     is a secret leaked. The dashboard reads the event stream with fetch,
+//     which sends the header.
 //   - Writes (POST, DELETE) from a browser must be same-origin
 //     (http.CrossOriginProtection: Sec-Fetch-Site, Origin), and a POST
 //     must carry "Content-Type: application/json".
@@ -192,18 +192,16 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 				return
 			}
 		}
+		if r.URL.Query().Has(tokenQueryParam) {
+			c.metrics.authFailures.WithLabelValues("http", "token_in_url").Inc()
+			httpError(w, http.StatusBadRequest, errTokenInURL.Error())
+			return
+		}
 		var peer net.Addr
 		if ap, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
 			peer = ap
 		}
-		authz, fromQuery := r.Header.Get("Authorization"), false
-		if tok := r.URL.Query().Get("access_token"); authz == "" && tok != "" && r.Method == http.MethodGet && r.URL.Path == "/api/v1/events" {
-			authz, fromQuery = "Bearer "+tok, true
-		}
-		id, err := c.authn().Authenticate(authz, peer)
-		if err == nil && fromQuery && id.Role > auth.RoleViewer {
-			id.Role = auth.RoleViewer
-		}
+		id, err := c.authn().Authenticate(r.Header.Get("Authorization"), peer)
 		if err == nil {
 			err = auth.Authorize(id, need)
 		}
@@ -221,6 +219,14 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	})
 }
+
+// tokenQueryParam is the query parameter (RFC 6750's) that once carried a
+// token to the event stream; a request that has it is refused.
+const tokenQueryParam = "access_token"
+
+// errTokenInURL is the refusal of a request with a token in its URL.
+var errTokenInURL = fmt.Errorf("%v: ?%s= is refused: a token in a URL ends up in the access logs of every proxy on the way; "+
+	"send it as \"Authorization: Bearer TOKEN\" (the token may have leaked already: consider replacing it)", auth.ErrUnauthenticated, tokenQueryParam)
 
 // isLoopbackHostHeader reports whether a request's Host ("127.0.0.1:7070",
 // "[::1]:7070", "localhost:7070", with or without the port) names the
@@ -356,8 +362,13 @@ func (c *Coordinator) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		after, _ = strconv.ParseUint(v, 10, 64)
 	}
-	sub, ok := c.broker.Subscribe(after)
-	if !ok {
+	sub, err := c.broker.Subscribe(identityFrom(r.Context()).Name, after)
+	switch {
+	case errors.Is(err, events.ErrTooManySubscribers):
+		w.Header().Set("Retry-After", "30")
+		httpError(w, streamRefusalCode(err), streamRefusal(err).Error())
+		return
+	case err != nil:
 		httpError(w, http.StatusServiceUnavailable, "coordinator shutting down")
 		return
 	}

@@ -21,6 +21,7 @@ var MetricNames = []string{
 	"fusebox_coordinator_events_total",
 	"fusebox_coordinator_sse_events_dropped_total",
 	"fusebox_coordinator_sse_clients",
+	"fusebox_coordinator_event_streams_refused_total",
 	"fusebox_coordinator_etcd_invalid_values_total",
 	"fusebox_coordinator_etcd_watch_restarts_total",
 	"fusebox_coordinator_etcd_rewinds_total",
@@ -43,16 +44,19 @@ var MetricNames = []string{
 
 // metrics are the coordinator's own series, registered on its registry.
 type metrics struct {
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	authFailures  *prometheus.CounterVec
-	httpRequests  *prometheus.CounterVec
-	events        *prometheus.CounterVec
-	sseDropped    prometheus.Counter
-	invalidValues *prometheus.CounterVec
-	watchRestarts prometheus.Counter
-	rewinds       *prometheus.CounterVec
-	gossipRefused *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	authFailures *prometheus.CounterVec
+	httpRequests *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	sseDropped   prometheus.Counter
+	// streamsRefused counts event streams refused past a limit, by limit
+	// (total, identity).
+	streamsRefused *prometheus.CounterVec
+	invalidValues  *prometheus.CounterVec
+	watchRestarts  prometheus.Counter
+	rewinds        *prometheus.CounterVec
+	gossipRefused  *prometheus.CounterVec
 	// What-if: the history's drops and the simulations.
 	historyDropped *prometheus.CounterVec
 	simulations    *prometheus.CounterVec
@@ -72,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"method"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_auth_failures_total",
-			Help: "Requests refused by authentication or authorization, by API (grpc, http) and reason (unauthenticated, permission_denied).",
+			Help: "Requests refused by authentication or authorization, by API (grpc, http) and reason (unauthenticated, permission_denied, token_in_url: a token in the URL's query, refused).",
 		}, []string{"api", "reason"}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_http_requests_total",
@@ -86,6 +90,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: "fusebox_coordinator_sse_events_dropped_total",
 			Help: "Events not delivered to a subscriber too slow to read them: a server-sent-events client loses the event, an Admin Watch stream is ended (ResourceExhausted) and counts once.",
 		}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_event_streams_refused_total",
+			Help: "Event streams (/api/v1/events, Admin Watch) refused past a limit, by limit (total: --max-event-streams; identity: --max-event-streams-per-identity).",
+		}, []string{"limit"}),
 		invalidValues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_etcd_invalid_values_total",
 			Help: "Invalid policies or overrides found in etcd and ignored (last good value kept), by kind.",
@@ -122,7 +130,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, r := range []string{"ok", "no_history", "busy", "error"} {
 		m.simulations.WithLabelValues(r)
 	}
-	for _, r := range []string{"unauthenticated", "permission_denied"} {
+	for _, l := range []string{streamLimitTotal, streamLimitIdentity} {
+		m.streamsRefused.WithLabelValues(l)
+	}
+	for _, r := range []string{"unauthenticated", "permission_denied", "token_in_url"} {
 		for _, api := range []string{"grpc", "http"} {
 			m.authFailures.WithLabelValues(api, r)
 		}
@@ -137,7 +148,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		m.rewinds.WithLabelValues(string(r))
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
+		m.sseDropped, m.streamsRefused, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
 			return nil, err

@@ -37,6 +37,7 @@ type depState struct {
 	z           tripBounds // of pol.Breaker.Confidence
 	tripHeld    tripHeld
 	shaped      shapeState
+	found       tripFound // what the last trips found, for the open it proposes (carryIncident)
 }
 
 type rowEntry struct {
@@ -422,6 +423,7 @@ func (d *depState) propose(e *Engine, now time.Time, state BreakerState, openCou
 		Dependency: d.name, Zone: cur.Zone, Generation: cur.Generation + 1, State: state,
 		Since: now.Round(0).UTC(), OpenCount: openCount, Origin: e.node, Reason: reason,
 	}
+	d.carryIncident(e, now, &p, cur)
 	d.applyRecord(e, p, now)
 	e.enqueue(p)
 	return p

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Decoding a policy document collects every problem with its JSON path —
@@ -79,10 +80,12 @@ func decodePolicyPatch(data []byte) (PolicyPatch, []Violation, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	var raw json.RawMessage
 	if err := dec.Decode(&raw); err != nil {
-		return PolicyPatch{}, nil, fmt.Errorf("%w: not a JSON document: %v", ErrInvalidPolicy, err)
+		return PolicyPatch{}, nil, fmt.Errorf("%w: not a JSON document: %s", ErrInvalidPolicy, syntaxProblem(data, err))
 	}
+	end := dec.InputOffset()
 	if _, err := dec.Token(); err != io.EOF {
-		return PolicyPatch{}, nil, fmt.Errorf("%w: trailing data after the policy object", ErrInvalidPolicy)
+		line, col := position(data, end+int64(len(data[end:])-len(bytes.TrimLeft(data[end:], " \t\r\n"))))
+		return PolicyPatch{}, nil, fmt.Errorf("%w: trailing data after the policy object at line %d, column %d", ErrInvalidPolicy, line, col)
 	}
 	var p PolicyPatch
 	var vs []Violation
@@ -120,6 +123,36 @@ func decodePolicyPatch(data []byte) (PolicyPatch, []Violation, error) {
 	}
 	sortViolations(vs)
 	return p, vs, nil
+}
+
+// syntaxProblem says where and why data is not one well-formed JSON value,
+// e.g. "line 3, column 14: invalid character '}' looking for beginning of
+// object key string".
+func syntaxProblem(data []byte, err error) string {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		line, col := position(data, max(se.Offset-1, 0)) // Offset is just past the offending byte
+		return fmt.Sprintf("line %d, column %d: %v", line, col, se)
+	case errors.Is(err, io.EOF):
+		return "the document is empty"
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		line, col := position(data, int64(len(bytes.TrimRight(data, " \t\r\n"))))
+		return fmt.Sprintf("line %d, column %d: the document ends before its JSON value does (a missing \"}\", \"]\" or quote?)", line, col)
+	}
+	return err.Error()
+}
+
+// position returns the 1-based line and column (in characters) of the byte
+// at offset off of data.
+func position(data []byte, off int64) (line, col int) {
+	off = min(max(off, 0), int64(len(data)))
+	before := data[:off]
+	line = 1 + bytes.Count(before, []byte("\n"))
+	if i := bytes.LastIndexByte(before, '\n'); i >= 0 {
+		before = before[i+1:]
+	}
+	return line, 1 + utf8.RuneCount(before)
 }
 
 // decodeMember decodes the member of a policy object at path.

@@ -14,9 +14,7 @@ import (
 // answerUpstream hands the upstream's answer on: status, headers (without
 // hop-by-hop ones), the body as it comes (flushed as it comes when its
 // length is unknown or it is an event stream), trailers.
-func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, a attempt, attempts int, rejected string) {
-	resp := a.resp
-	defer a.cancel(nil)
+func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, resp *http.Response, attempts int, rejected string) {
 	defer resp.Body.Close()
 	h := w.Header()
 	conn := connectionTokens(resp.Header)
@@ -107,12 +105,18 @@ func errText(err error) string {
 // answerRejected answers a refusal at once: 503 with Retry-After and the
 // reason. attempts is how many were made before a retry was refused;
 // lastErr what the last one came to.
-func (p *Proxy) answerRejected(w http.ResponseWriter, f form, t *target, reason string, why sharedstate.Reason, attempts int, lastErr error) {
+func (p *Proxy) answerRejected(w http.ResponseWriter, f form, t *target, reason string, attempts int, lastErr error) {
 	if attempts == 0 {
-		p.m.rejected.WithLabelValues(label(reason)).Inc()
 		p.m.requests[f][resultRejected].Inc()
 	} else {
 		p.m.requests[f][resultError].Inc()
+	}
+	var why sharedstate.Reason
+	switch reason {
+	case sharedstate.ReasonOpen.String():
+		why = sharedstate.ReasonOpen
+	case sharedstate.ReasonForcedOpen.String():
+		why = sharedstate.ReasonForcedOpen
 	}
 	snap := p.eng.Snapshot(t.dep)
 	var pol sharedstate.BreakerPolicy
@@ -124,17 +128,8 @@ func (p *Proxy) answerRejected(w http.ResponseWriter, f form, t *target, reason 
 	h.Set(HeaderRejected, reason)
 	h[HeaderAttempts] = attemptsValue(attempts)
 	msg := "fusebox proxy: " + t.dep + ": refused by Fusebox (" + reason + ")"
-	if lastErr != nil {
-		msg += " after " + strconv.Itoa(attempts) + " attempt(s); the last: " + lastErr.Error()
+	if attempts > 0 {
+		msg += " after " + strconv.Itoa(attempts) + " attempt(s); the last: " + errText(lastErr)
 	}
 	http.Error(w, msg, http.StatusServiceUnavailable)
-}
-
-// refuseEntry answers a dependency the proxy cannot track.
-func (p *Proxy) refuseEntry(w http.ResponseWriter, f form, t *target, err error) {
-	if isRefusedName(err) {
-		p.answerInvalid(w, f, badRequest("invalid-dependency", "fusebox proxy: "+err.Error()))
-		return
-	}
-	p.answerRejected(w, f, t, "too-many-dependencies", sharedstate.ReasonNone, 0, nil)
 }

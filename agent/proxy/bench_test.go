@@ -66,13 +66,14 @@ func benchVariants(b *testing.B, up *httptest.Server) map[string]*http.Client {
 	rpSrv := httptest.NewServer(rp)
 	b.Cleanup(func() { rpSrv.Close(); rpTransport.CloseIdleConnections() })
 
-	eng, err := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "bench"})
+	le, err := NewLocalEngine(sharedstate.EngineConfig{Node: "bench"})
 	if err != nil {
 		b.Fatal(err)
 	}
+	eng := le.E
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.Engine = LocalEngine{E: eng}
+	cfg.Engine = le
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	cfg.Confirm = func(string) {} // as in the agent, which hears every connection to an upstream
 	p, err := New(cfg)

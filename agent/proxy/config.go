@@ -85,8 +85,8 @@ type Config struct {
 	// can be reached in the reverse form by its name alone.
 	Routes []string
 	// Service is the retry owner the proxy names upstream for requests
-	// that do not name their service in Fusebox-Service (optional, default
-	// "fusebox-proxy").
+	// that name no service in Fusebox-Service and no dependency with a
+	// route (optional, default "fusebox-proxy").
 	Service string
 	// MaxConns caps the client connections open at once; one more is
 	// answered 503 too-many-connections and closed (optional, default
@@ -116,8 +116,8 @@ type Config struct {
 	// default 30s).
 	BodyTimeout time.Duration
 	// MaxDependencies caps the dependencies the proxy tracks at once; a
-	// request naming one more is answered 503 (optional, default
-	// sharedstate.DefaultMaxDependencies).
+	// request naming one more is forwarded untracked, said in
+	// Fusebox-Untracked (optional, default 10000).
 	MaxDependencies int
 	// TLS configures the connections the proxy originates TLS on (optional,
 	// default: the system's roots; CAFile replaces them).
@@ -134,8 +134,9 @@ type Config struct {
 	// connection closed), the rest for requests in flight (optional,
 	// default 5s).
 	ShutdownTimeout time.Duration
-	// FlushInterval is how often in-flight counts go to the engine
-	// (optional, default 50ms, clientlib's flush).
+	// FlushInterval is how often the proxy's client hands its counts and
+	// in-flight calls to the engine (at most 50ms, clientlib's bound) and
+	// the table looks for idle dependencies (optional, default 50ms).
 	FlushInterval time.Duration
 	// IdleDependencyTTL is how long a dependency without requests stays in
 	// the proxy's table (optional, default 1m).

@@ -9,15 +9,20 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/clientlib"
 )
 
 // defaultDialTimeout bounds a CONNECT's dial when the policy sets no
 // per-attempt timeout and the caller no deadline.
 const defaultDialTimeout = 10 * time.Second
 
-// established is the answer to a CONNECT whose dial succeeded.
-const established = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n\r\n"
+// established is the answer to a CONNECT whose dial succeeded;
+// establishedUntracked, to one the proxy's full table left untracked.
+const (
+	established          = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n\r\n"
+	establishedUntracked = "HTTP/1.1 200 Connection Established\r\n" + HeaderAttempts + ": 1\r\n" +
+		HeaderUntracked + ": too-many-dependencies\r\n\r\n"
+)
 
 // serveConnect opens a tunnel. Fusebox sees a tunnel at the connection
 // level only: the breaker, throttling and the concurrency limit decide
@@ -33,13 +38,19 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 			msg: "fusebox proxy: CONNECT is served over HTTP/1.1 only"})
 		return
 	}
-	ctx, cancel, e, snap, ok := p.begin(w, r, t)
+	ctx, cancel, ok := p.callerDeadline(w, r, t)
 	if !ok {
 		return
 	}
 	defer cancel()
-	up, ok := p.dialTunnel(ctx, w, r, t, e, snap)
-	e.leave() // an open tunnel holds no concurrency slot
+	e, d, ok := p.dependency(w, t)
+	if !ok {
+		return
+	}
+	up, ok := p.dialTunnel(ctx, w, r, t, d)
+	if e != nil {
+		e.leave() // an open tunnel holds no concurrency slot
+	}
 	if !ok {
 		return
 	}
@@ -51,7 +62,11 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 	}
 	p.m.requests[f][resultUpstream].Inc()
 	_ = conn.SetDeadline(time.Time{}) // the server's read deadlines end with the request
-	if _, err := io.WriteString(conn, established); err != nil {
+	answer := established
+	if e == nil {
+		answer = establishedUntracked
+	}
+	if _, err := io.WriteString(conn, answer); err != nil {
 		conn.Close()
 		up.Close()
 		return
@@ -59,44 +74,43 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 	p.tunnel(conn, brw.Reader, up)
 }
 
-// dialTunnel decides and makes the tunnel's one attempt, answering the
-// client itself when it fails.
-func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, e *depEntry,
-	snap *sharedstate.Snapshot) (net.Conn, bool) {
+// dialTunnel makes the tunnel's one attempt, a NonRetryable call of d
+// (clientlib decides and counts it), answering the client itself when it
+// fails.
+func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, d *clientlib.Dependency) (net.Conn, bool) {
 	f := formConnect
-	set := settingsOf(snap)
-	adm := p.admitFirst(t.dep, snap, e)
-	if adm.reason != "" {
-		p.answerRejected(w, f, t, adm.reason, adm.why, 0, nil)
-		return nil, false
-	}
-	timeout := set.perAttempt
-	if timeout <= 0 {
-		timeout = defaultDialTimeout
-	}
-	dctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	p.m.attempts[adm.kind].Inc()
-	start := time.Now()
-	up, err := p.dialer.DialContext(dctx, "tcp", t.dialAddr())
-	elapsed := time.Since(start)
-	probe := adm.probe
-	if err != nil {
-		switch {
-		case errors.Is(err, errOwnListener):
-			p.answerInvalid(w, f, &requestError{status: http.StatusForbidden, reason: "own-listener",
-				msg: "fusebox proxy: " + t.authority + " resolves to one of the agent's own listeners"})
-		case r.Context().Err() != nil:
-			p.m.requests[f][resultCanceled].Inc()
-		default:
-			timedOut := dctx.Err() == context.DeadlineExceeded
-			p.record(t.dep, adm.kind, &probe, verdict{failure: true, slow: timedOut || (set.slow > 0 && elapsed >= set.slow)})
-			p.answerError(w, f, t, 1, timedOut, err)
+	var (
+		up   net.Conn
+		info clientlib.CallInfo
+	)
+	err := d.Do(ctx, clientlib.NonRetryable, func(ctx context.Context, a clientlib.Attempt) error {
+		if a.Deadline.IsZero() {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, defaultDialTimeout)
+			defer cancel()
 		}
-		return nil, false
+		c, err := p.dialer.DialContext(ctx, "tcp", t.dialAddr())
+		up = c
+		return err
+	}, clientlib.WithCallInfo(&info))
+	p.counted(&info)
+	switch {
+	case err == nil:
+		return up, true
+	case errors.Is(err, errOwnListener):
+		p.answerInvalid(w, f, &requestError{status: http.StatusForbidden, reason: "own-listener",
+			msg: "fusebox proxy: " + t.authority + " resolves to one of the agent's own listeners"})
+	case r.Context().Err() != nil:
+		p.m.requests[f][resultCanceled].Inc()
+	case info.Rejected != nil:
+		p.answerRejected(w, f, t, info.Rejected.Reason, 0, nil)
+	default:
+		p.answerError(w, f, t, info.Attempts, errors.Is(err, context.DeadlineExceeded), err)
 	}
-	p.record(t.dep, adm.kind, &probe, verdict{slow: set.slow > 0 && elapsed >= set.slow})
-	return up, true
+	if up != nil { // the call failed although the dial did (the caller gave up)
+		up.Close()
+	}
+	return nil, false
 }
 
 // tunnel copies both ways until both sides are done (each half-closes the

@@ -2,36 +2,33 @@ package proxy
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
+	"net/http"
 	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
-// errTooManyDependencies: the proxy's table is full.
-var errTooManyDependencies = errors.New("fusebox proxy: too many dependencies")
-
-// depEntry is the proxy's state for one dependency: its requests in
-// flight (for the concurrency limit and the node's in-flight count).
+// depEntry is a dependency in the proxy's table: its clientlib handle (and
+// its RoundTrippers to either transport) and its requests in flight (an
+// entry with requests in flight is never forgotten).
 type depEntry struct {
 	name     string
+	dep      *clientlib.Dependency // classifying with classify
+	rt, h2c  http.RoundTripper
 	inFlight atomic.Int64
 	used     atomic.Bool // a request came since the last flush
 	evicted  atomic.Bool
 
-	// Owned by the flusher.
-	reported uint64
-	idleFrom time.Time
+	idleFrom time.Time // owned by the flusher
 }
 
-// enter counts a request in flight; it fails when the entry was evicted
-// meanwhile (look it up again).
+// enter counts a request in flight; it fails when the entry is being
+// evicted (look it up again).
 func (e *depEntry) enter() bool {
 	e.inFlight.Add(1)
 	if e.evicted.Load() {
@@ -46,93 +43,111 @@ func (e *depEntry) enter() bool {
 
 func (e *depEntry) leave() { e.inFlight.Add(-1) }
 
-// depTable holds the dependencies the proxy's requests named, at most
-// Config.MaxDependencies; idle ones are forgotten after
-// Config.IdleDependencyTTL. Lookups take no lock.
+// depTable holds the dependencies the proxy's requests named. It holds the
+// names its clientlib client tracks, no more: at most
+// Config.MaxDependencies (the client's cap), idle ones forgotten after
+// Config.IdleDependencyTTL by both. Lookups take no lock.
 type depTable struct {
 	m  sync.Map // name → *depEntry
 	n  atomic.Int64
 	mu sync.Mutex // creation and eviction
 }
 
-// entry returns dep's entry, counting one request in flight; the caller
-// calls leave. It fails with errTooManyDependencies or what Engine.Track
-// returned.
-func (p *Proxy) entry(dep string) (*depEntry, error) {
+// dependency returns the handle of t's dependency (classifying with
+// classify), and its entry in the table, counting the request in flight
+// (the caller calls e.leave). Past the table's cap e is nil: the request
+// goes through untracked, said in Fusebox-Untracked and counted. With ok
+// false it answered the request itself (an invalid dependency name).
+func (p *Proxy) dependency(w http.ResponseWriter, t *target) (e *depEntry, d *clientlib.Dependency, ok bool) {
 	for {
-		if v, ok := p.deps.m.Load(dep); ok {
+		if v, found := p.deps.m.Load(t.dep); found {
 			if e := v.(*depEntry); e.enter() {
-				return e, nil
+				return e, e.dep, true
 			}
 			continue
 		}
-		if err := p.addEntry(dep); err != nil {
-			return nil, err
+		d := p.addEntry(t.dep)
+		if d == nil {
+			continue // added (or added meanwhile): enter it
 		}
+		if err := d.Err(); err != nil {
+			p.answerInvalid(w, t.form, badRequest("invalid-dependency", "fusebox proxy: "+err.Error()))
+			return nil, nil, false
+		}
+		w.Header().Set(HeaderUntracked, "too-many-dependencies")
+		p.m.untracked.Inc()
+		return nil, d.With(clientlib.WithClassifier(classify)), true
 	}
 }
 
-func (p *Proxy) addEntry(dep string) error {
+// addEntry adds dep to the table, unless it is there already (it returns
+// nil then too); it returns the handle of a name it could not add: an
+// invalid one, or one past the cap (untracked).
+func (p *Proxy) addEntry(dep string) *clientlib.Dependency {
 	p.deps.mu.Lock()
 	defer p.deps.mu.Unlock()
 	if _, ok := p.deps.m.Load(dep); ok {
 		return nil
 	}
-	if p.deps.n.Load() >= int64(p.cfg.MaxDependencies) {
-		return fmt.Errorf("%w: the proxy tracks its limit of %d already", errTooManyDependencies, p.cfg.MaxDependencies)
+	d := p.client.Dependency(dep)
+	if d.Err() != nil || d.Untracked() {
+		return d
 	}
-	if err := p.eng.Track(dep); err != nil {
-		return err
-	}
-	p.deps.m.Store(dep, &depEntry{name: dep, idleFrom: time.Now()})
+	e := &depEntry{name: dep, dep: d.With(clientlib.WithClassifier(classify)), idleFrom: time.Now()}
+	e.rt, e.h2c = e.dep.RoundTripper(p.transport), e.dep.RoundTripper(p.h2c)
+	p.deps.m.Store(dep, e)
 	p.deps.n.Add(1)
 	return nil
 }
 
-// flush reports changed in-flight counts to the engine and forgets
-// dependencies idle for IdleDependencyTTL (all of them when final).
-func (p *Proxy) flush(now time.Time, final bool) {
-	p.deps.m.Range(func(k, v any) bool {
+// roundTripper sends t's requests through d (e's, when e is not nil), on
+// the proxy's transport for t's scheme (h2c: HTTP/2 without TLS).
+func (p *Proxy) roundTripper(e *depEntry, d *clientlib.Dependency, t *target) http.RoundTripper {
+	h2c := t.scheme == schemeH2C
+	switch {
+	case e != nil && h2c:
+		return e.h2c
+	case e != nil:
+		return e.rt
+	case h2c:
+		return d.RoundTripper(p.h2c)
+	}
+	return d.RoundTripper(p.transport)
+}
+
+// evict forgets e, in the table and in the client, unless a request
+// entered it meanwhile.
+func (p *Proxy) evict(e *depEntry) {
+	p.deps.mu.Lock()
+	defer p.deps.mu.Unlock()
+	e.evicted.Store(true)
+	if e.inFlight.Load() != 0 { // a request came in: keep it
+		e.evicted.Store(false)
+		return
+	}
+	p.deps.m.Delete(e.name)
+	p.deps.n.Add(-1)
+	p.client.Forget(e.name)
+}
+
+// flush forgets the dependencies idle for IdleDependencyTTL.
+func (p *Proxy) flush(now time.Time) {
+	p.deps.m.Range(func(_, v any) bool {
 		e := v.(*depEntry)
-		n := uint64(max(e.inFlight.Load(), 0))
-		if n != e.reported {
-			p.eng.ReportInFlight(e.name, e.reported, n)
-			e.reported = n
-		}
 		if e.used.Swap(false) {
 			e.idleFrom = now
 		}
-		if final || (n == 0 && now.Sub(e.idleFrom) >= p.cfg.IdleDependencyTTL) {
+		if e.inFlight.Load() == 0 && now.Sub(e.idleFrom) >= p.cfg.IdleDependencyTTL {
 			p.evict(e)
 		}
 		return true
 	})
 }
 
-func (p *Proxy) evict(e *depEntry) {
-	p.deps.mu.Lock()
-	e.evicted.Store(true)
-	p.deps.m.Delete(e.name)
-	p.deps.n.Add(-1)
-	p.deps.mu.Unlock()
-	// A request that entered before the eviction is still counted: hand
-	// its count back to the engine as it ends, then let go.
-	if e.reported != 0 {
-		p.eng.ReportInFlight(e.name, e.reported, 0)
-		e.reported = 0
-	}
-	p.eng.Release(e.name)
-}
-
 // flushLoop runs flush every FlushInterval until the proxy closes.
 func (p *Proxy) flushLoop() {
 	defer p.wg.Done()
-	ctxtime.Every(p.ctx, p.cfg.FlushInterval, func() { p.flush(time.Now(), false) })
-}
-
-// isRefusedName reports whether err refuses a dependency's name.
-func isRefusedName(err error) bool {
-	return errors.Is(err, sharedstate.ErrInvalidDependencyName)
+	ctxtime.Every(p.ctx, p.cfg.FlushInterval, func() { p.flush(time.Now()) })
 }
 
 // exchangeKey carries a request's exchange in its context: ServeHTTP puts

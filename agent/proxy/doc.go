@@ -1,22 +1,34 @@
 // Package proxy is the agent's HTTP egress proxy: services in any
 // language send their HTTP calls to it (HTTP_PROXY=http://127.0.0.1:7952,
 // or the reverse form with Fusebox-Upstream) and get what clientlib gives
-// Go services: the fleet's breaker, throttling and concurrency limit
-// before the first attempt, retries of idempotent requests (and of
-// requests with an Idempotency-Key) with full-jitter backoff from the
-// fleet's retry budget, per-attempt timeouts under the caller's deadline
-// (Fusebox-Timeout-Ms), Retry-After, one retrying layer
-// (Fusebox-Retry-Owner), and every outcome counted where the agent
-// gossips it. A refusal is answered at once: 503 with Retry-After and
-// Fusebox-Rejected naming the reason.
+// Go services, because the proxy makes each call with clientlib: it builds
+// the request the upstream gets and sends it through clientlib's
+// RoundTripper on the dependency's handle, whose attempt loop applies the
+// fleet's breaker, throttling and concurrency limit, retries idempotent
+// requests (and those with an Idempotency-Key) from the fleet's retry
+// budget, bounds every attempt and wait, honours Retry-After and the one
+// retrying layer (Fusebox-Retry-Owner, the calling service named as the
+// owner), and counts every outcome where the agent gossips it. The proxy
+// keeps what is a proxy's own: the forward, reverse and CONNECT forms, the
+// naming of a dependency, its table of dependencies (past its cap a
+// request goes through untracked, said in Fusebox-Untracked), streaming
+// the answer, its limits, metrics and answer headers (from
+// clientlib.CallInfo), and the guard of the agent's own listeners. A
+// refusal is answered at once: 503 with Retry-After and Fusebox-Rejected
+// naming the reason.
 //
-// The proxy decides through Engine, which the agent implements on its own
-// engine (in process, no RPC); LocalEngine adapts a bare
+// Its clientlib client decides through Engine, the agent's engine in
+// process (clientlib.Engine, plus the policy a Retry-After is computed
+// from), which the agent implements; LocalEngine adapts a bare
 // sharedstate.Engine:
 //
+//	engine, err := proxy.NewLocalEngine(sharedstate.EngineConfig{Node: "host-1"})
+//	if err != nil {
+//		return err
+//	}
 //	cfg := proxy.DefaultConfig()
 //	cfg.Addr = "127.0.0.1:0"
-//	cfg.Engine = proxy.LocalEngine{E: engine}
+//	cfg.Engine = engine
 //	p, err := proxy.New(cfg) // binds
 //	if err != nil {
 //		return err

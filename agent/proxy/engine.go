@@ -1,63 +1,77 @@
 package proxy
 
 import (
+	"sync/atomic"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// Engine is the decision path the proxy asks for every request: the
-// agent's engine, in process (the agent implements it; LocalEngine adapts
-// a bare sharedstate.Engine). Its counting rule is sharedstate.Engine's:
-// Decide counts nothing; AcquireRetry and AcquireProbe count the attempt
-// they admit (or the rejection); Record counts a first attempt with its
-// outcome, a retry's or probe's outcome alone, or one rejection.
+// Engine is the agent's engine, in process: the proxy makes its calls
+// through clientlib's attempt loop (clientlib.NewInProcess), which decides
+// and counts through it (clientlib.Engine), and reads a dependency's
+// policy to say how long a refusal lasts (Retry-After). The agent
+// implements it; LocalEngine adapts a bare sharedstate.Engine.
 //
-// All methods must be safe for concurrent use; Decide, Snapshot and Record
-// are called for every request and must not block.
+// All methods must be safe for concurrent use and must not block.
 type Engine interface {
-	// Track makes the engine track dep (so that it has a snapshot) and
-	// counts the proxy among dep's callers. It fails with an error matching
-	// sharedstate.ErrInvalidDependencyName or ErrTooManyDependencies.
-	Track(dep string) error
-	// Release undoes Track once the proxy forgets an idle dep.
-	Release(dep string)
-	// Snapshot is dep's current snapshot (nil when untracked).
-	Snapshot(dep string) *sharedstate.Snapshot
-	// Policy is dep's effective policy (asked on refusals only: the
-	// Retry-After of an open breaker).
+	clientlib.Engine
+	// Policy is dep's effective policy (asked on refusals only).
 	Policy(dep string) sharedstate.Policy
-	// Decide decides a first attempt: breaker, override and adaptive
-	// throttling. AllowProbe means "ask AcquireProbe".
-	Decide(dep string) sharedstate.Decision
-	// AcquireRetry takes a retry from the fleet budget.
-	AcquireRetry(dep string) sharedstate.Decision
-	// AcquireProbe takes this node's half-open probe permit.
-	AcquireProbe(dep string) sharedstate.Decision
-	// ProbeOutcome reports the outcome of a probe AcquireProbe admitted
-	// (slow included: half-open judges a probe as the closed rules would).
-	ProbeOutcome(dep string, o sharedstate.Outcome)
-	// Record counts one outcome.
-	Record(dep string, kind sharedstate.AttemptKind, o sharedstate.Outcome)
-	// ConcurrencyLimit is the proxy's share of dep's concurrency limit (0:
-	// none); asked only when the snapshot sets a limit.
-	ConcurrencyLimit(dep string) int
-	// ReportInFlight says that the proxy has n calls to dep in flight; old
-	// is what it reported before (0 the first time).
-	ReportInFlight(dep string, old, n uint64)
 }
 
 // LocalEngine adapts a sharedstate.Engine to Engine for a proxy that is
-// the engine's only caller (tests, tools): the proxy's concurrency share is
-// the node's, and Release forgets nothing (the engine evicts idle
-// dependencies itself). The agent wraps it to share the node's limit with
-// its clientlib sessions and to gossip probe transitions at once.
-type LocalEngine struct{ E *sharedstate.Engine }
+// the engine's only caller (tests, tools): the proxy's concurrency share
+// is the node's, and Release forgets nothing (the engine evicts idle
+// dependencies itself). Make it with NewLocalEngine, which makes the
+// engine's OnChange call Watch's hook. The agent has its own Engine, which
+// shares the node's limit with its clientlib sessions and gossips probe
+// transitions at once.
+type LocalEngine struct {
+	E     *sharedstate.Engine
+	watch atomic.Pointer[func(string)]
+}
 
-var _ Engine = LocalEngine{}
+var _ Engine = (*LocalEngine)(nil)
 
-// Track implements Engine.
-func (l LocalEngine) Track(dep string) error {
+// NewLocalEngine returns a LocalEngine on a new engine made of cfg, whose
+// OnChange (cfg's, if any, is called first) calls the Watch hook.
+func NewLocalEngine(cfg sharedstate.EngineConfig) (*LocalEngine, error) {
+	l := &LocalEngine{}
+	prev := cfg.OnChange
+	cfg.OnChange = func(dep string) {
+		if prev != nil {
+			prev(dep)
+		}
+		l.Changed(dep)
+	}
+	e, err := sharedstate.NewEngine(cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.E = e
+	return l, nil
+}
+
+// Changed calls the Watch hook with dep: the engine's OnChange.
+func (l *LocalEngine) Changed(dep string) {
+	if f := l.watch.Load(); f != nil {
+		(*f)(dep)
+	}
+}
+
+// Watch implements clientlib.Engine.
+func (l *LocalEngine) Watch(f func(dep string)) {
+	if f == nil {
+		l.watch.Store(nil)
+		return
+	}
+	l.watch.Store(&f)
+}
+
+// Track implements clientlib.Engine.
+func (l *LocalEngine) Track(dep string) error {
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
 		return err
 	}
@@ -67,45 +81,44 @@ func (l LocalEngine) Track(dep string) error {
 	return l.E.AddCounts(dep, sharedstate.Counts{})
 }
 
-// Release implements Engine.
-func (LocalEngine) Release(string) {}
+// Release implements clientlib.Engine.
+func (*LocalEngine) Release(string) {}
 
-// Snapshot implements Engine.
-func (l LocalEngine) Snapshot(dep string) *sharedstate.Snapshot { return l.E.Snapshot(dep) }
+// Snapshot implements clientlib.Engine.
+func (l *LocalEngine) Snapshot(dep string) *sharedstate.Snapshot { return l.E.Snapshot(dep) }
 
 // Policy implements Engine.
-func (l LocalEngine) Policy(dep string) sharedstate.Policy { return l.E.Policy(dep) }
+func (l *LocalEngine) Policy(dep string) sharedstate.Policy { return l.E.Policy(dep) }
 
-// Decide implements Engine.
-func (l LocalEngine) Decide(dep string) sharedstate.Decision {
+// Decide implements clientlib.Engine.
+func (l *LocalEngine) Decide(dep string) sharedstate.Decision {
 	return l.E.Decide(dep, sharedstate.FirstAttempt)
 }
 
-// AcquireRetry implements Engine.
-func (l LocalEngine) AcquireRetry(dep string) sharedstate.Decision { return l.E.AcquireRetry(dep) }
+// AcquireRetry implements clientlib.Engine.
+func (l *LocalEngine) AcquireRetry(dep string) sharedstate.Decision { return l.E.AcquireRetry(dep) }
 
-// AcquireProbe implements Engine.
-func (l LocalEngine) AcquireProbe(dep string) sharedstate.Decision { return l.E.AcquireProbe(dep) }
+// AcquireProbe implements clientlib.Engine.
+func (l *LocalEngine) AcquireProbe(dep string) sharedstate.Decision { return l.E.AcquireProbe(dep) }
 
-// ProbeOutcome implements Engine.
-func (l LocalEngine) ProbeOutcome(dep string, o sharedstate.Outcome) { l.E.ProbeOutcome(dep, o) }
+// ProbeOutcome implements clientlib.Engine.
+func (l *LocalEngine) ProbeOutcome(dep string, o sharedstate.Outcome) { l.E.ProbeOutcome(dep, o) }
 
-// Record implements Engine. An untracked name past the engine's cap is
-// dropped (Track refused it already).
-func (l LocalEngine) Record(dep string, kind sharedstate.AttemptKind, o sharedstate.Outcome) {
-	_ = l.E.Record(dep, kind, o)
+// AddCounts implements clientlib.Engine.
+func (l *LocalEngine) AddCounts(dep string, c sharedstate.Counts) error {
+	return l.E.AddCounts(dep, c)
 }
 
-// ConcurrencyLimit implements Engine: the node's share.
-func (l LocalEngine) ConcurrencyLimit(dep string) int {
+// ConcurrencyLimit implements clientlib.Engine: the node's share.
+func (l *LocalEngine) ConcurrencyLimit(dep string) int {
 	if s := l.E.Snapshot(dep); s != nil {
 		return s.ConcurrencyLimit
 	}
 	return 0
 }
 
-// ReportInFlight implements Engine.
-func (l LocalEngine) ReportInFlight(dep string, _, n uint64) { _ = l.E.SetInFlight(dep, n) }
+// ReportInFlight implements clientlib.Engine.
+func (l *LocalEngine) ReportInFlight(dep string, _, n uint64) { _ = l.E.SetInFlight(dep, n) }
 
 // retryAfter is the Retry-After of a refusal of dep: until the breaker
 // turns half-open when it is open (policy's openDuration for its

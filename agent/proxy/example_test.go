@@ -19,10 +19,10 @@ func ExampleNew() {
 	}))
 	defer upstream.Close()
 
-	engine, _ := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "host-1"})
+	engine, _ := proxy.NewLocalEngine(sharedstate.EngineConfig{Node: "host-1"})
 	cfg := proxy.DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.Engine = proxy.LocalEngine{E: engine}
+	cfg.Engine = engine
 	p, err := proxy.New(cfg)
 	if err != nil {
 		fmt.Println(err)

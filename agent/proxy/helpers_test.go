@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 // testPolicy: 5 requests trip a breaker that then stays open for the
@@ -49,10 +51,11 @@ type harness struct {
 
 func newHarness(t *testing.T, policy func(*sharedstate.Policy), config func(*Config)) *harness {
 	t.Helper()
-	eng, err := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "node-1"})
+	le, err := NewLocalEngine(sharedstate.EngineConfig{Node: "node-1"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	eng := le.E
 	pol := testPolicy()
 	if policy != nil {
 		policy(&pol)
@@ -63,7 +66,7 @@ func newHarness(t *testing.T, policy func(*sharedstate.Policy), config func(*Con
 	reg := prometheus.NewRegistry()
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
-	cfg.Engine = LocalEngine{E: eng}
+	cfg.Engine = le
 	cfg.Registerer = reg
 	cfg.Random = func() uint64 { return 0 } // no backoff wait
 	cfg.ShutdownTimeout = 2 * time.Second
@@ -181,9 +184,8 @@ func (h *harness) counter(name string, labels ...string) float64 {
 	return 0
 }
 
-// window is dep's local window totals in the engine.
-func (h *harness) window(dep string) sharedstate.Counts {
-	h.t.Helper()
+// counts is dep's local window totals in the engine now.
+func (h *harness) counts(dep string) sharedstate.Counts {
 	h.eng.RowsToSend() // brings the rows LocalRows returns up to date
 	for _, r := range h.eng.LocalRows() {
 		if r.Dependency == dep {
@@ -191,6 +193,19 @@ func (h *harness) window(dep string) sharedstate.Counts {
 		}
 	}
 	return sharedstate.Counts{}
+}
+
+// window waits until dep's local window in the engine satisfies ok (the
+// proxy's client adds its counts every FlushInterval), and fails the test
+// with what it is when it does not within 10 s; want says what ok wants.
+func (h *harness) window(dep, want string, ok func(c sharedstate.Counts) bool) {
+	h.t.Helper()
+	sstest.EventuallyNoError(h.t, 10*time.Second, "the counts of "+dep, func() error {
+		if c := h.counts(dep); !ok(c) {
+			return fmt.Errorf("window %+v, want %s", c, want)
+		}
+		return nil
+	})
 }
 
 // rawRequest writes raw to the proxy and returns the status line and the

@@ -33,7 +33,7 @@ var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid",
 // rejectReasons are the values of Fusebox-Rejected (the reason label of
 // rejected_total, dashes as underscores).
 var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
-	"budget-exhausted", "too-many-dependencies"}
+	"budget-exhausted"}
 
 // invalidReasons are the values of Fusebox-Error for requests the proxy
 // refuses for what they are (the reason label of invalid_requests_total).
@@ -50,6 +50,7 @@ type metrics struct {
 	unbuffered  prometheus.Counter
 	buffersFull prometheus.Counter
 	stalled     prometheus.Counter
+	untracked   prometheus.Counter
 	connsRef    [numRefusals]prometheus.Counter
 	all         []prometheus.Collector
 	docs        []MetricDoc
@@ -96,7 +97,7 @@ func newMetrics(p *Proxy) *metrics {
 		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
 	}
 	m.rejected = counterVec("rejected_total",
-		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry, too_many_dependencies).",
+		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry).",
 		"reason")
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first
@@ -113,6 +114,8 @@ func newMetrics(p *Proxy) *metrics {
 		"Request bodies streamed to a single attempt because the buffered bodies held the whole budget (Fusebox-Not-Retried: buffers-full).")
 	m.stalled = counter("body_timeouts_total",
 		"Requests whose body did not arrive within the body timeout: the client's connection was closed without an answer.")
+	m.untracked = counter("untracked_requests_total",
+		"Requests forwarded untracked because the proxy's table of dependencies was full (Fusebox-Untracked: too-many-dependencies): one attempt, no breaker, nothing counted.")
 	refused := counterVec("connections_refused_total",
 		"Client connections refused (answered 503 and closed), by reason (max_conns: the proxy's connection limit; max_conns_per_client: the limit of one client address).",
 		"reason")

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/clientlib"
 )
 
 // ErrClosed is returned by Serve after Close.
@@ -25,6 +27,7 @@ var ErrClosed = errors.New("proxy: closed")
 type Proxy struct {
 	cfg    Config
 	eng    Engine
+	client *clientlib.Client // decides, makes and counts every call, through eng
 	lg     *slog.Logger
 	random func() uint64
 
@@ -141,6 +144,21 @@ func New(cfg Config) (_ *Proxy, err error) {
 		MaxHeaderBytes: 2 * cfg.MaxHeaderBytes,
 		ErrorLog:       slog.NewLogLogger(p.lg.Handler(), slog.LevelDebug),
 	}
+	// The proxy's calls go through clientlib's attempt loop, deciding and
+	// counting through the engine in process; its table is the client's
+	// (same cap, forgotten together).
+	p.client, err = clientlib.NewInProcess(clientlib.Config{
+		Service: cfg.Service, MaxDependencies: cfg.MaxDependencies, Random: p.random, Logger: p.lg,
+		FlushInterval: min(cfg.FlushInterval, clientlib.DefaultFlushInterval),
+	}, cfg.Engine)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			p.client.Close()
+		}
+	}()
 	if cfg.Registerer != nil {
 		if err := p.m.register(cfg.Registerer); err != nil {
 			return nil, err
@@ -176,8 +194,9 @@ func (p *Proxy) Serve() error {
 // that callers with kept-alive connections move on without an error; then
 // it lets the requests in flight finish (until ShutdownTimeout, then
 // cancels them), closes open CONNECT tunnels, stops the flush loop and
-// hands every dependency back to the engine (in-flight counts to 0,
-// Release). It waits for every goroutine it started and is idempotent.
+// closes its clientlib client, which reports its last counts and hands
+// every dependency back to the engine (in-flight counts to 0, Release).
+// It waits for every goroutine it started and is idempotent.
 func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() {
 		start := time.Now()
@@ -198,7 +217,7 @@ func (p *Proxy) Close() error {
 		p.wg.Wait()
 		p.transport.CloseIdleConnections()
 		p.h2c.CloseIdleConnections()
-		p.flush(time.Now(), true)
+		p.client.Close()
 	})
 	return nil
 }

@@ -42,9 +42,9 @@ const (
 	HeaderAttempts = "Fusebox-Attempts"
 	// HeaderRejected names why Fusebox refused an attempt: open,
 	// forced-open, half-open-no-permit, throttled, concurrency-limit,
-	// budget-exhausted (a retry), too-many-dependencies; and on a
-	// connection refused at once, too-many-connections or
-	// too-many-client-connections.
+	// budget-exhausted (a retry); and on a connection refused at once,
+	// too-many-connections or too-many-client-connections (the listener's
+	// caps).
 	HeaderRejected = "Fusebox-Rejected"
 	// HeaderNotRetried says why a request that may be retried was given a
 	// single attempt: body-too-large, buffers-full (the buffered bodies
@@ -60,6 +60,9 @@ const (
 	// upgrade-unsupported), or why it is forbidden (own-listener,
 	// not-allowed).
 	HeaderError = "Fusebox-Error"
+	// HeaderUntracked says that the proxy forwarded the request untracked
+	// (one attempt, no breaker, nothing counted): too-many-dependencies.
+	HeaderUntracked = "Fusebox-Untracked"
 )
 
 // maxOwnerLen bounds Fusebox-Service and Fusebox-Retry-Owner, as clientlib does.
@@ -95,6 +98,7 @@ type target struct {
 	// named it.
 	authority string
 	dep       string
+	route     string // the dependency a route named (the default retry owner)
 }
 
 // dialAddr is host:port.
@@ -213,6 +217,9 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 	}
 	if depHeader != "" {
 		t.dep = depHeader
+	}
+	if routed != "" && t.dep == routed {
+		t.route = routed // the default retry owner
 	}
 	return t, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/clientlib"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Defaults of the Deduper's options.
@@ -37,7 +38,8 @@ const (
 	HeaderReplayed = "Idempotent-Replayed"
 	// HeaderStatus says why the Deduper answered itself: "in-progress",
 	// "mismatch", "invalid-key", "not-stored", "store-unavailable",
-	// "request-too-large".
+	// "request-too-large", or "panicked" (the stored answer of a handler
+	// that panicked).
 	HeaderStatus = "Fusebox-Idempotency"
 
 	metadataReplayed = "idempotent-replayed"
@@ -276,7 +278,7 @@ const (
 func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *Record, error) {
 	var (
 		giveUp  *time.Timer // MaxWait, started at the first wait
-		wait    = 5 * time.Millisecond
+		wait    = backoff.New(backoff.Policy{Base: 5 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: backoff.None}, nil)
 		expired bool
 	)
 	defer func() {
@@ -304,7 +306,7 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 				d.m.waiting.Inc()
 				giveUp = time.NewTimer(d.cfg.maxWait)
 			}
-			timer := time.NewTimer(wait)
+			timer := time.NewTimer(wait.Next())
 			select {
 			case <-timer.C:
 			case <-giveUp.C:
@@ -318,7 +320,6 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 				// still held the key: nothing more to learn in time.
 				return inProgress, "", rec, ctx.Err()
 			}
-			wait = min(2*wait, 100*time.Millisecond)
 			if rec, err = d.store.Get(ctx, key); err != nil {
 				return d.storeFailed(ctx, err)
 			}
@@ -342,19 +343,20 @@ func (d *Deduper) storeFailed(ctx context.Context, err error) (verdict, string, 
 	return unavailable, "", nil, err
 }
 
-// finish stores resp under the reservation, or releases the key when the
-// handler failed in a way a retry may fix.
-func (d *Deduper) finish(key, token, fp string, resp *Response, release bool) {
+// settle ends a run of the handler: it releases the key when the handler
+// called NothingRan, and otherwise stores resp, whatever its status, as
+// the key's outcome (counted as outcome).
+func (d *Deduper) settle(key, token, fp string, r *handlerRun, resp *Response, outcome string) {
 	// The request's context may be done (the caller went away); the record
 	// must still be written.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	var err error
-	if release {
+	if r.nothingRan.Load() {
 		d.m.requests.WithLabelValues("released").Inc()
 		err = d.store.Release(ctx, key, token)
 	} else {
-		d.m.requests.WithLabelValues("executed").Inc()
+		d.m.requests.WithLabelValues(outcome).Inc()
 		err = d.store.Complete(ctx, key, token, &Record{Fingerprint: fp, Completed: true, Response: *resp}, d.cfg.resultTTL)
 	}
 	switch {

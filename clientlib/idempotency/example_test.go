@@ -94,3 +94,39 @@ func ExampleDeduper_Middleware_withClientlib() {
 	fmt.Println(resp.StatusCode, "replayed:", resp.Header.Get(idempotency.HeaderReplayed), "charges:", charges)
 	// Output: 201 replayed: true charges: 1
 }
+
+// A handler whose request had no effect says so with NothingRan: the
+// Deduper then releases the key instead of storing the answer, and the
+// retry runs. Without it, every answer of a handler that started is stored
+// and replayed, 5xx included, because a retrier repeats 502, 503 and 504
+// and the Deduper cannot know what a failed handler did.
+func ExampleNothingRan() {
+	store, _ := idempotency.NewMemoryStore(idempotency.MemoryConfig{})
+	dd, _ := idempotency.New(store)
+	ledgerUp, charges := false, 0
+	h := dd.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ledgerUp {
+			// Refused before anything was charged: a retry may run again.
+			idempotency.NothingRan(r.Context())
+			http.Error(w, "ledger unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		charges++
+		w.WriteHeader(http.StatusCreated)
+	}))
+
+	for _, up := range []bool{false, true, true} {
+		ledgerUp = up
+		req := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{"amount": 100}`))
+		req.Header.Set("Idempotency-Key", "order-1001")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		fmt.Println(w.Code, "replayed:", w.Header().Get(idempotency.HeaderReplayed) == "true")
+	}
+	fmt.Println("charged", charges, "time")
+	// Output:
+	// 503 replayed: false
+	// 201 replayed: false
+	// 201 replayed: true
+	// charged 1 time
+}

@@ -31,14 +31,19 @@ func grpcOwner(ctx context.Context) string {
 // UnaryServerInterceptor is Middleware for gRPC unary handlers, keyed by
 // the idempotency-key metadata clientlib's client interceptor sends. The
 // fingerprint is the full method and the deterministically marshalled
-// request; the stored outcome is the response message or the error's
-// status (with details); response header metadata is not stored. Codes:
-// a duplicate still running after the wait gets Aborted, a mismatched
-// request InvalidArgument, a completed one whose response was too large
+// request. Once the handler has started, its outcome is stored, whatever
+// it is: the response message, or the error's status (with details; an
+// error that is not a status is stored as the server sends it, Unknown,
+// or Canceled and DeadlineExceeded for context errors), Unavailable and
+// the other codes a client retries included; response header metadata is
+// not stored. A handler that calls NothingRan(ctx) has its key released
+// instead, so a retry runs again; one that panics is stored as Internal
+// (what it did is unknown) unless it called NothingRan first. Codes of
+// the Deduper's own answers, none of them stored: a duplicate still
+// running after the wait gets Aborted, a mismatched request
+// InvalidArgument, a completed one whose response was not kept
 // FailedPrecondition, a failing store (FailClosed) Unavailable; Aborted
-// and Unavailable carry a grpc-retry-pushback-ms trailer. Unavailable,
-// ResourceExhausted, Aborted, DeadlineExceeded, Canceled, Internal,
-// Unknown and DataLoss from the handler release the key. A replayed
+// and Unavailable carry a grpc-retry-pushback-ms trailer. A replayed
 // answer carries the header metadata idempotent-replayed: true.
 func (d *Deduper) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -90,59 +95,68 @@ func (d *Deduper) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 }
 
 func (d *Deduper) runGRPC(ctx context.Context, req any, handler grpc.UnaryHandler, key, token, fp string) (any, error) {
-	finished := false
+	st := &handlerRun{}
+	panicked := true
 	defer func() {
-		if !finished { // the handler panicked
-			d.finish(key, token, fp, nil, true)
+		if panicked { // store what a retry must see, and let the panic go on
+			d.settle(key, token, fp, st, panicResponseGRPC(), "panicked")
 		}
 	}()
-	resp, herr := handler(ctx, req)
-	finished = true
-	out := &Response{}
-	if herr != nil {
-		st := status.Convert(herr)
-		if releaseGRPC(st.Code()) {
-			d.finish(key, token, fp, nil, true)
-			return resp, herr
-		}
-		out.Status = int(st.Code())
-		out.Message = st.Message()
-		out.Body, _ = proto.Marshal(st.Proto())
-		if out.Size = int64(len(out.Body)); out.Size > d.cfg.maxResponse {
-			out.Body, out.Omitted = nil, true
-		}
-	} else if m, ok := resp.(proto.Message); ok {
-		b, err := proto.Marshal(m)
-		if err != nil { // cannot be stored: do not pin the key
-			d.finish(key, token, fp, nil, true)
-			return resp, herr
-		}
-		out.MessageType = string(m.ProtoReflect().Descriptor().FullName())
-		out.Body, out.Size = b, int64(len(b))
-		if out.Size > d.cfg.maxResponse {
-			out.Body, out.Omitted = nil, true
-		}
-	} else {
-		d.finish(key, token, fp, nil, true)
-		return resp, herr
-	}
-	d.finish(key, token, fp, out, false)
+	resp, herr := handler(withRun(ctx, st), req)
+	panicked = false
+	d.settle(key, token, fp, st, d.responseGRPC(resp, herr), "executed")
 	return resp, herr
 }
 
-func releaseGRPC(c codes.Code) bool {
-	switch c {
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded,
-		codes.Canceled, codes.Internal, codes.Unknown, codes.DataLoss:
-		return true
+// responseGRPC is the record of a handler's outcome. A response that
+// cannot be marshalled (not a proto.Message, or marshalling fails) is
+// recorded as completed but not kept, like one over MaxResponseBytes.
+func (d *Deduper) responseGRPC(resp any, herr error) *Response {
+	out := &Response{}
+	if herr != nil {
+		st := statusOf(herr)
+		out.Status, out.Message = int(st.Code()), st.Message()
+		out.Body, _ = proto.Marshal(st.Proto())
+	} else if m, ok := resp.(proto.Message); ok {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return &Response{Omitted: true}
+		}
+		out.MessageType = string(m.ProtoReflect().Descriptor().FullName())
+		out.Body = b
+	} else {
+		return &Response{Omitted: true}
 	}
-	return false
+	if out.Size = int64(len(out.Body)); out.Size > d.cfg.maxResponse {
+		out.Body, out.Omitted = nil, true
+	}
+	return out
+}
+
+// statusOf is the status a gRPC server sends for a handler's error.
+func statusOf(err error) *status.Status {
+	if st, ok := status.FromError(err); ok {
+		return st
+	}
+	return status.FromContextError(err)
+}
+
+// panicResponseGRPC is the record of a handler that panicked: Internal.
+func panicResponseGRPC() *Response {
+	st := status.New(codes.Internal, "idempotency: the handler of the request with this idempotency-key panicked after it started; "+
+		"what it did is unknown, so it is not run again under this key")
+	b, _ := proto.Marshal(st.Proto())
+	return &Response{Status: int(codes.Internal), Message: st.Message(), Body: b, Size: int64(len(b))}
 }
 
 func (d *Deduper) replayGRPC(ctx context.Context, rec *Record) (any, error) {
 	r := &rec.Response
 	if r.Omitted {
 		d.m.requests.WithLabelValues("not_stored").Inc()
+		if r.Size == 0 {
+			return nil, status.Error(codes.FailedPrecondition,
+				"idempotency: the request with this idempotency-key completed, but its response could not be kept for replay")
+		}
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"idempotency: the request with this idempotency-key completed, but its %d-byte response was too large to keep for replay", r.Size)
 	}

@@ -42,19 +42,32 @@ func (h *healthServer) Check(ctx context.Context, r *healthpb.HealthCheckRequest
 		<-h.gate
 	}
 	switch r.GetService() {
-	case "unavailable-once":
+	case "unavailable":
+		return nil, status.Errorf(codes.Unavailable, "charged, then the ledger timed out (run %d)", n)
+	case "nothing-ran-once":
 		if n == 1 {
-			return nil, status.Error(codes.Unavailable, "busy")
+			NothingRan(ctx)
+			return nil, status.Error(codes.Unavailable, "the ledger refused before charging")
 		}
+	case "context":
+		return nil, context.Canceled
+	case "panic":
+		panic("charged, then a nil map")
 	case "not-found":
 		return nil, status.Errorf(codes.NotFound, "no such order (run %d)", n)
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_ServingStatus(n)}, nil
 }
 
-// grpcPair starts a gRPC server with d's interceptor on a unix socket and
-// returns a client.
-func grpcPair(t *testing.T, d *Deduper, h *healthServer) healthpb.HealthClient {
+func (h *healthServer) runsOf(service string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seen[service]
+}
+
+// grpcPair starts a gRPC server with the outer interceptors, then d's, on a
+// unix socket and returns a client.
+func grpcPair(t *testing.T, d *Deduper, h *healthServer, outer ...grpc.UnaryServerInterceptor) healthpb.HealthClient {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "idem")
 	if err != nil {
@@ -65,7 +78,7 @@ func grpcPair(t *testing.T, d *Deduper, h *healthServer) healthpb.HealthClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(d.UnaryServerInterceptor()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(append(outer, d.UnaryServerInterceptor())...))
 	healthpb.RegisterHealthServer(srv, h)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
@@ -120,16 +133,29 @@ func TestGRPCSemantics(t *testing.T) {
 	if n := h.runs.Load(); n != 4 {
 		t.Fatalf("handler ran %d times, want 4", n)
 	}
-	// A retryable error releases the key: the retry runs.
-	if _, _, err := call(keyed("k2", ""), "unavailable-once"); status.Code(err) != codes.Unavailable {
+	// A retryable error is stored too: the handler started, what it did
+	// is unknown.
+	_, _, err1 := call(keyed("k2", ""), "unavailable")
+	_, hdr, err2 := call(keyed("k2", ""), "unavailable")
+	if status.Code(err2) != codes.Unavailable || err1.Error() != err2.Error() || hdr.Get(metadataReplayed)[0] != "true" {
+		t.Fatalf("retry after Unavailable: %v (header %v), want the replay of %v", err2, hdr, err1)
+	}
+	// Unless the handler said NothingRan: then the retry runs.
+	if _, _, err := call(keyed("k2n", ""), "nothing-ran-once"); status.Code(err) != codes.Unavailable {
 		t.Fatalf("first: %v, want Unavailable", err)
 	}
-	if r, hdr, err := call(keyed("k2", ""), "unavailable-once"); err != nil || len(hdr.Get(metadataReplayed)) != 0 || r.GetStatus() != 2 {
-		t.Fatalf("retry after Unavailable: %v %v %v, want a second run", r, hdr, err)
+	if r, hdr, err := call(keyed("k2n", ""), "nothing-ran-once"); err != nil || len(hdr.Get(metadataReplayed)) != 0 || r.GetStatus() != 2 {
+		t.Fatalf("retry after NothingRan: %v %v %v, want a second run", r, hdr, err)
+	}
+	// A context error is stored as the server sends it.
+	_, _, err1 = call(keyed("k2c", ""), "context")
+	_, hdr, err2 = call(keyed("k2c", ""), "context")
+	if status.Code(err1) != codes.Canceled || status.Code(err2) != codes.Canceled || hdr.Get(metadataReplayed)[0] != "true" || h.runsOf("context") != 1 {
+		t.Fatalf("context error: %v then %v (header %v), runs %d; want Canceled replayed", err1, err2, hdr, h.runsOf("context"))
 	}
 	// A final error is pinned and replayed with its message.
-	_, _, err1 := call(keyed("k3", ""), "not-found")
-	_, hdr, err2 := call(keyed("k3", ""), "not-found")
+	_, _, err1 = call(keyed("k3", ""), "not-found")
+	_, hdr, err2 = call(keyed("k3", ""), "not-found")
 	if status.Code(err2) != codes.NotFound || err1.Error() != err2.Error() || hdr.Get(metadataReplayed)[0] != "true" {
 		t.Fatalf("replayed error %v (header %v), want %v", err2, hdr, err1)
 	}
@@ -172,5 +198,32 @@ func TestGRPCLargeResponseNotStored(t *testing.T) {
 	}
 	if _, err := c.Check(keyed("k", ""), &healthpb.HealthCheckRequest{Service: "x"}); status.Code(err) != codes.FailedPrecondition || h.runs.Load() != 1 {
 		t.Fatalf("duplicate of a too-large answer: %v, runs %d; want FailedPrecondition, one run", err, h.runs.Load())
+	}
+}
+
+// recoverPanics turns a handler's panic into Internal, as a recovery
+// interceptor in front of the Deduper does (without one, the process
+// ends).
+func recoverPanics(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(codes.Internal, "recovered: %v", p)
+		}
+	}()
+	return handler(ctx, req)
+}
+
+func TestGRPCPanicIsStored(t *testing.T) {
+	h := &healthServer{seen: map[string]int{}}
+	c := grpcPair(t, newDeduper(t, memStore(t, MemoryConfig{})), h, recoverPanics)
+	if _, err := c.Check(keyed("k", ""), &healthpb.HealthCheckRequest{Service: "panic"}); status.Code(err) != codes.Internal ||
+		!strings.Contains(err.Error(), "recovered: charged, then a nil map") {
+		t.Fatalf("first: %v, want the recovered panic", err)
+	}
+	var hdr metadata.MD
+	_, err := c.Check(keyed("k", ""), &healthpb.HealthCheckRequest{Service: "panic"}, grpc.Header(&hdr))
+	if status.Code(err) != codes.Internal || !strings.Contains(err.Error(), "panicked after it started") ||
+		hdr.Get(metadataReplayed)[0] != "true" || h.runsOf("panic") != 1 {
+		t.Fatalf("retry after a panic: %v (header %v), runs %d; want Internal replayed, one run", err, hdr, h.runsOf("panic"))
 	}
 }

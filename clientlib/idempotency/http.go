@@ -16,25 +16,33 @@ const retryAfterSeconds = "1"
 // Middleware deduplicates requests carrying an Idempotency-Key header
 // (requests without one pass through untouched):
 //
-//   - the first request with a key (in its scope, see HTTPScope) runs; its
-//     status, selected headers (StoredHeaders) and body (up to
-//     MaxResponseBytes) are stored for ResultTTL;
+//   - the first request with a key (in its scope, see HTTPScope) runs; once
+//     its handler has started, its answer, whatever the status (5xx
+//     included), is stored for ResultTTL: status, selected headers
+//     (StoredHeaders) and body (up to MaxResponseBytes);
+//   - unless the handler calls NothingRan(r.Context()): then its key is
+//     released when it returns, and a retry runs again;
+//   - a handler that panics is stored as 500 with Fusebox-Idempotency:
+//     panicked (what it did is unknown), and the panic goes on; after
+//     NothingRan the key is released instead;
 //   - a duplicate that arrives while the first runs waits for it, at most
 //     MaxWait and its own context's deadline, then gets the stored answer or
 //     409 Conflict with Retry-After and Fusebox-Idempotency: in-progress;
 //   - a completed duplicate gets the stored answer with Idempotent-Replayed:
 //     true;
 //   - a key reused with another method, path and query, or body gets 422;
-//   - a first request answered 408, 429 or 5xx (or whose handler panicked)
-//     does not pin that answer: the key is released and a retry runs again;
 //   - a key that is not 1–1024 bytes of printable ASCII gets 400, a body
 //     over MaxRequestBytes 413, and a failing store 503 with Retry-After
 //     and Fusebox-Idempotency: store-unavailable (FailClosed; also when
 //     the store's failure comes after the request's deadline) or an
-//     unrecorded run (FailOpen, while the request's context is live).
+//     unrecorded run (FailOpen, while the request's context is live). None
+//     of these answers is stored: the handler did not start.
 //
 // Put it inside clientlib's Middleware so that the duplicate's wait ends at
-// the caller's propagated deadline.
+// the caller's propagated deadline, and right around the handler whose
+// effect it guards: a refusal made between it and that handler (a rate
+// limit, an authorisation check) is stored like any answer unless it calls
+// NothingRan.
 func (d *Deduper) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := r.Header.Get(clientlib.HeaderIdempotencyKey)
@@ -102,22 +110,26 @@ func (d *Deduper) refuse(w http.ResponseWriter, code int, outcome, reason, msg s
 }
 
 func (d *Deduper) runHTTP(w http.ResponseWriter, r *http.Request, next http.Handler, key, token, fp string) {
+	st := &handlerRun{}
 	rw := &recorder{w: w, max: d.cfg.maxResponse, headers: d.cfg.headers}
-	finished := false
+	panicked := true
 	defer func() {
-		if !finished { // the handler panicked: free the key, let the panic go on
-			d.finish(key, token, fp, nil, true)
+		if panicked { // store what a retry must see, and let the panic go on
+			d.settle(key, token, fp, st, panicResponseHTTP(), "panicked")
 		}
 	}()
-	next.ServeHTTP(rw, r)
-	finished = true
-	resp := rw.response()
-	d.finish(key, token, fp, resp, releaseHTTP(resp.Status))
+	next.ServeHTTP(rw, r.WithContext(withRun(r.Context(), st)))
+	panicked = false
+	d.settle(key, token, fp, st, rw.response(), "executed")
 }
 
-// releaseHTTP: answers that say "not done, try again" do not pin the key.
-func releaseHTTP(code int) bool {
-	return code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500
+// panicResponseHTTP is the record of a handler that panicked: 500, and the
+// reason in Fusebox-Idempotency and the body.
+func panicResponseHTTP() *Response {
+	body := []byte("idempotency: the handler of the request with this Idempotency-Key panicked after it started; " +
+		"what it did is unknown, so it is not run again under this key\n")
+	return &Response{Status: http.StatusInternalServerError, Body: body, Size: int64(len(body)),
+		Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}, HeaderStatus: {"panicked"}}}
 }
 
 func (d *Deduper) replayHTTP(w http.ResponseWriter, rec *Record) {

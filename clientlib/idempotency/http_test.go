@@ -1,11 +1,14 @@
 package idempotency
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -118,43 +121,93 @@ func TestHTTPSemantics(t *testing.T) {
 		}
 	})
 
-	t.Run("retryable failures release the key", func(t *testing.T) {
+	t.Run("every answer of a started handler is stored, 5xx included", func(t *testing.T) {
 		for _, code := range []int{408, 429, 500, 502, 503, 504} {
 			var runs int
 			mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				runs++
+				w.Header().Set("Content-Type", "text/plain")
+				w.WriteHeader(code)
+				io.WriteString(w, "charged, then failed")
+			}))
+			first := req{key: "k"}.do(mw)
+			for range 2 {
+				w := req{key: "k"}.do(mw)
+				if w.Code != code || runs != 1 || w.Header().Get(HeaderReplayed) != "true" || w.Body.String() != first.Body.String() ||
+					w.Header().Get("Content-Type") != "text/plain" {
+					t.Fatalf("after a %d: answer %d %q %v, runs %d; want the %d replayed, one run", code, w.Code, w.Body, w.Header(), runs, code)
+				}
+			}
+		}
+	})
+
+	t.Run("NothingRan releases the key whatever the answer", func(t *testing.T) {
+		for _, code := range []int{201, 402, 503} {
+			var runs int
+			var said []bool
+			mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				runs++
 				if runs == 1 {
-					http.Error(w, "not now", code)
+					said = append(said, NothingRan(r.Context()))
+					w.WriteHeader(code)
 					return
 				}
 				w.WriteHeader(http.StatusCreated)
 			}))
-			if w := (req{key: "k"}).do(mw); w.Code != code {
-				t.Fatalf("first answer %d, want %d", w.Code, code)
+			if w := (req{key: "k"}).do(mw); w.Code != code || w.Header().Get(HeaderReplayed) != "" {
+				t.Fatalf("first answer %d %v, want the handler's %d", w.Code, w.Header(), code)
 			}
 			if w := (req{key: "k"}).do(mw); w.Code != http.StatusCreated || runs != 2 || w.Header().Get(HeaderReplayed) != "" {
-				t.Fatalf("after a %d: answer %d, runs %d; want the retry to run", code, w.Code, runs)
+				t.Fatalf("after NothingRan and %d: answer %d, runs %d; want the retry to run", code, w.Code, runs)
+			}
+			if w := (req{key: "k"}).do(mw); w.Code != http.StatusCreated || runs != 2 || w.Header().Get(HeaderReplayed) != "true" {
+				t.Fatalf("the run after the release: answer %d, runs %d; want it stored and replayed", w.Code, runs)
+			}
+			if len(said) != 1 || !said[0] {
+				t.Fatalf("NothingRan reported %v, want true (a key was held)", said)
 			}
 		}
 	})
 
-	t.Run("client errors are pinned and replayed", func(t *testing.T) {
+	t.Run("NothingRan outside a keyed run reports false", func(t *testing.T) {
+		var said []bool
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { said = append(said, NothingRan(r.Context())) })
+		serve(newDeduper(t, memStore(t, MemoryConfig{})).Middleware(h), httpRequest(http.MethodPost, "/orders", "", "x"))
+		serve(newDeduper(t, brokenStore{}, OnStoreError(FailOpen)).Middleware(h), httpRequest(http.MethodPost, "/orders", "k", "x"))
+		serve(h, httpRequest(http.MethodPost, "/orders", "k", "x"))
+		if len(said) != 3 || said[0] || said[1] || said[2] {
+			t.Fatalf("NothingRan reported %v; want false without a key, failing open, and without a Deduper", said)
+		}
+	})
+
+	t.Run("a panicking handler is stored as 500, not run again", func(t *testing.T) {
 		var runs int
 		mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs++
-			http.Error(w, "card declined", http.StatusPaymentRequired)
+			w.WriteHeader(http.StatusCreated) // a partial answer is not what is stored
+			panic("charged, then a nil map")
 		}))
-		req{key: "k"}.do(mw)
-		if w := (req{key: "k"}).do(mw); w.Code != http.StatusPaymentRequired || runs != 1 || w.Header().Get(HeaderReplayed) != "true" {
-			t.Fatalf("answer %d, runs %d; want the 402 replayed", w.Code, runs)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the panic did not go on")
+				}
+			}()
+			req{key: "k"}.do(mw)
+		}()
+		w := req{key: "k"}.do(mw)
+		if runs != 1 || w.Code != http.StatusInternalServerError || w.Header().Get(HeaderStatus) != "panicked" ||
+			w.Header().Get(HeaderReplayed) != "true" || !strings.Contains(w.Body.String(), "panicked after it started") {
+			t.Fatalf("after a panic: answer %d %v %q, runs %d; want 500 panicked replayed, one run", w.Code, w.Header(), w.Body, runs)
 		}
 	})
 
-	t.Run("a panicking handler releases the key", func(t *testing.T) {
+	t.Run("NothingRan then a panic releases the key", func(t *testing.T) {
 		var runs int
 		mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs++
 			if runs == 1 {
+				NothingRan(r.Context())
 				panic(http.ErrAbortHandler)
 			}
 			w.WriteHeader(http.StatusCreated)
@@ -169,6 +222,23 @@ func TestHTTPSemantics(t *testing.T) {
 		}()
 		if w := (req{key: "k"}).do(mw); w.Code != http.StatusCreated || runs != 2 {
 			t.Fatalf("answer %d, runs %d; want the retry to run", w.Code, runs)
+		}
+	})
+
+	t.Run("a handler whose caller went away is stored as it answered", func(t *testing.T) {
+		var runs int
+		mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			runs++
+			<-r.Context().Done() // the charge is made; the caller is gone
+			http.Error(w, "cancelled: "+r.Context().Err().Error(), http.StatusServiceUnavailable)
+		}))
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		serve(mw, httpRequest(http.MethodPost, "/orders", "k", "").WithContext(ctx))
+		w := req{key: "k"}.do(mw)
+		if runs != 1 || w.Code != http.StatusServiceUnavailable || w.Header().Get(HeaderReplayed) != "true" ||
+			!strings.Contains(w.Body.String(), "context canceled") {
+			t.Fatalf("retry: %d %q, runs %d; want the stored 503, one run", w.Code, w.Body, runs)
 		}
 	})
 
@@ -257,6 +327,39 @@ func TestDuplicateWaitsForTheFirst(t *testing.T) {
 	}
 }
 
+// TestWaitingDuplicateRunsAfterNothingRan: a duplicate waiting for the
+// first request runs itself when the first says NothingRan.
+func TestWaitingDuplicateRunsAfterNothingRan(t *testing.T) {
+	gate := make(chan struct{})
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open)
+	var runs atomic.Int64
+	d := newDeduper(t, memStore(t, MemoryConfig{}))
+	mw := d.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-gate
+			NothingRan(r.Context())
+			http.Error(w, "ledger busy", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	first := make(chan int, 1)
+	go func() { first <- req{key: "k"}.do(mw).Code }()
+	sstest.Eventually(t, 10*time.Second, "the first request to run", func() bool { return runs.Load() == 1 })
+	dup := make(chan *httptest.ResponseRecorder, 1)
+	go func() { dup <- req{key: "k"}.do(mw) }()
+	sstest.Eventually(t, 10*time.Second, "the duplicate to wait", func() bool { return testutil.ToFloat64(d.m.waiting) == 1 })
+	open()
+	if code := <-first; code != http.StatusServiceUnavailable {
+		t.Fatalf("first: %d, want its 503", code)
+	}
+	w := <-dup
+	if w.Code != http.StatusCreated || w.Header().Get(HeaderReplayed) != "" || runs.Load() != 2 {
+		t.Fatalf("duplicate: %d (replayed %q), runs %d; want it to run after the release", w.Code, w.Header().Get(HeaderReplayed), runs.Load())
+	}
+}
+
 func TestDuplicateGetsConflictWhenTheFirstOutlastsTheWait(t *testing.T) {
 	h := &sideEffect{}
 	open := h.openGate(t)
@@ -278,13 +381,14 @@ func TestDuplicateGetsConflictWhenTheFirstOutlastsTheWait(t *testing.T) {
 		t.Fatalf("after the first finished: %d %v, want the replay", w.Code, w.Header())
 	}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP fusebox_idempotency_requests_total Keyed requests by outcome: executed, released (failed retryably, key freed), replayed, in_progress (409/Aborted after waiting), mismatch (422/InvalidArgument), invalid_key, not_stored (completed, body too large to replay), store_unavailable (fail closed), unkeyed (store down, fail open), too_large (request body).
+# HELP fusebox_idempotency_requests_total Keyed requests by outcome: executed (answer stored, whatever its status), panicked (stored as 500/Internal), released (the handler called NothingRan: key freed), replayed, in_progress (409/Aborted after waiting), mismatch (422/InvalidArgument), invalid_key, not_stored (completed, body too large to replay), store_unavailable (fail closed), unkeyed (store down, fail open), too_large (request body).
 # TYPE fusebox_idempotency_requests_total counter
 fusebox_idempotency_requests_total{outcome="executed"} 1
 fusebox_idempotency_requests_total{outcome="in_progress"} 1
 fusebox_idempotency_requests_total{outcome="invalid_key"} 0
 fusebox_idempotency_requests_total{outcome="mismatch"} 0
 fusebox_idempotency_requests_total{outcome="not_stored"} 0
+fusebox_idempotency_requests_total{outcome="panicked"} 0
 fusebox_idempotency_requests_total{outcome="released"} 0
 fusebox_idempotency_requests_total{outcome="replayed"} 1
 fusebox_idempotency_requests_total{outcome="store_unavailable"} 0

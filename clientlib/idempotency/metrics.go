@@ -8,7 +8,7 @@ import (
 
 // outcomes are the values of the outcome label of
 // fusebox_idempotency_requests_total.
-var outcomes = []string{"executed", "released", "replayed", "in_progress", "mismatch",
+var outcomes = []string{"executed", "panicked", "released", "replayed", "in_progress", "mismatch",
 	"invalid_key", "not_stored", "store_unavailable", "unkeyed", "too_large"}
 
 type metrics struct {
@@ -21,7 +21,7 @@ type metrics struct {
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fusebox_idempotency_requests_total",
-			Help: "Keyed requests by outcome: executed, released (failed retryably, key freed), replayed, in_progress (409/Aborted after waiting), mismatch (422/InvalidArgument), invalid_key, not_stored (completed, body too large to replay), store_unavailable (fail closed), unkeyed (store down, fail open), too_large (request body)."},
+			Help: "Keyed requests by outcome: executed (answer stored, whatever its status), panicked (stored as 500/Internal), released (the handler called NothingRan: key freed), replayed, in_progress (409/Aborted after waiting), mismatch (422/InvalidArgument), invalid_key, not_stored (completed, body too large to replay), store_unavailable (fail closed), unkeyed (store down, fail open), too_large (request body)."},
 			[]string{"outcome"}),
 		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fusebox_idempotency_waiting_requests",
 			Help: "Duplicates waiting for the first request with their key to finish."}),

@@ -7,14 +7,17 @@
 //	fuseboxctl status                               the fleet at a glance
 //	fuseboxctl deps                                 every dependency: state, rates, budget
 //	fuseboxctl dep show NAME                        one dependency, fleet + per-zone + per-node
-//	fuseboxctl policy get [NAME]                    a policy document (or the list)
+//	fuseboxctl policy get [NAME] [--stored]         the effective policy and each value's source
+//	                                                (--stored: the stored document; no NAME: the list)
 //	fuseboxctl policy set [NAME] -f FILE [--yes] [--expected-revision N]
 //	                                                shows the changes and a replay, asks, then writes (CAS)
 //	fuseboxctl policy simulate -f FILE [--dependency NAME] [--since 1h]
 //	                                                replay the history under the current and a proposed policy
-//	fuseboxctl policy edit NAME                     $EDITOR, then compare-and-swap on the revision read
+//	fuseboxctl policy edit NAME [--yes]             $EDITOR, shows the changes, asks, then compare-and-swap
+//	                                                on the revision read
 //	fuseboxctl policy lint FILE [--deadline 2s]     offline check, no coordinator needed
-//	fuseboxctl policy rm NAME [--expected-revision N]
+//	fuseboxctl policy rm NAME [--yes] [--expected-revision N]
+//	                                                shows what the deletion changes, asks, then deletes (CAS)
 //	fuseboxctl force-open NAME [--ttl 10m] [--reason TEXT]
 //	fuseboxctl force-closed NAME [--ttl 10m] [--reason TEXT]
 //	fuseboxctl clear NAME
@@ -42,8 +45,12 @@
 //	4  coordinator unreachable: the message names the address
 //	5  credentials refused: missing or unknown token (unauthenticated), or a
 //	   viewer token asking for a write (permission denied)
-//	6  not written: policy set was declined at its prompt, or had no terminal
-//	   to ask on (stdin not a terminal, or -f -) and no --yes
+//	6  not written: policy set, edit or rm was declined at its prompt, or had
+//	   no terminal to ask on (stdin not a terminal, or -f -) and no --yes
+//
+// Every string the coordinator sends (an override's actor and reason, a
+// member's name, an error message) is printed with its control characters
+// escaped (\x1b, \u009b), in tables, text, JSON and YAML alike.
 //
 // Errors go to stderr prefixed "fuseboxctl: ". A failure of the
 // coordinator's etcd is exit 1, not 4: the coordinator answered.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -90,44 +91,8 @@ func TestPolicySimulate(t *testing.T) {
 		t.Fatal(err)
 	}
 	agents := startClusterAgents(t, 2, c.EtcdEndpoints())
-	admin := adminConn(t, c)
-	sstest.Eventually(t, 20*time.Second, "both agents with the policy, seen by the coordinator", func() bool {
-		for _, a := range agents {
-			if a.Engine().Policy(dep).Breaker.OpenDuration.Std() != time.Second {
-				return false
-			}
-		}
-		m, err := admin.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
-		if err != nil {
-			return false
-		}
-		n := 0
-		for _, x := range m.GetMembers() {
-			if x.GetRole() == "agent" && x.GetStatus() == "alive" {
-				n++
-			}
-		}
-		return n == 2
-	})
+	waitAgentsWithPolicy(t, c, agents, dep, time.Second)
 	// 2 s healthy, then failing until the breaker has opened and a probe failed.
-	call := func(a *agent.Agent, fail bool) {
-		e := a.Engine()
-		o := sharedstate.Success
-		if fail {
-			o = sharedstate.Failure
-		}
-		switch d := e.Snapshot(dep).DecideFirst(); d.Verdict {
-		case sharedstate.Reject:
-			_ = e.Record(dep, sharedstate.FirstAttempt, sharedstate.Rejected)
-		case sharedstate.AllowProbe:
-			if p := e.AcquireProbe(dep); p.Verdict == sharedstate.AllowProbe {
-				_ = e.Record(dep, sharedstate.Probe, o)
-				e.ProbeResult(dep, !fail)
-			}
-		default:
-			_ = e.Record(dep, sharedstate.FirstAttempt, o)
-		}
-	}
 	start := time.Now()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -139,7 +104,7 @@ func TestPolicySimulate(t *testing.T) {
 		}
 		fail := time.Since(start) > 2*time.Second
 		for _, a := range agents {
-			call(a, fail)
+			callThrough(a, dep, fail)
 		}
 		if s := agents[0].Engine().Snapshot(dep); s != nil && s.State != sharedstate.Closed {
 			opened = true
@@ -176,4 +141,52 @@ func TestPolicySimulate(t *testing.T) {
 	ctl(t, c, nil, "policy", "simulate", "-f", proposed, "--dependency", "never-seen").want(t, 2, nil, []string{"dependency"})
 	other := writeFile(t, "other.json", `{"breaker":{"minimumRequests":5}}`)
 	ctl(t, c, nil, "policy", "simulate", "-f", other, "--dependency", "never-seen").want(t, 1, nil, []string{"no history", "never-seen"})
+}
+
+// callThrough makes one call to dep through a's engine, as clientlib
+// would: refused while the breaker refuses, a probe when it allows one
+// (reporting its result), a first attempt otherwise; the call fails when
+// fail.
+func callThrough(a *agent.Agent, dep string, fail bool) {
+	e := a.Engine()
+	o := sharedstate.Success
+	if fail {
+		o = sharedstate.Failure
+	}
+	switch d := e.Snapshot(dep).DecideFirst(); d.Verdict {
+	case sharedstate.Reject:
+		_ = e.Record(dep, sharedstate.FirstAttempt, sharedstate.Rejected)
+	case sharedstate.AllowProbe:
+		if p := e.AcquireProbe(dep); p.Verdict == sharedstate.AllowProbe {
+			_ = e.Record(dep, sharedstate.Probe, o)
+			e.ProbeResult(dep, !fail)
+		}
+	default:
+		_ = e.Record(dep, sharedstate.FirstAttempt, o)
+	}
+}
+
+// waitAgentsWithPolicy waits until every agent runs dep with the open
+// duration open and the coordinator sees them all alive.
+func waitAgentsWithPolicy(t *testing.T, c *coordinator.Coordinator, agents []*agent.Agent, dep string, open time.Duration) {
+	t.Helper()
+	admin := adminConn(t, c)
+	sstest.Eventually(t, 20*time.Second, "the agents with the policy, seen by the coordinator", func() bool {
+		for _, a := range agents {
+			if a.Engine().Policy(dep).Breaker.OpenDuration.Std() != open {
+				return false
+			}
+		}
+		m, err := admin.ListMembers(t.Context(), &fuseboxv1.ListMembersRequest{})
+		if err != nil {
+			return false
+		}
+		n := 0
+		for _, x := range m.GetMembers() {
+			if x.GetRole() == "agent" && x.GetStatus() == "alive" {
+				n++
+			}
+		}
+		return n == len(agents)
+	})
 }

@@ -16,7 +16,7 @@ import (
 
 // Default timings of a member. Daemons expose them as flags; tests shorten
 // them. agent/README.md's "Scale" section has the measurements behind the
-// reasons below (agent/internal/scale, `make scale`; the scale command's
+// reasons below (the lab's agent/lab/scale, `make scale`; the scale command's
 // -gossip-interval, -probe-interval, -push-pull-interval and
 // -retransmit-mult flags rerun them with other values).
 const (
@@ -44,7 +44,7 @@ const (
 	// DefaultRetransmitMult: 2 (memberlist's local default) left members
 	// of 20+ without some broadcasts until the next push-pull (FIELD-NOTES);
 	// with 4, 20 memberlists on a 5%-loss simulated network reach full
-	// membership (simnet's memberlist test).
+	// membership (the memberlist test of the lab's agent/lab/simnet).
 	DefaultRetransmitMult = 4
 	// DefaultProbeTimeout: how long a probe waits for an ack before asking
 	// others to probe indirectly; memberlist's LAN default, a generous
@@ -138,7 +138,7 @@ type Config struct {
 	Keys KeySource
 	// Transport carries memberlist's packets and streams (optional, default
 	// memberlist's UDP/TCP transport bound at BindAddr, which must parse
-	// either way). Simulations pass a protocol/gossip/simnet transport; it
+	// either way). The lab's simulations pass an agent/lab/simnet transport; it
 	// is used as is, without the plaintext guard that wraps memberlist's
 	// own transport when there is no keyring.
 	Transport memberlist.NodeAwareTransport

@@ -67,10 +67,8 @@ func parsePolicyValue(name string, data []byte) (sharedstate.PolicyPatch, error)
 		if err != nil {
 			return sharedstate.PolicyPatch{}, err
 		}
-		if p.Dependency != name {
-			return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
-				Field: "dependency", Value: fmt.Sprintf("%q", p.Dependency), Message: "must be " + name + " in policies/" + name,
-			}}}
+		if v := sharedstate.PolicyNameViolation(name, p.Dependency); v != nil {
+			return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{*v}}
 		}
 		return p.Patch(), nil
 	}
@@ -78,10 +76,8 @@ func parsePolicyValue(name string, data []byte) (sharedstate.PolicyPatch, error)
 	if err != nil {
 		return sharedstate.PolicyPatch{}, err
 	}
-	if patch.Dependency != "" && patch.Dependency != name {
-		return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
-			Field: "dependency", Value: fmt.Sprintf("%q", patch.Dependency), Message: "must be " + name + " in policies/" + name,
-		}}}
+	if v := sharedstate.PolicyNameViolation(name, patch.Dependency); v != nil {
+		return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{*v}}
 	}
 	return patch, nil
 }

@@ -9,9 +9,9 @@
 //
 //   - GET /api/v1/fleet?compact=1, every 2 s (10 s in a hidden tab) and
 //     soon after every event: counts, rates, nodes, zones, probers;
-//   - GET /api/v1/events, an EventSource, with the token as
-//     ?access_token= (EventSource cannot send headers; the coordinator
-//     accepts a token there for this endpoint only, as a viewer): breaker
+//   - GET /api/v1/events, read with fetch (not EventSource, which cannot
+//     send the Authorization header: no token ever goes in a URL), parsed
+//     as server-sent events and resumed with Last-Event-ID: breaker
 //     transitions and overrides change the badges at once;
 //   - GET /api/v1/history?dependency=NAME, to seed a row's sparkline when
 //     the row first comes into view (at most 3 requests in flight) and the

@@ -98,6 +98,7 @@ type Override struct {
 	State   sharedstate.OverrideState
 	Reason  string
 	Actor   string
+	Created time.Time
 	Expires time.Time // zero: no expiry
 }
 
@@ -242,8 +243,12 @@ func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerR
 		byZone[rec.Zone] = m
 		if !ok || !sharedstate.SameRecord(old, m) {
 			merged = append(merged, m)
+			key := recKey{rec.Dependency, rec.Zone}
+			if t, passed := v.passedHalfOpenLocked(key, old, m, now); passed {
+				transitions = append(transitions, t)
+			}
 			// The policy is not at hand here: Tick derives half-open.
-			if t, changed := v.deriveLocked(recKey{rec.Dependency, rec.Zone}, m, m.State, now); changed {
+			if t, changed := v.deriveLocked(key, m, m.State, now); changed {
 				transitions = append(transitions, t)
 			}
 		}
@@ -282,6 +287,25 @@ func (v *View) deriveLocked(key recKey, rec sharedstate.BreakerRecord, state sha
 	}
 	return Transition{Dependency: key.dep, Zone: key.zone, Previous: prev.state, State: state, Generation: rec.Generation,
 		Origin: rec.Origin, Reason: rec.Reason, At: now}, true
+}
+
+// passedHalfOpenLocked reports the half-open state the agents went
+// through between the open record old and its successor m, when the view
+// has not derived it yet. Only a half-open breaker proposes the next
+// generation of an open one (a failed probe reopens it, enough successful
+// ones close it), but half-open travels in no record: Tick derives it once
+// the open duration has passed, and a probe that fails within a tick (the
+// usual case: it is the first call allowed) leaves it underived. Without
+// this the view would report "open -> open" where every agent logged
+// "half-open -> open".
+func (v *View) passedHalfOpenLocked(key recKey, old, m sharedstate.BreakerRecord, now time.Time) (Transition, bool) {
+	prev, seen := v.derived[key]
+	if !seen || prev.state != sharedstate.Open || old.State != sharedstate.Open || m.Generation <= prev.generation {
+		return Transition{}, false
+	}
+	v.derived[key] = derivedState{state: sharedstate.HalfOpen, generation: prev.generation}
+	return Transition{Dependency: key.dep, Zone: key.zone, Previous: sharedstate.Open, State: sharedstate.HalfOpen,
+		Generation: prev.generation, Origin: old.Origin, Reason: old.Reason, At: now}, true
 }
 
 // applyRowLocked takes one row: it returns the reason of a refusal, or

@@ -228,10 +228,25 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		if !rec.Since.IsZero() && rec.Since.Unix() > 0 {
 			d.Since = timestamppb.New(rec.Since)
 		}
+		if state != sharedstate.Closed {
+			if !rec.IncidentStart.IsZero() && rec.IncidentStart.Unix() > 0 {
+				d.IncidentStart = timestamppb.New(rec.IncidentStart)
+			}
+			d.Trip = convert.TripToProto(rec.Trip)
+		} else if p, until, ok := ramp(rec, pol.Breaker, now); ok {
+			d.RampProbability, d.RampUntil = p, timestamppb.New(until)
+		}
 	}
 	if o, ok := src.Override(dep, now); ok {
 		d.Override = convert.OverrideState(o.State)
 		d.OverrideReason = o.Reason
+		d.OverrideActor = o.Actor
+		if !o.Created.IsZero() {
+			d.OverrideCreated = timestamppb.New(o.Created)
+		}
+		if !o.Expires.IsZero() {
+			d.OverrideExpires = timestamppb.New(o.Expires)
+		}
 	}
 
 	var (
@@ -263,6 +278,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	d.Fleet = convert.CountsToProto(fleet)
 	d.FailureRate = fleet.FailureRate()
 	d.SlowRate = fleet.SlowCallRate()
+	d.RetryBudget = retryBudget(pol, fleet)
 	d.BudgetUsed = budgetUsed(pol, fleet)
 	// Throttling and the concurrency limit over the fleet's rows (for scope
 	// zone the agents apply them per zone; this is the fleet-wide figure).
@@ -342,11 +358,19 @@ func compare(a, b string) int {
 	return 0
 }
 
-// budgetUsed is the fleet's retries over the window divided by the fleet
-// retry budget max(minRetriesPerSecond × window, ratio × firstAttempts).
-func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
+// retryBudget is the fleet's retry budget over the window, in retries:
+// max(minRetriesPerSecond × window, ratio × firstAttempts).
+func retryBudget(p sharedstate.Policy, c sharedstate.Counts) float64 {
 	b := p.Retry.Budget
-	budget := max(b.MinRetriesPerSecond*p.Breaker.Window.Std().Seconds(), b.Ratio*float64(c.FirstAttempts))
+	return max(b.MinRetriesPerSecond*p.Breaker.Window.Std().Seconds(), b.Ratio*float64(c.FirstAttempts))
+}
+
+// budgetUsed is the fleet's retries over the window divided by the fleet
+// retry budget (retryBudget). It exceeds 1 when the fleet retried more than
+// the budget the coordinator computes from its own view of the window:
+// each agent admits retries by its own share of what it saw.
+func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
+	budget := retryBudget(p, c)
 	if budget <= 0 {
 		if c.Retries > 0 {
 			return 1
@@ -354,6 +378,23 @@ func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
 		return 0
 	}
 	return float64(c.Retries) / budget
+}
+
+// ramp is the ramp after a close as the agents apply it: for
+// breaker.rampDuration after the close of a record (generation > 0), the
+// share of first attempts refused (BreakerPolicy.RampRefusal) and when the
+// ramp ends. Each agent ramps from when it learned of the close, a gossip
+// round or so after the record's since.
+func ramp(rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time) (float64, time.Time, bool) {
+	if rec.State != sharedstate.Closed || rec.Generation == 0 || rec.Since.IsZero() {
+		return 0, time.Time{}, false
+	}
+	elapsed := now.Sub(rec.Since)
+	p := b.RampRefusal(max(0, elapsed))
+	if p <= 0 {
+		return 0, time.Time{}, false
+	}
+	return p, rec.Since.Add(b.RampDuration.Std()), true
 }
 
 // Probers returns the members holding probe permits of a half-open

@@ -21,8 +21,8 @@ type Harness struct {
 	New func(t *testing.T) idempotency.Store
 	// ShortTTL is a reservation TTL that Expire can outlive.
 	ShortTTL time.Duration
-	// Expire returns once the record of key, written with ShortTTL, has
-	// expired in s.
+	// Expire returns once the record of key (a reservation or a completed
+	// record), written with ShortTTL, has expired in s.
 	Expire func(t *testing.T, s idempotency.Store, key string)
 }
 
@@ -137,6 +137,45 @@ func Run(t *testing.T, h Harness) {
 		}
 		if tok2, rec, err := s.Reserve(ctx, "k", "fp", time.Minute); tok2 == "" || rec != nil || err != nil {
 			t.Fatalf("Reserve after expiry = %q, %+v, %v; want a new token", tok2, rec, err)
+		}
+	})
+
+	t.Run("a completed failure is kept whole, as any answer", func(t *testing.T) {
+		s := h.New(t)
+		for i, r := range []idempotency.Response{
+			{Status: 503, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, Body: []byte("charged, then the ledger timed out\n"), Size: 35},
+			{Status: 500, Header: http.Header{"Content-Type": {"text/plain; charset=utf-8"}, "Fusebox-Idempotency": {"panicked"}}, Body: []byte("panicked"), Size: 8},
+			{Status: 14, Message: "unavailable", Body: []byte{0x08, 0x0e}, Size: 2},
+			{Status: 0, MessageType: "grpc.health.v1.HealthCheckResponse", Body: []byte{0x08, 0x01}, Size: 2},
+			{Status: 200, Header: http.Header{}, Omitted: true, Size: 2 << 20},
+		} {
+			key := "failure-" + strconv.Itoa(i)
+			tok, _, err := s.Reserve(ctx, key, "fp", time.Minute)
+			if err != nil || tok == "" {
+				t.Fatalf("Reserve %s = %q, %v", key, tok, err)
+			}
+			if err := s.Complete(ctx, key, tok, &idempotency.Record{Fingerprint: "fp", Response: r}, time.Minute); err != nil {
+				t.Fatalf("Complete %s: %v", key, err)
+			}
+			rec, err := s.Get(ctx, key)
+			if err != nil || rec == nil || !rec.Completed || !reflect.DeepEqual(rec.Response, r) {
+				t.Fatalf("Get %s = %+v, %v; want the completed record with %+v", key, rec, err, r)
+			}
+			if tok2, rec, err := s.Reserve(ctx, key, "fp", time.Minute); tok2 != "" || err != nil || rec == nil || !reflect.DeepEqual(rec.Response, r) {
+				t.Fatalf("Reserve of completed %s = %q, %+v, %v; want the record, not a new run", key, tok2, rec, err)
+			}
+		}
+	})
+
+	t.Run("a completed record lives for Complete's ttl, not the reservation's", func(t *testing.T) {
+		s := h.New(t)
+		tok, _, _ := s.Reserve(ctx, "k", "fp", time.Hour)
+		if err := s.Complete(ctx, "k", tok, &idempotency.Record{Fingerprint: "fp", Response: resp}, h.ShortTTL); err != nil {
+			t.Fatalf("Complete: %v", err)
+		}
+		h.Expire(t, s, "k")
+		if tok2, rec, err := s.Reserve(ctx, "k", "fp", time.Minute); tok2 == "" || rec != nil || err != nil {
+			t.Fatalf("Reserve after the record expired = %q, %+v, %v; want a new token", tok2, rec, err)
 		}
 	})
 

@@ -1,0 +1,6 @@
+//go:build !race
+
+package fleet
+
+// raceEnabled: the test binary was built with -race (see race_test.go).
+const raceEnabled = false

@@ -1,0 +1,7 @@
+//go:build race
+
+package fleet
+
+// raceEnabled: the test binary was built with -race; the agent is built
+// that way too (its packages are compiled already: only linking is left).
+const raceEnabled = true

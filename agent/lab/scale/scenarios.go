@@ -1,0 +1,543 @@
+package scale
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
+	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
+	"github.com/fusebox-dev/fusebox/protocol"
+	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
+)
+
+// Policy is the fleet default of the scenarios: DefaultPolicy (20
+// requests, 50% failures, from 2 nodes, 10 s window) with an open duration
+// long enough that no breaker turns half-open while a scenario watches it.
+func Policy() sharedstate.Policy {
+	p := sharedstate.DefaultPolicy()
+	p.Breaker.OpenDuration = sharedstate.Duration(10 * time.Minute)
+	p.Breaker.MaxOpenDuration = sharedstate.Duration(20 * time.Minute)
+	return p
+}
+
+// Spread picks k of n agents spread over the fleet (0, n/k, 2n/k, ...):
+// the clients of the scenarios, here and in package procs.
+func Spread(n, k int) []int {
+	k = min(k, n)
+	out := make([]int, k)
+	for j := range k {
+		out[j] = j * n / k
+	}
+	return out
+}
+
+// Percentiles of a sample (nearest rank).
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(p*float64(len(s)) + 0.5)
+	i = min(max(i-1, 0), len(s)-1)
+	return s[i]
+}
+
+// TripResult is what scenario (a) (and (d) on a lossy network) measured.
+type TripResult struct {
+	// Rejecting counts the agents that rejected before the deadline (all N
+	// when the scenario succeeded).
+	Rejecting int
+	// Spread holds, per agent, how long after the first agent rejected it
+	// rejected too. P50, P99 and Max summarise it.
+	Spread        []time.Duration
+	P50, P99, Max time.Duration
+	// Proposers counts the agents that proposed the open record themselves.
+	Proposers int
+	// Generations counts distinct (generation, origin) of the open records
+	// the agents held when the last of them started rejecting: several
+	// proposers may have raced (the merge picks one). Agree is how long
+	// after that every agent held the same record.
+	Generations int
+	Agree       time.Duration
+	// Packets and Bytes are what the network carried from the first failure
+	// reported until every agent rejected, beyond the steady rate measured
+	// just before (with healthy traffic): the cost of the transition.
+	Packets, Bytes int64
+	// Baseline is how many packets the steady rate accounts for meanwhile.
+	Baseline int64
+	// Dropped counts packets that found a receive queue full meanwhile: a
+	// sign that the machine, not the protocol, was the limit.
+	Dropped uint64
+	// Window is how long that took.
+	Window time.Duration
+}
+
+// Trip runs scenario (a): k clients on agents spread over the fleet report
+// successes for warm (the steady rate is measured meanwhile), then only
+// failures until every agent rejects dep, or ctx ends. Time is measured by
+// polling every agent's snapshot every millisecond (of protocol time, as
+// every duration here).
+func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
+	clients := Spread(f.Size(), k)
+	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
+	if !ctxtime.Sleep(ctx, f.Real(warm/4)) {
+		stop()
+		return TripResult{}, ctx.Err()
+	}
+	s0, t0 := f.Net().Stats(), time.Now()
+	if !ctxtime.Sleep(ctx, f.Real(warm)) {
+		stop()
+		return TripResult{}, ctx.Err()
+	}
+	s1, t1 := f.Net().Stats(), time.Now()
+	stop()
+	rate := perSecond(s1.Sub(s0), t1.Sub(t0))
+
+	stop = f.traffic(ctx, clients, []string{dep}, 0, 10)
+	defer stop()
+	s2, t2 := f.Net().Stats(), time.Now()
+	first, err := f.watchRejects(ctx, dep, allAgents(f.Size()))
+	s3, t3 := f.Net().Stats(), time.Now()
+	var r TripResult
+	var earliest, latest time.Time
+	for _, at := range first {
+		if at.IsZero() {
+			continue
+		}
+		r.Rejecting++
+		if earliest.IsZero() || at.Before(earliest) {
+			earliest = at
+		}
+		if at.After(latest) {
+			latest = at
+		}
+	}
+	for _, at := range first {
+		if !at.IsZero() {
+			r.Spread = append(r.Spread, f.Protocol(at.Sub(earliest)))
+		}
+	}
+	r.P50, r.P99, r.Max = percentile(r.Spread, 0.50), percentile(r.Spread, 0.99), percentile(r.Spread, 1)
+	r.Window = f.Protocol(latest.Sub(earliest))
+	d := s3.Sub(s2)
+	secs := t3.Sub(t2).Seconds()
+	r.Baseline = int64(rate.msgs * secs)
+	r.Packets = int64(d.Messages()) - r.Baseline
+	r.Bytes = int64(d.Bytes()) - int64(rate.bytes*secs)
+	r.Dropped = d.PacketsDropped
+	r.Proposers, r.Generations = f.proposers(dep)
+	if err != nil {
+		return r, err
+	}
+	agreeStart := time.Now()
+	if err := f.WaitAll(ctx, "every agent holds agent-000's record of "+dep, func(i int) error {
+		r0, _ := f.Record(0, dep)
+		if ri, _ := f.Record(i, dep); !sharedstate.SameRecord(r0, ri) {
+			return fmt.Errorf("%s holds another record than %s", Name(i), Name(0))
+		}
+		return nil
+	}); err != nil {
+		return r, err
+	}
+	r.Agree = f.Protocol(time.Since(agreeStart))
+	return r, nil
+}
+
+type rate struct{ msgs, bytes float64 }
+
+func perSecond(s simnet.Stats, d time.Duration) rate {
+	return rate{float64(s.Messages()) / d.Seconds(), float64(s.Bytes()) / d.Seconds()}
+}
+
+func allAgents(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// proposers counts the agents that proposed an open record of dep and the
+// distinct open records the agents hold.
+func (f *Fleet) proposers(dep string) (proposers, records int) {
+	seen := map[[2]string]bool{}
+	for i := range f.Size() {
+		if f.Proposed(i, dep, "open") > 0 {
+			proposers++
+		}
+		if r, ok := f.Record(i, dep); ok && r.State == sharedstate.Open {
+			seen[[2]string{fmt.Sprint(r.Generation), r.Origin}] = true
+		}
+	}
+	return proposers, len(seen)
+}
+
+// watchRejects polls the agents in idx every millisecond and returns when
+// each of them first held dep's fleet breaker open and rejected (zero: not
+// before ctx ended). (An agent whose own clients fail may reject earlier on its own
+// node-local breaker: that is not the fleet's decision spreading.)
+func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first []time.Time, err error) {
+	first = make([]time.Time, f.Size())
+	left := len(idx)
+	t := time.NewTicker(f.Real(time.Millisecond))
+	defer t.Stop()
+	for left > 0 {
+		for _, i := range idx {
+			if first[i].IsZero() && f.FleetOpen(i, dep) && f.Rejects(i, dep) {
+				first[i] = time.Now()
+				left--
+			}
+		}
+		if left == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return first, fmt.Errorf("scale: %d of %d agents do not reject %s: %w", left, len(idx), dep, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return first, nil
+}
+
+// SteadyResult is what scenarios (b) and (c) measured.
+type SteadyResult struct {
+	// Deps is how many dependencies had traffic; PerAgent how many of them
+	// each agent's clients called.
+	Deps, PerAgent int
+	// BytesPerAgent and MsgsPerAgent are what the network carried per agent
+	// per second (sent: packets and stream bytes).
+	BytesPerAgent, MsgsPerAgent float64
+	// PushPull is the largest push-pull state (encoded frame) of any agent,
+	// in bytes; PushPullErr says why one did not encode (over the frame limit).
+	PushPull    int
+	PushPullErr error
+	// HeapPerAgent is the growth of the process's live heap (after a GC)
+	// since before the fleet started, divided by N: agents, their share of
+	// the simulated network, and the simulated clients.
+	HeapPerAgent uint64
+	// Known is the smallest number of these dependencies any agent tracks.
+	Known int
+	// Traffic is what the network carried while measuring (its packets
+	// split into memberlist's own messages and user messages: rows and
+	// records).
+	Traffic simnet.Stats
+}
+
+// OwnShare returns the share of the packet bytes sent that were
+// memberlist's own (probes, acks, membership gossip, headers) rather than
+// rows and records; 0 when nothing was sent.
+func (r SteadyResult) OwnShare() float64 {
+	if r.Traffic.PacketBytesSent == 0 {
+		return 0
+	}
+	return float64(r.Traffic.OwnBytes()) / float64(r.Traffic.PacketBytesSent)
+}
+
+// Steady runs scenarios (b) and (c): deps dependencies named prefix-0…,
+// each agent's clients calling perAgent of them (agent i calls i×perAgent,
+// i×perAgent+1, … modulo deps, so every dependency has about
+// N×perAgent/deps callers when N×perAgent ≥ deps;
+// agent 0 calls first of them when first > 0: the push-pull worst case),
+// all healthy, for warm and then for measure, during which the network's
+// counters are read. The push-pull size is the largest of any agent.
+func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first int, warm, measure time.Duration) (SteadyResult, error) {
+	perAgent = min(perAgent, deps)
+	r := SteadyResult{Deps: deps, PerAgent: perAgent}
+	var stops []func()
+	for i := range f.Size() {
+		var mine []string
+		calls := perAgent
+		if i == 0 && first > 0 {
+			calls = min(first, deps)
+		}
+		for j := range calls {
+			mine = append(mine, fmt.Sprintf("%s-%d", prefix, (i*perAgent+j)%deps))
+		}
+		stops = append(stops, f.traffic(ctx, []int{i}, mine, 10, 0))
+	}
+	defer func() {
+		for _, s := range stops {
+			s()
+		}
+	}()
+	if !ctxtime.Sleep(ctx, f.Real(warm)) {
+		return r, ctx.Err()
+	}
+	s0, t0 := f.Net().Stats(), time.Now()
+	if !ctxtime.Sleep(ctx, f.Real(measure)) {
+		return r, ctx.Err()
+	}
+	s1, t1 := f.Net().Stats(), time.Now()
+	d := s1.Sub(s0)
+	rt := perSecond(d, f.Protocol(t1.Sub(t0)))
+	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
+	r.Traffic = d
+
+	r.Known = -1
+	for i := range f.Size() {
+		a := f.Agent(i)
+		st := f.PushPullState(i)
+		frame, err := protocol.Codec{}.EncodePushPull(st)
+		if err != nil && r.PushPullErr == nil {
+			r.PushPullErr = fmt.Errorf("%s: %w", Name(i), err)
+		}
+		r.PushPull = max(r.PushPull, len(frame))
+		known := 0
+		for _, d := range a.Engine().Dependencies() {
+			if len(d) > len(prefix) && d[:len(prefix)+1] == prefix+"-" {
+				known++
+			}
+		}
+		if r.Known < 0 || known < r.Known {
+			r.Known = known
+		}
+	}
+	if h := heap(); h > f.heapBase {
+		r.HeapPerAgent = (h - f.heapBase) / uint64(f.Size())
+	}
+	return r, nil
+}
+
+// heap returns the live heap after a collection.
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// PartitionResult is what scenario (e) measured.
+type PartitionResult struct {
+	// SickSideRejecting and HealthySideRejecting count the agents of each
+	// half that rejected dep at the end of the split: all of the sick half
+	// and none of the healthy half when each decided on its own evidence.
+	SickSideRejecting, HealthySideRejecting int
+	// HealthySideEverOpen counts healthy-half agents that held the fleet
+	// breaker open at any poll during the split.
+	HealthySideEverOpen int
+	// SelfHealed reports whether one membership and one record came back
+	// within HealWait of the heal without help; SelfHeal is how long it took.
+	SelfHealed bool
+	SelfHeal   time.Duration
+	// Converge is how long it took after the heal (or, when the fleet did
+	// not heal by itself, after every agent was told to join one agent of
+	// the other half) until every agent counted N agents, held the same
+	// record of dep and had the rows of every client.
+	Converge time.Duration
+	// NotConverged says what was still wrong when the fleet had not
+	// converged JoinedConvergeWait after those joins ("": it converged).
+	NotConverged string
+}
+
+// Partition runs scenario (e): k clients in each half report healthy
+// traffic; the network splits the fleet into halves for split, during which
+// the first half's clients report only failures; then the network heals.
+func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait time.Duration) (PartitionResult, error) {
+	var r PartitionResult
+	n := f.Size()
+	half := n / 2
+	sick := Spread(half, k)
+	var healthy []int
+	for _, i := range Spread(n-half, k) {
+		healthy = append(healthy, half+i)
+	}
+	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
+	defer stopHealthy()
+	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
+	if !ctxtime.Sleep(ctx, f.Real(time.Second)) {
+		stopSick()
+		return r, ctx.Err()
+	}
+	var left, right []string
+	for i := range n {
+		if i < half {
+			left = append(left, f.Addr(i))
+		} else {
+			right = append(right, f.Addr(i))
+		}
+	}
+	if err := f.Net().Partition(map[string][]string{"sick": left, "healthy": right}); err != nil {
+		stopSick()
+		return r, err
+	}
+	stopSick()
+	stopSick = f.traffic(ctx, sick, []string{dep}, 0, 10)
+	defer stopSick()
+
+	everOpen := make([]bool, n)
+	end := time.Now().Add(f.Real(split))
+	t := time.NewTicker(f.Real(10 * time.Millisecond))
+	for time.Now().Before(end) {
+		for i := half; i < n; i++ {
+			if f.FleetOpen(i, dep) {
+				everOpen[i] = true
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return r, ctx.Err()
+		case <-t.C:
+		}
+	}
+	t.Stop()
+	for i := range n {
+		switch {
+		case i < half && f.Rejects(i, dep):
+			r.SickSideRejecting++
+		case i >= half && f.Rejects(i, dep):
+			r.HealthySideRejecting++
+		}
+		if everOpen[i] {
+			r.HealthySideEverOpen++
+		}
+	}
+
+	clients := append(append([]int(nil), sick...), healthy...)
+	f.Net().Heal()
+	healed := time.Now()
+	stopProgress := f.traceConvergence(dep, clients, healed)
+	defer stopProgress()
+	wctx, cancel := context.WithTimeout(ctx, f.Real(healWait))
+	err := f.waitConverged(wctx, dep, clients)
+	cancel()
+	if err == nil {
+		took := f.Protocol(time.Since(healed))
+		r.SelfHealed, r.SelfHeal, r.Converge = true, took, took
+		return r, nil
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	// Not healed by itself (memberlist forgets members it declared dead,
+	// and the agents rejoin only when alone: issue 10): do what a
+	// membership reconciliation would, once: every agent joins one agent of
+	// the other half.
+	// Best effort, like the reconciliation it stands for: a join that
+	// times out on a starved machine is left to gossip; convergence is what
+	// is waited for.
+	joined := time.Now()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, fleet.StartParallel)
+	for i := range n {
+		other := (i + half) % n
+		if i >= half {
+			other = i - half
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := f.Agent(i).Gossip().Join([]string{f.Addr(other)}); err != nil && f.cfg.Trace != nil {
+				f.cfg.Trace("partition: %s could not join %s after the heal: %v", Name(i), Name(other), err)
+			}
+		}()
+	}
+	wg.Wait()
+	jctx, cancel := context.WithTimeout(ctx, f.Real(JoinedConvergeWait))
+	err = f.waitConverged(jctx, dep, clients)
+	cancel()
+	if err != nil {
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		// Reported, not fatal: a fleet starved of CPU (hundreds of agents
+		// on a few cores) may not converge in any time worth waiting.
+		r.NotConverged = err.Error()
+	}
+	r.Converge = f.Protocol(time.Since(joined))
+	return r, nil
+}
+
+// JoinedConvergeWait bounds how long Partition waits for convergence after
+// the joins that stand for a reconciliation.
+const JoinedConvergeWait = 2 * time.Minute
+
+// traceConvergence traces, every 500 ms of protocol time until stopped,
+// how many agents count N agents, have every client's row and hold agent
+// 0's record, and what the network carried meanwhile (nothing without a
+// Trace).
+func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (stop func()) {
+	if f.cfg.Trace == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(f.Real(500 * time.Millisecond))
+		defer t.Stop()
+		prev := f.Net().Stats()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			members, rows, same := 0, 0, 0
+			r0, _ := f.Record(0, dep)
+			for i := range f.Size() {
+				a := f.Agent(i)
+				if a == nil {
+					continue
+				}
+				if a.Gossip().NumAgents() == f.Size() {
+					members++
+				}
+				if f.rowsFrom(a, dep, clients) == len(clients) {
+					rows++
+				}
+				if r, _ := f.Record(i, dep); sharedstate.SameRecord(r0, r) {
+					same++
+				}
+			}
+			s := f.Net().Stats()
+			d := s.Sub(prev)
+			prev = s
+			f.cfg.Trace("heal +%v: %d of %d agents count them all, %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages), %d streams, %d dials timed out",
+				f.Protocol(time.Since(since)).Round(time.Millisecond), members, f.Size(), rows, same,
+				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.StreamsOpened, d.StreamsTimedOut)
+		}
+	})
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// rowsFrom counts the clients whose row of dep agent a holds.
+func (f *Fleet) rowsFrom(a *agent.Agent, dep string, clients []int) int {
+	n := 0
+	for _, r := range a.Engine().Rows(dep) {
+		for _, c := range clients {
+			if r.Node == Name(c) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// waitConverged waits until every agent counts N agents, holds the same
+// fleet record of dep as agent 0 and has a live row of dep from every
+// client agent.
+func (f *Fleet) waitConverged(ctx context.Context, dep string, clients []int) error {
+	return f.WaitAll(ctx, "the fleet converged on "+dep, func(i int) error {
+		a := f.Agent(i)
+		r0, ok0 := f.Record(0, dep)
+		r, ok := f.Record(i, dep)
+		if a.Gossip().NumAgents() != f.Size() || f.rowsFrom(a, dep, clients) != len(clients) || ok0 != ok || !sharedstate.SameRecord(r0, r) {
+			return fmt.Errorf("%s: %d agents (want %d), rows from %d of the %d clients, record generation %d %v from %s",
+				Name(i), a.Gossip().NumAgents(), f.Size(), f.rowsFrom(a, dep, clients), len(clients), r.Generation, r.State, r.Origin)
+		}
+		return nil
+	})
+}
