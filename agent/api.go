@@ -129,6 +129,7 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 		return nil, rpcError(errShuttingDown)
 	}
 	resp := &fuseboxv1.ReportResponse{}
+	trusted := trustedCaller(ctx) // its names confirm (confirm.go)
 	var refused map[string]bool
 	extra := 0
 	refuse := func(dep string, err error) {
@@ -165,6 +166,9 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 		if err := a.eng.AddCounts(dep, countsFor(convert.AttemptKind(o.GetKind()), oc, n)); err != nil {
 			refuse(dep, err)
 			continue
+		}
+		if trusted {
+			a.confirm(dep)
 		}
 		outcomes += n
 	}
@@ -234,6 +238,7 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 		return status.Error(codes.InvalidArgument, "fusebox: a session starts with a hello")
 	}
 	sess := newSession(a, hello)
+	sess.trusted = trustedCaller(stream.Context())
 	if !a.hub.add(sess, a.cfg.MaxSessions) {
 		a.m.sessionsRefused.Inc()
 		return status.Errorf(codes.ResourceExhausted, "fusebox: agent %s has --max-sessions=%d sessions open; session refused", a.cfg.Name, a.cfg.MaxSessions)
@@ -279,8 +284,9 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 // session is one Session stream's state. The receive goroutine ingests
 // deltas and subscribes; the handler goroutine sends (flush).
 type session struct {
-	a    *Agent
-	kick chan struct{}
+	a       *Agent
+	kick    chan struct{}
+	trusted bool // over the unix socket or in process: the names it uses confirm (confirm.go)
 
 	mu      sync.Mutex
 	subs    map[string]struct{}
@@ -392,6 +398,9 @@ func (s *session) follow(dep string) (added bool, err error) {
 	s.subs[dep] = struct{}{}
 	s.pending[dep] = struct{}{}
 	s.mu.Unlock()
+	if s.trusted {
+		s.a.confirm(dep)
+	}
 	s.a.hub.follow(dep)
 	s.a.hub.changed(dep) // every follower's process share changed
 	return true, nil
@@ -473,6 +482,9 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 				s.refuse(dep, err)
 				newDeps = true
 				continue
+			}
+			if s.trusted {
+				a.confirm(dep) // again: the engine may have forgotten it since
 			}
 			outcomes += n
 			if dc.InFlight != nil {

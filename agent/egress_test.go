@@ -29,9 +29,12 @@ import (
 )
 
 // withProxy turns the proxy on (loopback, port 0) and the other TCP
-// listeners too, so that the tests can aim at them.
+// listeners too, so that the tests can aim at them; the tests' upstreams
+// listen on ports of the moment, so their dependencies are named by
+// Fusebox-Dependency (--proxy-allow-any-dependency).
 func withProxy(c *agent.Config) {
 	c.Proxy.Addr = "127.0.0.1:0"
+	c.Proxy.AllowAnyDependency = true
 	c.GRPCAddr = "127.0.0.1:0"
 	c.HTTPAddr = "127.0.0.1:0"
 }
@@ -403,8 +406,12 @@ func TestProxyAddrMustBeLoopback(t *testing.T) {
 	cfg.Proxy.Routes = []string{"x"}
 	cfg.Proxy.AllowHosts = []string{"a b"}
 	cfg.Proxy.MaxConns = 0
+	cfg.Proxy.MaxConnsPerClient = 0
+	cfg.Proxy.BodyBufferBudget = -1
+	cfg.Proxy.BodyTimeout = 0
 	err = cfg.Validate()
-	for _, flag := range []string{"proxy-routes", "proxy-allow-hosts", "proxy-max-conns"} {
+	for _, flag := range []string{"proxy-routes", "proxy-allow-hosts", "proxy-max-conns", "proxy-max-conns-per-client",
+		"proxy-body-buffer-budget", "proxy-body-timeout"} {
 		if err == nil || !strings.Contains(err.Error(), flag) {
 			t.Errorf("Validate does not name --%s: %v", flag, err)
 		}

@@ -63,9 +63,13 @@ func NewFlagSet(cfg *Config) *flag.FlagSet {
 	fs.BoolVar(&cfg.Proxy.Insecure, "insecure-proxy", cfg.Proxy.Insecure, "allow a non-loopback --proxy-addr (the proxy has no authentication: limit who reaches it, and its upstreams with --proxy-allow-hosts)")
 	fs.Var(cliflag.List(&cfg.Proxy.AllowHosts), "proxy-allow-hosts", "comma-separated upstream hosts the proxy may call: names, *.domain, IPs, CIDR prefixes (default: any host but the agent's own listeners)")
 	fs.Var(cliflag.List(&cfg.Proxy.Routes), "proxy-routes", "comma-separated [SCHEME://]HOST[:PORT]=DEPENDENCY: the dependency requests to HOST count under; scheme https: the proxy speaks TLS to it, h2c: HTTP/2 without TLS (default: none: a request counts under its host's name)")
+	fs.BoolVar(&cfg.Proxy.AllowAnyDependency, "proxy-allow-any-dependency", cfg.Proxy.AllowAnyDependency, "let a Fusebox-Dependency header name any dependency, not only the upstream's host[:port] or its --proxy-routes name (then any local process can speak for any dependency)")
 	fs.IntVar(&cfg.Proxy.MaxConns, "proxy-max-conns", cfg.Proxy.MaxConns, "most client connections the proxy keeps open; one more is answered 503")
+	fs.IntVar(&cfg.Proxy.MaxConnsPerClient, "proxy-max-conns-per-client", cfg.Proxy.MaxConnsPerClient, "most client connections the proxy keeps open from one address; one more is answered 503")
 	fs.IntVar(&cfg.Proxy.MaxHeaderBytes, "proxy-max-header-bytes", cfg.Proxy.MaxHeaderBytes, "largest request line and headers the proxy accepts; larger is answered 431")
 	fs.IntVar(&cfg.Proxy.MaxBodyBuffer, "proxy-max-body-buffer", cfg.Proxy.MaxBodyBuffer, "largest request body (bytes) the proxy keeps for retries; a larger one gets a single attempt")
+	fs.IntVar(&cfg.Proxy.BodyBufferBudget, "proxy-body-buffer-budget", cfg.Proxy.BodyBufferBudget, "most bytes the request bodies the proxy keeps for retries hold together; a body that finds them held gets a single attempt")
+	fs.DurationVar(&cfg.Proxy.BodyTimeout, "proxy-body-timeout", cfg.Proxy.BodyTimeout, "bound on the arrival of a request's whole body; a client that has not sent it by then is cut off")
 	fs.StringVar(&cfg.Proxy.CAFile, "proxy-ca-file", cfg.Proxy.CAFile, "PEM bundle of the CAs of upstreams the proxy speaks TLS to (default: the system's)")
 	return fs
 }

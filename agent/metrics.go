@@ -35,6 +35,8 @@ type metrics struct {
 	policyRejected  prometheus.Counter
 	cacheErrors     prometheus.Counter
 	stateOmitted    *prometheus.CounterVec // kind
+	withheld        [2]prometheus.Counter  // withheldRow, withheldRecord
+	withheldVec     *prometheus.CounterVec
 
 	scrape *collector
 	docs   []MetricDoc
@@ -117,13 +119,26 @@ func newMetrics(a *Agent) *metrics {
 	for _, k := range []string{"record", "row"} {
 		m.stateOmitted.WithLabelValues(k) // exposed at 0 before the first omission
 	}
+	withheld := m.counterVec("gossip_withheld_total",
+		"This agent's own rows and proposed records it did not gossip because no real traffic confirmed their dependency (agent/README.md, \"Which dependency\"), by kind (row, record).",
+		"kind")
+	for k, name := range []string{"row", "record"} {
+		m.withheld[k] = withheld.WithLabelValues(name)
+	}
+	m.withheldVec = withheld
 	m.scrape = newCollector(a, m)
 	return m
 }
 
+// Kinds of withheld gossip (the kind label of gossip_withheld_total).
+const (
+	withheldRow = iota
+	withheldRecord
+)
+
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened, m.sessionsRefused,
-		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.withheldVec, m.scrape}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
@@ -178,7 +193,7 @@ type collector struct {
 	budget, budgetUsed, permit                                       *prometheus.Desc
 	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
 	wireVersion, memberWire, unknownVersion, badSignatures, sigs     *prometheus.Desc
-	sessionBytes                                                     *prometheus.Desc
+	sessionBytes, confirmed                                          *prometheus.Desc
 }
 
 func newCollector(a *Agent, m *metrics) *collector {
@@ -230,6 +245,8 @@ func newCollector(a *Agent, m *metrics) *collector {
 		concurrencyLimit: d("concurrency_limit", "This node's share of the policy's concurrency.maxInFlight (0: no limit).", "dependency"),
 		inFlight:         d("in_flight", "Calls in flight to the dependency: this node's clients' (scope node) and the fleet's (scope fleet, as the rows report them).", "dependency", "scope"),
 		sessionBytes:     d("session_bytes", "Bytes of dependency state the client sessions hold, as --max-session-bytes and --max-sessions-bytes count them.", nil...),
+		confirmed: d("dependencies_confirmed", "Dependencies real traffic confirmed (the egress proxy reached their upstream, or a client on the unix socket named them), whose rows this agent gossips; --proxy-routes names are confirmed besides.",
+			nil...),
 	}
 }
 
@@ -238,7 +255,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
 		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
 		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight,
-		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes} {
+		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes, c.confirmed} {
 		ch <- d
 	}
 }
@@ -273,6 +290,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.depsRefusedEngine, float64(st.RefusedDependencies))
 	gauge(c.sessions, float64(a.hub.count()))
 	gauge(c.sessionBytes, float64(a.sessionBytes.Load()))
+	gauge(c.confirmed, float64(a.confirmed.count()))
 
 	if a.gossip != nil {
 		type key struct{ role, state string }

@@ -232,10 +232,12 @@ func TestPushPullStateBounded(t *testing.T) {
 			State: sharedstate.Open, Since: time.Now(), OpenCount: 1, Origin: "big"}); err != nil {
 			t.Fatal(err)
 		}
+		a.confirm(fmt.Sprintf("dep-%03d", i)) // its own records go out once confirmed
 	}
 	if err := a.eng.AddCounts("own", sharedstate.Counts{FirstAttempts: 1, Successes: 1}); err != nil {
 		t.Fatal(err)
 	}
+	a.confirm("own") // as a client on the socket would
 	a.tick()
 	st := (*gossipHandler)(a.Agent).LocalState(false)
 	var codec protocol.Codec

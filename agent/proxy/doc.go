@@ -40,6 +40,13 @@
 // It is no open relay: it listens on loopback unless told otherwise
 // (Config.AllowNonLoopback), forwards only to Config.AllowHosts when set,
 // and never connects to the agent's own listeners (Config.Own), whatever
-// a name resolves to. agent/README.md's "The egress proxy" section
-// is the user's guide.
+// a name resolves to. Nor does a local caller make it hold what the
+// caller chooses: a request counts under its upstream's name or route
+// (Config.AllowAnyDependency lifts that), a body's buffer grows with the
+// bytes that arrive within a budget of all of them, a body must arrive
+// within Config.BodyTimeout, and one client address holds at most
+// Config.MaxConnsPerClient connections. It can serve a listening socket
+// it was handed (Config.Listener) and drains onto whoever else holds it,
+// so that a restart refuses no caller. agent/README.md's "The egress
+// proxy" section is the user's guide.
 package proxy

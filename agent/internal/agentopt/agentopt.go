@@ -2,6 +2,7 @@ package agentopt
 
 import (
 	"log/slog"
+	"net"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +22,9 @@ type Options struct {
 	DefaultPolicy *sharedstate.Policy
 	EtcdClient    *store.Client
 	HTTPTimeouts  *serverlimits.HTTPTimeouts
+	// ProxyListener is the socket the egress proxy serves instead of
+	// binding Config.Proxy.Addr (agent.WithProxyListener).
+	ProxyListener net.Listener
 	// Sim are the hooks of a simulated agent (zero: none).
 	Sim Sim
 }

@@ -112,7 +112,8 @@ func (d *Demo) startAgents(ctx context.Context) error {
 		ac.PushPullInterval = 5 * time.Second
 		ac.ShutdownTimeout = 3 * time.Second
 		ac.MemberTTL = 5 * time.Second
-		ac.Proxy.Addr = "127.0.0.1:0" // the egress proxy, for proxiedService
+		ac.Proxy.Addr = "127.0.0.1:0"      // the egress proxy, for proxiedService
+		ac.Proxy.AllowAnyDependency = true // its calls name their dependencies (Fusebox-Dependency)
 		a, err := agent.New(ac,
 			agent.WithLogger(d.cfg.Logger.With("component", "agent")),
 			agent.WithDefaultPolicy(d.policy))
