@@ -37,6 +37,7 @@ type depState struct {
 	z           tripBounds // of pol.Breaker.Confidence
 	tripHeld    tripHeld
 	shaped      shapeState
+	followed    bool // Engine.Follow: no trip rule of its own
 }
 
 type rowEntry struct {
@@ -521,7 +522,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	d.prune(e, ns)
 	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
-	if !d.override.ActiveAt(now) {
+	if !d.override.ActiveAt(now) && !d.followed {
 		fleetClosed := true
 		if d.shared() {
 			r := d.rec(e)
