@@ -88,6 +88,7 @@ const (
 
 	metadataRetryOwner     = "fusebox-retry-owner"
 	metadataIdempotencyKey = "idempotency-key"
+	metadataReplayed       = "idempotent-replayed" // HeaderReplayed's gRPC metadata
 )
 
 // SetHeaders writes the attempt's Fusebox headers into h, for attempt
