@@ -24,11 +24,12 @@ import (
 // closed) less than one window ago, the window starts afresh, as it does
 // when a close is merged: the failures it holds are the ones the
 // followed engine closed on; the ramp runs from Since. A followed
-// breaker's state changes only by time (open turns half-open) and by the
-// next Follow: Tick applies no trip rule to the dependency, and it is not
-// forgotten as idle. Decisions, counts, probe results and the retry
-// budget work as usual. Overrides and policies are not in s: set them
-// with SetOverride and SetPolicy.
+// breaker's state changes by time (open turns half-open), by the next
+// Follow and by the result of a probe this engine admitted, never by the
+// counts: Tick applies no trip rule to the dependency, and does not forget
+// it as idle. Decisions, counts and the retry budget work as usual.
+// Overrides and policies are not in s: set them with SetOverride and
+// SetPolicy.
 //
 // It fails only for a dependency the engine cannot track (an invalid
 // name, MaxDependencies) and for a generation past MaxGeneration.
