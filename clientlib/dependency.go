@@ -83,7 +83,9 @@ type Status struct {
 	// FromAgent, the one the policy's scope names, as the agent last pushed
 	// it: the fleet's (scope fleet), the zone's (scope zone) or the agent
 	// host's own (scope node). Without, the local fallback breaker's, which
-	// counts only this process's calls.
+	// counts only this process's calls: it starts from the state the agent
+	// last gave (its generation and since included) and goes on by its own
+	// rules.
 	State BreakerState
 	// LocalState is the agent host's node-local breaker under scope fleet
 	// or zone: Open or HalfOpen when this host's traffic to the dependency
@@ -102,8 +104,9 @@ type Status struct {
 	// computed and reported, nothing is refused.
 	Shadow bool
 	// Generation is the generation of the governing breaker's record: one
-	// more with each fleet (or zone) transition. 0 under scope node, and
-	// for the local fallback breaker until it first trips.
+	// more with each fleet (or zone) transition; the local fallback
+	// breaker's starts from the agent's last and goes up with its own
+	// transitions. 0 under scope node.
 	Generation uint64
 	// Since is when State last changed (zero when it never did).
 	Since time.Time
@@ -284,12 +287,24 @@ type depState struct {
 	// the flusher to republish when it passes without taking mu.
 	keptUntil atomic.Int64
 
-	// syncMu orders the updates of the local engine (policy, override):
-	// whoever holds it applies the latest ones (see syncLocal).
-	syncMu       sync.Mutex
-	syncedPol    *sharedstate.Policy   // what the engine was last given (guarded by syncMu)
-	syncedOv     *sharedstate.Override // likewise
-	syncedOvOnce bool                  // syncedOv has been applied once
+	// The local breaker follows the agent's breakers while the agent
+	// decides (sharedstate.Engine.Follow), so that it starts from the
+	// fleet's present state when the agent goes away: followSnap is the
+	// agent's latest snapshot with another breaker state than the one
+	// before, kept once the agent stops deciding; following says whether
+	// the agent decides now.
+	followSnap *sharedstate.Snapshot
+	following  bool
+
+	// syncMu orders the updates of the local engine (policy, followed
+	// breakers, override): whoever holds it applies the latest ones (see
+	// syncLocal).
+	syncMu          sync.Mutex
+	syncedPol       *sharedstate.Policy   // what the engine was last given (guarded by syncMu)
+	syncedOv        *sharedstate.Override // likewise
+	syncedOvOnce    bool                  // syncedOv has been applied once
+	syncedFollow    *sharedstate.Snapshot // likewise
+	syncedFollowing bool                  // the engine follows st
 
 	// Owned by the flusher goroutine.
 	sentAgent, sentLocal totals

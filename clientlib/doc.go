@@ -203,7 +203,12 @@
 // the agent is back and says otherwise; the process's concurrency share
 // holds until the agent is back; the throttle probability holds for one
 // breaker window after the agent went away (it describes that window's
-// traffic), then the local breaker alone decides.
+// traffic), then the local breaker alone decides. The local breaker starts
+// from the fleet's breaker as the agent last gave it: while the agent
+// decides, it follows the pushed snapshots (state, generation, since, open
+// count) and does not trip on the counts it is fed, so a breaker the fleet
+// closed is closed, and one it holds open stays open for the time it had
+// left.
 //
 // Retries and probes asked of an unreachable or slow agent are decided
 // locally after at most AgentWait. The client reconnects with jittered

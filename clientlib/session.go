@@ -330,7 +330,7 @@ func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[
 }
 
 // disconnect switches every dependency to the local fallback (loop reports
-// the event).
+// the event), which goes on from the breakers it followed.
 func (s *session) disconnect() {
 	c := s.c
 	s.mu.Lock()
@@ -339,6 +339,7 @@ func (s *session) disconnect() {
 	s.mu.Unlock()
 	s.connected.Store(false)
 	c.each(func(st *depState) {
+		c.leaveOff(st)
 		st.mu.Lock()
 		st.keepShaping()
 		st.agentSnap = nil
@@ -421,6 +422,12 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 	ov := overrideOf(snap)
 	ovChanged := !sameOverride(st.localOverride, ov)
 	st.localOverride = ov
+	// So do the breakers: the local breaker follows them.
+	followChanged := !st.following || st.followSnap == nil || !sameBreakers(st.followSnap, snap)
+	if followChanged {
+		st.followSnap = snap
+	}
+	st.following = true
 	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
 	st.refusedMsg = ""
@@ -428,9 +435,15 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 	st.forgetShaping()
 	st.publishLocked()
 	st.mu.Unlock()
-	if polChanged || ovChanged {
+	if polChanged || ovChanged || followChanged {
 		c.syncLocal(st)
 	}
+}
+
+// sameBreakers reports whether a and b give the breakers the same state.
+func sameBreakers(a, b *sharedstate.Snapshot) bool {
+	return a.State == b.State && a.LocalState == b.LocalState && a.Generation == b.Generation &&
+		a.OpenCount == b.OpenCount && a.Since.Equal(b.Since)
 }
 
 // overrideOf is the override a snapshot reports (nil for none).
@@ -448,19 +461,32 @@ func sameOverride(a, b *sharedstate.Override) bool {
 	return a.State == b.State && a.Reason == b.Reason && a.Expires.Equal(b.Expires)
 }
 
-// syncLocal gives the local breaker st's latest policy and override. Any
-// goroutine may call it after changing them; syncMu makes the last one to
-// run apply the latest of both, in that order (an override would make the
-// engine track the dependency under the default policy).
+// syncLocal gives the local breaker st's latest policy, followed breakers
+// and override. Any goroutine may call it after changing them; syncMu makes
+// the last one to run apply the latest of all, in that order (following or
+// an override would make the engine track the dependency under the default
+// policy). Once the agent no longer decides st, the local breaker is given
+// the agent's last breakers if it was not yet, and stops following: it
+// goes on from there by its own rules.
 func (c *Client) syncLocal(st *depState) {
 	st.syncMu.Lock()
 	defer st.syncMu.Unlock()
 	st.mu.Lock()
-	pol, ov := st.localPol, st.localOverride
+	pol, ov, fs, following := st.localPol, st.localOverride, st.followSnap, st.following
 	st.mu.Unlock()
 	if pol != nil && pol != st.syncedPol {
 		st.syncedPol = pol
 		_ = c.engine.SetPolicy(st.name, *pol) // validated when stored
+	}
+	if fs != nil && fs != st.syncedFollow {
+		st.syncedFollow = fs
+		// Refused only past MaxDependencies, which New shares, or for a
+		// generation no agent reaches: the local breaker then keeps its own.
+		st.syncedFollowing = c.engine.Follow(fs) == nil || st.syncedFollowing
+	}
+	if !following && st.syncedFollowing {
+		c.engine.Unfollow(st.name)
+		st.syncedFollowing = false
 	}
 	if !st.syncedOvOnce || !sameOverride(ov, st.syncedOv) {
 		st.syncedOv, st.syncedOvOnce = ov, true

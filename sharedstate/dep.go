@@ -37,6 +37,7 @@ type depState struct {
 	tripHeld    tripHeld
 	shaped      shapeState
 	found       tripFound // what the last trips found, for the open it proposes (carryIncident)
+	followed    bool      // Engine.Follow: no trip rule of its own
 }
 
 type rowEntry struct {
@@ -389,7 +390,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	d.prune(e, ns)
 	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
-	if !d.override.ActiveAt(now) {
+	if !d.override.ActiveAt(now) && !d.followed {
 		fleetClosed := true
 		if d.shared() {
 			r := d.rec(e)

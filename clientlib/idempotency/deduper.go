@@ -34,8 +34,9 @@ const (
 // Headers the Deduper writes.
 const (
 	// HeaderReplayed is set to "true" on a response replayed from the
-	// store (gRPC: header metadata "idempotent-replayed").
-	HeaderReplayed = "Idempotent-Replayed"
+	// store (gRPC: header metadata "idempotent-replayed"); clientlib's
+	// RoundTripper does not retry such an answer.
+	HeaderReplayed = clientlib.HeaderReplayed
 	// HeaderStatus says why the Deduper answered itself: "in-progress",
 	// "mismatch", "invalid-key", "not-stored", "store-unavailable",
 	// "request-too-large", or "panicked" (the stored answer of a handler

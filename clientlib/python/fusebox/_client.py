@@ -30,6 +30,7 @@ DEFAULT_AGENT_ADDRESS = "unix:///run/fusebox/agent.sock"
 HEADER_RETRY_OWNER = "Fusebox-Retry-Owner"
 HEADER_TIMEOUT_MS = "Fusebox-Timeout-Ms"
 HEADER_IDEMPOTENCY_KEY = "Idempotency-Key"
+HEADER_REPLAYED = E.HEADER_REPLAYED
 
 _MAX_FLUSH_INTERVAL = 0.05
 _MAX_PROPAGATED_TIMEOUT = 86400.0
@@ -651,6 +652,13 @@ class Dependency:
                 self._local.set_policy(pol)
             self._policy_seen = True
             snap = P.snapshot_from_proto(m, self._local.policy)
+            # The local breaker follows the agent's breaker while the agent
+            # decides, so that it starts from it when the agent goes (a
+            # snapshot given with no session is where it starts from now).
+            self._local.follow(snap)
+            s = self._c._session
+            if s is None or not s.connected:
+                self._local.unfollow()
             self._agent_snap = snap
             self._agent_snap_answer = not pushed
             if pushed:
@@ -667,6 +675,7 @@ class Dependency:
 
     def _disconnected(self):
         with self._smu:
+            self._local.unfollow()  # it goes on from the agent's last breaker state
             self._agent_snap = None
             self._refused = False
             self._keep_throttle_locked()
@@ -675,6 +684,7 @@ class Dependency:
     def _agent_refused(self, message):
         with self._smu:
             self._refused, self._refused_msg = True, message
+            self._local.unfollow()
             self._agent_snap = None
             self._keep_throttle_locked()
             self._publish_locked()

@@ -59,6 +59,7 @@ class BreakerSettings:
     half_open_probes: int = 3
     probe_success_threshold: int = 3
     probe_timeout: float = 5.0
+    fleet_max_open_duration: float = 5.0
     scope: str = SCOPE_FLEET
     mode: str = ENFORCE
     confidence: float = 0.95
@@ -75,6 +76,12 @@ class BreakerSettings:
             d = self.max_open_duration
         return d
 
+    def fleet_open_duration_for(self, open_count):
+        """How long the fleet's (or a zone's) breaker stays open:
+        open_duration_for, its doubling capped at fleetMaxOpenDuration (or
+        openDuration, when longer)."""
+        return min(self.open_duration_for(open_count), max(self.fleet_max_open_duration, self.open_duration))
+
     def problems(self):
         """What makes these settings unusable (empty when they are fine)."""
         out = []
@@ -84,7 +91,7 @@ class BreakerSettings:
             out.append("slow_call_rate_threshold must be in (0, 1]")
         if self.minimum_requests < 1:
             out.append("minimum_requests must be at least 1")
-        for f in ("window", "open_duration", "probe_timeout", "slow_call_duration"):
+        for f in ("window", "open_duration", "probe_timeout", "slow_call_duration", "fleet_max_open_duration"):
             if not getattr(self, f) > 0:
                 out.append(f + " must be positive")
         if self.max_open_duration < self.open_duration:
@@ -220,7 +227,7 @@ def breaker_from_proto(base, m):
         v = getattr(m, f)
         if v:
             kw[f] = v
-    for f in ("window", "open_duration", "max_open_duration", "probe_timeout"):
+    for f in ("window", "open_duration", "max_open_duration", "probe_timeout", "fleet_max_open_duration"):
         if m.HasField(f) and _seconds(getattr(m, f)) > 0:
             kw[f] = _seconds(getattr(m, f))
     if m.HasField("confidence"):
