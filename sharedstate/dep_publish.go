@@ -10,6 +10,7 @@ func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
 		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
 		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
 		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent, InFlight: d.inFlight.Load(),
+		Cumulative: d.ownCumulative(now),
 	}
 }
 
