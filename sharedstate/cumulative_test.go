@@ -7,70 +7,58 @@ import (
 )
 
 // TestCumulativeCountsEveryRecord: this node's cumulative counts hold every
-// Record and AddCounts made, however often the window's buckets are reused
-// and the window itself replaced (a new window length, a close under a new
-// generation) while goroutines count, and a reading never goes back.
+// Record and AddCounts made while goroutines count and time passes (the
+// window's buckets are reused under them), across replacements of the
+// window (a new window length, a close under a new generation) between
+// bursts, and an add that picked a bucket of the window just replaced; a
+// reading never goes back.
 func TestCumulativeCountsEveryRecord(t *testing.T) {
 	clock := NewManualClock(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC))
 	e := newTestEngine(t, "a", "z", clock, nil)
 	const dep = "ledger-api"
-	const workers, each = 4, 3000
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range each {
-				if w == 0 && i%2 == 0 {
-					if err := e.AddCounts(dep, Counts{FirstAttempts: 1, Failures: 1, SlowCalls: 1}); err != nil {
-						t.Error(err)
-						return
+	const bursts, workers, each = 5, 4, 600
+	var last Counts
+	for burst := range bursts {
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Go(func() {
+				for i := range each {
+					if w == 0 && i%2 == 0 {
+						_ = e.AddCounts(dep, Counts{FirstAttempts: 1, Failures: 1, SlowCalls: 1})
+					} else {
+						_ = e.Record(dep, FirstAttempt, Success)
 					}
-					continue
 				}
-				if err := e.Record(dep, FirstAttempt, Success); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	stop := make(chan struct{})
-	var moved sync.WaitGroup
-	moved.Add(1)
-	go func() { // time passes (buckets are reused) and the window is replaced
-		defer moved.Done()
-		var last Counts
-		for i := 0; ; i++ {
+			})
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		for moving := true; moving; {
 			select {
-			case <-stop:
-				return
+			case <-done:
+				moving = false
 			default:
-			}
-			clock.Advance(700 * time.Millisecond)
-			if i%5 == 0 {
-				w := 10 + i%3
-				if err := e.SetPolicy(dep, *policyWith(func(p *Policy) { p.Breaker.Window = Duration(time.Duration(w) * time.Second) })); err != nil {
-					t.Error(err)
-					return
-				}
+				clock.Advance(700 * time.Millisecond)
 			}
 			c, _ := e.Cumulative(dep)
 			if _, ok := c.Node.minus(last); !ok {
-				t.Errorf("the cumulative counts went back: %+v after %+v", c.Node, last)
-				return
+				t.Fatalf("the cumulative counts went back: %+v after %+v", c.Node, last)
 			}
 			last = c.Node
 		}
-	}()
-	wg.Wait()
-	close(stop)
-	moved.Wait()
+		// A new window length replaces the window; an add that picked a
+		// bucket of the old one lands after the swap.
+		d := e.lookup(dep)
+		b := d.win.Load().slot(e.recordNanos())
+		_ = e.SetPolicy(dep, *policyWith(func(p *Policy) { p.Breaker.Window = Duration(time.Duration(10+burst) * time.Second) }))
+		b.add(Counts{FirstAttempts: 1, Successes: 1})
+	}
 	c, ok := e.Cumulative(dep)
 	if !ok {
 		t.Fatal("the dependency is not tracked")
 	}
-	want := Counts{FirstAttempts: workers * each, Successes: workers*each - each/2, Failures: each / 2, SlowCalls: each / 2}
+	n := uint64(bursts * each)
+	want := Counts{FirstAttempts: workers*n + bursts, Successes: workers*n - n/2 + bursts, Failures: n / 2, SlowCalls: n / 2}
 	if c.Node != want || c.Fleet != want {
 		t.Fatalf("cumulative %+v (fleet %+v), want %+v", c.Node, c.Fleet, want)
 	}
@@ -185,7 +173,7 @@ func TestFleetCumulativeForgetsBoundedly(t *testing.T) {
 			Counts:     Counts{Successes: 1},
 			Cumulative: Cumulative{Counts: Counts{Successes: n}, Since: since, At: since + int64(seq)}}
 	}
-	const nodes = minGoneSeries + 10
+	const nodes = 64 + 10
 	for i := range nodes {
 		a.ApplyRow(row(i, 1, 5))
 	}
@@ -201,8 +189,8 @@ func TestFleetCumulativeForgetsBoundedly(t *testing.T) {
 	d.mu.Lock()
 	kept := len(d.fleet.gone)
 	d.mu.Unlock()
-	if kept != minGoneSeries {
-		t.Fatalf("remembers %d gone nodes, want %d", kept, minGoneSeries)
+	if kept != 64 {
+		t.Fatalf("remembers %d gone nodes, want %d", kept, 64)
 	}
 	// Every node comes back with 2 more: the remembered add 2, the
 	// forgotten ones (the first to go) are a baseline, never 7.
@@ -210,7 +198,7 @@ func TestFleetCumulativeForgetsBoundedly(t *testing.T) {
 		a.ApplyRow(row(i, 2, 7))
 	}
 	c, _ = a.Cumulative(dep)
-	if want := uint64(5*nodes + 2*minGoneSeries); c.Fleet.Successes != want {
+	if want := uint64(5*nodes + 2*64); c.Fleet.Successes != want {
 		t.Fatalf("fleet successes %d, want %d", c.Fleet.Successes, want)
 	}
 }

@@ -201,14 +201,7 @@ func (w *Window) totals(now int64) Counts {
 			}
 		}
 	}
-	return Counts{
-		FirstAttempts: s[cFirst],
-		Retries:       s[cRetries],
-		Successes:     s[cSuccesses],
-		Failures:      s[cFailures],
-		SlowCalls:     s[cSlow],
-		Rejected:      s[cRejected],
-	}
+	return countsOf(s)
 }
 
 // NodeWindow is the row a node gossips for one dependency: its window totals.
