@@ -10,7 +10,6 @@ func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
 		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
 		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
 		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent, InFlight: d.inFlight.Load(),
-		Cumulative: d.ownCumulative(now),
 	}
 }
 
@@ -28,6 +27,7 @@ func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 		return NodeWindow{}, false
 	}
 	r.Seq = e.seq.Add(1)
+	r.Cumulative = d.ownCumulative(now)
 	d.sent = sentRow{valid: true, row: r, at: now.UnixNano()}
 	if d.urgent(e, &r, now.UnixNano()) {
 		e.enqueueUrgent(r)
