@@ -27,13 +27,29 @@ const (
 	maxSimulations = 2
 	// DefaultSimulateSince is how far back SimulatePolicy replays by default.
 	DefaultSimulateSince = time.Hour
-	// simulateSettle leaves out the freshest slots: rows for them may still
-	// be on their way.
-	simulateSettle = 2 * time.Second
 )
 
 // errSimulationsBusy: maxSimulations are running.
 var errSimulationsBusy = errors.New("coordinator: simulation refused")
+
+// pinned is the history's Config.Pinned: a dependency with a stored policy
+// or an override in force keeps its history whatever its traffic.
+func (c *Coordinator) pinned(dep string) bool {
+	if c.cache == nil {
+		return false
+	}
+	if _, ok := c.cache.storedPolicy(dep); ok {
+		return true
+	}
+	_, ok := c.cache.Override(dep, c.clock.Now())
+	return ok
+}
+
+// settled is where a replay ends: whole seconds (the coarse slots) before
+// which the history no longer changes.
+func (c *Coordinator) settled() time.Time {
+	return c.clock.Now().Add(-history.Settle).Truncate(history.CoarseStep)
+}
 
 // observeRow is the fleet view's OnRow: the row goes into the history.
 func (c *Coordinator) observeRow(r sharedstate.NodeWindow, at time.Time) {
@@ -138,14 +154,13 @@ func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedsta
 }
 
 func (c *Coordinator) runSimulation(ctx context.Context, dep string, current, proposed sharedstate.Policy, since time.Duration) (*fuseboxv1.SimulatePolicyResponse, error) {
-	now := c.clock.Now()
 	coarse := c.history.Config().CoarseHorizon
 	var notes []string
 	if since > coarse {
 		notes = append(notes, fmt.Sprintf("asked for %v: the history keeps %v (--history-coarse)", since, coarse))
 		since = coarse
 	}
-	to := now.Add(-simulateSettle).Truncate(history.CoarseStep)
+	to := c.settled()
 	from := to.Add(-since)
 	warm := max(current.Breaker.Window.Std(), proposed.Breaker.Window.Std())
 	segs, err := c.history.Range(dep, from.Add(-warm), to)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -111,13 +112,14 @@ func changeTimes(t *testing.T, cs []string) []time.Time {
 
 // TestReplayMatchesTheAgents: three real agents (real memberlist, the
 // coordinator's embedded etcd) live through an incident: their dependency
-// dies for 5 s and recovers; their breaker opens, fails two probes and
-// closes. The coordinator's history of it, replayed under the same policy
-// (SimulatePolicy), opens and closes as the agents did: the same sequence,
-// each change within 1 s of theirs. The tolerance is that of the history's
-// dates: rows reach the observer a gossip round or more after the agents
-// counted them (more on a loaded machine), and the replay steps in 100 ms
-// sub-buckets. The agents' later reopens follow their first open by the
+// dies for 5 s and recovers; their breaker opens, fails probes and closes.
+// Once their breaker closed and the coordinator's history holds, settled,
+// every call the agents counted (their cumulative counts, exactly) and the
+// close, the replay of that history under the same policy
+// (SimulatePolicy) opens and closes as the agents did: the same sequence,
+// each change within 1 s of theirs (the history dates counts at the
+// agents' readings, within a gossip round; the replay steps in 100 ms
+// sub-buckets). The agents' later reopens follow their first open by the
 // open durations, so an offset of the first carries over; the probes'
 // outcomes are those the agents' probes had, from their records.
 func TestReplayMatchesTheAgents(t *testing.T) {
@@ -127,7 +129,7 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	const dep = "ledger-api"
 	cfg := testConfig(t)
 	c := startCoordinator(t, cfg)
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := ctxFor(t, 90*time.Second)
 	if _, err := c.Store().PutPolicy(ctx, dep, []byte(incidentPolicy), store.WriteOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -142,25 +144,54 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	})
 
 	start, stop := incident(t, agents, dep)
-	admin := adminClient(t, c.GRPCAddr(), "")
-	var resp *fuseboxv1.SimulatePolicyResponse
-	sstest.EventuallyNoError(t, 40*time.Second, "the agents' breaker to have opened and closed again, in the coordinator's history", func() error {
-		if time.Since(start) < 9*time.Second {
-			return fmt.Errorf("the incident is not over (%v)", time.Since(start).Round(time.Second))
+	sstest.Eventually(t, 40*time.Second, "the agents' breaker to have opened and closed again", func() bool {
+		for _, a := range agents {
+			if s := a.Engine().Snapshot(dep); s == nil || s.State != sharedstate.Closed || s.Generation < 2 {
+				return false
+			}
 		}
-		r, err := admin.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep, PolicyJson: []byte(incidentPolicy),
-			Since: durationpb.New(time.Since(start) + 2*time.Second)})
+		return true
+	})
+	stop()
+	var counted sharedstate.Counts
+	for _, a := range agents {
+		cum, ok := a.Engine().Cumulative(dep)
+		if !ok {
+			t.Fatalf("%s does not track %s", a.Engine().Node(), dep)
+		}
+		counted = counted.Plus(cum.Node)
+	}
+	closedGen := agents[0].Engine().Snapshot(dep).Generation
+	sstest.EventuallyNoError(t, 20*time.Second, "the coordinator's history to hold, settled, every call the agents counted and the close", func() error {
+		to := c.settled()
+		segs, err := c.history.Range(dep, start.Add(-time.Minute), to)
 		if err != nil {
 			return err
 		}
-		cs := changes(r.GetFleetStates())
-		if len(cs) == 0 || !strings.HasPrefix(cs[len(cs)-1], "closed") {
-			return fmt.Errorf("the fleet's timeline: %v", cs)
+		var held history.Slot
+		for _, seg := range segs {
+			for _, s := range seg.Slots {
+				held.Add(s)
+			}
 		}
-		resp = r
-		return nil
+		got := sharedstate.Counts{FirstAttempts: uint64(held.FirstAttempts), Retries: uint64(held.Retries), Successes: uint64(held.Successes),
+			Failures: uint64(held.Failures), SlowCalls: uint64(held.SlowCalls), Rejected: uint64(held.Rejected)}
+		if got != counted {
+			return fmt.Errorf("the history holds %+v, the agents counted %+v", got, counted)
+		}
+		for _, r := range c.history.Records(dep, start, to) {
+			if r.Kind == history.KindBreaker && r.Breaker.State == sharedstate.Closed && r.Breaker.Generation == closedGen {
+				return nil
+			}
+		}
+		return fmt.Errorf("no close of generation %d in the history yet", closedGen)
 	})
-	stop()
+	admin := adminClient(t, c.GRPCAddr(), "")
+	resp, err := admin.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep, PolicyJson: []byte(incidentPolicy),
+		Since: durationpb.New(time.Since(start) + 2*time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	fleet, replayed := changes(resp.GetFleetStates()), changes(resp.GetCurrent().GetStates())
 	t.Logf("agents: %v", fleet)
@@ -187,5 +218,41 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	}
 	if len(resp.GetIncidents()) != 1 {
 		t.Errorf("%d incidents, want 1", len(resp.GetIncidents()))
+	}
+}
+
+// TestWhatIfAfterAFloodOfNames: a flood of 1,000 dependency names with one
+// call each reaches the observer (more than --history-max-dependencies);
+// a busy dependency that appears next can be simulated at once, and the
+// flood's evictions are counted.
+func TestWhatIfAfterAFloodOfNames(t *testing.T) {
+	c := startCoordinator(t, testConfig(t))
+	ctx := ctxFor(t, 30*time.Second)
+	since := time.Now().UnixMilli()
+	row := func(node, dep string, seq, window, total uint64) *fuseboxv1.NodeWindow {
+		return &fuseboxv1.NodeWindow{Node: node, Zone: "zone-a", Dependency: dep, Seq: seq,
+			Counts:     &fuseboxv1.Counts{FirstAttempts: window, Successes: window},
+			Cumulative: &fuseboxv1.Counts{FirstAttempts: total, Successes: total}, CumulativeSinceUnixMs: since, CumulativeAgeMs: seq}
+	}
+	var flood []*fuseboxv1.NodeWindow
+	for i := range 1000 {
+		flood = append(flood, row("agent-1", fmt.Sprintf("junk-%04d", i), uint64(i+1), 1, 1))
+	}
+	if _, refused := c.view.ApplyBatch(&fuseboxv1.GossipBatch{Rows: flood}); refused != 0 {
+		t.Fatalf("the observer refused %d rows", refused)
+	}
+	const dep = "ledger-api"
+	c.view.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{
+		row("agent-1", dep, 2000, 40, 40), row("agent-2", dep, 1, 40, 40), row("agent-3", dep, 1, 40, 40)}})
+	admin := adminClient(t, c.GRPCAddr(), "")
+	if _, err := admin.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep,
+		PolicyJson: []byte(`{"dependency":"ledger-api","breaker":{"openDuration":"1s"}}`), Since: durationpb.New(time.Minute)}); err != nil {
+		t.Fatalf("SimulatePolicy of the busy dependency after the flood: %v", err)
+	}
+	if st := c.history.Stats(); st.Dependencies != c.cfg.HistoryMaxDependencies {
+		t.Errorf("%d histories, want the cap (%d)", st.Dependencies, c.cfg.HistoryMaxDependencies)
+	}
+	if n := metricValue(t, c.reg, "fusebox_coordinator_history_dropped_total", map[string]string{"reason": "evicted"}); n == 0 {
+		t.Error("no eviction counted")
 	}
 }

@@ -38,6 +38,7 @@ type depState struct {
 	shaped      shapeState
 	found       tripFound // what the last trips found, for the open it proposes (carryIncident)
 	followed    bool      // Engine.Follow: no trip rule of its own
+	fleet       fleetSum  // the series start and the other nodes' cumulative counts (cumulative.go)
 }
 
 type rowEntry struct {
@@ -63,7 +64,7 @@ func (d *depState) classify(e *Engine, r *rowEntry) {
 
 // resetWindow starts this node's window afresh.
 func (d *depState) resetWindow() {
-	d.win.Store(NewWindow(d.pol.Breaker.Window.Std()))
+	d.win.Store(continueWindow(d.win.Load(), d.pol.Breaker.Window.Std()))
 	d.fine = newFineRing(d.pol.Breaker.Window.Std())
 }
 

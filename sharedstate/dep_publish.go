@@ -33,6 +33,7 @@ func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 		return NodeWindow{}, false
 	}
 	r.Seq = e.seq.Add(1)
+	r.Cumulative = d.ownCumulative(now)
 	d.sent = sentRow{valid: true, row: r, at: now.UnixNano()}
 	// A probe's outcome is news the other holders wait for (they probe at
 	// once after a success, and the fleet closes on the pooled successes):

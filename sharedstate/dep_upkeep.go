@@ -50,6 +50,7 @@ func (d *depState) removeRow(node string) {
 	if !ok {
 		return
 	}
+	d.fleet.remove(d.rows[i].Node, d.rows[i].Cumulative, len(d.rows)-1)
 	last := len(d.rows) - 1
 	if i != last {
 		d.rows[i] = d.rows[last]

@@ -15,7 +15,9 @@
 //     violation) and Lint (warnings, e.g. retries that cannot fit a deadline).
 //   - Window (window.go): a time-bucketed sliding window of Counts, 10
 //     buckets, lock-free and allocation-free to add to. NodeWindow is the row
-//     a node gossips with its totals.
+//     a node gossips with its totals, and its cumulative counts
+//     (cumulative.go: Cumulative, Increase, Engine.Cumulative) that sums
+//     over nodes can take as counters.
 //   - BreakerRecord and Merge (record.go): the replicated breaker decision.
 //     Merge takes the higher generation, then open over closed, then the
 //     lower origin: commutative, associative and idempotent. Override is an

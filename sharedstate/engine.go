@@ -354,7 +354,7 @@ func (e *Engine) create(dep string, limit int) (*depState, error) {
 		return nil, &TooManyDependenciesError{Dependency: dep, Limit: limit}
 	}
 	name := strings.Clone(dep)
-	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}, rowCount: &e.rowCount}
+	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}, rowCount: &e.rowCount, fleet: newFleetSum(now)}
 	d.setPolicy(e, e.effective(name, nil), e.rnd.Uint64())
 	d.publish(e, now)
 	e.deps.store(name, d)

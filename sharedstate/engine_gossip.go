@@ -78,6 +78,7 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 		row = &d.rows[len(d.rows)-1]
 	}
 	r.Dependency = d.name // likewise
+	d.fleet.add(r.Node, row.Cumulative, r.Cumulative)
 	row.NodeWindow = *r
 	row.received = now
 	d.classify(e, row)

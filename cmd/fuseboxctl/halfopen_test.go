@@ -29,7 +29,7 @@ func TestWatchShowsHalfOpenThenOpen(t *testing.T) {
 	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
 	cfg.DataDir = t.TempDir()
 	cfg.EmbeddedEtcdURL = "http://127.0.0.1:0"
-	c := startTestCoordinator(t, cfg, coordinator.WithTickInterval(time.Hour, time.Hour),
+	c := startTestCoordinator(t, cfg, coordinator.WithTickInterval(time.Hour),
 		coordinator.WithEmbeddedEtcd(func(e *embedded.Config) { *e = embedded.TestConfig(e.Dir) }))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -39,7 +39,9 @@ func TestRowRoundTripThroughTheWire(t *testing.T) {
 	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true, InFlight: 17,
 		ProbeSuccesses: 2, ProbeFailures: 1,
 		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6},
-		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)}}
+		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)},
+		Cumulative: sharedstate.Cumulative{Counts: sharedstate.Counts{FirstAttempts: 100, Retries: 7, Successes: 90, Failures: 17, SlowCalls: 3, Rejected: 2},
+			Since: 1_790_000_000_000, At: 1_790_000_123_456}}
 	b, err := proto.Marshal(RowToProto(r))
 	if err != nil {
 		t.Fatal(err)

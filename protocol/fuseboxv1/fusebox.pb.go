@@ -5321,6 +5321,16 @@ type NodeWindow struct {
 	Dependency string                 `protobuf:"bytes,3,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	Seq        uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	Counts     *Counts                `protobuf:"bytes,5,opt,name=counts,proto3" json:"counts,omitempty"`
+	// The node's counts since it began counting the dependency (its start,
+	// or when it took the dependency up again after forgetting it idle):
+	// they never go back within one series, so sums over nodes are counters.
+	// cumulative_since_unix_ms names the series (another value: a new series
+	// from zero); cumulative_age_ms is when the node read the counts, in
+	// milliseconds after it. A row without them (0.1.x) has no cumulative
+	// counts: receivers add nothing for it.
+	Cumulative            *Counts `protobuf:"bytes,11,opt,name=cumulative,proto3" json:"cumulative,omitempty"`
+	CumulativeSinceUnixMs int64   `protobuf:"varint,12,opt,name=cumulative_since_unix_ms,json=cumulativeSinceUnixMs,proto3" json:"cumulative_since_unix_ms,omitempty"`
+	CumulativeAgeMs       uint64  `protobuf:"varint,13,opt,name=cumulative_age_ms,json=cumulativeAgeMs,proto3" json:"cumulative_age_ms,omitempty"`
 	// The node's own traffic tripped its node-local breaker.
 	NodeLocalOpen bool `protobuf:"varint,6,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	// The breaker generation the counts belong to: a node starts a fresh
@@ -5411,6 +5421,27 @@ func (x *NodeWindow) GetCounts() *Counts {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *NodeWindow) GetCumulative() *Counts {
+	if x != nil {
+		return x.Cumulative
+	}
+	return nil
+}
+
+func (x *NodeWindow) GetCumulativeSinceUnixMs() int64 {
+	if x != nil {
+		return x.CumulativeSinceUnixMs
+	}
+	return 0
+}
+
+func (x *NodeWindow) GetCumulativeAgeMs() uint64 {
+	if x != nil {
+		return x.CumulativeAgeMs
+	}
+	return 0
 }
 
 func (x *NodeWindow) GetNodeLocalOpen() bool {
@@ -6481,7 +6512,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tincidents\x18\n" +
 	" \x03(\v2\x1d.fusebox.v1.SimulatedIncidentR\tincidents\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12)\n" +
-	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xc7\x03\n" +
+	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xe0\x04\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -6490,7 +6521,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x18\x03 \x01(\tR\n" +
 	"dependency\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12*\n" +
-	"\x06counts\x18\x05 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12&\n" +
+	"\x06counts\x18\x05 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x122\n" +
+	"\n" +
+	"cumulative\x18\v \x01(\v2\x12.fusebox.v1.CountsR\n" +
+	"cumulative\x127\n" +
+	"\x18cumulative_since_unix_ms\x18\f \x01(\x03R\x15cumulativeSinceUnixMs\x12*\n" +
+	"\x11cumulative_age_ms\x18\r \x01(\x04R\x0fcumulativeAgeMs\x12&\n" +
 	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
@@ -6847,62 +6883,63 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	66,  // 102: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
 	68,  // 103: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
 	11,  // 104: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,   // 105: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	73,  // 106: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
-	71,  // 107: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	71,  // 108: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	72,  // 109: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	74,  // 110: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	74,  // 111: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	72,  // 112: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	71,  // 113: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	74,  // 114: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	74,  // 115: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	20,  // 116: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	25,  // 117: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	25,  // 118: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	26,  // 119: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	28,  // 120: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	31,  // 121: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 122: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
-	34,  // 123: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	36,  // 124: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	37,  // 125: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	40,  // 126: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	43,  // 127: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	43,  // 128: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	44,  // 129: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	46,  // 130: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	50,  // 131: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	55,  // 132: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	57,  // 133: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	62,  // 134: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	64,  // 135: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	24,  // 136: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	15,  // 137: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	15,  // 138: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	15,  // 139: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	29,  // 140: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	30,  // 141: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	33,  // 142: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
-	35,  // 143: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	30,  // 144: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	38,  // 145: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	41,  // 146: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	42,  // 147: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	42,  // 148: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	45,  // 149: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	47,  // 150: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	51,  // 151: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	56,  // 152: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	61,  // 153: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	63,  // 154: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	70,  // 155: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	136, // [136:156] is the sub-list for method output_type
-	116, // [116:136] is the sub-list for method input_type
-	116, // [116:116] is the sub-list for extension type_name
-	116, // [116:116] is the sub-list for extension extendee
-	0,   // [0:116] is the sub-list for field type_name
+	11,  // 105: fusebox.v1.NodeWindow.cumulative:type_name -> fusebox.v1.Counts
+	0,   // 106: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	73,  // 107: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
+	71,  // 108: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	71,  // 109: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	72,  // 110: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	74,  // 111: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	74,  // 112: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	72,  // 113: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	71,  // 114: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	74,  // 115: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	74,  // 116: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	20,  // 117: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	25,  // 118: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	25,  // 119: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	26,  // 120: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	28,  // 121: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	31,  // 122: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 123: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
+	34,  // 124: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	36,  // 125: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	37,  // 126: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	40,  // 127: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	43,  // 128: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	43,  // 129: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	44,  // 130: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	46,  // 131: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	50,  // 132: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	55,  // 133: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	57,  // 134: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	62,  // 135: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	64,  // 136: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	24,  // 137: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	15,  // 138: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	15,  // 139: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	15,  // 140: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	29,  // 141: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	30,  // 142: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	33,  // 143: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
+	35,  // 144: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	30,  // 145: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	38,  // 146: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	41,  // 147: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	42,  // 148: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	42,  // 149: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	45,  // 150: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	47,  // 151: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	51,  // 152: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	56,  // 153: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	61,  // 154: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	63,  // 155: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	70,  // 156: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	137, // [137:157] is the sub-list for method output_type
+	117, // [117:137] is the sub-list for method input_type
+	117, // [117:117] is the sub-list for extension type_name
+	117, // [117:117] is the sub-list for extension extendee
+	0,   // [0:117] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }

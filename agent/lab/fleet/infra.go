@@ -56,7 +56,7 @@ func startCoordinator(ctx context.Context, etcd []string) (*coordinator.Coordina
 		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond))
+		coordinator.WithTickInterval(50*time.Millisecond))
 	if err != nil {
 		return nil, fmt.Errorf("fleet: coordinator: %w", err)
 	}

@@ -83,7 +83,7 @@ func (d *Demo) startCoordinator(ctx context.Context) error {
 		}),
 		// Derive half-open states and keep history often enough for a
 		// dashboard watching breakers that change within seconds.
-		coordinator.WithTickInterval(250*time.Millisecond, time.Second),
+		coordinator.WithTickInterval(250*time.Millisecond),
 	)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
