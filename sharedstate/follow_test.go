@@ -46,7 +46,9 @@ func TestFollow(t *testing.T) {
 
 	t.Run("a close less than one window ago starts the window afresh, with the ramp from the close", func(t *testing.T) {
 		clock := NewManualClock(t0)
-		e := newTestEngine(t, "client", "", clock, nil)
+		e := newTestEngine(t, "client", "", clock, func(c *EngineConfig) {
+			c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.RampDuration = Duration(time.Second) })
+		})
 		openBreaker(t, e)
 		record(t, e, dep, FirstAttempt, Failure, 5)
 		closed := clock.Now().Add(-500 * time.Millisecond)
@@ -79,7 +81,9 @@ func TestFollow(t *testing.T) {
 
 	t.Run("an open breaker keeps its remaining time, then turns half-open", func(t *testing.T) {
 		clock := NewManualClock(t0)
-		e := newTestEngine(t, "client", "", clock, nil)
+		e := newTestEngine(t, "client", "", clock, func(c *EngineConfig) {
+			c.DefaultPolicy = policyWith(func(p *Policy) { p.Breaker.OpenDuration = Duration(5 * time.Second) })
+		})
 		record(t, e, dep, FirstAttempt, Rejected, 1) // traffic: this node may probe
 		opened := clock.Now().Add(-2 * time.Second)
 		if err := e.Follow(followed(Open, 3, 1, opened)); err != nil {
