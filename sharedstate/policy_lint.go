@@ -87,7 +87,7 @@ func attemptsThatFit(r RetryPolicy, deadline time.Duration) int {
 }
 
 // CheckPolicyDocument validates a policy document the way a write does (a
-// dependency's partial policy merged over def; the fleet default, named
+// dependency's document read over def; the fleet default, named
 // DefaultPolicyName, as a complete policy) and, when there is no violation,
 // lints it against deadline (ignored when not positive). `fuseboxctl policy
 // lint` calls it; the coordinator's ValidatePolicy calls

@@ -278,7 +278,7 @@ func (s *Store) GetPolicy(ctx context.Context, name string) (PolicyEntry, error)
 }
 
 // EffectivePolicy returns the policy in force for dependency: its stored
-// policy merged over the stored default (the built-in default when none is
+// document read over the stored default (the built-in default when none is
 // stored), validated, and the revision read at. A dependency without a
 // policy of its own gets the default. An invalid stored value is an
 // *InvalidValueError.
