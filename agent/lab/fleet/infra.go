@@ -36,7 +36,7 @@ func writePolicy(ctx context.Context, etcd *embedded.Server, p sharedstate.Polic
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	if _, err := st.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, p.Patch(), store.WriteOptions{Actor: "fleet"}); err != nil {
+	if _, err := st.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, p, store.WriteOptions{Actor: "fleet"}); err != nil {
 		return fmt.Errorf("fleet: write the policy: %w", err)
 	}
 	return nil
