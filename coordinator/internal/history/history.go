@@ -41,7 +41,7 @@ const (
 const (
 	// DropTooManyDependencies: a row or record of a dependency that got no
 	// history: MaxDependencies are kept, and none may give its place to it
-	// (see the room rule in the package documentation).
+	// (the room rule: coordinator/README.md, "The history").
 	DropTooManyDependencies = "too_many_dependencies"
 	// DropEvicted: a dependency's history gave its place to a busier or a
 	// pinned one.
@@ -120,7 +120,7 @@ type Slot struct {
 	FailingZones uint32
 	// ActiveNodes has a bit per node that counted anything in the slot,
 	// FailingNodes one per node that counted failures or slow calls (see
-	// the package documentation for how nodes get bits).
+	// coordinator/README.md, "The history", for how nodes get bits).
 	ActiveNodes  uint64
 	FailingNodes uint64
 }
@@ -282,7 +282,8 @@ func (h *History) newDepLocked(dep string, now time.Time, window time.Duration) 
 // ObserveRow takes a row the observer accepted, received at now, of a
 // dependency whose policy has the given window: what the node's cumulative
 // counts grew by since its previous row goes into the slot of the node's
-// reading (see the package documentation).
+// reading, kept between Settle before now and now, and never before the
+// node's previous reading.
 func (h *History) ObserveRow(now time.Time, r sharedstate.NodeWindow, window time.Duration) {
 	if window <= 0 {
 		return
