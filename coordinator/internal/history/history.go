@@ -76,6 +76,11 @@ type Config struct {
 	MaxNodes int
 	// MaxRecords bounds the records kept per dependency (optional, default 1000).
 	MaxRecords int
+	// Start is when the history began watching (the coordinator's start): a
+	// node's series first seen that began before is a baseline, one that
+	// began after counts from zero, however late its first row arrives
+	// (optional; zero: the first Observe or Tick).
+	Start time.Time
 	// Pinned reports whether a dependency keeps its history whatever its
 	// traffic: the coordinator pins those with a stored policy or an
 	// override in force (optional; the history pins those whose breaker is
@@ -201,7 +206,7 @@ type History struct {
 
 	mu      sync.Mutex
 	deps    map[string]*depHistory
-	started time.Time // the first Observe or Tick
+	started time.Time // Config.Start, else the first Observe or Tick
 	// forgot is when the history last let a dependency's history go: a
 	// series that began before is a baseline in a history made later.
 	forgot time.Time
@@ -228,7 +233,7 @@ func New(cfg Config) *History {
 	if cfg.MaxRecords == 0 {
 		cfg.MaxRecords = DefaultMaxRecords
 	}
-	return &History{cfg: cfg, deps: map[string]*depHistory{}}
+	return &History{cfg: cfg, deps: map[string]*depHistory{}, started: cfg.Start}
 }
 
 // Config returns the configuration in force (defaults applied).
