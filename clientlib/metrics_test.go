@@ -3,7 +3,6 @@ package clientlib
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -108,33 +107,4 @@ func series(t *testing.T, g prometheus.Gatherer, names ...string) string {
 		}
 	}
 	return b.String()
-}
-
-func packageDoc(t *testing.T) string {
-	b, err := os.ReadFile("doc.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-// TestMetricNamesDocumented keeps doc.go's metric list in step with the code.
-func TestMetricNamesDocumented(t *testing.T) {
-	doc := packageDoc(t)
-	ch := make(chan *prometheus.Desc, 32)
-	newMetrics(&Client{}).Describe(ch)
-	close(ch)
-	n := 0
-	for d := range ch {
-		s := d.String() // Desc{fqName: "name", …}
-		name := s[strings.Index(s, `"`)+1:]
-		name = name[:strings.Index(name, `"`)]
-		if !strings.Contains(doc, name) {
-			t.Errorf("metric %s is not in doc.go", name)
-		}
-		n++
-	}
-	if n != 16 {
-		t.Errorf("%d metrics described, want 16", n)
-	}
 }
