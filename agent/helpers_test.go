@@ -142,12 +142,6 @@ func newAgent(t testing.TB, cfg Config, opts ...Option) *testAgent {
 	return ta
 }
 
-// crash stops the agent without leaving the cluster, like a kill -9.
-func (a *Agent) crash() {
-	a.kill.Store(true)
-	a.Close()
-}
-
 // fleet is a set of agents, optionally with an embedded etcd.
 type fleet struct {
 	t      testing.TB
