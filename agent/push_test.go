@@ -14,9 +14,7 @@ import (
 // leaves the snapshot as it is) is pushed too, from a dependency's policy
 // and from the fleet default.
 func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
-	f := newFleet(t, 1, true)
-	f.waitSynced()
-	a := f.agents[0]
+	a, st := startWithEtcd(t, testConfig(t, "pushing"))
 	const dep = "ledger-api"
 
 	stream, err := dial(t, a.Agent).Session(ctxT(t, 20*time.Second))
@@ -68,7 +66,7 @@ func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
 	}
 
 	ctx := ctxT(t, 10*time.Second)
-	if _, err := f.store.PutPolicy(ctx, dep, []byte(`{"breaker":{"minimumRequests":5}}`), admin); err != nil {
+	if _, err := st.PutPolicy(ctx, dep, []byte(`{"breaker":{"minimumRequests":5}}`), admin); err != nil {
 		t.Fatal(err)
 	}
 	s := next()
@@ -92,7 +90,7 @@ func TestSessionPushesSnapshotWithBreakerSettings(t *testing.T) {
 
 	def := testPolicy()
 	def.Breaker.FailureRateThreshold = 0.3
-	if _, err := f.store.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, def.Patch(), admin); err != nil {
+	if _, err := st.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, def.Patch(), admin); err != nil {
 		t.Fatal(err)
 	}
 	s = next()
