@@ -1,4 +1,4 @@
-package coordinator
+package control
 
 import (
 	"fmt"
@@ -26,6 +26,7 @@ const incidentPolicy = `{"dependency":"ledger-api","breaker":{"openDuration":"1s
 // returned stop (idempotent, also run at the test's end) is called. It
 // returns when the calls began.
 func incident(t *testing.T, agents []*agent.Agent, dep string) (time.Time, func()) {
+	confirm(t, agents, dep)
 	start := time.Now()
 	dead := func() bool { el := time.Since(start); return el >= 3*time.Second && el < 8*time.Second }
 	stop := make(chan struct{})
@@ -125,24 +126,24 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 		t.Skip("starts a coordinator and three agents")
 	}
 	const dep = "ledger-api"
-	cfg := testConfig(t)
-	c := startCoordinator(t, cfg)
+	f := startCoordinator(t, setup{})
+	c := f.Coordinator()
 	ctx := ctxFor(t, 60*time.Second)
 	if _, err := c.Store().PutPolicy(ctx, dep, []byte(incidentPolicy), store.WriteOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	agents := startAgents(t, c, 3)
+	agents := startAgents(t, f, 3)
+	admin := adminClient(t, c.GRPCAddr(), "")
 	sstest.Eventually(t, 20*time.Second, "the policy on every agent, and the observer seeing the three agents", func() bool {
 		for _, a := range agents {
 			if a.Engine().Policy(dep).Breaker.OpenDuration.Std() != time.Second {
 				return false
 			}
 		}
-		return c.view.AliveAgents() == 3
+		return observed(ctx, admin) == 3
 	})
 
 	start, stop := incident(t, agents, dep)
-	admin := adminClient(t, c.GRPCAddr(), "")
 	var resp *fuseboxv1.SimulatePolicyResponse
 	sstest.EventuallyNoError(t, 40*time.Second, "the agents' breaker to have opened and closed again, in the coordinator's history", func() error {
 		if time.Since(start) < 9*time.Second {
