@@ -56,6 +56,12 @@ type Config struct {
 	// its flags rendered from the agent.Config the fleet would start in
 	// process (Args), its log in Dir/NAME.log (optional; not with Sim).
 	Binary string
+	// BinaryOf names the fusebox-agent binary agent i runs, when not Binary
+	// (optional; needs Binary; "" means Binary): another build beside this
+	// one, e.g. the last release in a rolling upgrade. Its flags are
+	// Args(cfg) too, so only flags that build knows may differ from
+	// agent.DefaultConfig()'s.
+	BinaryOf func(i int) string
 	// Seeds is how many agents (the first ones) every other agent joins
 	// through (optional, default 3). The seeds start one after the other,
 	// each joining those before it; the others start StartParallel at a
@@ -127,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if c.Coordinator && !etcd {
 		errs = append(errs, errors.New("fleet: Coordinator needs Etcd"))
+	}
+	if c.BinaryOf != nil && c.Binary == "" {
+		errs = append(errs, errors.New("fleet: BinaryOf needs Binary"))
 	}
 	if c.Options != nil && c.Binary != "" {
 		errs = append(errs, errors.New("fleet: Options with Binary: a process takes flags only"))

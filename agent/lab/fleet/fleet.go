@@ -255,7 +255,13 @@ func (f *Fleet) startProcess(ctx context.Context, i int) (*member, error) {
 	if f.cfg.Namespaces != nil {
 		netns = f.cfg.Namespaces.NS(i)
 	}
-	p, err := startAgentProcess(ctx, f.cfg.Binary, netns, cfg, filepath.Join(f.cfg.Dir, cfg.Name+".log"))
+	bin := f.cfg.Binary
+	if f.cfg.BinaryOf != nil {
+		if b := f.cfg.BinaryOf(i); b != "" {
+			bin = b
+		}
+	}
+	p, err := startAgentProcess(ctx, bin, netns, cfg, filepath.Join(f.cfg.Dir, cfg.Name+".log"))
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,7 @@ func TestConfigValidate(t *testing.T) {
 			[]string{"Etcd and EtcdEndpoints", "Namespaces needs Binary", "Namespaces with Etcd"}},
 		{Config{N: 2, Dir: "d", Binary: "/bin/true", Options: func(int) []agent.Option { return nil }},
 			[]string{"Options with Binary"}},
+		{Config{N: 2, Dir: "d", BinaryOf: func(int) string { return "/bin/true" }}, []string{"BinaryOf needs Binary"}},
 		{Config{N: 2, Dir: "d", Binary: "/", Policy: &p}, []string{"/ is not an executable file", "Policy with Binary needs Etcd", "Policy:"}},
 	}
 	for _, c := range cases {
