@@ -189,7 +189,8 @@ type collector struct {
 	info, ready, deps, depsMax, depsEvicted, depsRefusedEngine       *prometheus.Desc
 	members, sessions, gossipBytes, gossipMsgs, gossipDropped, queue *prometheus.Desc
 	policies, overrides, revision, source                            *prometheus.Desc
-	local, fleet, fleetNodes, state, localOpen, forced, generation   *prometheus.Desc
+	localCalls, fleetCalls, fleetNodes                               *prometheus.Desc
+	state, localOpen, forced, generation                             *prometheus.Desc
 	budget, budgetUsed, permit                                       *prometheus.Desc
 	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
 	wireVersion, memberWire, unknownVersion, badSignatures, sigs     *prometheus.Desc
@@ -225,13 +226,15 @@ func newCollector(a *Agent, m *metrics) *collector {
 		unknownVersion: d("gossip_unknown_version_frames_total", "Gossip frames refused because this build does not speak their version, by version.", "version"),
 		badSignatures: d("gossip_bad_signatures_total", "Signed gossip rows and records whose signature is not their claimed origin's, "+
 			"by claimed origin (at most 64 names, the rest as other).", "origin"),
-		sigs:       d("gossip_signatures_total", "Ed25519 signatures this agent made (sign) and checked (verify) for gossip rows and records.", "op"),
-		policies:   d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
-		overrides:  d("overrides", "Overrides in force from etcd or the cache.", nil...),
-		revision:   d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
-		source:     d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
-		local:      d("window_local", "This agent's own counts over the window, by dependency and kind.", "dependency", "kind"),
-		fleet:      d("window_fleet", "The fleet's counts over the window as this agent sees them, by dependency and kind.", "dependency", "kind"),
+		sigs:      d("gossip_signatures_total", "Ed25519 signatures this agent made (sign) and checked (verify) for gossip rows and records.", "op"),
+		policies:  d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
+		overrides: d("overrides", "Overrides in force from etcd or the cache.", nil...),
+		revision:  d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
+		source:    d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
+		localCalls: d("local_calls_total", "What this agent's clients and proxy counted for the dependency since the agent began counting it "+
+			"(first_attempts, retries, successes, failures, slow_calls, rejected), as its rows carry it.", "dependency", "kind"),
+		fleetCalls: d("fleet_calls_total", "What the fleet counted for the dependency, as this agent sees it: its own calls plus what every "+
+			"other node's rows added while it watched, across their restarts and departures (nodes of 0.1.x are not in it).", "dependency", "kind"),
 		fleetNodes: d("window_fleet_nodes", "Nodes with counts for the dependency over the window.", "dependency"),
 		state:      d("breaker_state", "1 for the breaker state governing this agent (closed, open, half_open).", "dependency", "state"),
 		localOpen:  d("breaker_local_open", "1 while this node's own breaker for the dependency is open or half-open.", "dependency"),
@@ -253,7 +256,7 @@ func newCollector(a *Agent, m *metrics) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.ready, c.deps, c.depsMax, c.depsEvicted, c.depsRefusedEngine,
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
-		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
+		c.revision, c.source, c.localCalls, c.fleetCalls, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
 		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight,
 		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes, c.confirmed} {
 		ch <- d
@@ -346,10 +349,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if snap == nil || !ok {
 			continue
 		}
-		lv, fv := countValues(ft.Node), countValues(ft.Fleet)
-		for i, k := range countKinds {
-			gauge(c.local, lv[i], dep, k)
-			gauge(c.fleet, fv[i], dep, k)
+		if cum, ok := a.eng.Cumulative(dep); ok {
+			lv, fv := countValues(cum.Node), countValues(cum.Fleet)
+			for i, k := range countKinds {
+				counter(c.localCalls, lv[i], dep, k)
+				counter(c.fleetCalls, fv[i], dep, k)
+			}
 		}
 		gauge(c.fleetNodes, float64(ft.FleetNodes), dep)
 		for _, s := range []sharedstate.BreakerState{sharedstate.Closed, sharedstate.Open, sharedstate.HalfOpen} {

@@ -125,14 +125,15 @@ type Config struct {
 	// MaxDependencies caps how many dependencies the fleet view tracks
 	// (optional, default 10000); more are dropped and counted.
 	MaxDependencies int
-	// HistoryFine and HistoryCoarse are how long the what-if history keeps
-	// each dependency's counts at window/100 (at least 100 ms) and at 1 s
-	// (optional, defaults 15m and 3h; at most a week, coarse at least
-	// fine). HistoryMaxDependencies caps the dependencies it keeps (optional,
-	// default 64; past it the history of further ones is refused and
-	// counted). A dependency with traffic all the time costs about 1 MiB at
-	// the defaults (coordinator/README.md, "What-if: replaying a policy"); the history is
-	// in memory and lost when the coordinator restarts.
+	// HistoryFine and HistoryCoarse are how long the history (the
+	// dashboard's plots, the what-if replays) keeps each dependency's counts
+	// at window/100 (at least 100 ms) and at 1 s (optional, defaults 15m and
+	// 3h; at most a week, coarse at least fine). HistoryMaxDependencies caps
+	// the dependencies it keeps (optional, default 64; past it the room rule
+	// decides who keeps one: coordinator/README.md, "What-if: replaying a
+	// policy"). A dependency with traffic all the time costs about 1 MiB at
+	// the defaults; the history is in memory and lost when the coordinator
+	// restarts.
 	HistoryFine, HistoryCoarse time.Duration
 	HistoryMaxDependencies     int
 	// MaxEventStreams bounds the event streams open at once (/api/v1/events

@@ -10,9 +10,11 @@
 //     an event id;
 //   - a fleet observer: a gossip member with role "observer" (never counted,
 //     never a prober, decode-only) that keeps every node's latest window
-//     rows, the merged breaker records, the membership and five minutes of
-//     history per dependency, all in bounded memory;
-//   - HTTP: /api/v1/fleet (the fleet snapshot as JSON), /api/v1/history,
+//     rows, the merged breaker records and the membership, and one history
+//     of the fleet's exact counts (from the rows' cumulative counts) and
+//     breaker states, all in bounded memory;
+//   - HTTP: /api/v1/fleet (the fleet snapshot as JSON), /api/v1/series (the
+//     history), /api/v1/simulate (a what-if replay over it),
 //     /api/v1/events (server-sent events of transitions, overrides and
 //     policy changes), /api/v1/audit, /api/v1/overrides (GET; POST and
 //     DELETE /api/v1/overrides/{dependency} to force and clear),

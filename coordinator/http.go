@@ -51,7 +51,6 @@ func (c *Coordinator) routes() []route {
 	metrics := promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{})
 	return []route{
 		{pattern: "GET /api/v1/fleet", name: "fleet", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleFleet)},
-		{pattern: "GET /api/v1/history", name: "history", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleHistory)},
 		{pattern: "GET /api/v1/events", name: "events", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleEvents)},
 		{pattern: "GET /api/v1/audit", name: "audit", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleAudit)},
 		{pattern: "GET /api/v1/overrides", name: "overrides", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleListOverrides)},
@@ -73,14 +72,13 @@ func (c *Coordinator) routes() []route {
 // newHTTPServer builds the HTTP side:
 //
 //	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
-//	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
 //	GET    /api/v1/events                              server-sent events (transition, override, policy)
 //	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
 //	GET    /api/v1/overrides                           the overrides in force
 //	GET    /api/v1/policies                            the effective policies the fleet view uses
 //	GET    /api/v1/whoami                              the caller's identity and role
 //	GET    /api/v1/policies/{dependency}               the stored policy document and its mod revision
-//	GET    /api/v1/series?dependency=NAME[&since=15m]  the what-if history: counts in at most 600 points, the breaker's states
+//	GET    /api/v1/series?dependency=NAME[&since=15m]  the history: counts in at most 600 points, the breaker's states
 //	POST   /api/v1/simulate                            replay a proposed policy ({dependency, policy, since}; reads only)
 //	PUT    /api/v1/policies/{dependency}               write a policy, with a compare-and-swap on its revision (admin)
 //	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
@@ -331,19 +329,6 @@ func writeProto(w http.ResponseWriter, mo protojson.MarshalOptions, m proto.Mess
 	_, _ = w.Write(b)
 }
 
-func (c *Coordinator) handleHistory(w http.ResponseWriter, r *http.Request) {
-	dep := r.URL.Query().Get("dependency")
-	if err := sharedstate.ValidateDependencyName(dep); err != nil {
-		httpError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	samples := c.view.History(dep)
-	if samples == nil {
-		samples = []fleet.Sample{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"dependency": dep, "samples": samples})
-}
-
 // handleEvents streams events as server-sent events:
 //
 //	id: 42
@@ -411,7 +396,7 @@ func (c *Coordinator) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // publish hands an event to the SSE subscribers and counts it; overrides
-// and policy changes also go into the what-if history.
+// and policy changes also go into the history.
 func (c *Coordinator) publish(e events.Event) {
 	switch e.Type {
 	case events.TypeOverride:

@@ -112,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"reason"}),
 		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_history_dropped_total",
-			Help: "Counts, rows and records the what-if history did not keep, by reason (too_many_dependencies: past --history-max-dependencies; too_many_nodes; too_many_records: the oldest record made room; gap: a node's rows more than 64 sub-buckets apart; late: dated before the fine horizon).",
+			Help: "Rows, records and histories the history did not keep, by reason (too_many_dependencies: a dependency left without one, --history-max-dependencies; evicted: a history that gave its place to a busier or pinned dependency; too_many_nodes; too_many_records: the oldest record made room; no_totals: a row without cumulative counts, from a node of 0.1.x).",
 		}, []string{"reason"}),
 		simulations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_simulations_total",
@@ -186,8 +186,8 @@ var (
 	descGossipDrop   = prometheus.NewDesc("fusebox_coordinator_gossip_dropped_total", "Gossip frames and items the observer dropped, by reason.", []string{"reason"}, nil)
 	descGossipMsgs   = prometheus.NewDesc("fusebox_coordinator_gossip_messages_received_total", "Gossip messages received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
 	descGossipBytesR = prometheus.NewDesc("fusebox_coordinator_gossip_received_bytes_total", "Gossip bytes received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
-	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the what-if history keeps (at most --history-max-dependencies).", nil, nil)
-	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the what-if history holds: slots, node trackers, records.", nil, nil)
+	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the history keeps (at most --history-max-dependencies).", nil, nil)
+	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the history holds: slots, node trackers, records.", nil, nil)
 )
 
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -6,16 +6,20 @@
 //
 // # Pieces
 //
-//   - Policy (policy.go; patches and MergePolicy in policy_patch.go, derived
-//     from the one field table in policy_fields.go; policy_validate.go,
-//     policy_lint.go): the JSON policy stored in etcd, with strict parsing
-//     (ParsePolicy for a complete policy such as _default, ParsePolicyPatch
-//     for a dependency's partial one), field-by-field MergePolicy of a
-//     PolicyPatch over the default, Validate (a *ValidationError naming every
-//     violation) and Lint (warnings, e.g. retries that cannot fit a deadline).
+//   - Policy (policy.go; policy_decode.go, policy_validate.go,
+//     policy_lint.go, policy_explain.go): the JSON policy stored in etcd,
+//     the struct's JSON tags its only description. A document is read
+//     strictly over a copy of a complete policy (DecodePolicy;
+//     ParsePolicyOver for a dependency's document over the fleet default,
+//     validated; ParsePolicy for a complete one such as _default), with
+//     Validate (a *ValidationError naming every violation), Lint (warnings,
+//     e.g. retries that cannot fit a deadline) and ExplainPolicy (where each
+//     effective value comes from).
 //   - Window (window.go): a time-bucketed sliding window of Counts, 10
 //     buckets, lock-free and allocation-free to add to. NodeWindow is the row
-//     a node gossips with its totals.
+//     a node gossips with its totals, and its cumulative counts
+//     (cumulative.go: Cumulative, Increase, Engine.Cumulative) that sums
+//     over nodes can take as counters.
 //   - BreakerRecord and Merge (record.go): the replicated breaker decision.
 //     Merge takes the higher generation, then open over closed, then the
 //     lower origin: commutative, associative and idempotent. Override is an
@@ -26,12 +30,12 @@
 //     engine_policy.go, engine_members.go, engine_query.go by concern; its
 //     per-dependency state in dep.go): one node's state. Inputs: Record, AddCounts
 //     (this node's traffic), ApplyRow, ApplyRecord (gossip), SetPolicy,
-//     SetPolicyPatch, SetDefaultPolicy, SetOverride (etcd), SetMembers,
+//     SetPolicyDocument, SetDefaultPolicy, SetOverride (etcd), SetMembers,
 //     MemberDead, MemberAlive (membership), and Tick (time). Outputs: Decide,
 //     AcquireRetry, AcquireProbe, ProbeOutcome and ProbeResult (decisions),
 //     Tick's proposals,
-//     RowsToSend, LocalRows, Records (what to gossip), Snapshot, Fleet, Rows
-//     (what to show), and the OnChange hook.
+//     RowsToSend, LocalRows, Records (what to gossip), Snapshot, PolicyJSON,
+//     Fleet, Rows (what to show), and the OnChange hook.
 //   - Snapshot (snapshot.go): an immutable per-dependency view whose
 //     DecideFirst lets clientlib decide first attempts with one atomic load.
 //   - Throttling and concurrency shares (shape.go): ThrottlePolicy's
@@ -115,11 +119,10 @@
 //
 // # Policies
 //
-// A dependency's policy in etcd may set only some fields: decode it with
-// ParsePolicyPatch and hand it to Engine.SetPolicyPatch, which merges it over
-// the current default and re-merges when SetDefaultPolicy changes the
-// default. MergePolicy(defaults, patch) followed by Validate is the check to
-// run at write time.
+// A dependency's policy document in etcd may set only some fields: hand it
+// to Engine.SetPolicyDocument, which reads it over the current default and
+// again whenever SetDefaultPolicy changes the default. ParsePolicyOver(def,
+// name, doc) is the check to run at write time.
 //
 // # Example
 //

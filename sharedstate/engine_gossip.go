@@ -78,6 +78,7 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 		row = &d.rows[len(d.rows)-1]
 	}
 	r.Dependency = d.name // likewise
+	d.fleet.add(r.Node, row.Cumulative, r.Cumulative)
 	row.NodeWindow = *r
 	row.received = now
 	d.classify(e, row)
@@ -132,7 +133,7 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.
 		e.mu.Lock()
-		probe := depState{name: r.Dependency, pol: e.effective(r.Dependency, nil), records: map[string]BreakerRecord{}}
+		probe := depState{name: r.Dependency, pol: e.defaultFor(r.Dependency), records: map[string]BreakerRecord{}}
 		e.mu.Unlock()
 		if err := probe.checkRecord(e, r, now); err != nil {
 			return false, err

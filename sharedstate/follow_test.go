@@ -49,7 +49,8 @@ func TestFollow(t *testing.T) {
 		e := newTestEngine(t, "client", "", clock, nil)
 		openBreaker(t, e)
 		record(t, e, dep, FirstAttempt, Failure, 5)
-		closed := clock.Now().Add(-500 * time.Millisecond)
+		ramp := DefaultPolicy().Breaker.RampDuration.Std()
+		closed := clock.Now().Add(-ramp / 2)
 		if err := e.Follow(followed(Closed, 2, 0, closed)); err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +62,7 @@ func TestFollow(t *testing.T) {
 			t.Errorf("the failures the close ended tripped the breaker again: %+v", props)
 		}
 		if p := e.Snapshot(dep).ThrottleProbability; p <= 0 {
-			t.Errorf("throttle probability %v half way through the 1 s ramp, want the ramp's refusal", p)
+			t.Errorf("throttle probability %v half way through the %v ramp, want the ramp's refusal", p, ramp)
 		}
 	})
 
@@ -81,7 +82,8 @@ func TestFollow(t *testing.T) {
 		clock := NewManualClock(t0)
 		e := newTestEngine(t, "client", "", clock, nil)
 		record(t, e, dep, FirstAttempt, Rejected, 1) // traffic: this node may probe
-		opened := clock.Now().Add(-2 * time.Second)
+		open := DefaultPolicy().Breaker.OpenDuration.Std()
+		opened := clock.Now().Add(-open / 2)
 		if err := e.Follow(followed(Open, 3, 1, opened)); err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +94,7 @@ func TestFollow(t *testing.T) {
 		if d := e.Decide(dep, FirstAttempt); d.Reason != ReasonOpen {
 			t.Errorf("Decide on the open breaker: %v", d)
 		}
-		clock.Advance(3*time.Second - time.Nanosecond) // the default open duration is 5 s
+		clock.Advance(open/2 - time.Nanosecond) // the rest of the default open duration
 		e.Tick()
 		if s := e.Snapshot(dep); s.State != Open {
 			t.Fatalf("before the open duration ended: %v", s.State)

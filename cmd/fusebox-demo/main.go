@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 )
@@ -25,7 +26,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stdout, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, "fusebox-demo:", err)
@@ -70,10 +71,11 @@ func parseFlags(args []string, stdout, stderr io.Writer) (demo.Config, error) {
 	cfg := demo.DefaultConfig()
 	cfg.Out = stdout
 	logLevel := "warn"
-	fs := flag.NewFlagSet("fusebox-demo", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("fusebox-demo", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: fusebox-demo [flags]
+		fmt.Fprint(fs.Output(), `Usage:
+  fusebox-demo [flags]
 
 Runs a demo fleet in one process: an embedded etcd with a demo policy, a
 coordinator (dashboard, JSON and Admin API), 3 agents gossiping on loopback
@@ -90,8 +92,7 @@ agent at ADDR and the policies it has. --http-addr then serves /healthz
 and /readyz; --grpc-addr and --token are not used.
 
 Flags:
-`)
-		fs.PrintDefaults()
+`+fs.FlagUsages())
 	}
 	fs.StringVar(&cfg.Agent, "agent", "", "run only the demo services, on the external agent at this address (unix:///path.sock, /path.sock or loopback host:port; default: a whole fleet in process)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")

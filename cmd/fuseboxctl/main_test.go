@@ -96,7 +96,7 @@ func startTestCoordinator(t *testing.T, cfg coordinator.Config, opts ...coordina
 		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
+		coordinator.WithTickInterval(50 * time.Millisecond),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)

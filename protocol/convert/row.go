@@ -47,6 +47,7 @@ func RowToProto(r sharedstate.NodeWindow) *fuseboxv1.NodeWindow {
 		ProbeFailures:  r.ProbeFailures,
 	}
 	m.RecentSuccesses, m.RecentFailures, m.RecentSlowCalls = RecentToProto(r.Recent)
+	cumulativeToProto(r.Cumulative, m)
 	return m
 }
 
@@ -115,6 +116,7 @@ func RowFromProto(m *fuseboxv1.NodeWindow) sharedstate.NodeWindow {
 		node = ""
 	}
 	return sharedstate.NodeWindow{
+		Cumulative:     cumulativeFromProto(m),
 		Node:           node,
 		Zone:           m.GetZone(),
 		Dependency:     m.GetDependency(),

@@ -3,7 +3,7 @@
 // prefix (default "/fusebox/"):
 //
 //	policies/_default       the fleet default policy (complete), "schema": 1
-//	policies/<dependency>   a dependency's policy: a patch over the default
+//	policies/<dependency>   a dependency's policy: a document read over the default
 //	overrides/<dependency>  {state, reason, actor, created, expires}, on a lease when it has a TTL
 //	audit/<seq, 20 digits>  {actor, action, dependency, before, after, at}
 //	members/<node>          {node, role, zone, version, gossipAddr, apiAddr}, on a session lease

@@ -23,7 +23,7 @@ func TestWatchShowsHalfOpenThenOpen(t *testing.T) {
 		t.Skip("starts a coordinator and two agents")
 	}
 	const dep = "payments"
-	f := startCoordinator(t, setup{coord: []coordinator.Option{coordinator.WithTickInterval(time.Hour, time.Hour)}})
+	f := startCoordinator(t, setup{coord: []coordinator.Option{coordinator.WithTickInterval(time.Hour)}})
 	c := f.Coordinator()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

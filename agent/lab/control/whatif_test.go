@@ -1,7 +1,11 @@
 package control
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -112,13 +116,14 @@ func changeTimes(t *testing.T, cs []string) []time.Time {
 
 // TestReplayMatchesTheAgents: three real agents (real memberlist, the
 // coordinator's embedded etcd) live through an incident: their dependency
-// dies for 5 s and recovers; their breaker opens, fails two probes and
-// closes. The coordinator's history of it, replayed under the same policy
-// (SimulatePolicy), opens and closes as the agents did: the same sequence,
-// each change within 1 s of theirs. The tolerance is that of the history's
-// dates: rows reach the observer a gossip round or more after the agents
-// counted them (more on a loaded machine), and the replay steps in 100 ms
-// sub-buckets. The agents' later reopens follow their first open by the
+// dies for 5 s and recovers; their breaker opens, fails probes and closes.
+// Once their breaker closed and the coordinator's history holds, settled,
+// every call the agents counted (their cumulative counts, exactly) and the
+// close, the replay of that history under the same policy
+// (SimulatePolicy) opens and closes as the agents did: the same sequence,
+// each change within 1 s of theirs (the history dates counts at the
+// agents' readings, within a gossip round; the replay steps in 100 ms
+// sub-buckets). The agents' later reopens follow their first open by the
 // open durations, so an offset of the first carries over; the probes'
 // outcomes are those the agents' probes had, from their records.
 func TestReplayMatchesTheAgents(t *testing.T) {
@@ -128,7 +133,7 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	const dep = "ledger-api"
 	f := startCoordinator(t, setup{})
 	c := f.Coordinator()
-	ctx := ctxFor(t, 60*time.Second)
+	ctx := ctxFor(t, 90*time.Second)
 	if _, err := c.Store().PutPolicy(ctx, dep, []byte(incidentPolicy), store.WriteOptions{Actor: "test"}); err != nil {
 		t.Fatal(err)
 	}
@@ -144,24 +149,49 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	})
 
 	start, stop := incident(t, agents, dep)
+	sstest.Eventually(t, 40*time.Second, "the agents' breaker to have opened and closed again", func() bool {
+		for _, a := range agents {
+			if s := a.Engine().Snapshot(dep); s == nil || s.State != sharedstate.Closed || s.Generation < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	stop()
+	var counted sharedstate.Counts
+	for _, a := range agents {
+		cum, ok := a.Engine().Cumulative(dep)
+		if !ok {
+			t.Fatalf("%s does not track %s", a.Engine().Node(), dep)
+		}
+		counted = counted.Plus(cum.Node)
+	}
+	// The history as GET /api/v1/series shows it (up to a settled end)
+	// holds every call the agents counted and ends closed; the replay is
+	// asked for once its own end (whole seconds) has reached that one.
 	var resp *fuseboxv1.SimulatePolicyResponse
-	sstest.EventuallyNoError(t, 40*time.Second, "the agents' breaker to have opened and closed again, in the coordinator's history", func() error {
-		if time.Since(start) < 9*time.Second {
-			return fmt.Errorf("the incident is not over (%v)", time.Since(start).Round(time.Second))
+	sstest.EventuallyNoError(t, 20*time.Second, "the coordinator's history to hold, settled, every call the agents counted and the close", func() error {
+		held, to, err := seriesOf(ctx, c.HTTPAddr(), dep)
+		if err != nil {
+			return err
+		}
+		if held != counted {
+			return fmt.Errorf("the history holds %+v, the agents counted %+v", held, counted)
 		}
 		r, err := admin.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep, PolicyJson: []byte(incidentPolicy),
 			Since: durationpb.New(time.Since(start) + 2*time.Second)})
 		if err != nil {
 			return err
 		}
-		cs := changes(r.GetFleetStates())
-		if len(cs) == 0 || !strings.HasPrefix(cs[len(cs)-1], "closed") {
+		if end := r.GetTo().AsTime(); end.Before(to) {
+			return fmt.Errorf("the replay ends at %v, before the history that holds every call (%v)", end, to)
+		}
+		if cs := changes(r.GetFleetStates()); len(cs) == 0 || !strings.HasPrefix(cs[len(cs)-1], "closed") {
 			return fmt.Errorf("the fleet's timeline: %v", cs)
 		}
 		resp = r
 		return nil
 	})
-	stop()
 
 	fleet, replayed := changes(resp.GetFleetStates()), changes(resp.GetCurrent().GetStates())
 	t.Logf("agents: %v", fleet)
@@ -189,4 +219,34 @@ func TestReplayMatchesTheAgents(t *testing.T) {
 	if len(resp.GetIncidents()) != 1 {
 		t.Errorf("%d incidents, want 1", len(resp.GetIncidents()))
 	}
+}
+
+// seriesOf sums what GET /api/v1/series holds of dep over the last 5
+// minutes, and says where it ends.
+func seriesOf(ctx context.Context, httpAddr, dep string) (sharedstate.Counts, time.Time, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+httpAddr+"/api/v1/series?dependency="+dep+"&since=5m", nil)
+	if err != nil {
+		return sharedstate.Counts{}, time.Time{}, err
+	}
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return sharedstate.Counts{}, time.Time{}, err
+	}
+	defer r.Body.Close()
+	body, err := io.ReadAll(r.Body)
+	if err != nil || r.StatusCode != http.StatusOK {
+		return sharedstate.Counts{}, time.Time{}, fmt.Errorf("/api/v1/series: %d %s (%v)", r.StatusCode, body, err)
+	}
+	var s struct {
+		To     time.Time            `json:"to"`
+		Points []sharedstate.Counts `json:"points"` // each point's counts, among its other fields
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return sharedstate.Counts{}, time.Time{}, fmt.Errorf("/api/v1/series: %w: %s", err, body)
+	}
+	var held sharedstate.Counts
+	for _, p := range s.Points {
+		held = held.Plus(p)
+	}
+	return held, s.To, nil
 }

@@ -36,7 +36,7 @@ func writePolicy(ctx context.Context, endpoints []string, p sharedstate.Policy) 
 	if err != nil {
 		return fmt.Errorf("fleet: %w", err)
 	}
-	if _, err := st.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, p.Patch(), store.WriteOptions{Actor: "fleet"}); err != nil {
+	if _, err := st.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, p, store.WriteOptions{Actor: "fleet"}); err != nil {
 		return fmt.Errorf("fleet: write the policy: %w", err)
 	}
 	return nil
@@ -60,7 +60,7 @@ func startCoordinator(ctx context.Context, etcd []string, tune func(*coordinator
 		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond)}
+		coordinator.WithTickInterval(50 * time.Millisecond)}
 	c, err := coordinator.New(cfg, append(opts, more...)...)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: coordinator: %w", err)

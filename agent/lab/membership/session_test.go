@@ -38,7 +38,7 @@ func TestSessionPushAndShutdown(t *testing.T) {
 	send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Hello{Hello: &fuseboxv1.Hello{
 		Service: "checkout", Instance: "pod-1", Dependencies: []string{"db", "bad name"}}}})
 	w, err := stream.Recv()
-	if err != nil || w.GetWelcome().GetZone() != "z1" || w.GetWelcome().GetDefaultSnapshot().GetRetry().GetMaxAttempts() != 3 {
+	if err != nil || w.GetWelcome().GetZone() != "z1" || !strings.Contains(string(w.GetWelcome().GetDefaultSnapshot().GetPolicyJson()), `"maxAttempts":3`) {
 		t.Fatalf("welcome: %v, %v", w, err)
 	}
 	var sawError, sawDB bool

@@ -13,14 +13,16 @@
 //     send the Authorization header: no token ever goes in a URL), parsed
 //     as server-sent events and resumed with Last-Event-ID: breaker
 //     transitions and overrides change the badges at once;
-//   - GET /api/v1/history?dependency=NAME, to seed a row's sparkline when
-//     the row first comes into view (at most 3 requests in flight) and the
-//     dependency page's chart; after that the page appends a point per poll
-//     and per event, client-side, and forgets points older than 5 minutes;
+//   - GET /api/v1/series?dependency=NAME&since=5m (the coordinator's
+//     history), to seed a row's sparkline when the row first comes into view
+//     (at most 3 requests in flight; a dependency the history keeps none for
+//     seeds nothing) and the dependency page's chart; after that the page
+//     appends a point per poll and per event, client-side, and forgets
+//     points older than 5 minutes;
 //   - GET /api/v1/policies (windows for requests/s, thresholds),
 //     /api/v1/whoami, and on the dependency page /api/v1/audit,
 //     /api/v1/overrides, /api/v1/series?dependency=NAME&since=15m (the
-//     what-if history: rates and the breaker's states, drawn as SVG by the
+//     history: rates and the breaker's states, drawn as SVG by the
 //     page itself, refreshed every 15 s and after the dependency's
 //     transitions) and /api/v1/policies/NAME (the stored policy and its
 //     revision);

@@ -18,8 +18,6 @@ const (
 	DefaultMaxDependencies = sharedstate.DefaultMaxDependencies
 	DefaultMaxRows         = 500_000
 	DefaultMaxDeparted     = 1000
-	DefaultHistory         = 5 * time.Minute
-	DefaultHistoryInterval = 5 * time.Second
 	// DepartedRetention is how long a dead or departed member stays listed.
 	DepartedRetention = 5 * time.Minute
 	// MaxZonesPerDependency bounds the per-zone breaker records (scope
@@ -57,10 +55,6 @@ type Config struct {
 	MaxRows int
 	// MaxDeparted bounds the dead/left members kept for display (optional, default 1000).
 	MaxDeparted int
-	// History is how much history is kept per dependency (optional, default 5m).
-	History time.Duration
-	// HistoryInterval is the spacing of history samples (optional, default 5s).
-	HistoryInterval time.Duration
 	// Clock stamps receipts (optional, default sharedstate.SystemClock).
 	Clock sharedstate.Clock
 	// OnTransition is called for every derived state change, outside the
@@ -127,14 +121,12 @@ type memberInfo struct {
 type View struct {
 	cfg Config
 
-	mu       sync.Mutex
-	rows     map[string]map[string]*row // dependency → node → row
-	nrows    int
-	records  map[string]map[string]sharedstate.BreakerRecord // dependency → zone ("" fleet-wide) → merged record
-	derived  map[recKey]derivedState                         // last derived state, for transitions
-	members  map[string]*memberInfo                          // alive, suspect, dead, left
-	history  map[string]*ring
-	lastTick time.Time
+	mu      sync.Mutex
+	rows    map[string]map[string]*row // dependency → node → row
+	nrows   int
+	records map[string]map[string]sharedstate.BreakerRecord // dependency → zone ("" fleet-wide) → merged record
+	derived map[recKey]derivedState                         // last derived state, for transitions
+	members map[string]*memberInfo                          // alive, suspect, dead, left
 }
 
 // New returns an empty View.
@@ -148,12 +140,6 @@ func New(cfg Config) *View {
 	if cfg.MaxDeparted <= 0 {
 		cfg.MaxDeparted = DefaultMaxDeparted
 	}
-	if cfg.History <= 0 {
-		cfg.History = DefaultHistory
-	}
-	if cfg.HistoryInterval <= 0 {
-		cfg.HistoryInterval = DefaultHistoryInterval
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = sharedstate.SystemClock{}
 	}
@@ -163,7 +149,6 @@ func New(cfg Config) *View {
 		records: map[string]map[string]sharedstate.BreakerRecord{},
 		derived: map[recKey]derivedState{},
 		members: map[string]*memberInfo{},
-		history: map[string]*ring{},
 	}
 }
 

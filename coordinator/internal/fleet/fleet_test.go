@@ -279,28 +279,6 @@ func TestProbersAndBudget(t *testing.T) {
 	}
 }
 
-func TestHistoryIsBounded(t *testing.T) {
-	clock := sharedstate.NewManualClock(t0)
-	v := New(Config{Clock: clock, History: time.Second, HistoryInterval: 100 * time.Millisecond})
-	src := staticSource{policies: map[string]sharedstate.Policy{"db": sharedstate.DefaultPolicy()}}
-	for i := range 25 {
-		v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "", "db", uint64(i+1), uint64(i%10))}})
-		v.Tick(clock.Now(), src)
-		v.Tick(clock.Now(), src) // within the interval: no sample
-		clock.Advance(100 * time.Millisecond)
-	}
-	h := v.History("db")
-	if len(h) != 10 {
-		t.Fatalf("history has %d samples, want 10", len(h))
-	}
-	if !h[0].At.Before(h[9].At) || h[9].Fleet.Failures != 24%10 || h[9].Nodes != 1 {
-		t.Fatalf("history %+v", h)
-	}
-	if v.History("unknown") != nil {
-		t.Fatal("history of an unknown dependency")
-	}
-}
-
 // TestViewStaysBounded: whatever the gossip says, the view never holds
 // more than its caps, and every row kept is the highest seq heard.
 func TestViewStaysBounded(t *testing.T) {
@@ -308,7 +286,7 @@ func TestViewStaysBounded(t *testing.T) {
 		clock := sharedstate.NewManualClock(t0)
 		maxDeps := rapid.IntRange(1, 5).Draw(rt, "maxDeps")
 		maxRows := rapid.IntRange(1, 12).Draw(rt, "maxRows")
-		v := New(Config{Clock: clock, MaxDependencies: maxDeps, MaxRows: maxRows, History: time.Second, HistoryInterval: 200 * time.Millisecond})
+		v := New(Config{Clock: clock, MaxDependencies: maxDeps, MaxRows: maxRows})
 		src := staticSource{}
 		best := map[[2]string]uint64{}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
@@ -352,11 +330,6 @@ func TestViewStaysBounded(t *testing.T) {
 					if r.seq != best[[2]string{dep, node}] {
 						rt.Fatalf("row %s/%s has seq %d, the highest heard is %d", dep, node, r.seq, best[[2]string{dep, node}])
 					}
-				}
-			}
-			for _, h := range v.history {
-				if h.n > 5 {
-					rt.Fatalf("history of %d samples, cap 5", h.n)
 				}
 			}
 			v.mu.Unlock()

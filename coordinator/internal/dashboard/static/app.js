@@ -7,10 +7,11 @@
 //   - GET /api/v1/events, read with fetch (the token in the Authorization
 //     header, never in the URL): transitions and overrides change the
 //     badges at once, without waiting for the next poll.
-//   - GET /api/v1/history?dependency=NAME seeds a row's sparkline when the row
-//     first scrolls into view (at most 3 requests in flight); each poll and
-//     each event then adds a point, client-side, and points older than 5
-//     minutes fall off.
+//   - GET /api/v1/series?dependency=NAME&since=5m (the coordinator's history)
+//     seeds a row's sparkline when the row first scrolls into view (at most
+//     3 requests in flight; a dependency without a history seeds nothing);
+//     each poll and each event then adds a point, client-side, and points
+//     older than 5 minutes fall off.
 //   - GET /api/v1/policies: windows (requests/s) and thresholds.
 //   - The dependency page (#/dep/NAME) adds /api/v1/audit and /api/v1/overrides.
 //
@@ -203,16 +204,19 @@
     }
   }
 
-  // seedSeries puts the server's history (5 s samples) before the points
-  // this page collected itself.
-  function seedSeries(d, samples) {
+  // seedSeries puts the server's history (GET /api/v1/series: points and
+  // the breaker's states as bands) before the points this page collected
+  // itself.
+  function seedSeries(d, series) {
     const first = d.t.length ? d.t[0] : Infinity;
+    const bands = ((series && series.states) || []).map((b) => ({ state: b.state, from: Date.parse(b.from), to: Date.parse(b.to) }));
     const t = [], y = [], s = [];
-    for (const x of samples) {
+    for (const x of (series && series.points) || []) {
       const at = Date.parse(x.at);
       if (!(at < first)) break;
-      let st = x.override || x.state || 'closed';
-      if (!x.override && d.shadow) st = 'shadow';
+      const b = bands.find((b) => b.from <= at && at < b.to);
+      let st = b ? b.state : 'closed';
+      if (d.shadow && !st.startsWith('forced')) st = 'shadow';
       t.push(at); y.push(num(x.failureRate)); s.push(st);
     }
     d.t = t.concat(d.t); d.y = y.concat(d.y); d.s = s.concat(d.s);
@@ -1022,12 +1026,15 @@
         continue;
       }
       seedsInFlight++;
-      api('/api/v1/history?dependency=' + encodeURIComponent(d.name)).then((r) => {
-        seedSeries(d, (r && r.samples) || []);
+      api('/api/v1/series?dependency=' + encodeURIComponent(d.name) + '&since=5m').then((r) => {
+        seedSeries(d, r);
         d.seeded = true;
         d.sparkDirty = true;
         schedule();
-      }, () => { /* retried when the row is next in view */ }).finally(() => {
+      }, (e) => {
+        if (e.status === 404) d.seeded = true; // no history kept: the page's own points
+        /* else retried when the row is next in view */
+      }).finally(() => {
         d.seeding = false;
         seedsInFlight--;
         pumpSeeds();

@@ -1,6 +1,6 @@
 // Package historytest drives a simulated fleet of real engines and feeds
 // what it gossips to a history.History as the observer would receive it:
-// late and superseded. Only tests import it.
+// late, and superseded by the node's newer rows. Only tests import it.
 package historytest
 
 import (
@@ -29,9 +29,10 @@ type Config struct {
 	Rate func(node int) float64
 	// Fails says whether a call from node at el (since Start) fails.
 	Fails func(node int, el time.Duration) bool
-	// Start is the clock's start; traffic begins at Begin after it.
-	Start time.Time
-	Begin time.Duration
+	// Start is the clock's start; traffic begins at Begin after it and
+	// ends at Stop after it (0: runs to the end).
+	Start       time.Time
+	Begin, Stop time.Duration
 	// Retries: a failed first attempt asks for one retry.
 	Retries bool
 }
@@ -96,7 +97,7 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 	for now := cfg.Start; now.Before(cfg.Start.Add(d)); now = clock.Advance(10 * time.Millisecond) {
 		el := now.Sub(cfg.Start)
 		for i, e := range engines {
-			if el < cfg.Begin || rng.Float64() >= cfg.Rate(i)/100 {
+			if el < cfg.Begin || (cfg.Stop > 0 && el >= cfg.Stop) || rng.Float64() >= cfg.Rate(i)/100 {
 				continue
 			}
 			fail := cfg.Fails(i, el)
