@@ -147,8 +147,13 @@ type EngineStats struct {
 	Evicted             uint64 // idle dependencies forgotten
 }
 
-// Engine is one node's view of the fleet's breakers and retry budgets; see
-// the package documentation for its inputs and outputs.
+// Engine is one node's view of the fleet's breakers and retry budgets.
+// Inputs: Record, AddCounts (this node's traffic); ApplyRow, ApplyRecord
+// (gossip); SetPolicy, SetPolicyDocument, SetDefaultPolicy, SetOverride
+// (etcd); SetMembers, MemberDead, MemberAlive (membership); Tick (time).
+// Outputs: Decide, AcquireRetry, AcquireProbe, ProbeOutcome, ProbeResult
+// (decisions); Tick's proposals, RowsToSend, LocalRows, Records (what to
+// gossip); Snapshot, Fleet, Rows (what to show); the OnChange hook.
 //
 // All methods are safe for concurrent use. Decide on a closed breaker (for a
 // FirstAttempt or Probe), Record and AddCounts take no lock and allocate
