@@ -23,9 +23,7 @@ func policyOf(t *testing.T, s *fuseboxv1.DecisionSnapshot) sharedstate.Policy {
 // whole effective policy as its JSON document; a policy change (of a
 // dependency's own policy, or of the fleet default) is pushed with it.
 func TestSessionPushesSnapshotWithItsPolicy(t *testing.T) {
-	f := newFleet(t, 1, true)
-	f.waitSynced()
-	a := f.agents[0]
+	a, st := startWithEtcd(t, testConfig(t, "pushing"))
 	const dep = "ledger-api"
 
 	stream, err := dial(t, a.Agent).Session(ctxT(t, 20*time.Second))
@@ -80,7 +78,7 @@ func TestSessionPushesSnapshotWithItsPolicy(t *testing.T) {
 	}
 
 	ctx := ctxT(t, 10*time.Second)
-	if _, err := f.store.PutPolicy(ctx, dep, []byte(`{"breaker":{"minimumRequests":5}}`), admin); err != nil {
+	if _, err := st.PutPolicy(ctx, dep, []byte(`{"breaker":{"minimumRequests":5}}`), admin); err != nil {
 		t.Fatal(err)
 	}
 	s := next()
@@ -90,7 +88,7 @@ func TestSessionPushesSnapshotWithItsPolicy(t *testing.T) {
 
 	def := testPolicy()
 	def.Breaker.FailureRateThreshold = 0.3
-	if _, err := f.store.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, def, admin); err != nil {
+	if _, err := st.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, def, admin); err != nil {
 		t.Fatal(err)
 	}
 	s = next()

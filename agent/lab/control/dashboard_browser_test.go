@@ -1,4 +1,4 @@
-package coordinator
+package control
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/coordinator/dashboardtest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -83,15 +84,15 @@ func TestDashboardInABrowser(t *testing.T) {
 	}
 	chromium := dashboardtest.Chromium(t) // skips with FUSEBOX_SKIP_BROWSER=1, fails when there is none
 
-	cfg := testConfig(t)
-	cfg.TokensFile = writeTokens(t, testTokens)
 	// Chromium and the race detector load the machine: with the tests'
 	// usual 200 ms probes (100 ms ack timeout) members suspect each other
 	// and refute, and every refutation rewrites memberlist nodes that
 	// gossip.Gossip.Members reads without a lock (hashicorp/memberlist#306,
 	// to be fixed in package agent). Probe at memberlist's LAN pace.
 	relaxed := func(g *gossip.Config) { g.ProbeInterval = time.Second }
-	c := startCoordinator(t, cfg, WithGossip(relaxed))
+	f := startCoordinator(t, setup{tokens: true, coord: []coordinator.Option{coordinator.WithGossip(relaxed)},
+		agent: func(a *agent.Config) { a.ProbeInterval = time.Second }})
+	c := f.Coordinator()
 	ctx := ctxFor(t, 2*time.Minute)
 	// Long open durations keep the breakers open while the page is
 	// watched; inventory runs in shadow mode.
@@ -113,7 +114,8 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	agents := startAgents(t, c, 3, func(a *agent.Config) { a.ProbeInterval = time.Second }) // agent-0 zone-a, agent-1 zone-b, agent-2 zone-a
+	agents := startAgents(t, f, 3) // agent-0 zone-a, agent-1 zone-b, agent-2 zone-a
+	viewer := adminClient(t, c.GRPCAddr(), viewerToken)
 	// (Not Gossip().NumAgents(): it reads memberlist nodes without their
 	// lock, hashicorp/memberlist#306.)
 	sstest.Eventually(t, 20*time.Second, "the policies on every agent, and the observer seeing the three agents", func() bool {
@@ -124,7 +126,7 @@ func TestDashboardInABrowser(t *testing.T) {
 				return false
 			}
 		}
-		return c.view.AliveAgents() == 3
+		return observed(ctx, viewer) == 3
 	})
 
 	p := dashboardtest.NewBrowser(t, chromium, dashboardtest.BrowserOptions{Width: 1400, Height: 900, Timeout: 30 * time.Second})

@@ -1,4 +1,4 @@
-package agent_test
+package clients
 
 // Who may name a dependency through the egress proxy of real agents, and
 // what reaches the fleet: a local process can neither speak for a

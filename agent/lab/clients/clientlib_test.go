@@ -1,16 +1,14 @@
-package agent_test
+package clients
 
 // clientlib against real agents: in-process agents (real gossip on
 // loopback, real gRPC on unix sockets, an embedded etcd), real clientlib
-// clients connected to their sockets, real HTTP dependencies. This package
-// is agent's external test package so that clientlib never imports agent.
+// clients connected to their sockets, real HTTP dependencies.
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -18,162 +16,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
-	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet/fleettest"
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
-)
-
-// fleetPolicy is the fleet default of these tests: a 2 s window, 10
-// requests, failures from 2 nodes, and a breaker that stays open for the
-// length of a test once it opened.
-func fleetPolicy() sharedstate.Policy {
-	p := sharedstate.DefaultPolicy()
-	p.Breaker.Window = sharedstate.Duration(2 * time.Second)
-	p.Breaker.MinimumRequests = 10
-	p.Breaker.MinFailingNodes = 2
-	p.Breaker.OpenDuration = sharedstate.Duration(30 * time.Second)
-	p.Breaker.MaxOpenDuration = sharedstate.Duration(time.Minute)
-	p.Retry.PerAttemptTimeout = sharedstate.Duration(2 * time.Second) // generous under -race
-	p.Breaker.ProbeTimeout = sharedstate.Duration(2 * time.Second)
-	return p
-}
-
-// runAgent builds and starts an agent; it is closed at cleanup (Close is
-// idempotent), and its log is printed if the test failed.
-func runAgent(t testing.TB, cfg agent.Config) *agent.Agent {
-	t.Helper()
-	log := &sstest.Buffer{}
-	lg := slog.New(slog.NewTextHandler(log, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	a, err := agent.New(cfg, agent.WithLogger(lg), agent.WithDefaultPolicy(fleetPolicy()))
-	if err != nil {
-		t.Fatalf("agent.New(%s): %v", cfg.Name, err)
-	}
-	t.Cleanup(func() {
-		a.Close()
-		if t.Failed() {
-			t.Logf("log of %s:\n%s", cfg.Name, log.String())
-		}
-	})
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatalf("Start(%s): %v", cfg.Name, err)
-	}
-	return a
-}
-
-// world is an embedded etcd, its store, and n agents that found each other
-// through it.
-type world struct {
-	store  *store.Store
-	agents []*agent.Agent
-}
-
-func newWorld(t *testing.T, n int) *world {
-	t.Helper()
-	return newWorldWith(t, n, nil)
-}
-
-// newWorldWith is newWorld with a change to every agent's config.
-func newWorldWith(t *testing.T, n int, change func(*agent.Config)) *world {
-	t.Helper()
-	srv := embeddedtest.Start(t)
-	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &world{store: st}
-	for i := range n {
-		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), srv.Endpoints())
-		if change != nil {
-			change(&cfg)
-		}
-		w.agents = append(w.agents, runAgent(t, cfg))
-	}
-	sstest.Eventually(t, 10*time.Second, fmt.Sprintf("%d agents ready and seeing each other", n), func() bool {
-		for _, a := range w.agents {
-			if !a.Ready() || a.Gossip().NumAgents() != n {
-				return false
-			}
-		}
-		return true
-	})
-	return w
-}
-
-// putPolicy writes dep's policy to etcd and waits until every agent
-// applies it (check tells).
-func (w *world) putPolicy(t *testing.T, dep, policy string, check func(sharedstate.Policy) bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := w.store.PutPolicy(ctx, dep, []byte(policy), store.WriteOptions{Actor: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	sstest.Eventually(t, 10*time.Second, "every agent applies the policy of "+dep, func() bool {
-		for _, a := range w.agents {
-			if !check(a.Engine().Policy(dep)) {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-// zeroRandom makes every jittered backoff 0.
-func zeroRandom() uint64 { return 0 }
-
-// newClient connects a clientlib client to a's socket; it is closed at
-// cleanup, and its log is printed if the test failed.
-func newClient(t testing.TB, a *agent.Agent, service string, mutate func(*clientlib.Config)) *clientlib.Client {
-	t.Helper()
-	log := &sstest.Buffer{}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("log of client %s:\n%s", service, log.String())
-		}
-	})
-	cfg := clientlib.Config{
-		Logger:       slog.New(slog.NewTextHandler(log, nil)),
-		AgentAddress: "unix://" + a.SocketPath(),
-		Service:      service,
-		Instance:     service + "@" + a.Name(),
-		Random:       zeroRandom,
-		ReconnectMin: 10 * time.Millisecond,
-		ReconnectMax: 100 * time.Millisecond,
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	c, err := clientlib.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-// fromAgent waits until every handle decides from its agent's snapshot.
-func fromAgent(t testing.TB, deps ...*clientlib.Dependency) {
-	t.Helper()
-	sstest.Eventually(t, 10*time.Second, "every client decides from its agent's snapshot", func() bool {
-		for _, d := range deps {
-			if !d.Status().FromAgent {
-				return false
-			}
-		}
-		return true
-	})
-}
-
-var (
-	errBoom = errors.New("boom") // a failure, not retried
-	errDown = status.Error(codes.Unavailable, "down")
 )
 
 func TestClientlibThroughRealAgents(t *testing.T) {
@@ -509,8 +356,8 @@ func TestClientlibThroughRealAgents(t *testing.T) {
 // keep succeeding on the local fallback against a healthy dependency, and
 // the client reconnects to a new agent on the same socket path.
 func TestClientlibSurvivesAgentRestart(t *testing.T) {
-	cfg := agenttest.Config(t, "agent-r", nil)
-	a1 := runAgent(t, cfg)
+	w := startWorld(t, 1, false, nil)
+	a1 := w.agents[0]
 
 	var served atomic.Int64
 	dependency := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -594,14 +441,18 @@ func TestClientlibSurvivesAgentRestart(t *testing.T) {
 		f, ok := a1.Engine().Fleet(name)
 		return ok && f.Node.Successes > 20
 	})
-	if err := a1.Close(); err != nil {
+	w.Stop(0)
+	if err := a1.Close(); err != nil { // again: its error
 		t.Fatalf("Close: %v", err)
 	}
 	sstest.Eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
 	before := localCalls.Load()
 	sstest.Eventually(t, 10*time.Second, "calls on the local fallback", func() bool { return localCalls.Load() > before+50 })
 
-	a2 := runAgent(t, cfg) // same socket path
+	if err := w.Start(fleettest.Ctx(t, 20*time.Second), 0); err != nil { // same socket path
+		t.Fatal(err)
+	}
+	a2 := w.Agent(0)
 	sstest.Eventually(t, 10*time.Second, "the client to reconnect to the new agent", func() bool {
 		return c.AgentConnected() && dep.Status().FromAgent
 	})

@@ -1,6 +1,7 @@
-package agent
+package membership
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -8,9 +9,14 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet/fleettest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
+
+// countKinds are the kind labels of an agent's call counters.
+var countKinds = []string{"first_attempts", "retries", "successes", "failures", "slow_calls", "rejected"}
 
 // sample is one scrape of one counter.
 type sample struct {
@@ -41,12 +47,12 @@ func promIncrease(ss []sample) (inc float64, reset bool) {
 // kind over two seconds, each series' increase over the scrapes, as
 // Prometheus computes it, is exactly the calls made, and none went back.
 func TestCallCountersMetricRate(t *testing.T) {
-	f := newFleet(t, 2, false)
+	f := start(t, 2, false, func(_ int, c *agent.Config) { c.HTTPAddr = "127.0.0.1:0" })
 	const dep = "ledger-api"
-	agents := []*Agent{f.agents[0].Agent, f.agents[1].Agent}
-	report := func(ag *Agent, o fuseboxv1.Outcome, n uint32) {
+	agents := []*agent.Agent{f.Agent(0), f.Agent(1)}
+	report := func(i int, o fuseboxv1.Outcome, n uint32) {
 		t.Helper()
-		if _, err := dial(t, ag).Report(ctxT(t, 5*time.Second), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
+		if _, err := f.Client(i).Report(fleettest.Ctx(t, 5*time.Second), &fuseboxv1.ReportRequest{Outcomes: []*fuseboxv1.OutcomeReport{{
 			Dependency: dep, Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Outcome: o, Count: n}}}); err != nil {
 			t.Fatal(err)
 		}
@@ -54,15 +60,15 @@ func TestCallCountersMetricRate(t *testing.T) {
 	// The series exist, and each agent holds the other's row, before the
 	// range (what a node counted before an agent took the dependency up is
 	// that agent's baseline).
-	for _, ag := range agents {
-		report(ag, fuseboxv1.Outcome_OUTCOME_SUCCESS, 1)
+	for i := range agents {
+		report(i, fuseboxv1.Outcome_OUTCOME_SUCCESS, 1)
 	}
 	sstest.Eventually(t, 10*time.Second, "each agent to hold the other's row", func() bool {
-		return len(agents[0].eng.Rows(dep)) == 2 && len(agents[1].eng.Rows(dep)) == 2
+		return len(agents[0].Engine().Rows(dep)) == 2 && len(agents[1].Engine().Rows(dep)) == 2
 	})
 	samples := map[string][]sample{} // agent/metric/kind
 	scrape := func() {
-		for _, ag := range agents {
+		for i, ag := range agents {
 			_, body := get(t, "http://"+ag.HTTPAddr()+"/metrics")
 			parser := expfmt.NewTextParser(model.UTF8Validation)
 			fams, err := parser.TextToMetricFamilies(strings.NewReader(body))
@@ -72,7 +78,7 @@ func TestCallCountersMetricRate(t *testing.T) {
 			for _, name := range []string{"local_calls_total", "fleet_calls_total"} {
 				for _, k := range countKinds {
 					if v, ok := series(fams, "fusebox_agent_"+name, map[string]string{"dependency": dep, "kind": k}); ok {
-						key := ag.cfg.Name + "/" + name + "/" + k
+						key := strconv.Itoa(i) + "/" + name + "/" + k
 						samples[key] = append(samples[key], sample{time.Now(), v})
 					}
 				}
@@ -81,46 +87,46 @@ func TestCallCountersMetricRate(t *testing.T) {
 	}
 	last := func(key string) float64 { s := samples[key]; return s[len(s)-1].v - s[0].v }
 	scrape()
-	// agent-0's clients: 10 successes a round, a failure every other, a
-	// slow failure and a rejection every seventh; agent-1's: 5 successes.
+	// Agent 0's clients: 10 successes a round, a failure every other, a
+	// slow failure and a rejection every seventh; agent 1's: 5 successes.
 	made := map[string]float64{}
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for i := range 20 {
 		<-tick.C
-		report(agents[0], fuseboxv1.Outcome_OUTCOME_SUCCESS, 10)
-		report(agents[1], fuseboxv1.Outcome_OUTCOME_SUCCESS, 5)
-		made["agent-0/first_attempts"] += 10
-		made["agent-0/successes"] += 10
-		made["agent-1/first_attempts"] += 5
-		made["agent-1/successes"] += 5
+		report(0, fuseboxv1.Outcome_OUTCOME_SUCCESS, 10)
+		report(1, fuseboxv1.Outcome_OUTCOME_SUCCESS, 5)
+		made["0/first_attempts"] += 10
+		made["0/successes"] += 10
+		made["1/first_attempts"] += 5
+		made["1/successes"] += 5
 		if i%2 == 0 {
-			report(agents[0], fuseboxv1.Outcome_OUTCOME_FAILURE, 1)
-			made["agent-0/first_attempts"]++
-			made["agent-0/failures"]++
+			report(0, fuseboxv1.Outcome_OUTCOME_FAILURE, 1)
+			made["0/first_attempts"]++
+			made["0/failures"]++
 		}
 		if i%7 == 0 {
-			report(agents[0], fuseboxv1.Outcome_OUTCOME_TIMEOUT, 1) // a slow failure
-			report(agents[0], fuseboxv1.Outcome_OUTCOME_REJECTED, 1)
+			report(0, fuseboxv1.Outcome_OUTCOME_TIMEOUT, 1) // a slow failure
+			report(0, fuseboxv1.Outcome_OUTCOME_REJECTED, 1)
 			for _, k := range []string{"first_attempts", "failures", "slow_calls", "rejected"} {
-				made["agent-0/"+k]++
+				made["0/"+k]++
 			}
 		}
 		scrape()
 	}
-	total := made["agent-0/first_attempts"] + made["agent-1/first_attempts"]
+	total := made["0/first_attempts"] + made["1/first_attempts"]
 	sstest.Eventually(t, 10*time.Second, "both agents' fleet counters to hold every call", func() bool {
 		scrape()
-		return last("agent-0/fleet_calls_total/first_attempts") == total && last("agent-1/fleet_calls_total/first_attempts") == total
+		return last("0/fleet_calls_total/first_attempts") == total && last("1/fleet_calls_total/first_attempts") == total
 	})
-	for _, ag := range []string{"agent-0", "agent-1"} {
+	for _, ag := range []string{"0", "1"} {
 		for _, k := range countKinds {
-			for name, want := range map[string]float64{"local_calls_total": made[ag+"/"+k], "fleet_calls_total": made["agent-0/"+k] + made["agent-1/"+k]} {
+			for name, want := range map[string]float64{"local_calls_total": made[ag+"/"+k], "fleet_calls_total": made["0/"+k] + made["1/"+k]} {
 				ss := samples[ag+"/"+name+"/"+k]
 				inc, reset := promIncrease(ss)
 				rate := inc / ss[len(ss)-1].at.Sub(ss[0].at).Seconds() // rate() over the same range
 				if reset || inc != want {
-					t.Errorf("%s: fusebox_agent_%s{kind=%q}: increase %v (rate %.1f/s; went back: %v), want %v", ag, name, k, inc, rate, reset, want)
+					t.Errorf("agent %s: fusebox_agent_%s{kind=%q}: increase %v (rate %.1f/s; went back: %v), want %v", ag, name, k, inc, rate, reset, want)
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package agent
+package policies
 
 import (
 	"context"
@@ -21,14 +21,14 @@ import (
 // conditions with generous deadlines; this is where the promise is
 // measured.
 func BenchmarkOverridePropagation(b *testing.B) {
-	f := newFleet(b, 5, true)
-	f.waitSynced()
+	w := start(b, 5)
+	agents := w.Agents()
 	const dep = "propagation-bench"
 	admin := store.WriteOptions{Actor: "bench"}
 	every := func(want sharedstate.OverrideState) func() bool {
 		return func() bool {
-			for _, a := range f.agents {
-				s := a.eng.Snapshot(dep)
+			for _, a := range agents {
+				s := a.Engine().Snapshot(dep)
 				got := sharedstate.OverrideNone
 				if s != nil {
 					got = s.Override
@@ -49,11 +49,11 @@ func BenchmarkOverridePropagation(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		if _, err := f.store.SetOverride(ctx, dep, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "bench"}, admin); err != nil {
+		if _, err := w.store.SetOverride(ctx, dep, store.OverrideSpec{State: sharedstate.ForcedOpen, Reason: "bench"}, admin); err != nil {
 			b.Fatal(err)
 		}
 		set = append(set, wait("every agent forced-open", every(sharedstate.ForcedOpen)))
-		if err := f.store.ClearOverride(ctx, dep, admin); err != nil {
+		if err := w.store.ClearOverride(ctx, dep, admin); err != nil {
 			b.Fatal(err)
 		}
 		cleared = append(cleared, wait("every agent without the override", every(sharedstate.OverrideNone)))

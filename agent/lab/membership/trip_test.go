@@ -1,10 +1,13 @@
-package agent
+package membership
 
 import (
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet/fleettest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -15,11 +18,11 @@ import (
 // latency is logged); Check rejects with reason open on each, and a Session
 // on a third agent is pushed the open snapshot.
 func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
-	f := newFleet(t, 5, true)
+	f := start(t, 5, true, nil)
 	const dep = "shipping-api"
 
 	// A watcher session on agent 4 follows dep.
-	watch, err := dial(t, f.agents[4].Agent).Session(ctxT(t, 60*time.Second))
+	watch, err := f.Client(4).Session(fleettest.Ctx(t, 60*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +30,7 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 		Service: "watcher", Instance: "w1", Dependencies: []string{dep}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if r, err := watch.Recv(); err != nil || r.GetWelcome().GetNode() != "agent-4" {
+	if r, err := watch.Recv(); err != nil || r.GetWelcome().GetNode() != fleet.Name(4) {
 		t.Fatalf("welcome: %v %v", r, err)
 	}
 	if r, err := watch.Recv(); err != nil || r.GetUpdate().GetSnapshots()[0].GetState() != fuseboxv1.BreakerState_BREAKER_STATE_CLOSED {
@@ -35,7 +38,7 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	}
 
 	// Agent 0's client reports over a Session, agent 1's over Report.
-	sess, err := dial(t, f.agents[0].Agent).Session(ctxT(t, 20*time.Second))
+	sess, err := f.Client(0).Session(fleettest.Ctx(t, 20*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,13 +53,11 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 		Deltas: []*fuseboxv1.DependencyCounts{{Dependency: dep, Counts: &fuseboxv1.Counts{FirstAttempts: 8, Failures: 8}}}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := dial(t, f.agents[1].Agent).Report(ctxT(t, 5*time.Second), failures(dep, 8)); err != nil {
-		t.Fatal(err)
-	}
+	fleettest.Report(t, f.Client(1), dep, 0, 8)
 
-	clients := make([]fuseboxv1.AgentClient, len(f.agents))
-	for i, a := range f.agents {
-		clients[i] = dial(t, a.Agent)
+	clients := make([]fuseboxv1.AgentClient, f.Size())
+	for i := range clients {
+		clients[i] = f.Client(i)
 	}
 	// Each agent's breaker opens for OpenDuration (1 s) and then turns
 	// half-open: on a loaded machine one round of five Checks can outlast
@@ -66,7 +67,7 @@ func TestFailuresOpenBreakerOnAllAgents(t *testing.T) {
 	sstest.Eventually(t, 10*time.Second, "every agent's breaker opened (Check rejects with reason open)", func() bool {
 		all := true
 		for i, c := range clients {
-			d := check(t, c, dep)
+			d := fleettest.Check(t, c, dep)
 			s := d.GetSnapshot()
 			if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT && d.GetReason() == fuseboxv1.RejectReason_REJECT_REASON_OPEN ||
 				s.GetOpenCount() >= 1 && s.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_CLOSED {
@@ -103,31 +104,32 @@ func TestOnceTrippedDependenciesForgotten(t *testing.T) {
 		t.Skip("3,000 records on three agents")
 	}
 	const n = 3000
-	f := newFleetWith(t, 3, false, func(c *Config) { c.IdleRetention = 5 * time.Second })
+	f := start(t, 3, false, func(_ int, c *agent.Config) { c.IdleRetention = 5 * time.Second })
+	agents := f.Agents()
 	defer func() {
 		if t.Failed() {
-			for _, a := range f.agents {
-				t.Logf("%s: %d dependencies, dropped %v", a.Name(), a.eng.Stats().Dependencies, a.gossip.Stats().Dropped)
+			for _, a := range agents {
+				t.Logf("%s: %d dependencies, dropped %v", a.Name(), a.Engine().Stats().Dependencies, a.Gossip().Stats().Dropped)
 			}
 		}
 	}()
 	now := time.Now()
-	for _, a := range f.agents {
+	for _, a := range agents {
 		for i := range n {
 			r := sharedstate.BreakerRecord{Dependency: fmt.Sprintf("tripped-%04d", i), Generation: 2, State: sharedstate.Closed,
-				Since: now, Origin: "agent-0", Reason: "probes succeeded"}
+				Since: now, Origin: fleet.Name(0), Reason: "probes succeeded"}
 			if i%3 == 0 {
 				r.Generation, r.State, r.OpenCount = 1, sharedstate.Open, 1 // half-open soon, with no traffic to probe it
 			}
-			if _, err := a.eng.MergeRecord(r); err != nil {
+			if _, err := a.Engine().MergeRecord(r); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	deps := func(a *testAgent) int { return a.eng.Stats().Dependencies }
+	deps := func(a *agent.Agent) int { return a.Engine().Stats().Dependencies }
 	held := time.Now()
 	sstest.Eventually(t, 60*time.Second, "every agent forgot them", func() bool {
-		for _, a := range f.agents {
+		for _, a := range agents {
 			if deps(a) != 0 {
 				return false
 			}
@@ -140,18 +142,22 @@ func TestOnceTrippedDependenciesForgotten(t *testing.T) {
 	// Push-pull runs every second: a few rounds bring nothing back.
 	pp := func() uint64 {
 		var m uint64
-		for _, a := range f.agents {
-			m += a.gossip.Stats().MsgsIn["push_pull"]
+		for _, a := range agents {
+			m += a.Gossip().Stats().MsgsIn["push_pull"]
 		}
 		return m
 	}
 	before := pp()
 	sstest.Eventually(t, 30*time.Second, "three more push-pull rounds", func() bool { return pp() >= before+9 })
-	late := f.add("agent-late")
+	i, err := f.Add(fleettest.Ctx(t, 30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := f.Agent(i)
 	sstest.Eventually(t, 30*time.Second, "the late agent joined and exchanged state", func() bool {
-		return late.gossip.Stats().MsgsIn["push_pull"] >= 2
+		return late.Gossip().Stats().MsgsIn["push_pull"] >= 2
 	})
-	for _, a := range append(f.agents, late) {
+	for _, a := range append(agents, late) {
 		if d := deps(a); d != 0 {
 			t.Fatalf("%s holds %d dependencies again", a.Name(), d)
 		}

@@ -1,4 +1,4 @@
-package coordinator
+package control
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/coordinator/dashboardtest"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -36,9 +37,8 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 		t.Skip("starts a coordinator, three agents and Chromium")
 	}
 	chromium := dashboardtest.Chromium(t)
-	cfg := testConfig(t)
-	cfg.TokensFile = writeTokens(t, testTokens)
-	c := startCoordinator(t, cfg)
+	f := startCoordinator(t, setup{tokens: true})
+	c := f.Coordinator()
 	ctx := ctxFor(t, 2*time.Minute)
 	const dep = "ledger-api"
 	for name, pol := range map[string]string{
@@ -54,14 +54,15 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 		store.WriteOptions{Actor: "oncall"}); err != nil {
 		t.Fatal(err)
 	}
-	agents := startAgents(t, c, 3)
+	agents := startAgents(t, f, 3)
+	viewer := adminClient(t, c.GRPCAddr(), viewerToken)
 	sstest.Eventually(t, 20*time.Second, "the policies on every agent, and the observer seeing the three agents", func() bool {
 		for _, a := range agents {
 			if a.Engine().Policy(dep).Breaker.OpenDuration.Std() != time.Second || a.Engine().Policy("search").Breaker.OpenDuration.Std() != time.Minute {
 				return false
 			}
 		}
-		return c.view.AliveAgents() == 3
+		return observed(ctx, viewer) == 3
 	})
 
 	// ledger-api: healthy 3 s, dead 5 s, healthy again; search: slow on
@@ -202,7 +203,7 @@ func script(js string) chromedp.Action[chromedp.Void] {
 
 // states are the fleet's breaker states in dep's history, from GET
 // /api/v1/series (as an admin).
-func states(t *testing.T, c *Coordinator, dep string) []seriesInterval {
+func states(t *testing.T, c *coordinator.Coordinator, dep string) []seriesInterval {
 	t.Helper()
 	code, body := httpDo(t, http.MethodGet, "http://"+c.HTTPAddr()+"/api/v1/series?dependency="+dep+"&since=15m", adminToken, "", nil)
 	if code != http.StatusOK {
@@ -215,4 +216,13 @@ func states(t *testing.T, c *Coordinator, dep string) []seriesInterval {
 		t.Fatal(err)
 	}
 	return s.States
+}
+
+// seriesInterval is one band of the fleet's breaker states in GET
+// /api/v1/series.
+type seriesInterval struct {
+	State  string    `json:"state"`
+	From   time.Time `json:"from"`
+	To     time.Time `json:"to"`
+	Reason string    `json:"reason,omitempty"`
 }

@@ -1,4 +1,4 @@
-package main
+package control
 
 import (
 	"bytes"
@@ -7,19 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-
-	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -28,40 +24,6 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
-
-// startExternalCoordinator starts a coordinator on the external etcd
-// endpoints etcd, without tokens, and closes it in t.Cleanup.
-func startExternalCoordinator(t *testing.T, etcd []string) *coordinator.Coordinator {
-	t.Helper()
-	cfg := coordinator.DefaultConfig()
-	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
-	cfg.DataDir = ""
-	cfg.Etcd = etcd
-	return startTestCoordinator(t, cfg)
-}
-
-// startClusterAgents starts n real agents on the etcd endpoints etcd and
-// closes them in t.Cleanup.
-func startClusterAgents(t *testing.T, n int, etcd []string) []*agent.Agent {
-	t.Helper()
-	var out []*agent.Agent
-	for i := range n {
-		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), etcd)
-		a, err := agent.New(cfg, agent.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = a.Close() })
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err = a.Start(ctx)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
-}
 
 // policyWrite is one `fuseboxctl policy set` run by the writer loop.
 type policyWrite struct {
@@ -86,16 +48,17 @@ type policyWrite struct {
 func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 	cl := embeddedtest.StartCluster(t, 3)
 	leader := cl.WaitLeader(t, 10*time.Second)
-	endpoints := cl.EndpointsFirst(leader)
-	c := startExternalCoordinator(t, endpoints)
-	agents := startClusterAgents(t, 3, endpoints)
-	for _, a := range agents {
+	f := startCoordinator(t, setup{etcd: cl.EndpointsFirst(leader)})
+	c := f.Coordinator()
+	agents := startAgents(t, f, 3)
+	for i, a := range agents {
 		sstest.Eventually(t, 15*time.Second, a.Name()+" to sync policies from etcd", func() bool {
-			return metricValue(t, a, "fusebox_agent_etcd_synced") == 1
+			return f.Metric(t, i, "fusebox_agent_etcd_synced") == 1
 		})
 	}
 
 	// The writer: one fuseboxctl run after another, each a new policy.
+	ctlPath := ctlBinary(t)
 	var (
 		mu     sync.Mutex
 		writes []policyWrite
@@ -111,7 +74,7 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 			default:
 			}
 			name := fmt.Sprintf("ha-%03d", i)
-			w := runPolicySet(c.GRPCAddr(), name, `{"breaker": {"mode": "shadow"}}`)
+			w := runPolicySet(ctlPath, c.GRPCAddr(), name, `{"breaker": {"mode": "shadow"}}`)
 			mu.Lock()
 			writes = append(writes, w)
 			mu.Unlock()
@@ -236,7 +199,7 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 
 	// Every agent and the coordinator follow etcd: every policy, in
 	// particular those written after the kill.
-	admin := adminConn(t, c)
+	admin := adminClient(t, c.GRPCAddr(), "")
 	lacking := func() string { // who lacks which policy, "" when nobody
 		for _, a := range agents {
 			for name := range inEtcd {
@@ -279,8 +242,8 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 		return nil
 	})
 	// A leader killed is no rewind: etcd kept its history.
-	for _, a := range agents {
-		if n := counterSum(t, a, "fusebox_agent_etcd_rewinds_total"); n != 0 {
+	for i, a := range agents {
+		if n := counterSum(t, f.Fleet, i, "fusebox_agent_etcd_rewinds_total"); n != 0 {
 			t.Errorf("%s counted %v etcd rewinds after a leader kill, want 0", a.Name(), n)
 		}
 	}
@@ -293,13 +256,13 @@ func TestWritesAndWatchesSurviveEtcdLeaderLoss(t *testing.T) {
 	}
 }
 
-// runPolicySet runs `fuseboxctl policy set NAME -f -` against the
+// runPolicySet runs `fuseboxctl policy set NAME -f -` (bin) against the
 // coordinator at addr with the policy doc on stdin. It may run on any
 // goroutine (it never fails the test).
-func runPolicySet(addr, name, doc string) policyWrite {
+func runPolicySet(bin, addr, name, doc string) policyWrite {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ctlBinary, "policy", "set", "--yes", name, "-f", "-", "-o", "json")
+	cmd := exec.CommandContext(ctx, bin, "policy", "set", "--yes", name, "-f", "-", "-o", "json")
 	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.TempDir(), "USER=tester", "FUSEBOX_COORDINATOR=" + addr}
 	cmd.Stdin = strings.NewReader(doc)
 	var out bytes.Buffer
@@ -317,27 +280,43 @@ func runPolicySet(addr, name, doc string) policyWrite {
 	return w
 }
 
-// metricValue returns the value of the gauge name (no labels) in a's
-// registry, -1 when there is none.
-func metricValue(t *testing.T, a *agent.Agent, name string) float64 {
+// counterSum is the sum of every series of the counter name of agent i.
+func counterSum(t *testing.T, f *fleet.Fleet, i int, name string) float64 {
 	t.Helper()
-	if ms := metricSeries(t, a, name); len(ms) == 1 && ms[0].GetGauge() != nil {
-		return ms[0].GetGauge().GetValue()
-	}
-	return -1
-}
-
-// metricSeries returns the series of the metric name in a's registry.
-func metricSeries(t *testing.T, a *agent.Agent, name string) []*dto.Metric {
-	t.Helper()
-	mfs, err := a.Registry().Gather()
+	m, err := f.Metrics(context.Background(), i)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return mf.GetMetric()
+	sum := 0.0
+	if mf := m[name]; mf != nil {
+		for _, s := range mf.GetMetric() {
+			sum += s.GetCounter().GetValue()
 		}
 	}
-	return nil
+	return sum
+}
+
+// scrape returns the coordinator's /metrics.
+func scrape(t *testing.T, co *coordinator.Coordinator) string {
+	t.Helper()
+	resp, err := http.Get("http://" + co.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

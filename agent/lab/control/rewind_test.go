@@ -1,11 +1,9 @@
-package main
+package control
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -37,9 +35,9 @@ func TestEtcdRewindUnderTheFleet(t *testing.T) {
 }
 
 func testEtcdRewind(t *testing.T, restore bool) {
-	srv := embeddedtest.Start(t)
-	co := startExternalCoordinator(t, srv.Endpoints())
-	agents := startClusterAgents(t, 3, srv.Endpoints())
+	f := startCoordinator(t, setup{})
+	srv, co := f.EtcdServer(), f.Coordinator()
+	agents := startAgents(t, f, 3)
 	cli := embeddedtest.Client(t, srv)
 	st, err := store.New(store.Config{Client: cli, Prefix: coordinator.DefaultEtcdPrefix})
 	if err != nil {
@@ -114,11 +112,11 @@ func testEtcdRewind(t *testing.T, restore bool) {
 	ctl(t, co, nil, "clear", dep).want(t, 0, nil, nil)
 	waitFleet(t, agents, dep, 30, "")
 
-	for _, a := range agents {
-		if n := counterSum(t, a, "fusebox_agent_etcd_rewinds_total"); n != 1 {
+	for i, a := range agents {
+		if n := counterSum(t, f.Fleet, i, "fusebox_agent_etcd_rewinds_total"); n != 1 {
 			t.Errorf("%s: fusebox_agent_etcd_rewinds_total %v, want 1", a.Name(), n)
 		}
-		if v := metricValue(t, a, "fusebox_agent_etcd_synced"); v != 1 {
+		if v := f.Metric(t, i, "fusebox_agent_etcd_synced"); v != 1 {
 			t.Errorf("%s: fusebox_agent_etcd_synced %v, want 1", a.Name(), v)
 		}
 	}
@@ -188,39 +186,4 @@ func waitFleet(t *testing.T, agents []*agent.Agent, dep string, min int, ov stri
 		}
 		return nil
 	})
-}
-
-// counterSum is the sum of every series of the counter name in a's registry.
-func counterSum(t *testing.T, a *agent.Agent, name string) float64 {
-	t.Helper()
-	sum := 0.0
-	for _, m := range metricSeries(t, a, name) {
-		sum += m.GetCounter().GetValue()
-	}
-	return sum
-}
-
-// scrape returns the coordinator's /metrics.
-func scrape(t *testing.T, co *coordinator.Coordinator) string {
-	t.Helper()
-	resp, err := http.Get("http://" + co.HTTPAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(b)
-}
-
-func grepLines(s, sub string) string {
-	var out []string
-	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
 }

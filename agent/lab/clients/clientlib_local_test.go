@@ -1,4 +1,4 @@
-package agent_test
+package clients
 
 import (
 	"context"
@@ -11,13 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/agent/lab/fleet/fleettest"
 	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 // TestClientlibKeepsFleetDecisionsWhileAgentRestarts: a rolling upgrade of
@@ -28,15 +26,8 @@ import (
 // breaker), first attempts stay throttled, and no more calls than the
 // pushed share are in flight. A new agent on the same socket decides again.
 func TestClientlibKeepsFleetDecisionsWhileAgentRestarts(t *testing.T) {
-	srv := embeddedtest.Start(t)
-	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := agenttest.Config(t, "agent-l", srv.Endpoints())
-	a1 := runAgent(t, cfg)
-	w := &world{store: st, agents: []*agent.Agent{a1}}
-	sstest.Eventually(t, 10*time.Second, "the agent ready", a1.Ready)
+	w := newWorld(t, 1) // ready
+	st, a1 := w.store, w.agents[0]
 
 	const payments, ledger, catalog = "payments", "ledger", "catalog"
 	// ledger: throttled, its breaker never trips, a 10 s window; catalog:
@@ -114,7 +105,10 @@ func TestClientlibKeepsFleetDecisionsWhileAgentRestarts(t *testing.T) {
 
 	// The agent goes away (a rolling upgrade).
 	closed := make(chan error, 1)
-	go func() { closed <- a1.Close() }()
+	go func() {
+		w.Stop(0)
+		closed <- a1.Close() // again: its error
+	}()
 	sstest.Eventually(t, 10*time.Second, "the client to notice the agent is gone", func() bool { return !c.AgentConnected() })
 
 	if s := pd.Status(); s.Override != clientlib.ForcedOpen || s.FromAgent {
@@ -167,7 +161,9 @@ func TestClientlibKeepsFleetDecisionsWhileAgentRestarts(t *testing.T) {
 	}
 
 	// A new agent on the same socket decides again.
-	runAgent(t, cfg)
+	if err := w.Start(fleettest.Ctx(t, 20*time.Second), 0); err != nil {
+		t.Fatal(err)
+	}
 	sstest.Eventually(t, 20*time.Second, "the client to reconnect to the new agent", func() bool {
 		return c.AgentConnected() && pd.Status().FromAgent && cd.Status().FromAgent
 	})

@@ -1,4 +1,4 @@
-package coordinator
+package control
 
 import (
 	"context"
@@ -8,39 +8,13 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
-	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/agenttest"
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
-
-// startAgents starts n real agents on the coordinator's etcd; they find
-// each other, and the coordinator's observer finds them, through the
-// members/ registry. adjust, if any, change each agent's Config last.
-func startAgents(t *testing.T, c *Coordinator, n int, adjust ...func(*agent.Config)) []*agent.Agent {
-	t.Helper()
-	var out []*agent.Agent
-	for i := range n {
-		cfg := agenttest.Config(t, fmt.Sprintf("agent-%d", i), c.EtcdEndpoints())
-		cfg.Zone = []string{"zone-a", "zone-b"}[i%2]
-		cfg.HTTPAddr = "127.0.0.1:0"
-		for _, f := range adjust {
-			f(&cfg)
-		}
-		a, err := agent.New(cfg, agent.WithLogger(testLogger()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = a.Close() })
-		if err := a.Start(ctxFor(t, 20*time.Second)); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, a)
-	}
-	return out
-}
 
 // TestAgentsFollowTheCoordinator: an admin's force-open makes every agent
 // reject within a second; a viewer's is refused; a policy written around
@@ -50,10 +24,9 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a coordinator and three agents")
 	}
-	cfg := testConfig(t)
-	cfg.TokensFile = writeTokens(t, testTokens)
-	c := startCoordinator(t, cfg)
-	agents := startAgents(t, c, 3)
+	f := startCoordinator(t, setup{tokens: true})
+	c := f.Coordinator()
+	agents := startAgents(t, f, 3)
 	ctx := ctxFor(t, 30*time.Second)
 	admin := adminClient(t, c.GRPCAddr(), adminToken)
 	viewer := adminClient(t, c.GRPCAddr(), viewerToken)
@@ -108,7 +81,10 @@ func TestAgentsFollowTheCoordinator(t *testing.T) {
 	})
 
 	// A policy written straight into etcd by another client.
-	_, other := otherWriter(t, c)
+	other, err := store.New(store.Config{Client: embeddedtest.Client(t, f.EtcdServer()), Prefix: coordinator.DefaultEtcdPrefix})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := other.PutPolicy(context.Background(), "ledger", []byte(`{"breaker":{"mode":"shadow"}}`),
 		store.WriteOptions{Actor: "gitops"}); err != nil {
 		t.Fatal(err)

@@ -1,16 +1,14 @@
-package main
+package control
 
 import (
 	"bufio"
 	"context"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
 // TestWatchShowsHalfOpenThenOpen: two real agents open a breaker, and the
@@ -25,20 +23,17 @@ func TestWatchShowsHalfOpenThenOpen(t *testing.T) {
 		t.Skip("starts a coordinator and two agents")
 	}
 	const dep = "payments"
-	cfg := coordinator.DefaultConfig()
-	cfg.Name = "coordinator-" + filepath.Base(t.TempDir())
-	cfg.DataDir = t.TempDir()
-	cfg.EmbeddedEtcdURL = "http://127.0.0.1:0"
-	c := startTestCoordinator(t, cfg, coordinator.WithTickInterval(time.Hour),
-		coordinator.WithEmbeddedEtcd(func(e *embedded.Config) { *e = embedded.TestConfig(e.Dir) }))
+	f := startCoordinator(t, setup{coord: []coordinator.Option{coordinator.WithTickInterval(time.Hour)}})
+	c := f.Coordinator()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := c.Store().PutPolicy(ctx, dep, []byte(`{"breaker":{"openDuration":"1s","maxOpenDuration":"2s","fleetMaxOpenDuration":"2s"}}`),
 		store.WriteOptions{Actor: "setup"}); err != nil {
 		t.Fatal(err)
 	}
-	agents := startClusterAgents(t, 2, c.EtcdEndpoints())
+	agents := startAgents(t, f, 2)
 	waitAgentsWithPolicy(t, c, agents, dep, time.Second)
+	confirm(t, agents, dep)
 
 	cmd, stdout, _ := startWatch(t, []string{"FUSEBOX_COORDINATOR=" + c.GRPCAddr()}, "--dependency", dep, "-o", "json")
 	t.Cleanup(func() {
