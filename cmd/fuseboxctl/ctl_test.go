@@ -266,6 +266,11 @@ func TestUnreachableAndUsage(t *testing.T) {
 // role agent and checks deps, dep show, members and watch.
 func TestFleetViews(t *testing.T) {
 	c := startCoordinator(t, false)
+	// The stand-in's breaker stays open for the whole test, however slow
+	// the machine: the coordinator derives half-open once the policy's
+	// open duration has passed since the record's open.
+	const longOpen = `"breaker": {"openDuration": "10m", "maxOpenDuration": "10m", "fleetMaxOpenDuration": "10m"}`
+	ctl(t, c, nil, "policy", "set", "--yes", "-f", writeFile(t, "open.json", `{"dependency": "shipping", `+longOpen+`}`)).want(t, 0, nil, nil)
 	h := &stateHandler{state: &fuseboxv1.PushPullState{Node: "web-1",
 		Records: []*fuseboxv1.BreakerRecord{{Dependency: "shipping", Generation: 2, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 			SinceUnixNano: time.Now().UnixNano(), OpenCount: 1, Origin: "web-1", Reason: "failure rate 75%"}},
@@ -335,7 +340,7 @@ func TestFleetViews(t *testing.T) {
 	}
 	// With throttling and a concurrency limit in the policy, dep show shows
 	// the fleet's throttle probability and in-flight calls against the limit.
-	shaped := writeFile(t, "shaped.json", `{"dependency": "shipping", "throttle": {"enabled": true, "k": 2, "minRequests": 10},
+	shaped := writeFile(t, "shaped.json", `{"dependency": "shipping", `+longOpen+`, "throttle": {"enabled": true, "k": 2, "minRequests": 10},
 		"concurrency": {"maxInFlight": 20}}`)
 	ctl(t, c, nil, "policy", "set", "--yes", "-f", shaped).want(t, 0, nil, nil)
 	// 40 requests, 10 accepts: (40 − 2·10)/41 = 48.8%.
