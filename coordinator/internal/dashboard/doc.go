@@ -4,6 +4,21 @@
 // the coordinator: no CDN, no web font, no build step, so it works on a
 // machine without internet access.
 //
+// The script is a set of JavaScript modules the browser loads as they are
+// (index.html loads app.js with type="module"; each file imports what it
+// uses from the others, by relative path), one concern each:
+//
+//   - app.js: the entry: routing, each frame's render, the token, the
+//     wiring of the controls;
+//   - model.js: what the page knows of the fleet, the polls that fill it
+//     and the render scheduler; api.js: the JSON API and the error banner;
+//   - overview.js: the fleet table, its sparklines and the summary;
+//   - events.js: the live event stream; override.js: the override form;
+//   - dep.js: the dependency page; audit.js: its audit trail; whatif.js:
+//     its history plot and the policy editor;
+//   - explain.js: what holds a breaker, in words; util.js: formatting and
+//     DOM helpers.
+//
 // The page reads the coordinator's JSON API with the token its user types
 // (kept in sessionStorage, sent as "Authorization: Bearer"):
 //
@@ -16,20 +31,20 @@
 //   - GET /api/v1/series?dependency=NAME&since=5m (the coordinator's
 //     history), to seed a row's sparkline when the row first comes into view
 //     (at most 3 requests in flight; a dependency the history keeps none for
-//     seeds nothing) and the dependency page's chart; after that the page
-//     appends a point per poll and per event, client-side, and forgets
-//     points older than 5 minutes;
+//     seeds nothing); after that the page appends a point per poll and per
+//     event, client-side, and forgets points older than 5 minutes;
 //   - GET /api/v1/policies (windows for requests/s, thresholds),
-//     /api/v1/whoami, and on the dependency page /api/v1/audit,
-//     /api/v1/overrides, /api/v1/series?dependency=NAME&since=15m (the
-//     history: rates and the breaker's states, drawn as SVG by the
-//     page itself, refreshed every 15 s and after the dependency's
-//     transitions) and /api/v1/policies/NAME (the stored policy and its
+//     /api/v1/whoami, and on the dependency page /api/v1/audit (each
+//     entry with its field changes, computed by the coordinator),
+//     /api/v1/series?dependency=NAME&since=15m (the history, the page's
+//     one chart: rates and the breaker's states, drawn as SVG by the page
+//     itself and read again every 2 s while the page is shown and the tab
+//     visible) and /api/v1/policies/NAME (the stored policy and its
 //     revision);
 //   - POST and DELETE /api/v1/overrides/NAME for the override form;
 //   - for an admin, POST /api/v1/simulate (a proposed policy replayed over
-//     the history, 0.8 s after the last keystroke in the editor or on
-//     Simulate) and PUT /api/v1/policies/NAME (Save: a compare-and-swap on
+//     the history, and the fields it changes, 0.8 s after the last
+//     keystroke in the editor or on Simulate) and PUT /api/v1/policies/NAME (Save: a compare-and-swap on
 //     the revision the editor was loaded from; a write by someone else
 //     meanwhile is a conflict, never overwritten).
 //
@@ -86,12 +101,16 @@
 //   - The dependency page is "/#/dep/NAME" (NAME URL-encoded). Its per-node
 //     rows are tr[data-node="NODE"] in #dep-nodes, its zones
 //     tr[data-zone="ZONE"] in #dep-zones, its audit trail rows
-//     tr[data-revision] in #dep-audit.
+//     tr[data-revision] in #dep-audit; a policy write's row lists the
+//     fields it changed as li[data-field="JSON.PATH"], text
+//     "JSON.PATH: FROM → TO" (JSON values, "—" for none).
 //   - The history plot is svg#dep-history: one rect.band[data-state] in
 //     g.reality per stretch the fleet's breaker was not closed, the
 //     failure rate as polyline.line, a proposed policy's replay as
 //     rect.band[data-state] in g.overlay (none until a simulation). The
-//     range is #hist-since (15m, 1h, 3h).
+//     range is #hist-since (5m, 15m, 1h, 3h). #dep-changes lists the
+//     breaker's state changes in it, newest first: li[data-state] (the
+//     new state), text "HH:MM:SS  FROM → TO".
 //   - #policy-current holds the stored policy for everyone. Only for an
 //     admin token the page renders #policy-editor: #policy-json (the
 //     document), #policy-simulate-btn, #policy-save-btn,
