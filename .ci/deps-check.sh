@@ -66,12 +66,9 @@ rule() {
     protocol | protocol/*)
       ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='protocol may import sharedstate (conversions), grpc and protobuf' ;;
-    agent/agenttest)
-      ALLOW='^agent$'; DENY='^go\.etcd\.io/'
-      WHY='agent/agenttest (test helpers) may import agent' ;;
-    agent/lab/conformance)
+    agent/lab/conformance | agent/lab/membership | agent/lab/policies | agent/lab/trust | agent/lab/clients | agent/lab/control)
       ALLOW='^$'; DENY='.'
-      WHY='agent/lab/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
+      WHY='the test packages of the lab (the conformance suite of the callers, the multi-agent tests) are tests only: their non-test code imports nothing' ;;
     agent/lab/simnet)
       ALLOW='^$'; DENY='^go\.etcd\.io/'
       WHY='agent/lab/simnet (the simulated network of the lab) may import memberlist only' ;;
@@ -128,8 +125,8 @@ modrule() {
       DENYMOD="redis/go-redis|chromedp|$K8S|^$mod/(coordinator|cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
       WHYMOD='the agent module requires the root, store, gossip and daemonflag modules (never coordinator or the lab), no Redis, chromedp or Kubernetes API' ;;
     coordinator)
-      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the coordinator module requires the root, store, gossip, daemonflag and (for its tests) agent modules, never the lab, no Redis or Kubernetes API' ;;
+      DENYMOD="redis/go-redis|$K8S|^$mod/(agent|cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the coordinator module requires the root, store, gossip and daemonflag modules, never the agent (its tests with agents are in the lab) or the lab, no Redis or Kubernetes API' ;;
     cmd)
       DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|agent/lab|clientlib/idempotency/redisstore)\$"
       WHYMOD='the binaries link no Redis, no Kubernetes API (deploy tests only) and nothing of the lab' ;;

@@ -152,7 +152,7 @@ type Agent struct {
 	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
 	missingPeers   atomic.Bool // the last rejoin round found registered agents memberlist does not list as alive
 	policiesLoaded atomic.Bool
-	kill           atomic.Bool // Close without leaving (tests: a crash)
+	kill           atomic.Bool // Close without leaving (agentopt.Inside.Crash)
 }
 
 // New validates cfg, creates the data directory, loads the keyring and the
@@ -318,7 +318,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	if a.opts.Sim.Attach != nil {
 		a.opts.Sim.Attach(agentopt.Inside{API: &apiServer{a: a},
-			PushPullState: func() *fuseboxv1.PushPullState { return (*gossipHandler)(a).LocalState(false) }})
+			PushPullState: func() *fuseboxv1.PushPullState { return (*gossipHandler)(a).LocalState(false) },
+			Crash:         a.crash,
+			GossipKeys:    a.gossipKeys,
+			PeerKey:       a.peerKey})
 	}
 	return a, nil
 }

@@ -243,9 +243,9 @@ type Config struct {
 
 // ProxyConfig configures the agent's HTTP egress proxy.
 type ProxyConfig struct {
-	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services use
-	// it as HTTP_PROXY=http://ADDR (optional, default off). It must be
-	// loopback unless Insecure.
+	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services set
+	// it as their HTTP client's proxy, http://ADDR (optional, default off).
+	// It must be loopback unless Insecure.
 	Addr string
 	// Insecure allows a non-loopback Addr (optional, default false: the
 	// proxy has no authentication, so whoever reaches it makes this host

@@ -71,12 +71,11 @@ func (a *Agent) loadCache() {
 	}
 	st := store.State{Revision: c.Revision, ClusterID: c.ClusterID, Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
 	for name, raw := range c.Policies {
-		patch, err := sharedstate.ParsePolicyPatch(raw)
-		if err != nil {
+		if _, err := sharedstate.DecodePolicy(sharedstate.Policy{}, raw); err != nil {
 			a.lg.Warn("policy cache: entry skipped", "policy", name, "err", err)
 			continue
 		}
-		st.Policies[name] = store.PolicyEntry{Name: name, Patch: patch, Value: raw, ModRevision: c.PolicyRevisions[name]}
+		st.Policies[name] = store.PolicyEntry{Name: name, Value: raw, ModRevision: c.PolicyRevisions[name]}
 	}
 	for dep, raw := range c.Overrides {
 		o, err := sharedstate.ParseOverride(raw)
@@ -132,28 +131,22 @@ func (a *Agent) applyDefaultLocked() {
 		}
 		def = p
 	}
+	// A dependency whose policy changes gets a new snapshot, which the
+	// engine's OnChange pushes to the sessions.
 	if err := a.eng.SetDefaultPolicy(def); err != nil {
 		a.lg.Error("default policy applied with errors", "err", err)
 		a.m.policyRejected.Inc()
 	}
-	// Breaker thresholds are not part of a snapshot: sessions re-check
-	// every dependency and push those whose policy changed.
-	a.hub.changedAll()
 }
 
 func (a *Agent) applyPolicyLocked(name string, e store.PolicyEntry) {
-	if err := a.eng.SetPolicyPatch(name, e.Patch); err != nil {
+	if err := a.eng.SetPolicyDocument(name, e.Value); err != nil {
 		a.lg.Error("policy refused, keeping the last good one", "key", a.policyKey(name), "err", err)
 		a.m.policyRejected.Inc()
-		return
 	}
-	a.hub.changed(name)
 }
 
-func (a *Agent) removePolicyLocked(name string) {
-	a.eng.RemovePolicy(name)
-	a.hub.changed(name)
-}
+func (a *Agent) removePolicyLocked(name string) { a.eng.RemovePolicy(name) }
 
 func (a *Agent) applyOverrideLocked(dep string, e *store.OverrideEntry) {
 	var o *sharedstate.Override

@@ -64,7 +64,7 @@ func NewFlagSet(cfg *Config) *pflag.FlagSet {
 	fs.DurationVar(&cfg.LeaveTimeout, "leave-timeout", cfg.LeaveTimeout, "how long a shutdown waits for the gossip leave to spread (at most half of what --shutdown-timeout leaves)")
 	fs.DurationVar(&cfg.MemberTTL, "member-ttl", cfg.MemberTTL, "TTL of the agent's etcd registration lease")
 	fs.DurationVar(&cfg.KeyringReloadInterval, "keyring-reload-interval", cfg.KeyringReloadInterval, "how often --keyring-file is re-read (rotation without restart)")
-	fs.StringVar(&cfg.Proxy.Addr, "proxy-addr", cfg.Proxy.Addr, "serve the HTTP egress proxy for services in any language on this address, e.g. "+DefaultProxyAddr+"; services use HTTP_PROXY=http://ADDR (default: off)")
+	fs.StringVar(&cfg.Proxy.Addr, "proxy-addr", cfg.Proxy.Addr, "serve the HTTP egress proxy for services in any language on this address, e.g. "+DefaultProxyAddr+"; services set http_proxy=http://ADDR (agent/README.md says what each client needs) (default: off)")
 	fs.BoolVar(&cfg.Proxy.Insecure, "insecure-proxy", cfg.Proxy.Insecure, "allow a non-loopback --proxy-addr (the proxy has no authentication: limit who reaches it, and its upstreams with --proxy-allow-hosts)")
 	fs.Var(daemonflag.List(&cfg.Proxy.AllowHosts), "proxy-allow-hosts", "comma-separated upstream hosts the proxy may call: names, *.domain, IPs, CIDR prefixes (default: any host but the agent's own listeners)")
 	fs.Var(daemonflag.List(&cfg.Proxy.Routes), "proxy-routes", "comma-separated [SCHEME://]HOST[:PORT]=DEPENDENCY: the dependency requests to HOST count under; scheme https: the proxy speaks TLS to it, h2c: HTTP/2 without TLS (default: none: a request counts under its host's name)")

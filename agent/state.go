@@ -336,17 +336,6 @@ func (h *hub) count() int {
 	return len(h.sessions)
 }
 
-// changedAll tells every session that every dependency it follows may have
-// a new policy.
-func (h *hub) changedAll() {
-	h.mu.RLock()
-	for s := range h.sessions {
-		s.changedAll()
-	}
-	h.mu.RUnlock()
-	h.tellEgress("")
-}
-
 func (h *hub) changed(dep string) {
 	h.mu.RLock()
 	for s := range h.sessions {

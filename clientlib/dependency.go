@@ -146,13 +146,13 @@ type retrySettings struct {
 	maxHedges   int
 }
 
-func retryFrom(r sharedstate.RetrySettings) retrySettings {
+func retryFrom(r sharedstate.RetryPolicy) retrySettings {
 	rs := retrySettings{
 		maxAttempts: r.MaxAttempts,
-		perAttempt:  r.PerAttemptTimeout,
-		backoff:     backoff.Policy{Base: r.BackoffBase, Max: r.BackoffMax, Jitter: jitterFrom(r.Jitter)},
-		hedgeDelay:  r.HedgeDelay,
-		maxHedges:   max(r.MaxHedges, 0),
+		perAttempt:  r.PerAttemptTimeout.Std(),
+		backoff:     backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(), Jitter: jitterFrom(r.Backoff.Jitter)},
+		hedgeDelay:  r.Hedge.Delay.Std(),
+		maxHedges:   max(r.Hedge.MaxHedges, 0),
 	}
 	if rs.maxAttempts < 1 {
 		rs.maxAttempts = 1
@@ -202,7 +202,7 @@ func (d *decision) status(name string) Status {
 	s := d.snap
 	return Status{
 		Dependency: name, State: s.State, LocalState: s.LocalState, Override: s.Override,
-		Shadow: s.Mode == sharedstate.ModeShadow, Generation: s.Generation, Since: s.Since,
+		Shadow: s.Shadow(), Generation: s.Generation, Since: s.Since,
 		FromAgent: d.fromAgent,
 	}
 }
@@ -271,7 +271,8 @@ type depState struct {
 	// agentSnapAnswer: agentSnap came with an answer (AcquireRetry…), not
 	// on the stream; a pushed snapshot older than it is late.
 	agentSnapAnswer bool
-	localPol        *sharedstate.Policy   // the last policy seen, for the local breaker
+	localPol        *sharedstate.Policy   // the last policy pushed (agentSnap's), for the local breaker
+	localPolJSON    []byte                // localPol as it was pushed (policy_json)
 	localOverride   *sharedstate.Override // the agent's last override, for the local breaker
 	fallbackSnap    *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
 	refusedMsg      string                // why the agent refused this name
@@ -443,7 +444,7 @@ func (st *depState) publishLocked() {
 	}
 	var tc, sc, rc uint64
 	var lim int64
-	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
+	if !snap.Shadow() { // shadow mode reports, never refuses
 		tc, lim = throttleCut(throttle), int64(max(limit, 0))
 		rc = min(throttleCut(snap.RampProbability), tc)
 	} else {
@@ -453,8 +454,8 @@ func (st *depState) publishLocked() {
 	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.rampCut == rc && old.limit == lim {
 		return
 	}
-	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Retry),
-		slow: snap.SlowCallDuration, fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, rampCut: rc, limit: lim}
+	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Policy.Retry),
+		slow: snap.Policy.Breaker.SlowCallDuration.Std(), fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, rampCut: rc, limit: lim}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
 	}
@@ -479,7 +480,7 @@ func newUntracked(c *Client, name string) *depState {
 	st.untracked = true
 	snap := convert.PolicySnapshot(name, c.engine.Policy(name))
 	st.dec.Store(&decision{snap: snap, first: sharedstate.Decision{Verdict: sharedstate.Allow},
-		retry: retryFrom(snap.Retry), slow: snap.SlowCallDuration})
+		retry: retryFrom(snap.Policy.Retry), slow: snap.Policy.Breaker.SlowCallDuration.Std()})
 	return st
 }
 

@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -38,15 +37,18 @@ func followBreaker() sharedstate.BreakerPolicy {
 // under followBreaker, as version version.
 func fleetAt(dep string, scope fuseboxv1.Scope, state fuseboxv1.BreakerState, gen uint64, openCount uint32, since time.Time, version uint64) *fuseboxv1.DecisionSnapshot {
 	s := snapshot(dep, state)
-	s.Scope, s.Generation, s.OpenCount, s.Version = scope, gen, openCount, version
+	s.Generation, s.OpenCount, s.Version = gen, openCount, version
 	if scope == fuseboxv1.Scope_SCOPE_NODE {
 		s.Generation = 0
 	}
 	if !since.IsZero() {
 		s.Since = timestamppb.New(since)
 	}
-	s.Breaker = convert.BreakerToProto(followBreaker())
-	return s
+	return withPolicy(s, func(p *sharedstate.Policy) {
+		p.Breaker = followBreaker()
+		p.Breaker.Scope = map[fuseboxv1.Scope]sharedstate.Scope{fuseboxv1.Scope_SCOPE_FLEET: sharedstate.ScopeFleet,
+			fuseboxv1.Scope_SCOPE_ZONE: sharedstate.ScopeZone, fuseboxv1.Scope_SCOPE_NODE: sharedstate.ScopeNode}[scope]
+	})
 }
 
 // holdFirsts takes n first attempts with Allow and keeps them in flight:

@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -31,7 +30,7 @@ func pushed(dep string, window time.Duration) *fuseboxv1.DecisionSnapshot {
 	s := snapshot(dep, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
 	b := sharedstate.DefaultPolicy().Breaker
 	b.Window = sharedstate.Duration(window)
-	s.Breaker = convert.BreakerToProto(b)
+	withPolicy(s, func(p *sharedstate.Policy) { p.Breaker = b })
 	s.Version = 1
 	return s
 }

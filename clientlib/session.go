@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -349,35 +350,19 @@ func (s *session) disconnect() {
 	})
 }
 
-// applyWelcome makes the fleet default (the Welcome's default snapshot)
-// the local breaker's default policy.
+// applyWelcome makes the fleet default (the policy of the Welcome's
+// default snapshot) the local breaker's default policy.
 func (c *Client) applyWelcome(w *fuseboxv1.Welcome) {
-	ps := w.GetDefaultSnapshot()
-	if ps == nil {
-		return
-	}
-	p := fallbackPolicy(c.engine.Policy(sharedstate.DefaultPolicyName), convert.SnapshotFromProto(ps), ps.GetBreaker())
-	_ = c.engine.SetDefaultPolicy(p) // an invalid default is ignored: the previous one stays
-}
-
-// fallbackPolicy is the policy the local breaker decides by while the
-// agent is away, made of what a snapshot carries: its breaker settings (the
-// trip rule and timings), its own mode, scope and slow-call duration, and
-// its retry settings; base gives the rest (throttle and concurrency: a
-// snapshot carries what the agents make of them, which the local fallback
-// keeps apart). The result is not validated.
-func fallbackPolicy(base sharedstate.Policy, s *sharedstate.Snapshot, b *fuseboxv1.BreakerSettings) sharedstate.Policy {
-	p := convert.PolicyWithBreaker(base, b)
-	p.Breaker.Mode, p.Breaker.Scope, p.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
-	p.Retry = convert.RetryPolicyFrom(s.Retry)
-	return p
+	if p, err := sharedstate.ParsePolicy(w.GetDefaultSnapshot().GetPolicyJson()); err == nil {
+		_ = c.engine.SetDefaultPolicy(p)
+	} // else the previous default stays
 }
 
 // applyAgentSnapshot installs a snapshot from the agent: the hot path
-// decides from it as it is. A pushed snapshot also carries the breaker
-// settings of the effective policy: with its own mode, scope, slow-call
-// duration and retry settings they make the local fallback breaker's
-// policy (fallbackPolicy), which decides whenever the agent is away.
+// decides from it as it is. A pushed snapshot carries the dependency's
+// effective policy (policy_json), which the snapshot decides under and
+// which is the local fallback breaker's policy whenever the agent is away;
+// an answer's snapshot is under the policy last pushed.
 //
 // pushed says where ps comes from. The Session stream is ordered, so a
 // pushed snapshot is the agent's latest and is installed, except one older
@@ -399,23 +384,17 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		return
 	}
 	snap := convert.SnapshotFromProto(ps)
-	var (
-		pol        sharedstate.Policy
-		polChanged bool
-	)
-	if b := ps.GetBreaker(); b != nil { // pushed snapshots carry them, answers not
-		base := st.localPol
-		if base == nil {
-			p := c.engine.Policy(st.name)
-			base = &p
+	polChanged := false
+	if raw := ps.GetPolicyJson(); raw != nil && !bytes.Equal(raw, st.localPolJSON) {
+		if p, err := sharedstate.ParsePolicy(raw); err == nil { // else the last one stays
+			p.Dependency = st.name
+			st.localPol, st.localPolJSON, st.fallbackSnap, polChanged = &p, raw, nil, true
 		}
-		pol = fallbackPolicy(*base, snap, b)
-		pol.Dependency = st.name
-		polChanged = (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
-		if polChanged {
-			st.localPol = &pol
-			st.fallbackSnap = nil
-		}
+	}
+	snap.Policy = st.localPol
+	if snap.Policy == nil { // none pushed yet: the local breaker's
+		p := c.engine.Policy(st.name)
+		snap.Policy = &p
 	}
 	// An operator's override goes to the local breaker too, with its
 	// expiry, so that it holds while the agent is away.

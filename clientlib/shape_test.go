@@ -89,7 +89,7 @@ func TestThrottledFromSnapshot(t *testing.T) {
 	}
 
 	// Shadow mode: reported, never enforced.
-	s.Mode = fuseboxv1.Mode_MODE_SHADOW
+	withPolicy(s, func(p *sharedstate.Policy) { p.Breaker.Mode = sharedstate.ModeShadow })
 	s.Version = 3
 	f.push(s)
 	sstest.Eventually(t, 10*time.Second, "the shadow snapshot", func() bool { return dep.Status().Shadow })

@@ -352,7 +352,7 @@ func TestEffectivePolicyAndAuditChanges(t *testing.T) {
 	}
 	def := sharedstate.DefaultPolicy()
 	def.Breaker.MinimumRequests = 30
-	if _, err := c.Store().PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, def.Patch(), store.WriteOptions{Actor: "setup"}); err != nil {
+	if _, err := c.Store().PutPolicyOf(ctx, sharedstate.DefaultPolicyName, def, store.WriteOptions{Actor: "setup"}); err != nil {
 		t.Fatal(err)
 	}
 	own, err := a.PutPolicy(ctx, &fuseboxv1.PutPolicyRequest{Dependency: "shipping", PolicyJson: []byte(`{"breaker":{"minimumRequests":50}}`)})

@@ -166,7 +166,7 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	})
 	c.history = history.New(history.Config{
 		FineHorizon: c.cfg.HistoryFine, CoarseHorizon: c.cfg.HistoryCoarse, MaxDependencies: c.cfg.HistoryMaxDependencies,
-		Pinned: c.pinned,
+		Start: c.clock.Now(), Pinned: c.pinned,
 		OnDrop: func(reason string) { c.metrics.historyDropped.WithLabelValues(reason).Inc() },
 	})
 	c.simSem = make(chan struct{}, maxSimulations)

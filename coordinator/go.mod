@@ -7,7 +7,6 @@ go 1.26.0
 // repository (see the README, "Layout").
 require (
 	github.com/fusebox-dev/fusebox v0.0.0-00010101000000-000000000000
-	github.com/fusebox-dev/fusebox/agent v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/protocol/gossip v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/sharedstate/daemonflag v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/sharedstate/store v0.0.0-00010101000000-000000000000
@@ -97,7 +96,6 @@ require (
 
 replace (
 	github.com/fusebox-dev/fusebox => ..
-	github.com/fusebox-dev/fusebox/agent => ../agent
 	github.com/fusebox-dev/fusebox/protocol/gossip => ../protocol/gossip
 	github.com/fusebox-dev/fusebox/sharedstate/daemonflag => ../sharedstate/daemonflag
 	github.com/fusebox-dev/fusebox/sharedstate/store => ../sharedstate/store

@@ -125,9 +125,9 @@ func (c *Coordinator) simulate(ctx context.Context, req *fuseboxv1.SimulatePolic
 	return resp, err
 }
 
-// proposedPolicy is the effective policy data proposes for dep: a patch
-// over the fleet default, or a new fleet default (docDep "_default") with
-// dep's own patch over it.
+// proposedPolicy is the effective policy data proposes for dep: a document
+// read over the fleet default, or a new fleet default (docDep "_default")
+// with dep's own document read over it.
 func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedstate.Policy, error) {
 	if docDep == sharedstate.DefaultPolicyName {
 		def, err := sharedstate.ParsePolicy(data)
@@ -139,7 +139,7 @@ func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedsta
 			def.Dependency = dep
 			return def, nil
 		}
-		_, p, err := sharedstate.ParsePolicyPatchOver(def, dep, entry.Value)
+		p, err := sharedstate.ParsePolicyOver(def, dep, entry.Value)
 		if err != nil {
 			return sharedstate.Policy{}, fmt.Errorf("%w: %s's own policy over the proposed default: %w", ErrInvalidRequest, dep, err)
 		}
@@ -149,7 +149,7 @@ func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedsta
 		return sharedstate.Policy{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{Field: "dependency", Value: docDep,
 			Message: "must match the dependency simulated (" + dep + ")"}}}
 	}
-	_, p, err := sharedstate.ParsePolicyPatchOver(c.cache.defaultPolicy(), dep, data)
+	p, err := sharedstate.ParsePolicyOver(c.cache.defaultPolicy(), dep, data)
 	return p, err
 }
 

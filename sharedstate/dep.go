@@ -17,9 +17,10 @@ type depState struct {
 	inFlight atomic.Uint64
 
 	mu          sync.Mutex
-	patch       *PolicyPatch // nil: the default applies
-	pol         Policy       // effective
-	hbJitter    int64        // heartbeat interval shortening, ns, in [0, window/10)
+	doc         []byte  // its own policy document; nil: the default applies
+	pol         *Policy // effective; replaced, never modified (snapshots share it)
+	polJSON     []byte  // pol's JSON document, made by PolicyJSON when asked
+	hbJitter    int64   // heartbeat interval shortening, ns, in [0, window/10)
 	override    *Override
 	records     map[string]BreakerRecord // by zone ("" for the fleet-wide record)
 	rows        []rowEntry
@@ -114,7 +115,9 @@ const (
 // setPolicy installs an effective policy. A new window length starts a new
 // window.
 func (d *depState) setPolicy(e *Engine, p Policy, rnd uint64) {
-	d.pol = p
+	if d.pol == nil || *d.pol != p {
+		d.pol, d.polJSON = &p, nil
+	}
 	if w := d.win.Load(); w == nil || w.width != NewWindow(p.Breaker.Window.Std()).width {
 		d.resetWindow()
 	}

@@ -60,17 +60,7 @@ func (d *depState) rampRefusal(now time.Time) float64 {
 // publish rebuilds the snapshot and stores it if it differs; true if so.
 func (d *depState) publish(e *Engine, now time.Time) bool {
 	b := &d.pol.Breaker
-	r := d.pol.Retry
-	s := Snapshot{
-		Dependency: d.name, Mode: b.Mode, Scope: b.Scope, SlowCallDuration: b.SlowCallDuration.Std(),
-		Retry: RetrySettings{
-			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
-			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
-			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
-			HedgeDelay: r.Hedge.Delay.Std(), MaxHedges: r.Hedge.MaxHedges,
-		},
-		ConcurrencyLimit: d.shaped.share,
-	}
+	s := Snapshot{Dependency: d.name, Policy: d.pol, ConcurrencyLimit: d.shaped.share}
 	if o := d.override; o.ActiveAt(now) {
 		s.Override, s.OverrideReason, s.OverrideExpires = o.State, o.Reason, o.Expires
 	}

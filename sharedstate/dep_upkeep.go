@@ -11,7 +11,7 @@ import "time"
 // ErrEvicted).
 func (d *depState) idle(e *Engine, now time.Time) bool {
 	ns := now.UnixNano()
-	busy := d.patch != nil || d.override != nil || d.followed || len(d.rows) > 0 || d.local.state != Closed ||
+	busy := d.doc != nil || d.override != nil || d.followed || len(d.rows) > 0 || d.local.state != Closed ||
 		d.probe.inFlight || (d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen)) ||
 		!d.ownTotals(ns).IsZero()
 	if busy {

@@ -133,7 +133,7 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.
 		e.mu.Lock()
-		probe := depState{name: r.Dependency, pol: e.effective(r.Dependency, nil), records: map[string]BreakerRecord{}}
+		probe := depState{name: r.Dependency, pol: e.defaultFor(r.Dependency), records: map[string]BreakerRecord{}}
 		e.mu.Unlock()
 		if err := probe.checkRecord(e, r, now); err != nil {
 			return false, err

@@ -401,7 +401,7 @@ func TestShadowMode(t *testing.T) {
 		t.Fatalf("shadow mode must still compute and report the transition: %+v", props)
 	}
 	s := e.Snapshot(dep)
-	if s.State != Open || s.Mode != ModeShadow {
+	if s.State != Open || !s.Shadow() {
 		t.Fatalf("snapshot %+v", s)
 	}
 	for _, tc := range []struct {
@@ -757,11 +757,7 @@ func TestPoliciesInEngine(t *testing.T) {
 	clock := NewManualClock(t0)
 	var changes []string
 	e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) { c.OnChange = func(d string) { changes = append(changes, d) } })
-	patch, err := ParsePolicyPatch([]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5, "confidence": 0}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.SetPolicyPatch(dep, patch); err != nil {
+	if err := e.SetPolicyDocument(dep, []byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5, "confidence": 0}}`)); err != nil {
 		t.Fatal(err)
 	}
 	if p := e.Policy(dep); p.Breaker.MinimumRequests != 5 || p.Dependency != dep || p.Breaker.Window != Duration(10*time.Second) {
@@ -781,8 +777,8 @@ func TestPoliciesInEngine(t *testing.T) {
 	if p := e.Policy(dep); p.Retry.MaxAttempts != 5 || p.Breaker.MinimumRequests != 5 {
 		t.Fatalf("re-merge over the new default: %+v", p)
 	}
-	if s := e.Snapshot(dep); s.Retry.MaxAttempts != 5 || !slices.Contains(changes, dep) {
-		t.Fatalf("snapshot not republished: %+v, changes %v", s.Retry, changes)
+	if s := e.Snapshot(dep); s.Policy.Retry.MaxAttempts != 5 || !slices.Contains(changes, dep) {
+		t.Fatalf("snapshot not republished: %+v, changes %v", s.Policy.Retry, changes)
 	}
 
 	bad := DefaultPolicy()
@@ -793,12 +789,11 @@ func TestPoliciesInEngine(t *testing.T) {
 	if e.Policy(dep).Breaker.FailureRateThreshold != 0.5 {
 		t.Fatal("invalid policy took effect")
 	}
-	if err := e.SetPolicyPatch(dep, PolicyPatch{Dependency: "other"}); err == nil {
-		t.Fatal("patch for another dependency accepted")
+	if err := e.SetPolicyDocument(dep, []byte(`{"dependency": "other"}`)); err == nil {
+		t.Fatal("a document naming another dependency accepted")
 	}
 	// A default that makes the dependency's merged policy invalid is set; the dependency keeps its last good policy.
-	probePatch, _ := ParsePolicyPatch([]byte(`{"retry": {"perAttemptTimeout": "4s"}}`))
-	if err := e.SetPolicyPatch(dep, probePatch); err != nil {
+	if err := e.SetPolicyDocument(dep, []byte(`{"retry": {"perAttemptTimeout": "4s"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	short := DefaultPolicy()

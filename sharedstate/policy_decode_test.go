@@ -41,13 +41,13 @@ func TestDecodeCollectsEveryProblem(t *testing.T) {
 			t.Errorf("%d violations, want %d:\n%s", len(verr.Violations), len(want), msg)
 		}
 	}
-	t.Run("ParsePolicyPatch", func(t *testing.T) {
-		_, err := ParsePolicyPatch([]byte(doc))
+	t.Run("DecodePolicy", func(t *testing.T) {
+		_, err := DecodePolicy(DefaultPolicy(), []byte(doc))
 		check(t, err, wantDecode)
 	})
 	withRule := append([]string{"breaker.failureRateThreshold: must be in (0,1], got 1.5"}, wantDecode...)
-	t.Run("ParsePolicyPatchOver", func(t *testing.T) {
-		_, _, err := ParsePolicyPatchOver(DefaultPolicy(), "shipping-api", []byte(doc))
+	t.Run("ParsePolicyOver", func(t *testing.T) {
+		_, err := ParsePolicyOver(DefaultPolicy(), "shipping-api", []byte(doc))
 		check(t, err, withRule)
 	})
 	t.Run("CheckPolicyDocument", func(t *testing.T) {
@@ -74,14 +74,16 @@ func TestDecodeCollectsEveryProblem(t *testing.T) {
 
 func TestDecodeRefusesMalformedDocuments(t *testing.T) {
 	for _, doc := range []string{`{"breaker": `, `{} {}`, `[]`, `"x"`, `null`} {
-		if _, err := ParsePolicyPatch([]byte(doc)); !errors.Is(err, ErrInvalidPolicy) {
-			t.Errorf("ParsePolicyPatch(%s) = %v, want ErrInvalidPolicy", doc, err)
+		if _, err := DecodePolicy(DefaultPolicy(), []byte(doc)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("DecodePolicy(%s) = %v, want ErrInvalidPolicy", doc, err)
 		}
 	}
 	// null sections and fields mean "inherit", as before.
-	p, err := ParsePolicyPatch([]byte(`{"breaker": null, "retry": {"maxAttempts": null, "budget": {"ratio": 0.2}}}`))
-	if err != nil || p.Breaker != nil || p.Retry.MaxAttempts != nil || *p.Retry.Budget.Ratio != 0.2 {
-		t.Fatalf("ParsePolicyPatch with nulls = %+v, %v", p, err)
+	p, err := DecodePolicy(DefaultPolicy(), []byte(`{"breaker": null, "retry": {"maxAttempts": null, "budget": {"ratio": 0.2}}}`))
+	want := DefaultPolicy()
+	want.Retry.Budget.Ratio = 0.2
+	if err != nil || p != want {
+		t.Fatalf("DecodePolicy with nulls = %+v, %v", p, err)
 	}
 }
 
@@ -97,9 +99,9 @@ func TestMalformedJSONNamesLineAndColumn(t *testing.T) {
 		{"{\"reason\": \"é\" ,, }", "line 1, column 17: invalid character ','"},
 		{"   ", "the document is empty"},
 	} {
-		_, err := ParsePolicyPatch([]byte(tc.doc))
+		_, err := DecodePolicy(DefaultPolicy(), []byte(tc.doc))
 		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("ParsePolicyPatch(%q) = %v, want an ErrInvalidPolicy saying %q", tc.doc, err, tc.want)
+			t.Errorf("DecodePolicy(%q) = %v, want an ErrInvalidPolicy saying %q", tc.doc, err, tc.want)
 		}
 		vs, _ := CheckPolicyDocument([]byte(tc.doc), DefaultPolicy(), 0)
 		if len(vs) != 1 || !strings.Contains(vs[0].Message, tc.want) {

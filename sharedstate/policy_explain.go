@@ -131,14 +131,10 @@ type ExplainedField struct {
 // an error matching ErrInvalidPolicy.
 func ExplainPolicy(name string, def, own []byte) (Policy, []ExplainedField, error) {
 	builtIn := DefaultPolicy()
-	fleet := builtIn
-	var defPatch, ownPatch PolicyPatch
+	fleet, defSet, ownSet := builtIn, map[string]bool{}, map[string]bool{}
 	if def != nil {
 		var err error
-		if fleet, err = ParsePolicy(def); err != nil {
-			return Policy{}, nil, fmt.Errorf("the fleet default: %w", err)
-		}
-		if defPatch, err = ParsePolicyPatch(def); err != nil {
+		if fleet, defSet, err = parseComplete(def); err != nil {
 			return Policy{}, nil, fmt.Errorf("the fleet default: %w", err)
 		}
 	}
@@ -146,21 +142,23 @@ func ExplainPolicy(name string, def, own []byte) (Policy, []ExplainedField, erro
 	if name != DefaultPolicyName {
 		if own != nil {
 			var err error
-			if ownPatch, err = ParsePolicyPatch(own); err != nil {
+			if eff, ownSet, err = decodeStrict(fleet, own); err != nil {
 				return Policy{}, nil, fmt.Errorf("the policy of %s: %w", name, err)
 			}
-			eff = MergePolicy(fleet, ownPatch)
 		}
 		eff.Dependency = name
 	}
 	vals, fleetVals, builtInVals := policyLeaves(eff), policyLeaves(fleet), policyLeaves(builtIn)
-	out := make([]ExplainedField, 0, len(policyFields))
-	for _, f := range policyFields {
+	var out []ExplainedField
+	for _, f := range policyPaths {
+		if f.section || f.path == "schema" || f.path == "dependency" {
+			continue
+		}
 		e := ExplainedField{Field: f.path, Value: vals[f.path], Source: SourceBuiltIn}
 		switch {
-		case f.isSet(&ownPatch):
+		case ownSet[f.path]:
 			e.Source, e.Inherited = SourceOwn, fleetVals[f.path]
-		case f.isSet(&defPatch):
+		case defSet[f.path]:
 			e.Source, e.Inherited = SourceFleetDefault, builtInVals[f.path]
 		}
 		out = append(out, e)

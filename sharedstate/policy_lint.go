@@ -87,7 +87,7 @@ func attemptsThatFit(r RetryPolicy, deadline time.Duration) int {
 }
 
 // CheckPolicyDocument validates a policy document the way a write does (a
-// dependency's partial policy merged over def; the fleet default, named
+// dependency's document read over def; the fleet default, named
 // DefaultPolicyName, as a complete policy) and, when there is no violation,
 // lints it against deadline (ignored when not positive). `fuseboxctl policy
 // lint` calls it; the coordinator's ValidatePolicy calls
@@ -115,20 +115,20 @@ func CheckPolicyDocumentAs(name string, data []byte, def Policy, deadline time.D
 			return []Violation{{Field: "dependency", Value: fmt.Sprintf("%q", name), Message: err.Error()}}, nil
 		}
 	}
-	patch, _, err := decodePolicyPatch(data)
+	own, _, _, err := decodePolicy(Policy{}, data)
 	if err != nil {
 		return asViolations(err), nil
 	}
 	var named []Violation
-	if v := PolicyNameViolation(name, patch.Dependency); v != nil {
-		named = append(named, *v)
-	}
 	var p Policy
-	if name == DefaultPolicyName || name == "" && patch.Dependency == DefaultPolicyName {
+	if name == DefaultPolicyName || name == "" && own.Dependency == DefaultPolicyName {
+		if v := PolicyNameViolation(name, own.Dependency); v != nil {
+			named = append(named, *v)
+		}
 		p, err = ParsePolicy(data)
 	} else {
-		// Decoding problems and the rules of the fields that decoded, together.
-		_, p, err = ParsePolicyPatchOver(def, name, data)
+		// Decoding problems, the name and the rules of the fields that decoded, together.
+		p, err = ParsePolicyOver(def, name, data)
 	}
 	if err != nil || len(named) > 0 {
 		vs := named

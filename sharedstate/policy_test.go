@@ -177,7 +177,7 @@ func TestPolicyValidateListsEveryViolation(t *testing.T) {
 	}
 }
 
-func TestMergePolicyOverDefault(t *testing.T) {
+func TestDecodePolicyOverDefault(t *testing.T) {
 	def := DefaultPolicy()
 	for _, tc := range []struct {
 		name  string
@@ -200,11 +200,10 @@ func TestMergePolicyOverDefault(t *testing.T) {
 		{"schema", `{"schema": 1, "retry": {"maxAttempts": 1}}`, func(p *Policy) { p.Retry.MaxAttempts = 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			patch, err := ParsePolicyPatch([]byte(tc.patch))
+			got, err := DecodePolicy(def, []byte(tc.patch))
 			if err != nil {
-				t.Fatalf("ParsePolicyPatch: %v", err)
+				t.Fatalf("DecodePolicy: %v", err)
 			}
-			got := MergePolicy(def, patch)
 			want := def
 			tc.want(&want)
 			if got != want {
@@ -215,18 +214,19 @@ func TestMergePolicyOverDefault(t *testing.T) {
 			}
 		})
 	}
-	t.Run("patch of a full policy reproduces it", func(t *testing.T) {
+	t.Run("a full policy's JSON over anything reproduces it", func(t *testing.T) {
 		p := DefaultPolicy()
 		p.Dependency = "d"
 		p.Breaker.HalfOpenProbes = 7
-		if got := MergePolicy(Policy{}, p.Patch()); got != p {
-			t.Fatalf("got %+v", got)
+		doc, _ := json.Marshal(p)
+		if got, err := DecodePolicy(Policy{}, doc); err != nil || got != p {
+			t.Fatalf("got %+v, %v", got, err)
 		}
 	})
-	t.Run("patch refuses unknown fields and schema 2", func(t *testing.T) {
+	t.Run("unknown fields and schema 2 are refused", func(t *testing.T) {
 		for _, bad := range []string{`{"breaker": {"minRequests": 1}}`, `{"schema": 2}`, `{"retry": {"perAttemptTimeout": 5}}`} {
-			if _, err := ParsePolicyPatch([]byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
-				t.Errorf("ParsePolicyPatch(%s) = %v, want ErrInvalidPolicy", bad, err)
+			if _, err := DecodePolicy(def, []byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("DecodePolicy(%s) = %v, want ErrInvalidPolicy", bad, err)
 			}
 		}
 	})

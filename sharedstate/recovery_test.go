@@ -223,7 +223,8 @@ func TestRampAfterClose(t *testing.T) {
 		})
 	}
 	t.Run("the ramp's refusals are named apart from the throttle's", func(t *testing.T) {
-		s := Snapshot{Dependency: dep, Mode: ModeEnforce, ThrottleProbability: 0.6, RampProbability: 0.25}
+		p := DefaultPolicy()
+		s := Snapshot{Dependency: dep, Policy: &p, ThrottleProbability: 0.6, RampProbability: 0.25}
 		for _, tc := range []struct {
 			u    float64
 			want Decision
@@ -232,7 +233,7 @@ func TestRampAfterClose(t *testing.T) {
 				t.Errorf("throttle 0.6, ramp 0.25, draw %v: %v, want %v", tc.u, d, tc.want)
 			}
 		}
-		s.Mode = ModeShadow
+		p.Breaker.Mode = ModeShadow
 		if d := s.DecideFirstAt(0.1); d != (Decision{Verdict: Allow, Reason: ReasonRamp}) {
 			t.Errorf("shadow mode: %v, want allow with reason ramp", d)
 		}

@@ -183,7 +183,7 @@ func (s *Snapshot) DecideFirstAt(u float64) Decision {
 	d := s.DecideFirst()
 	if d == allow && s.Throttled(u) {
 		why := s.ThrottleReason(u)
-		if s.Mode == ModeShadow {
+		if s.Shadow() {
 			return Decision{Verdict: Allow, Reason: why}
 		}
 		return reject(why)

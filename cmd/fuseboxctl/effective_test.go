@@ -27,7 +27,7 @@ func TestPolicyGetShowsTheEffectivePolicy(t *testing.T) {
 
 	def := sharedstate.DefaultPolicy()
 	def.Breaker.MinimumRequests = 30
-	e, err := c.Store().PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, def.Patch(), store.WriteOptions{Actor: "setup"})
+	e, err := c.Store().PutPolicyOf(ctx, sharedstate.DefaultPolicyName, def, store.WriteOptions{Actor: "setup"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,9 +60,9 @@ func TestPolicyGetShowsTheEffectivePolicy(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &doc); err != nil {
 		t.Fatalf("policy get -o json: %v: %s", err, r.stdout)
 	}
-	var own sharedstate.PolicyPatch
-	if err := json.Unmarshal(doc.Policy, &own); err != nil || doc.ModRevision == 0 || doc.FleetDefault == nil ||
-		doc.FleetDefault.ModRevision != e.ModRevision || own.Breaker == nil || *own.Breaker.MinimumRequests != 50 {
+	own, err := sharedstate.DecodePolicy(sharedstate.Policy{}, doc.Policy)
+	if err != nil || doc.ModRevision == 0 || doc.FleetDefault == nil ||
+		doc.FleetDefault.ModRevision != e.ModRevision || own.Breaker.MinimumRequests != 50 || own.Breaker.Window != 0 {
 		t.Errorf("policy get -o json = %+v", doc)
 	}
 	sources := map[string]fieldDoc{}

@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes a script can rely on (see doc.go).
+// Exit codes a script can rely on (coordinator/README.md, "fuseboxctl").
 const (
 	exitOK          = 0
 	exitError       = 1 // anything not below, usage errors included

@@ -99,14 +99,12 @@ func TestRecentOnTheWire(t *testing.T) {
 }
 
 func TestSnapshotAndDecision(t *testing.T) {
+	p := sharedstate.DefaultPolicy()
 	s := &sharedstate.Snapshot{Dependency: "d", State: sharedstate.Closed, LocalState: sharedstate.HalfOpen, ProbePermit: true,
-		Generation: 2, Override: sharedstate.ForcedOpen, OverrideReason: "ops", Mode: sharedstate.ModeShadow,
-		SlowCallDuration: time.Second, Since: time.Unix(5, 0),
-		Retry: sharedstate.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: time.Second, Jitter: sharedstate.JitterEqual, BudgetRatio: 0.1}}
+		Generation: 2, Override: sharedstate.ForcedOpen, OverrideReason: "ops", Policy: &p, Since: time.Unix(5, 0)}
 	m := SnapshotToProto(s)
 	if !m.GetNodeLocalOpen() || !m.GetProbePermit() || m.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN ||
-		m.GetMode() != fuseboxv1.Mode_MODE_SHADOW || m.GetRetry().GetJitter() != fuseboxv1.Jitter_JITTER_EQUAL ||
-		m.GetSince().AsTime().Unix() != 5 || m.GetSlowCallDuration().AsDuration() != time.Second {
+		m.GetSince().AsTime().Unix() != 5 || m.GetPolicyJson() != nil {
 		t.Errorf("snapshot: %v", m)
 	}
 	d := DecisionToProto(sharedstate.Decision{Verdict: sharedstate.Reject, Reason: sharedstate.ReasonBudgetExhausted}, nil)

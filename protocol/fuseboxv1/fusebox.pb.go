@@ -741,7 +741,9 @@ func (x *Counts) GetRejected() uint64 {
 	return 0
 }
 
-// RetrySettings are the retry part of the effective policy of a dependency.
+// RetrySettings were the retry part of a DecisionSnapshot, which now
+// carries the whole policy in policy_json. No field carries them any more;
+// the message stays because the last release's .proto has it.
 type RetrySettings struct {
 	state                     protoimpl.MessageState `protogen:"open.v1"`
 	MaxAttempts               uint32                 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -853,11 +855,10 @@ func (x *RetrySettings) GetMaxHedges() uint32 {
 }
 
 // BreakerSettings are the trip rule and timings of the breaker part of a
-// dependency's effective policy (policy "breaker" object). Its mode, scope
-// and slow-call duration are not here: they travel once, at the top of a
-// DecisionSnapshot (and of a DependencyView, the mode). Every valid value is
-// non-zero, so a zero field is one the sender left out and the receiver
-// keeps what it had.
+// dependency's effective policy (policy "breaker" object), as a
+// DependencyView shows them. Its mode is at the top of the DependencyView;
+// scope and slow-call duration are not shown. Every valid value is
+// non-zero, so a zero field is one the sender left out.
 type BreakerSettings struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	FailureRateThreshold  float64                `protobuf:"fixed64,1,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
@@ -1025,9 +1026,8 @@ func (x *BreakerSettings) GetRampStart() float64 {
 // DecisionSnapshot is everything a client needs to decide a first attempt in
 // process, without asking the agent. It carries every field of the engine's
 // snapshot (package sharedstate), so a client rebuilds it exactly and
-// decides as the agent would, plus the breaker settings of the effective
-// policy for the client's local fallback breaker. Each setting travels
-// once: mode, scope and slow-call duration here, the trip rule in breaker.
+// decides as the agent would, and the dependency's effective policy, once,
+// in policy_json.
 type DecisionSnapshot struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Dependency     string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
@@ -1035,14 +1035,11 @@ type DecisionSnapshot struct {
 	Generation     uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	Override       OverrideState          `protobuf:"varint,4,opt,name=override,proto3,enum=fusebox.v1.OverrideState" json:"override,omitempty"`
 	OverrideReason string                 `protobuf:"bytes,5,opt,name=override_reason,json=overrideReason,proto3" json:"override_reason,omitempty"`
-	Mode           Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
 	// local_state is not CLOSED (this node's own traffic tripped its
 	// node-local breaker), as a flag for clients that need only that.
 	NodeLocalOpen bool `protobuf:"varint,7,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	// This node currently holds a half-open probe permit.
-	ProbePermit      bool                 `protobuf:"varint,8,opt,name=probe_permit,json=probePermit,proto3" json:"probe_permit,omitempty"`
-	Retry            *RetrySettings       `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
-	SlowCallDuration *durationpb.Duration `protobuf:"bytes,10,opt,name=slow_call_duration,json=slowCallDuration,proto3" json:"slow_call_duration,omitempty"`
+	ProbePermit bool `protobuf:"varint,8,opt,name=probe_permit,json=probePermit,proto3" json:"probe_permit,omitempty"`
 	// When the breaker last changed state.
 	Since *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
 	// Increases by one with each snapshot the agent's engine publishes for
@@ -1058,11 +1055,6 @@ type DecisionSnapshot struct {
 	LocalState BreakerState `protobuf:"varint,15,opt,name=local_state,json=localState,proto3,enum=fusebox.v1.BreakerState" json:"local_state,omitempty"`
 	// When the override expires; unset: until cleared (or no override).
 	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
-	Scope           Scope                  `protobuf:"varint,17,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
-	// The breaker settings of the effective policy, for the client's local
-	// fallback while the agent is away. Unset in Decision answers (the pushed
-	// snapshots carry them).
-	Breaker *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	// The probability with which adaptive throttling refuses a first attempt
 	// now (0 unless throttling is enabled and the breaker closed).
 	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
@@ -1075,8 +1067,16 @@ type DecisionSnapshot struct {
 	// (REJECT_REASON_RAMP), one with ramp_probability <= u <
 	// throttle_probability the throttle's (REJECT_REASON_THROTTLED).
 	RampProbability float64 `protobuf:"fixed64,40,opt,name=ramp_probability,json=rampProbability,proto3" json:"ramp_probability,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The dependency's effective policy as one complete JSON policy document
+	// (the form of policies/_default, every field set; sharedstate.Policy):
+	// the mode, scope, slow-call duration and retry settings the client
+	// decides by, and the policy of its local fallback breaker while the
+	// agent is away. Set in pushed snapshots and the Welcome's default; unset
+	// in Decision answers, whose snapshot keeps the policy of the one the
+	// client holds.
+	PolicyJson    []byte `protobuf:"bytes,41,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecisionSnapshot) Reset() {
@@ -1144,13 +1144,6 @@ func (x *DecisionSnapshot) GetOverrideReason() string {
 	return ""
 }
 
-func (x *DecisionSnapshot) GetMode() Mode {
-	if x != nil {
-		return x.Mode
-	}
-	return Mode_MODE_UNSPECIFIED
-}
-
 func (x *DecisionSnapshot) GetNodeLocalOpen() bool {
 	if x != nil {
 		return x.NodeLocalOpen
@@ -1163,20 +1156,6 @@ func (x *DecisionSnapshot) GetProbePermit() bool {
 		return x.ProbePermit
 	}
 	return false
-}
-
-func (x *DecisionSnapshot) GetRetry() *RetrySettings {
-	if x != nil {
-		return x.Retry
-	}
-	return nil
-}
-
-func (x *DecisionSnapshot) GetSlowCallDuration() *durationpb.Duration {
-	if x != nil {
-		return x.SlowCallDuration
-	}
-	return nil
 }
 
 func (x *DecisionSnapshot) GetSince() *timestamppb.Timestamp {
@@ -1221,20 +1200,6 @@ func (x *DecisionSnapshot) GetOverrideExpires() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *DecisionSnapshot) GetScope() Scope {
-	if x != nil {
-		return x.Scope
-	}
-	return Scope_SCOPE_UNSPECIFIED
-}
-
-func (x *DecisionSnapshot) GetBreaker() *BreakerSettings {
-	if x != nil {
-		return x.Breaker
-	}
-	return nil
-}
-
 func (x *DecisionSnapshot) GetThrottleProbability() float64 {
 	if x != nil {
 		return x.ThrottleProbability
@@ -1254,6 +1219,13 @@ func (x *DecisionSnapshot) GetRampProbability() float64 {
 		return x.RampProbability
 	}
 	return 0
+}
+
+func (x *DecisionSnapshot) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
 }
 
 // Decision is the agent's answer for one attempt.
@@ -1671,8 +1643,9 @@ type Welcome struct {
 	Zone         string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// The fleet default policy as a snapshot (dependency "_default", closed,
-	// with its breaker settings): what the client's local fallback decides a
-	// dependency by until the agent pushes the dependency's own snapshot.
+	// with the policy in policy_json): what the client's local fallback
+	// decides a dependency by until the agent pushes the dependency's own
+	// snapshot.
 	DefaultSnapshot *DecisionSnapshot `protobuf:"bytes,6,opt,name=default_snapshot,json=defaultSnapshot,proto3" json:"default_snapshot,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -6112,7 +6085,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"ramp_start\x18* \x01(\x01R\trampStartB\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
-	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\xc6\a\n" +
+	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\xb6\x06\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -6122,13 +6095,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x125\n" +
 	"\boverride\x18\x04 \x01(\x0e2\x19.fusebox.v1.OverrideStateR\boverride\x12'\n" +
-	"\x0foverride_reason\x18\x05 \x01(\tR\x0eoverrideReason\x12$\n" +
-	"\x04mode\x18\x06 \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\x12&\n" +
+	"\x0foverride_reason\x18\x05 \x01(\tR\x0eoverrideReason\x12&\n" +
 	"\x0fnode_local_open\x18\a \x01(\bR\rnodeLocalOpen\x12!\n" +
-	"\fprobe_permit\x18\b \x01(\bR\vprobePermit\x12/\n" +
-	"\x05retry\x18\t \x01(\v2\x19.fusebox.v1.RetrySettingsR\x05retry\x12G\n" +
-	"\x12slow_call_duration\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x10slowCallDuration\x120\n" +
+	"\fprobe_permit\x18\b \x01(\bR\vprobePermit\x120\n" +
 	"\x05since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
 	"\aversion\x18\f \x01(\x04R\aversion\x12\x1d\n" +
 	"\n" +
@@ -6137,12 +6106,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"probeRound\x129\n" +
 	"\vlocal_state\x18\x0f \x01(\x0e2\x18.fusebox.v1.BreakerStateR\n" +
 	"localState\x12E\n" +
-	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12'\n" +
-	"\x05scope\x18\x11 \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x125\n" +
-	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\x121\n" +
+	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12+\n" +
 	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\x12)\n" +
-	"\x10ramp_probability\x18( \x01(\x01R\x0frampProbability\"\xa5\x01\n" +
+	"\x10ramp_probability\x18( \x01(\x01R\x0frampProbability\x12\x1f\n" +
+	"\vpolicy_json\x18) \x01(\fR\n" +
+	"policyJsonJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"J\x04\b\n" +
+	"\x10\vJ\x04\b\x11\x10\x12J\x04\b\x12\x10\x13R\x04modeR\x05retryR\x12slow_call_durationR\x05scopeR\abreaker\"\xa5\x01\n" +
 	"\bDecision\x12-\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x13.fusebox.v1.VerdictR\averdict\x120\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x18.fusebox.v1.RejectReasonR\x06reason\x128\n" +
@@ -6791,155 +6762,150 @@ var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
 	78,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
 	0,   // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,   // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,   // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	12,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	78,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	79,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,   // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	79,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,   // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	13,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,   // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,   // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	14,  // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	11,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	17,  // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	18,  // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	16,  // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	19,  // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	14,  // 29: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	14,  // 30: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	21,  // 31: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	22,  // 32: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	23,  // 33: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,   // 34: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,   // 35: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,   // 36: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	27,  // 37: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	18,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	23,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	9,   // 40: fusebox.v1.PolicyField.source:type_name -> fusebox.v1.PolicySource
-	30,  // 41: fusebox.v1.EffectivePolicy.own:type_name -> fusebox.v1.PolicyEntry
-	30,  // 42: fusebox.v1.EffectivePolicy.fleet_default:type_name -> fusebox.v1.PolicyEntry
-	32,  // 43: fusebox.v1.EffectivePolicy.fields:type_name -> fusebox.v1.PolicyField
-	30,  // 44: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	78,  // 45: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	39,  // 46: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,   // 47: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	79,  // 48: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	79,  // 49: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	78,  // 50: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	42,  // 51: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	79,  // 52: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	49,  // 53: fusebox.v1.AuditEntry.changes:type_name -> fusebox.v1.FieldChange
-	48,  // 54: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	53,  // 55: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
-	54,  // 56: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
-	79,  // 57: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
-	52,  // 58: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	11,  // 59: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	11,  // 60: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
-	0,   // 61: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
-	1,   // 62: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
-	2,   // 63: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	11,  // 64: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	59,  // 65: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	58,  // 66: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	79,  // 67: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	13,  // 68: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	79,  // 69: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
-	73,  // 70: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
-	79,  // 71: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
-	79,  // 72: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
-	79,  // 73: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
-	79,  // 74: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	60,  // 75: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	52,  // 76: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	53,  // 77: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
-	10,  // 78: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	79,  // 79: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	79,  // 80: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	78,  // 81: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
-	79,  // 82: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
-	79,  // 83: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
-	79,  // 84: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
-	79,  // 85: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
-	79,  // 86: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
-	66,  // 87: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
-	79,  // 88: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
-	79,  // 89: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
-	67,  // 90: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
-	67,  // 91: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
-	67,  // 92: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
-	65,  // 93: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
-	66,  // 94: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
-	79,  // 95: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
-	79,  // 96: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
-	78,  // 97: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
-	79,  // 98: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
-	69,  // 99: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
-	69,  // 100: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
-	65,  // 101: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
-	66,  // 102: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
-	68,  // 103: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
-	11,  // 104: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	11,  // 105: fusebox.v1.NodeWindow.cumulative:type_name -> fusebox.v1.Counts
-	0,   // 106: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	73,  // 107: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
-	71,  // 108: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	71,  // 109: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	72,  // 110: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	74,  // 111: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	74,  // 112: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	72,  // 113: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	71,  // 114: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	74,  // 115: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	74,  // 116: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	20,  // 117: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	25,  // 118: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	25,  // 119: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	26,  // 120: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	28,  // 121: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	31,  // 122: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 123: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
-	34,  // 124: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	36,  // 125: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	37,  // 126: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	40,  // 127: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	43,  // 128: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	43,  // 129: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	44,  // 130: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	46,  // 131: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	50,  // 132: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	55,  // 133: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	57,  // 134: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	62,  // 135: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	64,  // 136: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	24,  // 137: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	15,  // 138: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	15,  // 139: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	15,  // 140: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	29,  // 141: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	30,  // 142: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	33,  // 143: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
-	35,  // 144: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	30,  // 145: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	38,  // 146: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	41,  // 147: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	42,  // 148: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	42,  // 149: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	45,  // 150: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	47,  // 151: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	51,  // 152: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	56,  // 153: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	61,  // 154: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	63,  // 155: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	70,  // 156: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	137, // [137:157] is the sub-list for method output_type
-	117, // [117:137] is the sub-list for method input_type
-	117, // [117:117] is the sub-list for extension type_name
-	117, // [117:117] is the sub-list for extension extendee
-	0,   // [0:117] is the sub-list for field type_name
+	79,  // 13: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,   // 14: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	79,  // 15: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	4,   // 16: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,   // 17: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	14,  // 18: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	11,  // 19: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	17,  // 20: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	18,  // 21: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	16,  // 22: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	19,  // 23: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	14,  // 24: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	14,  // 25: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	21,  // 26: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	22,  // 27: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	23,  // 28: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,   // 29: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,   // 30: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,   // 31: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	27,  // 32: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	18,  // 33: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	23,  // 34: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	9,   // 35: fusebox.v1.PolicyField.source:type_name -> fusebox.v1.PolicySource
+	30,  // 36: fusebox.v1.EffectivePolicy.own:type_name -> fusebox.v1.PolicyEntry
+	30,  // 37: fusebox.v1.EffectivePolicy.fleet_default:type_name -> fusebox.v1.PolicyEntry
+	32,  // 38: fusebox.v1.EffectivePolicy.fields:type_name -> fusebox.v1.PolicyField
+	30,  // 39: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	78,  // 40: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	39,  // 41: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,   // 42: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	79,  // 43: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	79,  // 44: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	78,  // 45: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 46: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	79,  // 47: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49,  // 48: fusebox.v1.AuditEntry.changes:type_name -> fusebox.v1.FieldChange
+	48,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	53,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	54,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	79,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	52,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	11,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	11,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	0,   // 56: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
+	1,   // 57: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
+	2,   // 58: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
+	11,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	59,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	58,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	79,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	13,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	79,  // 64: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
+	73,  // 65: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
+	79,  // 66: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
+	79,  // 67: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
+	79,  // 68: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
+	79,  // 69: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	60,  // 70: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	52,  // 71: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	53,  // 72: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	10,  // 73: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	79,  // 74: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	79,  // 75: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	78,  // 76: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	79,  // 77: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	79,  // 78: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	79,  // 79: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	79,  // 80: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	79,  // 81: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	66,  // 82: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 83: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	79,  // 84: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	67,  // 85: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	67,  // 86: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	67,  // 87: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	65,  // 88: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 89: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 90: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	79,  // 91: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	78,  // 92: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	79,  // 93: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	69,  // 94: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	69,  // 95: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 96: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 97: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	68,  // 98: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	11,  // 99: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	11,  // 100: fusebox.v1.NodeWindow.cumulative:type_name -> fusebox.v1.Counts
+	0,   // 101: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	73,  // 102: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
+	71,  // 103: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	71,  // 104: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	72,  // 105: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	74,  // 106: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	74,  // 107: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	72,  // 108: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	71,  // 109: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	74,  // 110: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	74,  // 111: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	20,  // 112: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	25,  // 113: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	25,  // 114: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	26,  // 115: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	28,  // 116: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	31,  // 117: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 118: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
+	34,  // 119: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	36,  // 120: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	37,  // 121: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	40,  // 122: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	43,  // 123: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	43,  // 124: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	44,  // 125: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	46,  // 126: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	50,  // 127: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	55,  // 128: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	57,  // 129: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	62,  // 130: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	64,  // 131: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	24,  // 132: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	15,  // 133: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	15,  // 134: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	15,  // 135: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	29,  // 136: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	30,  // 137: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	33,  // 138: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
+	35,  // 139: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	30,  // 140: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	38,  // 141: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	41,  // 142: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	42,  // 143: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	42,  // 144: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	45,  // 145: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	47,  // 146: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	51,  // 147: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	56,  // 148: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	61,  // 149: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	63,  // 150: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	70,  // 151: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	132, // [132:152] is the sub-list for method output_type
+	112, // [112:132] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }

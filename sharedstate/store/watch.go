@@ -51,8 +51,8 @@ func (st State) Default() sharedstate.Policy {
 	return sharedstate.DefaultPolicy()
 }
 
-// Effective returns the policy in force for dependency: its own policy
-// merged over Default, validated. The watcher checks each dependency policy
+// Effective returns the policy in force for dependency: its own document
+// read over Default, validated. The watcher checks each dependency policy
 // against the default in force when the policy arrives, but does not
 // re-check every policy when the default changes: an error here means the
 // combination is invalid, and the caller keeps its last good policy.

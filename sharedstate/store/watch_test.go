@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func TestWatchSyncsThenDeliversChanges(t *testing.T) {
 			t.Fatalf("event %d = %v, want %v (all: %+v)", i, rec.events[i].Kind, k, rec.events)
 		}
 	}
-	if ev := rec.events[0]; ev.Name != "dep" || ev.Revision != put.ModRevision || *ev.Policy.Patch.Retry.MaxAttempts != 5 {
+	if ev := rec.events[0]; ev.Name != "dep" || ev.Revision != put.ModRevision || !strings.Contains(string(ev.Policy.Value), `"maxAttempts":5`) {
 		t.Fatalf("policy event = %+v", ev)
 	}
 	if len(rec.syncs) != 1 || len(rec.invalid) != 0 {

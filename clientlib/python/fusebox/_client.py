@@ -260,6 +260,7 @@ class Dependency:
         self._refused_msg = ""
         pol = client._default_policy
         self._policy_seen = False
+        self._policy_json = b""  # the policy_json last applied
         self._local = LocalBreaker(name, pol, clock=client._clock, wall=client._wall)
         self._dec = _Decision(self._local.snapshot(), False)
         # Owned by the flusher.
@@ -638,8 +639,9 @@ class Dependency:
 
     def _apply_agent_snapshot(self, m, pushed):
         """Install a snapshot from the agent and give its policy to the
-        local breaker. A pushed one is the agent's latest unless an answer's
-        newer one was installed meanwhile; an answer's only when newer."""
+        local breaker (an answer's snapshot is under the policy last pushed).
+        A pushed one is the agent's latest unless an answer's newer one was
+        installed meanwhile; an answer's only when newer."""
         with self._smu:
             held = self._agent_snap
             if pushed:
@@ -647,10 +649,16 @@ class Dependency:
                     return
             elif held is None or m.version <= held.version:
                 return
-            pol = P.policy_from_snapshot(self._local.policy, m)
-            if pol != self._local.policy and not pol.problems():
-                self._local.set_policy(pol)
-            self._policy_seen = True
+            if m.policy_json and m.policy_json != self._policy_json:  # pushed ones carry it, answers not
+                try:
+                    pol = P.policy_from_json(m.policy_json)
+                except ValueError:
+                    pol = None  # the last one stays
+                if pol is not None:
+                    self._policy_json = m.policy_json
+                    if pol != self._local.policy:
+                        self._local.set_policy(pol)
+                    self._policy_seen = True
             snap = P.snapshot_from_proto(m, self._local.policy)
             # The local breaker follows the agent's breaker while the agent
             # decides, so that it starts from it when the agent goes (a

@@ -95,16 +95,14 @@ class FallbackStartTest(unittest.TestCase):
         self.c._session = self.s
         self.addCleanup(self.c.close)
         self.d = self.c.dependency("payments")
-        self.breaker = pb.BreakerSettings(minimum_requests=5, failure_rate_threshold=0.6, confidence=0,
-                                          fast_path=False)
-        self.breaker.open_duration.FromSeconds(5)
-        self.breaker.fleet_max_open_duration.FromSeconds(60)
+        self.policy = {"breaker": {"minimumRequests": 5, "failureRateThreshold": 0.6, "confidence": 0,
+                                   "fastPath": False, "openDuration": "5s", "fleetMaxOpenDuration": "1m0s"}}
         self.version = 0
 
     def push(self, state, generation, open_count=0, since=None):
         self.version += 1
         m = pushed("payments", state=state, generation=generation, open_count=open_count, version=self.version,
-                   breaker=self.breaker)
+                   policy=self.policy)
         if since is not None:
             m.since.FromNanoseconds(int(since * 1e9))
         self.d._apply_agent_snapshot(m, True)

@@ -515,7 +515,8 @@ func TestIncidentOverrideRampAndBudget(t *testing.T) {
 		MinimumRequests: 20, MinFailingNodes: 2, Horizon: 10 * time.Second, FailingNodes: []string{"agent-1", "agent-2"}, FailingNodeCount: 2}
 	reopen := sharedstate.BreakerRecord{Dependency: "inventory-api", Generation: 4, State: sharedstate.Open, Since: t0.Add(45 * time.Second),
 		OpenCount: 4, Origin: "agent-3", Reason: "probe failed", IncidentStart: t0, Trip: trip}
-	clock.Advance(46 * time.Second) // 1 s after the fourth open: open (fleetMaxOpenDuration, 2 s by default, caps its doubling)
+	// Halfway through the fourth open, however long the policy keeps it open.
+	clock.Advance(reopen.Since.Add(reopen.HalfOpenAt(pol.Breaker).Sub(reopen.Since) / 2).Sub(clock.Now()))
 	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(reopen)},
 		Rows: []*fuseboxv1.NodeWindow{{Node: "agent-3", Dependency: "inventory-api", Seq: 1,
 			Counts: &fuseboxv1.Counts{FirstAttempts: 1000, Retries: 106, Successes: 900, Failures: 100}}}})

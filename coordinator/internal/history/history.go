@@ -41,7 +41,7 @@ const (
 const (
 	// DropTooManyDependencies: a row or record of a dependency that got no
 	// history: MaxDependencies are kept, and none may give its place to it
-	// (see the room rule in the package documentation).
+	// (the room rule: coordinator/README.md, "The history").
 	DropTooManyDependencies = "too_many_dependencies"
 	// DropEvicted: a dependency's history gave its place to a busier or a
 	// pinned one.
@@ -76,6 +76,11 @@ type Config struct {
 	MaxNodes int
 	// MaxRecords bounds the records kept per dependency (optional, default 1000).
 	MaxRecords int
+	// Start is when the history began watching (the coordinator's start): a
+	// node's series first seen that began before is a baseline, one that
+	// began after counts from zero, however late its first row arrives
+	// (optional; zero: the first Observe or Tick).
+	Start time.Time
 	// Pinned reports whether a dependency keeps its history whatever its
 	// traffic: the coordinator pins those with a stored policy or an
 	// override in force (optional; the history pins those whose breaker is
@@ -120,7 +125,7 @@ type Slot struct {
 	FailingZones uint32
 	// ActiveNodes has a bit per node that counted anything in the slot,
 	// FailingNodes one per node that counted failures or slow calls (see
-	// the package documentation for how nodes get bits).
+	// coordinator/README.md, "The history", for how nodes get bits).
 	ActiveNodes  uint64
 	FailingNodes uint64
 }
@@ -201,7 +206,7 @@ type History struct {
 
 	mu      sync.Mutex
 	deps    map[string]*depHistory
-	started time.Time // the first Observe or Tick
+	started time.Time // Config.Start, else the first Observe or Tick
 	// forgot is when the history last let a dependency's history go: a
 	// series that began before is a baseline in a history made later.
 	forgot time.Time
@@ -228,7 +233,7 @@ func New(cfg Config) *History {
 	if cfg.MaxRecords == 0 {
 		cfg.MaxRecords = DefaultMaxRecords
 	}
-	return &History{cfg: cfg, deps: map[string]*depHistory{}}
+	return &History{cfg: cfg, deps: map[string]*depHistory{}, started: cfg.Start}
 }
 
 // Config returns the configuration in force (defaults applied).
@@ -282,7 +287,8 @@ func (h *History) newDepLocked(dep string, now time.Time, window time.Duration) 
 // ObserveRow takes a row the observer accepted, received at now, of a
 // dependency whose policy has the given window: what the node's cumulative
 // counts grew by since its previous row goes into the slot of the node's
-// reading (see the package documentation).
+// reading, kept between Settle before now and now, and never before the
+// node's previous reading.
 func (h *History) ObserveRow(now time.Time, r sharedstate.NodeWindow, window time.Duration) {
 	if window <= 0 {
 		return

@@ -87,6 +87,28 @@ func TestRowsAddTheirIncrease(t *testing.T) {
 	}
 }
 
+// TestWatchesFromItsStart: the history watches from Config.Start (the
+// coordinator's start), not from the first row it receives: a series that
+// began after the start counts from zero however late its first row comes
+// (a dependency first seen mid-series), one that began before is a
+// baseline (a coordinator started after the agents).
+func TestWatchesFromItsStart(t *testing.T) {
+	h := New(Config{Start: t0})
+	const w = 10 * time.Second
+	after := t0.Add(500 * time.Millisecond).UnixMilli()
+	before := t0.Add(-time.Hour).UnixMilli()
+	now := t0.Add(3 * time.Second) // the first thing the history hears of
+	h.ObserveRow(now, row(dep, "late-first-row", 1, 40, 40, after, now), w)
+	h.ObserveRow(now, row(dep, "up-before", 1, 40, 900, before, now), w)
+	if got := sum(t, h, dep, t0.Add(-time.Minute), t0.Add(time.Minute)); got.Successes != 40 {
+		t.Fatalf("%d successes credited, want the 40 of the series that began after the start (the other is a baseline)", got.Successes)
+	}
+	h.ObserveRow(now.Add(time.Second), row(dep, "up-before", 2, 45, 905, before, now.Add(time.Second)), w)
+	if got := sum(t, h, dep, t0.Add(-time.Minute), t0.Add(time.Minute)); got.Successes != 45 {
+		t.Fatalf("%d successes credited, want 45: the baseline's growth counts", got.Successes)
+	}
+}
+
 // TestRoomForRealDependencies: a flood of 1,000 names with one call each
 // fills the history; a busy dependency that appears next gets a history at
 // its first row and a what-if replay range at once, and keeps it while the

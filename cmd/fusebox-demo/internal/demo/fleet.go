@@ -54,7 +54,7 @@ func (d *Demo) startEtcd(ctx context.Context) error {
 	if d.store, err = store.New(store.Config{Client: d.etcdCli}); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if _, err := d.store.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, d.policy.Patch(),
+	if _, err := d.store.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
 		store.WriteOptions{Actor: "fusebox-demo"}); err != nil {
 		return fmt.Errorf("demo: write the demo policy: %w", err)
 	}

@@ -29,6 +29,9 @@ type Config struct {
 	Rate func(node int) float64
 	// Fails says whether a call from node at el (since Start) fails.
 	Fails func(node int, el time.Duration) bool
+	// Slow says whether that call takes at least the policy's
+	// slowCallDuration (optional: none is slow).
+	Slow func(node int, el time.Duration) bool
 	// Start is the clock's start; traffic begins at Begin after it and
 	// ends at Stop after it (0: runs to the end).
 	Start       time.Time
@@ -101,16 +104,17 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 				continue
 			}
 			fail := cfg.Fails(i, el)
-			o := sharedstate.Success
-			if fail {
-				o = sharedstate.Failure
-			}
+			slow := cfg.Slow != nil && cfg.Slow(i, el)
+			o := sharedstate.OutcomeOf(fail, slow)
 			counted := func(s *history.Slot) {
 				s.FirstAttempts++
 				if fail {
 					s.Failures++
 				} else {
 					s.Successes++
+				}
+				if slow {
+					s.SlowCalls++
 				}
 			}
 			switch dec := e.Snapshot(dep).DecideFirst(); dec.Verdict {
@@ -127,7 +131,7 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 				_ = e.Record(dep, sharedstate.Probe, o)
 				count(now, counted)
 				if p.Verdict == sharedstate.AllowProbe {
-					if rec, ok := e.ProbeResult(dep, !fail); ok {
+					if rec, ok := e.ProbeOutcome(dep, o); ok {
 						for _, o := range engines {
 							o.ApplyRecord(rec)
 						}
