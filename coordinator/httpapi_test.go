@@ -296,9 +296,12 @@ func TestHTTPReadEndpointsAndTokens(t *testing.T) {
 	code, body = httpDo(t, "GET", base+"/", "", "", nil)
 	expect(t, "the dashboard", code, body, http.StatusOK, `id="dep-rows"`, `/ui/app.js`)
 	code, body = httpDo(t, "GET", base+"/ui/app.js", "", "", nil)
-	expect(t, "app.js", code, body, http.StatusOK, "'/api/v1/events'")
+	expect(t, "app.js", code, body, http.StatusOK, "from './events.js'")
+	// events.js, the module that reads the event stream.
+	code, body = httpDo(t, "GET", base+"/ui/events.js", "", "", nil)
+	expect(t, "events.js", code, body, http.StatusOK, "'/api/v1/events'")
 	if strings.Contains(body, "access_token") || strings.Contains(body, "new EventSource") {
-		t.Error("app.js still puts a token in the event stream's URL")
+		t.Error("events.js still puts a token in the event stream's URL")
 	}
 	code, _ = httpDo(t, "GET", base+"/ui/nothing.js", "", "", nil)
 	if code != http.StatusNotFound {
