@@ -155,15 +155,28 @@ func (c *Coordinator) handleClearOverride(w http.ResponseWriter, r *http.Request
 }
 
 // auditJSON is an audit entry as /api/v1/audit shows it: before and after
-// are the stored JSON values themselves (null when absent).
+// are the stored JSON values themselves (null when absent); changes are
+// the fields that differ between them, as the Admin API's
+// AuditEntry.changes (sharedstate.DiffDocuments), never absent.
 type auditJSON struct {
-	Revision   int64           `json:"revision"`
-	At         time.Time       `json:"at"`
-	Actor      string          `json:"actor"`
-	Action     string          `json:"action"`
-	Dependency string          `json:"dependency"`
-	Before     json.RawMessage `json:"before"`
-	After      json.RawMessage `json:"after"`
+	Revision   int64                     `json:"revision"`
+	At         time.Time                 `json:"at"`
+	Actor      string                    `json:"actor"`
+	Action     string                    `json:"action"`
+	Dependency string                    `json:"dependency"`
+	Before     json.RawMessage           `json:"before"`
+	After      json.RawMessage           `json:"after"`
+	Changes    []sharedstate.FieldChange `json:"changes"`
+}
+
+// fieldChangesOf converts the Admin API's field changes to their JSON
+// form (the same fields: field, from, to), an empty list for none.
+func fieldChangesOf(cs []*fuseboxv1.FieldChange) []sharedstate.FieldChange {
+	out := make([]sharedstate.FieldChange, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, sharedstate.FieldChange{Field: c.GetField(), From: c.GetFrom(), To: c.GetTo()})
+	}
+	return out
 }
 
 func rawJSON(b []byte) json.RawMessage {
@@ -178,7 +191,8 @@ func rawJSON(b []byte) json.RawMessage {
 }
 
 // handleAudit is GET /api/v1/audit[?dependency=NAME][&limit=N]: the Admin
-// API's ListAudit, newest first (limit default 100, at most 1000).
+// API's ListAudit, newest first (limit default 100, at most 1000), each
+// entry with its field changes.
 func (c *Coordinator) handleAudit(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	var limit uint64
@@ -199,7 +213,8 @@ func (c *Coordinator) handleAudit(w http.ResponseWriter, r *http.Request) {
 	out := make([]auditJSON, 0, len(resp.GetEntries()))
 	for _, e := range resp.GetEntries() {
 		out = append(out, auditJSON{Revision: e.GetRevision(), At: e.GetAt().AsTime().UTC(), Actor: e.GetActor(),
-			Action: e.GetAction(), Dependency: e.GetDependency(), Before: rawJSON(e.GetBefore()), After: rawJSON(e.GetAfter())})
+			Action: e.GetAction(), Dependency: e.GetDependency(), Before: rawJSON(e.GetBefore()), After: rawJSON(e.GetAfter()),
+			Changes: fieldChangesOf(e.GetChanges())})
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"entries": out})
 }

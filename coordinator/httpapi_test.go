@@ -3,13 +3,16 @@ package coordinator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -149,6 +152,61 @@ func TestHTTPOverridesNeedAnAdminAndWriteTheAudit(t *testing.T) {
 	}
 }
 
+// TestHTTPAuditAndSimulateShowFieldChanges: /api/v1/audit answers each
+// entry's field changes as the Admin API's AuditEntry.changes has them, and
+// /api/v1/simulate the fields a proposed policy changes, in the same form:
+// the dashboard renders these rather than diffing documents itself.
+func TestHTTPAuditAndSimulateShowFieldChanges(t *testing.T) {
+	c := startCoordinator(t, testConfig(t)) // loopback-only: every loopback caller is an admin
+	base := "http://" + c.HTTPAddr()
+	for _, d := range []string{"20s", "30s"} {
+		code, body := httpDo(t, "PUT", base+"/api/v1/policies/ledger", "", `{"policy":{"breaker":{"openDuration":"`+d+`"}}}`, nil)
+		expect(t, "PUT openDuration "+d, code, body, http.StatusOK)
+	}
+	code, body := httpDo(t, "POST", base+"/api/v1/overrides/ledger", "", `{"state":"forced-open","reason":"drill"}`, nil)
+	expect(t, "force-open", code, body, http.StatusOK)
+
+	code, body = httpDo(t, "GET", base+"/api/v1/audit?dependency=ledger", "", "", nil)
+	expect(t, "GET /api/v1/audit", code, body, http.StatusOK)
+	var page struct {
+		Entries []auditJSON `json:"entries"`
+	}
+	if err := json.Unmarshal([]byte(body), &page); err != nil || len(page.Entries) != 3 {
+		t.Fatalf("audit = %s (%v), want 3 entries", body, err)
+	}
+	viaGRPC, err := adminClient(t, c.GRPCAddr(), "").ListAudit(ctxFor(t, 10*time.Second), &fuseboxv1.ListAuditRequest{Dependency: "ledger"})
+	if err != nil || len(viaGRPC.GetEntries()) != 3 {
+		t.Fatalf("gRPC ListAudit = %v, %v", viaGRPC, err)
+	}
+	for i, e := range page.Entries {
+		if got, want := fmt.Sprint(e.Changes), fmt.Sprint(fieldChangesOf(viaGRPC.GetEntries()[i].GetChanges())); got != want || len(e.Changes) == 0 {
+			t.Errorf("entry %d (%s): changes %s, want the Admin API's %s", i, e.Action, got, want)
+		}
+	}
+	want := []sharedstate.FieldChange{{Field: "breaker.openDuration", From: `"20s"`, To: `"30s"`}}
+	if got := page.Entries[1].Changes; page.Entries[1].Action != store.ActionPolicyPut || !slices.Equal(got, want) {
+		t.Errorf("the second policy write: %s %+v, want %+v", page.Entries[1].Action, got, want)
+	}
+	if !strings.Contains(body, `"changes":[{"field":"breaker.openDuration","to":"\"20s\""}]`) {
+		t.Errorf("the first policy write's changes are not as AuditEntry.changes writes them (no empty from): %s", body)
+	}
+
+	seedHistory(c, "ledger")
+	code, body = httpDo(t, "POST", base+"/api/v1/simulate", "", `{"dependency":"ledger","policy":{"breaker":{"openDuration":"45s"}},"since":"1m"}`, nil)
+	expect(t, "POST /api/v1/simulate", code, body, http.StatusOK, `"proposed":`, `"current":`)
+	var sim struct {
+		Changes []sharedstate.FieldChange `json:"changes"`
+	}
+	if err := json.Unmarshal([]byte(body), &sim); err != nil {
+		t.Fatal(err)
+	}
+	if want := []sharedstate.FieldChange{{Field: "breaker.openDuration", From: `"30s"`, To: `"45s"`}}; !slices.Equal(sim.Changes, want) {
+		t.Errorf("simulate's changes = %+v, want %+v", sim.Changes, want)
+	}
+	code, body = httpDo(t, "POST", base+"/api/v1/simulate", "", `{"dependency":"ledger","policy":{"breaker":{"openDuration":"30s"}},"since":"1m"}`, nil)
+	expect(t, "simulating the current policy", code, body, http.StatusOK, `"changes":[]`)
+}
+
 func TestHTTPOverrideRequestsAreChecked(t *testing.T) {
 	c := startCoordinator(t, testConfig(t)) // loopback-only: every loopback caller is an admin
 	base := "http://" + c.HTTPAddr()
@@ -238,9 +296,12 @@ func TestHTTPReadEndpointsAndTokens(t *testing.T) {
 	code, body = httpDo(t, "GET", base+"/", "", "", nil)
 	expect(t, "the dashboard", code, body, http.StatusOK, `id="dep-rows"`, `/ui/app.js`)
 	code, body = httpDo(t, "GET", base+"/ui/app.js", "", "", nil)
-	expect(t, "app.js", code, body, http.StatusOK, "'/api/v1/events'")
+	expect(t, "app.js", code, body, http.StatusOK, "from './events.js'")
+	// events.js, the module that reads the event stream.
+	code, body = httpDo(t, "GET", base+"/ui/events.js", "", "", nil)
+	expect(t, "events.js", code, body, http.StatusOK, "'/api/v1/events'")
 	if strings.Contains(body, "access_token") || strings.Contains(body, "new EventSource") {
-		t.Error("app.js still puts a token in the event stream's URL")
+		t.Error("events.js still puts a token in the event stream's URL")
 	}
 	code, _ = httpDo(t, "GET", base+"/ui/nothing.js", "", "", nil)
 	if code != http.StatusNotFound {

@@ -86,7 +86,10 @@ type simulateRequest struct {
 }
 
 // handleSimulate is POST /api/v1/simulate: the Admin API's
-// SimulatePolicy, its answer as protojson (camelCase). A POST because the
+// SimulatePolicy, its answer as protojson (camelCase), plus "changes": the
+// fields the proposed policy changes in the current one, in the form of
+// /api/v1/audit's (sharedstate.DiffDocuments of the two effective
+// policies, as fuseboxctl policy simulate shows them). A POST because the
 // policy is a document, but it reads only: role viewer.
 func (c *Coordinator) handleSimulate(w http.ResponseWriter, r *http.Request) {
 	var req simulateRequest
@@ -108,7 +111,22 @@ func (c *Coordinator) handleSimulate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeProto(w, protojson.MarshalOptions{EmitUnpopulated: true}, resp)
+	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var out map[string]json.RawMessage
+	if err := json.Unmarshal(b, &out); err != nil {
+		writeError(w, err)
+		return
+	}
+	changes := sharedstate.DiffDocuments(resp.GetCurrent().GetPolicyJson(), resp.GetProposed().GetPolicyJson())
+	if out["changes"], err = json.Marshal(append([]sharedstate.FieldChange{}, changes...)); err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // seriesPoint is one point of GET /api/v1/series.

@@ -244,11 +244,17 @@ func TestDashboardInABrowser(t *testing.T) {
 	})()`)
 	rampShot := p.Screenshot("dashboard-recovering")
 
-	// The dependency page: per-node rows, zones, the audit trail.
+	// The dependency page: per-node rows, zones, the audit trail with the
+	// fields each write changed (as the coordinator computed them), the
+	// history with the breaker's open.
 	p.Run("open payments' page", chromedp.Navigate(base+"/#/dep/payments"))
 	p.Wait("payments' nodes", `document.querySelectorAll('#dep-nodes tr[data-node]').length === 3 &&
 		document.querySelector('#dep-nodes tr[data-node="agent-0"]') && document.querySelectorAll('#dep-zones tr[data-zone]').length === 2`)
-	p.Wait("payments' audit trail", `[...document.querySelectorAll('#dep-audit tr[data-revision]')].some(r => r.textContent.includes('gitops') && r.textContent.includes('breaker.openDuration'))`)
+	p.Wait("payments' audit trail: gitops' write, field by field", `[...document.querySelectorAll('#dep-audit tr[data-revision]')].some(r =>
+		r.querySelector('.actor').textContent === 'gitops' &&
+		r.querySelector('li[data-field="breaker.openDuration"]')?.textContent === 'breaker.openDuration: — → "1m0s"' &&
+		r.querySelector('li[data-field="concurrency.maxInFlight"]')?.textContent === 'concurrency.maxInFlight: — → 50')`)
+	p.Wait("payments' history, its open as a band", `document.querySelector('#dep-history g.reality rect.band[data-state="open"]')`)
 	p.Wait("payments' badge and override form", `document.querySelector('#dep-state .badge').dataset.state === 'open' && document.querySelector('#force-dep').value === 'payments'`)
 	// Its throttle (most of its calls fail: the fleet's formula refuses
 	// most first attempts) and its calls in flight against the fleet limit.

@@ -126,6 +126,10 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 	if got := p.Eval(`[...document.querySelectorAll('#dep-history g.reality rect.band')].map(b => b.dataset.state).join(' ')`); !strings.Contains(got, "open") {
 		t.Errorf("the bands' states: %q", got)
 	}
+	// Its state changes, listed under the plot: the last one is the close.
+	if got := p.Eval(`document.querySelector('#dep-changes li')?.textContent`); !strings.HasSuffix(got, "→ closed") {
+		t.Errorf("the newest state change listed: %q, want the close", got)
+	}
 	// A viewer reads the policy and has nothing to edit it with.
 	p.Wait("the stored policy, read-only", `document.querySelector('#policy-current').textContent.includes('openDuration')`)
 	if got := p.Eval(`String(!!document.querySelector('#policy-json, #policy-save-btn, #policy-editor'))`); got != "false" {
@@ -147,7 +151,7 @@ func TestDashboardWhatIfInABrowser(t *testing.T) {
 	p.Wait("the violation, by JSON path", `document.querySelector('#policy-violations li[data-field="breaker.failureRateThreshold"]')`)
 
 	setPolicy("a policy that cannot open", `{"dependency":"ledger-api","breaker":{"openDuration":"1s","maxOpenDuration":"4s","minimumRequests":100000}}`)
-	p.Wait("its changes and its simulation", `document.querySelector('#policy-diff li[data-field="breaker.minimumRequests"]') &&
+	p.Wait("its changes and its simulation", `document.querySelector('#policy-diff li[data-field="breaker.minimumRequests"]')?.textContent === 'breaker.minimumRequests: 20 → 100000' &&
 		document.querySelector('#policy-sim tr[data-side="proposed"]') && document.querySelector('#policy-status').dataset.result === 'ok' &&
 		document.querySelectorAll('#policy-violations li').length === 0`)
 	if got := p.Eval(`String(document.querySelectorAll('#dep-history g.overlay rect.band').length)`); got != "0" {

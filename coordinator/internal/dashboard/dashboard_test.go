@@ -25,13 +25,38 @@ func get(t *testing.T, h http.Handler, method, path string, hdr map[string]strin
 	return rec
 }
 
+// scripts returns the page's JavaScript modules, by file name.
+func scripts(t *testing.T) map[string]string {
+	t.Helper()
+	entries, err := static.ReadDir("static")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".js") {
+			b, err := static.ReadFile("static/" + e.Name())
+			if err != nil {
+				t.Fatal(err)
+			}
+			out[e.Name()] = string(b)
+		}
+	}
+	return out
+}
+
 func TestServesThePageAndItsFiles(t *testing.T) {
 	h := New()
 	want := map[string]string{
 		"/":               "text/html; charset=utf-8",
-		"/ui/app.js":      "text/javascript; charset=utf-8",
 		"/ui/style.css":   "text/css; charset=utf-8",
 		"/ui/favicon.svg": "image/svg+xml",
+	}
+	for name := range scripts(t) {
+		want["/ui/"+name] = "text/javascript; charset=utf-8"
+	}
+	if _, ok := want["/ui/app.js"]; !ok {
+		t.Fatal("no app.js, the page's entry module")
 	}
 	if got := h.Paths(); len(got) != len(want) {
 		t.Errorf("Paths() = %v, want %d paths", got, len(want))
@@ -88,9 +113,9 @@ func TestDOMContractIsInThePage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script, err := static.ReadFile("static/app.js")
-	if err != nil {
-		t.Fatal(err)
+	var script strings.Builder
+	for _, s := range scripts(t) {
+		script.WriteString(s)
 	}
 	for _, id := range []string{"token", "force-dep", "force-ttl", "force-reason", "force-open-btn", "force-closed-btn",
 		"clear-btn", "action-status", "filter", "conn", "dep-rows", "dep-nodes", "dep-audit", "dep-zones"} {
@@ -100,8 +125,55 @@ func TestDOMContractIsInThePage(t *testing.T) {
 	}
 	for _, s := range []string{`class="badge"`, `tr.dataset.dep = d.name`, `'local-open'`, `setConn('live')`,
 		`dataset.state = d.shown`, `tr.dataset.node = n.node`} {
-		if !strings.Contains(string(page)+string(script), s) {
+		if !strings.Contains(string(page)+script.String(), s) {
 			t.Errorf("the page no longer has %s", s)
+		}
+	}
+}
+
+// The page loads app.js as a module, and every module imports only
+// modules the handler serves, by the names they export: a typo would
+// leave the page blank with nothing but a console error.
+func TestModulesResolve(t *testing.T) {
+	page, err := static.ReadFile("static/index.html")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(page), `<script type="module" src="/ui/app.js"></script>`) {
+		t.Error("index.html does not load /ui/app.js as a module")
+	}
+	mods := scripts(t)
+	exported := regexp.MustCompile(`(?m)^export (?:async )?(?:function|const|let|class) ([\w$]+)`)
+	imported := regexp.MustCompile(`(?m)^import \{([^}]*)\} from '\./([\w.-]+)';$`)
+	exports := map[string]map[string]bool{}
+	for name, src := range mods {
+		exports[name] = map[string]bool{}
+		for _, m := range exported.FindAllStringSubmatch(src, -1) {
+			exports[name][m[1]] = true
+		}
+	}
+	reached := map[string]bool{"app.js": true}
+	for name, src := range mods {
+		if strings.Contains(src, "import(") || regexp.MustCompile(`(?m)^import [^{]`).MatchString(src) {
+			t.Errorf("%s: an import other than import { NAMES } from './FILE.js'", name)
+		}
+		for _, m := range imported.FindAllStringSubmatch(src, -1) {
+			from := m[2]
+			if _, ok := mods[from]; !ok {
+				t.Errorf("%s imports from %s, which is not under static/", name, from)
+				continue
+			}
+			reached[from] = true
+			for _, n := range strings.Split(m[1], ",") {
+				if n = strings.TrimSpace(n); n != "" && !exports[from][n] {
+					t.Errorf("%s imports %s, which %s does not export", name, n, from)
+				}
+			}
+		}
+	}
+	for name := range mods {
+		if !reached[name] {
+			t.Errorf("%s is served but no module imports it", name)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package fleet
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -260,7 +261,7 @@ func TestProbersAndBudget(t *testing.T) {
 	}
 	// The probers are the agents' choice: rendezvous over the nodes with traffic.
 	rec7, _ := convert.RecordFromProto(rec("db", 7, true, t0.Add(-time.Minute), "n0"))
-	want := Probers("db", rec7, pol.Breaker, clock.Now(), []string{"n0", "n1", "n2", "n3", "n4"})
+	want := Probers("db", rec7, pol.Breaker, clock.Now(), []string{"n0", "n1", "n2", "n3", "n4"}, nil)
 	if fmt.Sprint(d.GetProbers()) != fmt.Sprint(want) || len(want) != 2 {
 		t.Fatalf("probers %v, want %v", d.GetProbers(), want)
 	}
@@ -276,6 +277,77 @@ func TestProbersAndBudget(t *testing.T) {
 	// 20 retries against max(10/s × 10s, 0.1 × 50) = 100.
 	if d.GetBudgetUsed() != 0.2 {
 		t.Fatalf("budget used %v, want 0.2", d.GetBudgetUsed())
+	}
+}
+
+// TestProbersLeaveOutWhomTheAgentsDo: the view names the probers the
+// agents pick (sharedstate.ProbeCandidates): not the node whose failed
+// probe reopened the breaker, nor a node whose own breaker is open, while
+// another node with traffic is left; when none is left, every node with
+// traffic is a candidate again.
+func TestProbersLeaveOutWhomTheAgentsDo(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	pol := sharedstate.DefaultPolicy()
+	pol.Breaker.HalfOpenProbes = 2
+	src := staticSource{policies: map[string]sharedstate.Policy{"db": pol}}
+	// Reopened by a failed probe (open count 2) long enough ago to be
+	// half-open again now.
+	reopened := rec("db", 7, true, t0.Add(-3*time.Minute), "")
+	reopened.OpenCount = 2
+	r, ok := convert.RecordFromProto(reopened)
+	if !ok {
+		t.Fatal("the record does not convert")
+	}
+	round := uint64(clock.Now().Sub(r.HalfOpenAt(pol.Breaker)) / pol.Breaker.ProbeTimeout.Std())
+	nodes := []string{"n0", "n1", "n2", "n3", "n4"}
+	// The two nodes the rendezvous ranks first: without the agents' rule
+	// they would hold the permits. One failed the probe that reopened the
+	// breaker, the other's own breaker is open.
+	top := sharedstate.ProbeHolders("db", 7, round, nodes, 2)
+	failed, local := top[0], top[1]
+	reopened.Origin = failed
+
+	probers := func(names ...string) []string {
+		t.Helper()
+		v := New(Config{Clock: clock})
+		var rows []*fuseboxv1.NodeWindow
+		for _, n := range names {
+			row := mkRow(n, "z", "db", 1, 1)
+			row.NodeLocalOpen = n == local
+			rows = append(rows, row)
+		}
+		v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: rows, Records: []*fuseboxv1.BreakerRecord{reopened}})
+		d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]
+		if d.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN {
+			t.Fatalf("state %v, want half-open", d.GetState())
+		}
+		var flagged []string
+		for _, nv := range d.GetNodes() {
+			if nv.GetProber() {
+				flagged = append(flagged, nv.GetNode())
+			}
+		}
+		if fmt.Sprint(flagged) != fmt.Sprint(d.GetProbers()) {
+			t.Errorf("nodes flagged prober %v, probers %v", flagged, d.GetProbers())
+		}
+		return d.GetProbers()
+	}
+
+	got := probers(nodes...)
+	var others []string
+	for _, n := range nodes {
+		if n != failed && n != local {
+			others = append(others, n)
+		}
+	}
+	want := sharedstate.ProbeHolders("db", 7, round, others, 2)
+	slices.Sort(want)
+	if fmt.Sprint(got) != fmt.Sprint(want) || slices.Contains(got, failed) || slices.Contains(got, local) {
+		t.Errorf("probers %v, want %v: neither %s (its failed probe reopened the breaker) nor %s (its own breaker is open)", got, want, failed, local)
+	}
+	// Only the excluded nodes have traffic: both are candidates again.
+	if got := probers(failed, local); len(got) != 2 {
+		t.Errorf("probers %v, want %s and %s: no other node has traffic", got, failed, local)
 	}
 }
 

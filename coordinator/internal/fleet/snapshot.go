@@ -140,7 +140,8 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source) *fuseboxv
 		inFlight uint64
 	)
 	zones := map[string]sharedstate.Counts{}
-	traffic := map[string][]string{} // zone → nodes with live rows and traffic: probe candidates
+	traffic := map[string][]string{} // zone → nodes with live rows and traffic: probers are drawn from them
+	localOpen := map[string]bool{}   // nodes whose node-local breaker is open
 	nodes := make([]*fuseboxv1.NodeView, 0, len(v.rows[dep]))
 	for node, r := range v.rows[dep] {
 		if now.Sub(r.received) > 2*window {
@@ -156,6 +157,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source) *fuseboxv
 		}
 		if r.local {
 			d.NodeLocalOpen = append(d.NodeLocalOpen, node)
+			localOpen[node] = true
 		}
 		nodes = append(nodes, &fuseboxv1.NodeView{Node: node, Zone: r.zone, Counts: convert.CountsToProto(r.counts),
 			NodeLocalOpen: r.local, InFlight: r.inFlight})
@@ -178,13 +180,13 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source) *fuseboxv
 		if rec.StateAt(pol.Breaker, now) != sharedstate.HalfOpen {
 			continue
 		}
-		var candidates []string
+		var withTraffic []string
 		for z, nodes := range traffic {
 			if zone == "" || z == zone {
-				candidates = append(candidates, nodes...)
+				withTraffic = append(withTraffic, nodes...)
 			}
 		}
-		d.Probers = append(d.Probers, Probers(dep, rec, pol.Breaker, now, candidates)...)
+		d.Probers = append(d.Probers, Probers(dep, rec, pol.Breaker, now, withTraffic, func(n string) bool { return localOpen[n] })...)
 	}
 	slices.Sort(d.Probers)
 	probers := map[string]bool{}
@@ -281,18 +283,22 @@ func ramp(rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.T
 }
 
 // Probers returns the members holding probe permits of a half-open
-// breaker at now, as the agents compute them: the top halfOpenProbes of
-// the members with traffic by rendezvous hash of (dependency, generation,
-// probe round), the round advancing every probeTimeout since the breaker
-// turned half-open.
-func Probers(dep string, rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time, members []string) []string {
+// breaker at now, as the agents compute them: the top halfOpenProbes by
+// rendezvous hash of (dependency, generation, probe round) among the
+// candidates sharedstate.ProbeCandidates draws from withTraffic (the
+// members with traffic in the record's scope): not the node whose failed
+// probe reopened the breaker, nor a node whose own breaker is open
+// (isLocalOpen; nil: none), while another node with traffic is left. The
+// round advances every probeTimeout since the breaker turned half-open.
+func Probers(dep string, rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time,
+	withTraffic []string, isLocalOpen func(node string) bool) []string {
 	at := rec.HalfOpenAt(b)
-	if now.Before(at) || len(members) == 0 {
+	if now.Before(at) || len(withTraffic) == 0 {
 		return nil
 	}
 	var round uint64
 	if pt := b.ProbeTimeout.Std(); pt > 0 {
 		round = uint64(now.Sub(at) / pt)
 	}
-	return sharedstate.ProbeHolders(dep, rec.Generation, round, members, b.HalfOpenProbes)
+	return sharedstate.ProbeHolders(dep, rec.Generation, round, sharedstate.ProbeCandidates(rec, withTraffic, isLocalOpen), b.HalfOpenProbes)
 }
