@@ -30,7 +30,7 @@ func TestConfigValidate(t *testing.T) {
 			"Clients must be >= 0, got -1", "Warm must be >= 0"}},
 		{Config{N: 4, Agent: filepath.Join(dir, "missing")}, []string{"Agent: stat " + filepath.Join(dir, "missing")}},
 		{Config{N: 4, Agent: notExec, Dependency: "no spaces allowed"}, []string{"is not an executable file", "Dependency:"}},
-		{Config{N: 4, Agent: notExec, AgentArgs: []string{"--no-such-flag"}}, []string{"AgentArgs: flag provided but not defined: -no-such-flag"}},
+		{Config{N: 4, Agent: notExec, AgentArgs: []string{"--no-such-flag"}}, []string{"AgentArgs: unknown flag: --no-such-flag"}},
 		{Config{N: 4, Agent: dir}, []string{"is not an executable file"}},
 	}
 	for _, c := range cases {
