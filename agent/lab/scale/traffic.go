@@ -8,7 +8,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 )
 
-// ReportEvery is how often a simulated client reports (protocol time), as
+// ReportEvery is how often a simulated client reports (of the fleet's time), as
 // clientlib's flush does at most every 50 ms; 100 ms keeps hundreds of
 // agents cheap.
 const ReportEvery = 100 * time.Millisecond
@@ -54,7 +54,7 @@ func Traffic(ctx context.Context, f *fleet.Fleet, clients []int, deps []string, 
 	}
 }
 
-// traffic is Traffic on f at its dilated report period, errors dropped.
+// traffic is Traffic on f every ReportEvery, errors dropped.
 func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, successes, failures uint32) (stop func()) {
-	return Traffic(ctx, f.Fleet, clients, deps, successes, failures, f.Real(ReportEvery), nil)
+	return Traffic(ctx, f.Fleet, clients, deps, successes, failures, ReportEvery, nil)
 }
