@@ -250,7 +250,14 @@ func runClean(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trac
 		}
 		trace("(e) %+v", row.Partition)
 	}
-	// (b) and (c) last: their backlog of rows would slow the trips down.
+	// (b) and (c) last, once memberlist's membership gossip of what came
+	// before is done: the steady state.
+	if cfg.runs('b') || cfg.runs('c') {
+		if row.Quiet, err = f.WaitQuiet(ctx, QuietWait); err != nil {
+			return fmt.Errorf("waiting for quiet membership: %w", err)
+		}
+		trace("quiet: %+v", row.Quiet)
+	}
 	if cfg.runs('b') {
 		if row.Steady, err = Steady(ctx, f, "b", 100, 10, 0, 5*time.Second, cfg.Measure); err != nil {
 			return fmt.Errorf("(b): %w", err)
@@ -263,7 +270,6 @@ func runClean(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trac
 		}
 		trace("(c) %+v", row.Thousand)
 	}
-	row.Delivered = f.Net().Stats().PacketsReceived
 	return nil
 }
 
@@ -290,6 +296,5 @@ func runLossy(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trac
 	}
 	row.Lossy.Spread = nil
 	trace("(d) %+v", row.Lossy)
-	row.Delivered = lf.Net().Stats().PacketsReceived
 	return nil
 }

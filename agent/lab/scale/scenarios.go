@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
@@ -231,6 +232,11 @@ type SteadyResult struct {
 	// records), over Seconds.
 	Traffic simnet.Stats
 	Seconds float64
+	// CPUPerPacket is the process's CPU time while measuring divided by
+	// the packets the agents received meanwhile: what one agent spends on
+	// everything (its ticks, sending, its clients' reports, receiving) per
+	// packet it receives, the simulated network's own work included.
+	CPUPerPacket time.Duration
 }
 
 // OwnShare returns the share of the packet bytes sent that were
@@ -273,12 +279,15 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 	if !ctxtime.Sleep(ctx, warm) {
 		return r, ctx.Err()
 	}
-	s0, t0 := f.Net().Stats(), time.Now()
+	s0, t0, c0 := f.Net().Stats(), time.Now(), cpuTime()
 	if !ctxtime.Sleep(ctx, measure) {
 		return r, ctx.Err()
 	}
-	s1, t1 := f.Net().Stats(), time.Now()
+	s1, t1, c1 := f.Net().Stats(), time.Now(), cpuTime()
 	d := s1.Sub(s0)
+	if d.PacketsReceived > 0 {
+		r.CPUPerPacket = (c1 - c0) / time.Duration(d.PacketsReceived)
+	}
 	rt := perSecond(d, t1.Sub(t0))
 	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
 	r.Traffic, r.Seconds = d, t1.Sub(t0).Seconds()
@@ -306,6 +315,15 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 		r.HeapPerAgent = (h - f.heapBase) / uint64(f.Size())
 	}
 	return r, nil
+}
+
+// cpuTime returns the process's user and system CPU time (every thread).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // heap returns the live heap after a collection.

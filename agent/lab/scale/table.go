@@ -24,15 +24,13 @@ type Row struct {
 	Thousand  SteadyResult
 	Partition PartitionResult
 	Churn     ChurnResult
+	Quiet     QuietResult
 	// Membership and LossyMembership are how long (virtual) each fleet took
 	// to start and reach full membership.
 	Membership, LossyMembership time.Duration
 	// LossyNotStarted says why (d) was not measured: its fleet did not
 	// reach full membership within LossyStartWait ("": it was measured).
 	LossyNotStarted string
-	// Delivered counts the packets the fleets' memberlists received over
-	// the whole row.
-	Delivered uint64
 	// Virtual is the virtual time the row's scenarios took.
 	Virtual time.Duration
 
@@ -46,7 +44,6 @@ func (r *Row) Merge(o Row) {
 	if o.Lossy.Rejecting > 0 || o.LossyNotStarted != "" {
 		r.Lossy, r.LossyNotStarted, r.LossyMembership = o.Lossy, o.LossyNotStarted, o.LossyMembership
 	}
-	r.Delivered += o.Delivered
 	r.Virtual += o.Virtual
 	r.Wall += o.Wall
 	r.CPU += o.CPU
@@ -113,8 +110,8 @@ func (r Row) Markdown() string {
 
 // BreakdownHeader is the header of the breakdown table (markdown): where
 // each agent's bytes went in scenario (b).
-const BreakdownHeader = "| N | host CPU per packet | (b) per agent, KB/s: all | rows and records | memberlist's probes | membership gossip | packet headers | streams (push-pull, joins) | (b) packets per agent per s: sent, dropped | CPU per packet received (whole run) |\n" +
-	"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+const BreakdownHeader = "| N | host CPU per packet | before (b): membership gossip per agent, KB/s: peak, mean; quiet after | (b) per agent, KB/s: all | rows and records | memberlist's probes | membership gossip | packet headers | streams (push-pull, joins) | (b) packets per agent per s: sent, dropped | (b) CPU per packet received |\n" +
+	"| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 
 // BreakdownMarkdown formats the row's breakdown under BreakdownHeader.
 func (r Row) BreakdownMarkdown() string {
@@ -126,8 +123,8 @@ func (r Row) BreakdownMarkdown() string {
 		return fmt.Sprintf("%.1f", float64(b)/secs/n/1000)
 	}
 	perPkt := "–"
-	if r.Delivered > 0 && r.CPU > 0 {
-		perPkt = fmt.Sprintf("%.0f µs", r.CPU.Seconds()/float64(r.Delivered)*1e6)
+	if r.Steady.CPUPerPacket > 0 {
+		perPkt = fmt.Sprintf("%.0f µs", float64(r.Steady.CPUPerPacket)/float64(time.Microsecond))
 	}
 	svc := "0"
 	if r.ServiceTime > 0 {
@@ -141,7 +138,12 @@ func (r Row) BreakdownMarkdown() string {
 	if secs > 0 {
 		pkts = fmt.Sprintf("%.1f, %.2f", float64(s.PacketsSent)/secs/n, float64(s.PacketsDropped)/secs/n)
 	}
-	return "| " + strings.Join([]string{nn, svc, per(s.Bytes()), per(s.UserBytes), per(s.ProbeBytes), per(s.MembershipBytes),
+	q := r.Quiet
+	wave := fmt.Sprintf("%.1f, %.1f; %.0f s", q.PeakBytesPerAgent/1000, q.MembershipBytesPerAgent/1000, q.After.Seconds())
+	if !q.Quiet {
+		wave = fmt.Sprintf("%.1f, %.1f; not within %v", q.PeakBytesPerAgent/1000, q.MembershipBytesPerAgent/1000, QuietWait)
+	}
+	return "| " + strings.Join([]string{nn, svc, wave, per(s.Bytes()), per(s.UserBytes), per(s.ProbeBytes), per(s.MembershipBytes),
 		per(s.HeaderBytes()), per(s.StreamBytesSent), pkts, perPkt}, " | ") + " |"
 }
 

@@ -28,6 +28,9 @@ type parts struct {
 	probeMsgs, probeBytes   int
 	memberMsgs, memberBytes int
 	otherMsgs               int
+	// suspects and deads count the suspect and dead messages among
+	// memberMsgs (the rest are alive messages).
+	suspects, deads int
 }
 
 // ownMsgs returns how many of the messages were memberlist's own.
@@ -45,6 +48,12 @@ func (p *parts) add(typ byte, l int) {
 	case mlAlive, mlSuspect, mlDead:
 		p.memberMsgs++
 		p.memberBytes += l
+		switch typ {
+		case mlSuspect:
+			p.suspects++
+		case mlDead:
+			p.deads++
+		}
 	default:
 		p.otherMsgs++
 	}

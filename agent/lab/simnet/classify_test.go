@@ -37,6 +37,7 @@ func TestSplitPackets(t *testing.T) {
 		{"a user message alone", user, parts{userMsgs: 1, userBytes: 4}},
 		{"a ping alone", ping, parts{probeMsgs: 1, probeBytes: 3}},
 		{"a compound of all three", compound(alive, user, ping, user), parts{userMsgs: 2, userBytes: 8, probeMsgs: 1, probeBytes: 3, memberMsgs: 1, memberBytes: 4}},
+		{"suspect and dead", compound([]byte{mlSuspect, 1}, []byte{mlDead, 1}, alive), parts{memberMsgs: 3, memberBytes: 8, suspects: 1, deads: 1}},
 		{"behind a CRC", crc(compound(user, alive)), parts{userMsgs: 1, userBytes: 4, memberMsgs: 1, memberBytes: 4}},
 		{"behind a label and a CRC", append([]byte{mlHasLabel, 2, 'l', 'b'}, crc(user)...), parts{userMsgs: 1, userBytes: 4}},
 		{"a truncated compound", compound(user, alive)[:12], parts{userMsgs: 1, userBytes: 4, otherMsgs: 1}},

@@ -48,6 +48,9 @@ type Stats struct {
 	// suspect, dead). What is left of OwnBytes is the packets' headers
 	// (label, CRC, compound framing) and messages it could not parse.
 	ProbeMessages, ProbeBytes, MembershipMessages, MembershipBytes uint64
+	// SuspectMessages and DeadMessages count the suspect and dead messages
+	// among MembershipMessages; the others are alive messages.
+	SuspectMessages, DeadMessages uint64
 }
 
 // HeaderBytes returns the packet bytes that were neither user messages,
@@ -100,6 +103,8 @@ const (
 	statProbeBytes
 	statMembershipMessages
 	statMembershipBytes
+	statSuspectMessages
+	statDeadMessages
 	numStats
 )
 
@@ -143,6 +148,8 @@ func (s Stats) array() [numStats]uint64 {
 		statProbeBytes:          s.ProbeBytes,
 		statMembershipMessages:  s.MembershipMessages,
 		statMembershipBytes:     s.MembershipBytes,
+		statSuspectMessages:     s.SuspectMessages,
+		statDeadMessages:        s.DeadMessages,
 	}
 }
 
@@ -170,5 +177,7 @@ func fromArray(a [numStats]uint64) Stats {
 		ProbeBytes:          a[statProbeBytes],
 		MembershipMessages:  a[statMembershipMessages],
 		MembershipBytes:     a[statMembershipBytes],
+		SuspectMessages:     a[statSuspectMessages],
+		DeadMessages:        a[statDeadMessages],
 	}
 }

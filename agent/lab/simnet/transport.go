@@ -78,6 +78,8 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	n.count(t, statProbeBytes, uint64(ps.probeBytes))
 	n.count(t, statMembershipMessages, uint64(ps.memberMsgs))
 	n.count(t, statMembershipBytes, uint64(ps.memberBytes))
+	n.count(t, statSuspectMessages, uint64(ps.suspects))
+	n.count(t, statDeadMessages, uint64(ps.deads))
 	l, dst, reachable := n.route(t.key, a.Addr)
 	switch {
 	case dst == nil:

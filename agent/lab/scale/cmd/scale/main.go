@@ -33,7 +33,7 @@ import (
 )
 
 type options struct {
-	sizes        []int
+	sizes        []size
 	serviceTimes []time.Duration
 	base         scale.RunConfig
 	testBinary   string
@@ -42,12 +42,18 @@ type options struct {
 	memLimit     string
 }
 
+// size is a row's fleet size and, when it has its own, its scenarios.
+type size struct {
+	n         int
+	scenarios string
+}
+
 func main() { os.Exit(run()) }
 
 func run() int {
 	var o options
 	var sizes, services string
-	flag.StringVar(&sizes, "sizes", "10,50,200,500,1000", "fleet sizes, comma-separated: a row each")
+	flag.StringVar(&sizes, "sizes", "10,50,200,500,1000", "fleet sizes, comma-separated: a row each; N:LETTERS runs size N with those scenarios only")
 	flag.StringVar(&services, "service-time", "0", "host CPU per packet received (simnet's ServiceTime), comma-separated durations: a row each per size (0: infinitely fast hosts)")
 	flag.DurationVar(&o.base.Split, "split", 30*time.Second, "how long scenario (e) keeps the fleet split")
 	flag.DurationVar(&o.base.Measure, "measure", 10*time.Second, "how long scenarios (b) and (c) measure the steady state")
@@ -73,12 +79,17 @@ func run() int {
 	}
 	var errs []string
 	for _, s := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
+		ns, letters, _ := strings.Cut(strings.TrimSpace(s), ":")
+		n, err := strconv.Atoi(ns)
 		if err != nil || n < 2 {
 			errs = append(errs, fmt.Sprintf("-sizes: %q is not a fleet size (an integer >= 2)", s))
 			continue
 		}
-		o.sizes = append(o.sizes, n)
+		if strings.Trim(letters, "abcdef") != "" {
+			errs = append(errs, fmt.Sprintf("-sizes: %q: want N:LETTERS with letters of abcdef", s))
+			continue
+		}
+		o.sizes = append(o.sizes, size{n, letters})
 	}
 	for _, s := range strings.Split(services, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(s))
@@ -125,13 +136,16 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 	fmt.Fprintf(out, "Machine: %s; load average at start %s; %s.\n\n", scale.Machine(), scale.LoadAvg(), time.Now().Format("2006-01-02"))
 	fmt.Fprintln(out, scale.Header)
 	var rows []scale.Row
-	for _, n := range o.sizes {
+	for _, sz := range o.sizes {
 		for _, svc := range o.serviceTimes {
 			cfg := o.base
-			cfg.N, cfg.ServiceTime = n, svc
+			cfg.N, cfg.ServiceTime = sz.n, svc
+			if sz.scenarios != "" {
+				cfg.Scenarios = sz.scenarios
+			}
 			r, err := runRow(ctx, o, cfg, dir, log)
 			if err != nil {
-				return fmt.Errorf("scale: N=%d, service time %v: %w", n, svc, err)
+				return fmt.Errorf("scale: N=%d, service time %v: %w", sz.n, svc, err)
 			}
 			fmt.Fprintln(out, r.Markdown())
 			rows = append(rows, r)
