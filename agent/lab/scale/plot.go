@@ -49,7 +49,11 @@ type Fit struct {
 }
 
 func (f Fit) String() string {
-	return fmt.Sprintf("%s ≈ %.3g + %.3g·N (within %.0f%% at every N measured)", f.Series, f.A, f.B, 100*f.MaxErr)
+	sign, b := "+", f.B
+	if b < 0 {
+		sign, b = "−", -b
+	}
+	return fmt.Sprintf("%s ≈ %.3g %s %.3g·N (within %.0f%% at every N measured)", f.Series, f.A, sign, b, 100*f.MaxErr)
 }
 
 // Fits returns the least-squares line of each Growth series over the rows

@@ -207,4 +207,7 @@ func TestRowMarkdown(t *testing.T) {
 	if r := (Row{N: 10, Scenarios: "a"}).Markdown(); strings.Count(r, "–") != 12 {
 		t.Errorf("a row of (a) alone: %q: want 12 columns of –", r)
 	}
+	if r := (Row{N: 10, Scenarios: "a"}).BreakdownMarkdown(); strings.Count(r, "–") != 9 {
+		t.Errorf("a breakdown of (a) alone: %q: want 9 columns of –", r)
+	}
 }

@@ -140,7 +140,10 @@ func (r Row) BreakdownMarkdown() string {
 	}
 	q := r.Quiet
 	wave := fmt.Sprintf("%.1f, %.1f; %.0f s", q.PeakBytesPerAgent/1000, q.MembershipBytesPerAgent/1000, q.After.Seconds())
-	if !q.Quiet {
+	switch {
+	case !strings.ContainsAny(r.Scenarios, "bc"):
+		wave = "–"
+	case !q.Quiet:
 		wave = fmt.Sprintf("%.1f, %.1f; not within %v", q.PeakBytesPerAgent/1000, q.MembershipBytesPerAgent/1000, QuietWait)
 	}
 	return "| " + strings.Join([]string{nn, svc, wave, per(s.Bytes()), per(s.UserBytes), per(s.ProbeBytes), per(s.MembershipBytes),

@@ -38,6 +38,7 @@ type options struct {
 	base         scale.RunConfig
 	testBinary   string
 	plot, json   string
+	rows         []string // -rows: print these runs' rows instead of running
 	gogc         string
 	memLimit     string
 }
@@ -62,6 +63,7 @@ func run() int {
 	flag.StringVar(&o.testBinary, "test-binary", "", "the scale package's test binary (default: go test -c into a temp dir)")
 	flag.StringVar(&o.plot, "plot", "", "write the plot of the per-agent measures against N to this PNG file")
 	flag.StringVar(&o.json, "json", "", "write the rows to this file as JSON")
+	rows := flag.String("rows", "", "print (and plot) the rows of earlier runs' -json files, comma-separated, instead of running")
 	flag.StringVar(&o.gogc, "gogc", "200", "GOGC of each run's process")
 	flag.StringVar(&o.memLimit, "mem-limit", "10GiB", "GOMEMLIMIT of each run's process (a soft limit: the collector works harder near it)")
 	// Tuning experiments: the agents' gossip settings (0 keeps the default).
@@ -76,6 +78,9 @@ func run() int {
 	flag.Parse()
 	if *rowFanout >= 0 {
 		t.RowFanout = rowFanout
+	}
+	if *rows != "" {
+		o.rows = strings.Split(*rows, ",")
 	}
 	var errs []string
 	for _, s := range strings.Split(sizes, ",") {
@@ -124,6 +129,25 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	if len(o.rows) > 0 {
+		var rows []scale.Row
+		for _, file := range o.rows {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return fmt.Errorf("scale: -rows: %w", err)
+			}
+			var rs []scale.Row
+			if err := json.Unmarshal(b, &rs); err != nil {
+				return fmt.Errorf("scale: -rows: %s: %w", file, err)
+			}
+			rows = append(rows, rs...)
+		}
+		fmt.Fprintf(out, "Rows of %s.\n\n%s\n", strings.Join(o.rows, ", "), scale.Header)
+		for _, r := range rows {
+			fmt.Fprintln(out, r.Markdown())
+		}
+		return report(o, rows, out)
+	}
 	if o.testBinary == "" {
 		o.testBinary = filepath.Join(dir, "scale.test")
 		build := exec.CommandContext(ctx, "go", "test", "-c", "-o", o.testBinary, "github.com/fusebox-dev/fusebox/agent/lab/scale")
@@ -151,6 +175,16 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 			rows = append(rows, r)
 		}
 	}
+	if err := report(o, rows, out); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "\nLoad average at the end: %s.\n", scale.LoadAvg())
+	return nil
+}
+
+// report prints the breakdown and the fits of the rows and writes the
+// JSON and the plot asked for.
+func report(o options, rows []scale.Row, out io.Writer) error {
 	fmt.Fprintf(out, "\nWhere each agent's bytes went in (b):\n\n%s\n", scale.BreakdownHeader)
 	for _, r := range rows {
 		fmt.Fprintln(out, r.BreakdownMarkdown())
@@ -161,7 +195,6 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 			fmt.Fprintln(out, "- "+f.String())
 		}
 	}
-	fmt.Fprintf(out, "\nLoad average at the end: %s.\n", scale.LoadAvg())
 	if o.json != "" {
 		b, err := json.MarshalIndent(rows, "", "  ")
 		if err != nil {
