@@ -173,6 +173,9 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 			}
 			fmt.Fprintln(out, r.Markdown())
 			rows = append(rows, r)
+			if err := writeJSON(o.json, rows); err != nil { // each row as it comes: a later one may fail
+				return err
+			}
 		}
 	}
 	if err := report(o, rows, out); err != nil {
@@ -195,20 +198,26 @@ func report(o options, rows []scale.Row, out io.Writer) error {
 			fmt.Fprintln(out, "- "+f.String())
 		}
 	}
-	if o.json != "" {
-		b, err := json.MarshalIndent(rows, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(o.json, b, 0o644); err != nil {
-			return fmt.Errorf("scale: -json: %w", err)
-		}
-	}
 	if o.plot != "" {
 		if err := scale.Plot(rows, o.plot); err != nil {
 			return err
 		}
 		fmt.Fprintf(out, "Plot: %s\n", o.plot)
+	}
+	return nil
+}
+
+// writeJSON writes the rows to file ("": nothing).
+func writeJSON(file string, rows []scale.Row) error {
+	if file == "" {
+		return nil
+	}
+	b, err := json.MarshalIndent(rows, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(file, b, 0o644); err != nil {
+		return fmt.Errorf("scale: -json: %w", err)
 	}
 	return nil
 }
