@@ -104,6 +104,7 @@ func Plot(rows []Row, path string) error {
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
 	p.X.Tick.Marker, p.Y.Tick.Marker = plot.LogTicks{Prec: -1}, plot.LogTicks{Prec: -1}
 	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.XOffs = vg.Points(36) // clear of the y axis labels
 	p.Add(plotter.NewGrid())
 	colors := []color.Color{
 		color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff},

@@ -15,6 +15,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -24,6 +25,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -63,7 +65,7 @@ func run() int {
 	flag.StringVar(&o.testBinary, "test-binary", "", "the scale package's test binary (default: go test -c into a temp dir)")
 	flag.StringVar(&o.plot, "plot", "", "write the plot of the per-agent measures against N to this PNG file")
 	flag.StringVar(&o.json, "json", "", "write the rows to this file as JSON")
-	rows := flag.String("rows", "", "print (and plot) the rows of earlier runs' -json files, comma-separated, instead of running")
+	rows := flag.String("rows", "", "print (and plot) the rows of earlier runs' -json files, comma-separated, by N, instead of running")
 	flag.StringVar(&o.gogc, "gogc", "200", "GOGC of each run's process")
 	flag.StringVar(&o.memLimit, "mem-limit", "10GiB", "GOMEMLIMIT of each run's process (a soft limit: the collector works harder near it)")
 	// Tuning experiments: the agents' gossip settings (0 keeps the default).
@@ -142,6 +144,9 @@ func runAll(ctx context.Context, o options, out, log io.Writer) error {
 			}
 			rows = append(rows, rs...)
 		}
+		slices.SortStableFunc(rows, func(a, b scale.Row) int {
+			return cmp.Or(cmp.Compare(a.N, b.N), cmp.Compare(a.ServiceTime, b.ServiceTime))
+		})
 		fmt.Fprintf(out, "Rows of %s.\n\n%s\n", strings.Join(o.rows, ", "), scale.Header)
 		for _, r := range rows {
 			fmt.Fprintln(out, r.Markdown())
