@@ -205,7 +205,9 @@ func report(o options, rows []scale.Row, out io.Writer) error {
 	}
 	if o.plot != "" {
 		if err := scale.Plot(rows, o.plot); err != nil {
-			return err
+			// One size alone has no law of growth to draw: say so and go on.
+			fmt.Fprintf(out, "No plot: %v\n", err)
+			return nil
 		}
 		fmt.Fprintf(out, "Plot: %s\n", o.plot)
 	}
