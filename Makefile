@@ -29,7 +29,7 @@ BINARIES := fusebox-agent fusebox-coordinator fuseboxctl fusebox-demo
 # directives name its sibling folders, and every module builds, tests and
 # tidies on its own (GOWORK=off, so a go.work above the checkout changes
 # nothing).
-MODULES := . sharedstate/store protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy agent/lab
+MODULES := . sharedstate/store sharedstate/daemonflag protocol/gossip clientlib/idempotency/redisstore agent coordinator cmd deploy agent/lab
 export GOWORK := off
 
 # $(call each,COMMAND[,FOLDERS]): COMMAND in every module's folder (or in

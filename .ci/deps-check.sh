@@ -49,8 +49,11 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/secretfile|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
-      ALLOW='^sharedstate(/secretfile)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      ALLOW='^sharedstate(/secretfile|/backoff)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
       WHY='sharedstate/store may import sharedstate and the etcd client' ;;
+    sharedstate/daemonflag | sharedstate/daemonflag/*)
+      ALLOW='^sharedstate/daemonflag$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/|prometheus'
+      WHY='sharedstate/daemonflag (the flags, FUSEBOX_* variables and --config file of both daemons) may import pflag and YAML only' ;;
     sharedstate | sharedstate/*)
       ALLOW='^sharedstate(/internal(/.*)?)?$'; DENY='\.'
       WHY='sharedstate and its small packages import the standard library only' ;;
@@ -63,12 +66,9 @@ rule() {
     protocol | protocol/*)
       ALLOW="^($PROTO)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='protocol may import sharedstate (conversions), grpc and protobuf' ;;
-    agent/agenttest)
-      ALLOW='^agent$'; DENY='^go\.etcd\.io/'
-      WHY='agent/agenttest (test helpers) may import agent' ;;
-    agent/lab/conformance)
+    agent/lab/conformance | agent/lab/membership | agent/lab/policies | agent/lab/trust | agent/lab/clients | agent/lab/control)
       ALLOW='^$'; DENY='.'
-      WHY='agent/lab/conformance (the conformance suite of the callers) is tests only: its non-test code imports nothing' ;;
+      WHY='the test packages of the lab (the conformance suite of the callers, the multi-agent tests) are tests only: their non-test code imports nothing' ;;
     agent/lab/simnet)
       ALLOW='^$'; DENY='^go\.etcd\.io/'
       WHY='agent/lab/simnet (the simulated network of the lab) may import memberlist only' ;;
@@ -79,7 +79,7 @@ rule() {
       ALLOW='^(clientlib|sharedstate|sharedstate/cliflag|sharedstate/ctxtime)$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/'
       WHY='agent/proxy (the egress proxy) makes its calls through clientlib, deciding through the Engine interface the agent implements: it may import clientlib, sharedstate and its small packages and client_golang, never the agent, gRPC, etcd or memberlist' ;;
     agent | agent/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/logging|sharedstate/cliflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/logging|sharedstate/cliflag|sharedstate/daemonflag|sharedstate/ctxtime|sharedstate/secretfile|sharedstate/store|agent/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='agent may import sharedstate, store, protocol, protocol/gossip, protocol/serverlimits (etcd only through store)' ;;
     clientlib/idempotency/redisstore)
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
@@ -88,7 +88,7 @@ rule() {
       ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
-      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/cliflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
+      ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/cliflag|sharedstate/daemonflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'
       WHY='coordinator may import sharedstate, store, embedded, protocol, protocol/gossip, protocol/serverlimits, never agent (etcd only through store)' ;;
     deploy)
       ALLOW='^$'; DENY='.'
@@ -112,6 +112,9 @@ modrule() {
     sharedstate/store)
       DENYMOD="hashicorp/memberlist|redis/go-redis|chromedp|$K8S|^$mod/"
       WHYMOD='the store module requires the root module and etcd only' ;;
+    sharedstate/daemonflag)
+      DENYMOD="^go\.etcd\.io/|hashicorp/memberlist|redis/go-redis|chromedp|k8s\.io/|^$mod(/|\$)"
+      WHYMOD='the daemonflag module requires pflag and YAML only, no other Fusebox module' ;;
     protocol/gossip)
       DENYMOD="^go\.etcd\.io/|redis/go-redis|chromedp|k8s\.io/|^$mod/"
       WHYMOD='the gossip module requires the root module and memberlist only' ;;
@@ -120,10 +123,10 @@ modrule() {
       WHYMOD='the redisstore module requires the root module and go-redis only' ;;
     agent)
       DENYMOD="redis/go-redis|chromedp|$K8S|^$mod/(coordinator|cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the agent module requires the root, store and gossip modules (never coordinator or the lab), no Redis, chromedp or Kubernetes API' ;;
+      WHYMOD='the agent module requires the root, store, gossip and daemonflag modules (never coordinator or the lab), no Redis, chromedp or Kubernetes API' ;;
     coordinator)
-      DENYMOD="redis/go-redis|$K8S|^$mod/(cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
-      WHYMOD='the coordinator module requires the root, store, gossip and (for its tests) agent modules, never the lab, no Redis or Kubernetes API' ;;
+      DENYMOD="redis/go-redis|$K8S|^$mod/(agent|cmd|deploy|agent/lab|clientlib/idempotency/redisstore)\$"
+      WHYMOD='the coordinator module requires the root, store, gossip and daemonflag modules, never the agent (its tests with agents are in the lab) or the lab, no Redis or Kubernetes API' ;;
     cmd)
       DENYMOD="redis/go-redis|$K8S|^$mod/(deploy|agent/lab|clientlib/idempotency/redisstore)\$"
       WHYMOD='the binaries link no Redis, no Kubernetes API (deploy tests only) and nothing of the lab' ;;
@@ -187,7 +190,7 @@ for m in $modules; do
   # No binary links package testing, a test-helper package or the lab (its
   # simulated network included).
   for b in $(grep -E "^$mod/cmd/" <<<"$pkgs" | grep -v /internal/ || true); do
-    for d in $(cd "$m" && $GO list -e -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/agent/lab(/|$)' || true); do
+    for d in $(cd "$m" && $GO list -e -deps "$b" | grep -E '^testing$|/sstest$|/embeddedtest$|/daemonflagtest$|/agent/lab(/|$)' || true); do
       bad "$(rel "$b")" "$d" "binaries must not link test code (test helpers belong in packages only tests import, the simulated network in the lab)"
     done
   done

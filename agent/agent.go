@@ -84,6 +84,15 @@ func WithDefaultPolicy(p sharedstate.Policy) Option {
 // agent does not close it.
 func WithEtcdClient(c *store.Client) Option { return func(o *agentopt.Options) { o.EtcdClient = c } }
 
+// WithProxyListener makes the egress proxy serve ln, a listening socket
+// handed to the process (systemd's socket activation: Run takes it from
+// the environment), instead of binding Config.Proxy.Addr, which must name
+// ln's address. The agent closes its ln when it stops; a copy held
+// elsewhere keeps the socket listening for the next agent.
+func WithProxyListener(ln net.Listener) Option {
+	return func(o *agentopt.Options) { o.ProxyListener = ln }
+}
+
 // Agent is one running fusebox-agent. Build it with New, run it with
 // Start, stop it with Close.
 type Agent struct {
@@ -101,6 +110,9 @@ type Agent struct {
 	reg     *prometheus.Registry
 	m       *metrics
 	hub     *hub
+	// confirmed are the dependencies whose rows and own records go out
+	// (confirm.go).
+	confirmed *confirmations
 
 	grpcSrv *grpc.Server
 	health  *health.Server
@@ -140,7 +152,7 @@ type Agent struct {
 	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
 	missingPeers   atomic.Bool // the last rejoin round found registered agents memberlist does not list as alive
 	policiesLoaded atomic.Bool
-	kill           atomic.Bool // Close without leaving (tests: a crash)
+	kill           atomic.Bool // Close without leaving (agentopt.Inside.Crash)
 }
 
 // New validates cfg, creates the data directory, loads the keyring and the
@@ -185,6 +197,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 
 	a.hub = newHub()
+	a.confirmed = newConfirmations(cfg.Proxy.Routes, cfg.MaxDependencies)
 	ec := sharedstate.EngineConfig{
 		Node: cfg.Name, Zone: cfg.Zone, Clock: a.clock, MaxDependencies: cfg.MaxDependencies,
 		MaxRowsPerNode: cfg.MaxRowsPerNode, MaxZones: cfg.MaxZones, Proposers: cfg.Proposers, ProposerDelay: cfg.ProposerDelay,
@@ -290,6 +303,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	a.gsp.Store(a.gossip)
 
+	if a.opts.ProxyListener != nil && cfg.Proxy.Addr == "" {
+		a.opts.ProxyListener.Close()
+		return nil, fmt.Errorf("agent: proxy-addr: a socket was handed to the agent for the proxy (%s), but --proxy-addr is not set", a.opts.ProxyListener.Addr())
+	}
 	if cfg.Proxy.Addr != "" { // after the other listeners: it never calls them
 		a.egressOutcomes = a.m.outcomes.WithLabelValues("proxy")
 		if a.proxy, err = a.newProxy(); err != nil {
@@ -301,7 +318,10 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	}
 	if a.opts.Sim.Attach != nil {
 		a.opts.Sim.Attach(agentopt.Inside{API: &apiServer{a: a},
-			PushPullState: func() *fuseboxv1.PushPullState { return (*gossipHandler)(a).LocalState(false) }})
+			PushPullState: func() *fuseboxv1.PushPullState { return (*gossipHandler)(a).LocalState(false) },
+			Crash:         a.crash,
+			GossipKeys:    a.gossipKeys,
+			PeerKey:       a.peerKey})
 	}
 	return a, nil
 }
@@ -494,10 +514,27 @@ func (a *Agent) Err() error {
 }
 
 // Run runs an agent until ctx is done, then closes it (SIGTERM handling
-// lives in the caller: cancel ctx on the signal).
+// lives in the caller: cancel ctx on the signal). The proxy serves the
+// listening socket the process was handed by systemd's socket activation
+// (LISTEN_FDS; the one named ProxySocketName, or bound to --proxy-addr),
+// if any: it outlives the process, so a restart refuses no caller.
 func Run(ctx context.Context, cfg Config, opts ...Option) error {
+	socks, err := inheritedSockets(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ln, err := proxySocket(socks, cfg.Proxy.Addr)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		opts = append(opts, WithProxyListener(ln))
+	}
 	a, err := New(cfg, opts...)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
 	}
 	if err := a.Start(ctx); err != nil {

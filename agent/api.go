@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -60,14 +61,12 @@ func (s *apiServer) decision(method, dep string, d sharedstate.Decision) *fusebo
 // clientSnapshot is the one place the agent builds what a client decides a
 // dependency by (a push, an answer, the Welcome's default): the engine's
 // snapshot with limit, the process's part of the node's concurrency share,
-// and, when breaker is given (pushes and the Welcome), the breaker settings
-// of the effective policy for the client's local fallback.
-func clientSnapshot(snap *sharedstate.Snapshot, limit uint32, breaker *sharedstate.BreakerPolicy) *fuseboxv1.DecisionSnapshot {
+// and policy, the JSON document of the snapshot's policy (pushes and the
+// Welcome; nil for answers, which are under the policy last pushed).
+func clientSnapshot(snap *sharedstate.Snapshot, limit uint32, policy []byte) *fuseboxv1.DecisionSnapshot {
 	m := convert.SnapshotToProto(snap)
 	m.ConcurrencyLimit = limit
-	if breaker != nil {
-		m.Breaker = convert.BreakerToProto(*breaker)
-	}
+	m.PolicyJson = policy
 	return m
 }
 
@@ -129,6 +128,7 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 		return nil, rpcError(errShuttingDown)
 	}
 	resp := &fuseboxv1.ReportResponse{}
+	trusted := trustedCaller(ctx) // its names confirm (confirm.go)
 	var refused map[string]bool
 	extra := 0
 	refuse := func(dep string, err error) {
@@ -165,6 +165,9 @@ func (s *apiServer) Report(ctx context.Context, req *fuseboxv1.ReportRequest) (*
 		if err := a.eng.AddCounts(dep, countsFor(convert.AttemptKind(o.GetKind()), oc, n)); err != nil {
 			refuse(dep, err)
 			continue
+		}
+		if trusted {
+			a.confirm(dep)
 		}
 		outcomes += n
 	}
@@ -234,6 +237,7 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 		return status.Error(codes.InvalidArgument, "fusebox: a session starts with a hello")
 	}
 	sess := newSession(a, hello)
+	sess.trusted = trustedCaller(stream.Context())
 	if !a.hub.add(sess, a.cfg.MaxSessions) {
 		a.m.sessionsRefused.Inc()
 		return status.Errorf(codes.ResourceExhausted, "fusebox: agent %s has --max-sessions=%d sessions open; session refused", a.cfg.Name, a.cfg.MaxSessions)
@@ -244,9 +248,10 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 	a.lg.Debug("session opened", "service", clipName(hello.GetService()), "instance", clipName(hello.GetInstance()))
 
 	def := a.eng.Policy(sharedstate.DefaultPolicyName)
+	defJSON, _ := json.Marshal(def) // a valid policy always marshals
 	welcome := &fuseboxv1.SessionResponse{Msg: &fuseboxv1.SessionResponse_Welcome{Welcome: &fuseboxv1.Welcome{
 		Node: a.cfg.Name, Zone: a.cfg.Zone, AgentVersion: Version,
-		DefaultSnapshot: clientSnapshot(convert.PolicySnapshot(sharedstate.DefaultPolicyName, def), 0, &def.Breaker),
+		DefaultSnapshot: clientSnapshot(convert.PolicySnapshot(sharedstate.DefaultPolicyName, def), 0, defJSON),
 	}}}
 	if err := stream.Send(welcome); err != nil {
 		return err
@@ -279,8 +284,9 @@ func (s *apiServer) Session(stream fuseboxv1.Agent_SessionServer) error {
 // session is one Session stream's state. The receive goroutine ingests
 // deltas and subscribes; the handler goroutine sends (flush).
 type session struct {
-	a    *Agent
-	kick chan struct{}
+	a       *Agent
+	kick    chan struct{}
+	trusted bool // over the unix socket or in process: the names it uses confirm (confirm.go)
 
 	mu      sync.Mutex
 	subs    map[string]struct{}
@@ -294,13 +300,11 @@ type session struct {
 	inFlight map[string]uint64 // the client's last in-flight reports (guarded by mu)
 }
 
-// sentSnapshot is what a session last pushed for a dependency: the
-// snapshot, and the breaker settings of the policy it went out with (a
-// change of thresholds alone does not change the snapshot, but is pushed).
+// sentSnapshot is what a session last pushed for a dependency (a policy
+// change changes the snapshot).
 type sentSnapshot struct {
-	snap    *sharedstate.Snapshot
-	breaker sharedstate.BreakerPolicy
-	limit   uint32 // the process's concurrency share
+	snap  *sharedstate.Snapshot
+	limit uint32 // the process's concurrency share
 }
 
 // maxRefusedRemembered bounds a session's memory of refused names.
@@ -318,20 +322,6 @@ func (s *session) signal() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
-	}
-}
-
-// changedAll is called by the hub when every dependency's policy may have
-// changed (a new fleet default).
-func (s *session) changedAll() {
-	s.mu.Lock()
-	for dep := range s.subs {
-		s.pending[dep] = struct{}{}
-	}
-	n := len(s.subs)
-	s.mu.Unlock()
-	if n > 0 {
-		s.signal()
 	}
 }
 
@@ -392,6 +382,9 @@ func (s *session) follow(dep string) (added bool, err error) {
 	s.subs[dep] = struct{}{}
 	s.pending[dep] = struct{}{}
 	s.mu.Unlock()
+	if s.trusted {
+		s.a.confirm(dep)
+	}
 	s.a.hub.follow(dep)
 	s.a.hub.changed(dep) // every follower's process share changed
 	return true, nil
@@ -474,6 +467,9 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 				newDeps = true
 				continue
 			}
+			if s.trusted {
+				a.confirm(dep) // again: the engine may have forgotten it since
+			}
 			outcomes += n
 			if dc.InFlight != nil {
 				s.reportInFlight(dep, dc.GetInFlight())
@@ -492,7 +488,8 @@ func (s *session) recvLoop(stream fuseboxv1.Agent_SessionServer) error {
 }
 
 // flush sends pending errors and the changed snapshots of pending
-// dependencies, each with the breaker settings of its effective policy.
+// dependencies, each with its policy's JSON document (Engine.PolicyJSON,
+// made once per policy for every session).
 func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 	s.mu.Lock()
 	if len(s.pending) == 0 && len(s.errs) == 0 {
@@ -516,13 +513,16 @@ func (s *session) flush(stream fuseboxv1.Agent_SessionServer) error {
 		if snap == nil {
 			continue
 		}
-		breaker := s.a.eng.Policy(dep).Breaker
 		limit := s.a.processShare(dep, snap.ConcurrencyLimit)
-		if last, ok := s.sent[dep]; ok && last.snap == snap && last.breaker == breaker && last.limit == limit {
+		if last, ok := s.sent[dep]; ok && last.snap == snap && last.limit == limit {
 			continue
 		}
-		s.sent[dep] = sentSnapshot{snap: snap, breaker: breaker, limit: limit}
-		upd = append(upd, clientSnapshot(snap, limit, &breaker))
+		pol, doc := s.a.eng.PolicyJSON(dep)
+		if pol != snap.Policy { // changed since: the next push brings the new one
+			doc, _ = json.Marshal(snap.Policy)
+		}
+		s.sent[dep] = sentSnapshot{snap: snap, limit: limit}
+		upd = append(upd, clientSnapshot(snap, limit, doc))
 	}
 	if len(upd) == 0 {
 		return nil

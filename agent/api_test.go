@@ -2,7 +2,6 @@ package agent
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"runtime"
 	"slices"
@@ -12,13 +11,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	rpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
-	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func heapInUse() uint64 {
@@ -84,89 +81,6 @@ func TestReportBoundsDependencies(t *testing.T) {
 	_, err := c.Check(ctxT(t, 5*time.Second), &fuseboxv1.CheckRequest{Dependency: "bad name!"})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Errorf("Check(invalid name) = %v, want InvalidArgument", err)
-	}
-}
-
-// A Session over the unix socket: Welcome, snapshots of the dependencies
-// named in the hello, a refused name reported as a DependencyError, a push
-// within moments of an override, and a clear end at shutdown
-// (codes.Unavailable, ShutdownMessage); Close also leaves the cluster.
-func TestSessionPushAndShutdown(t *testing.T) {
-	f := newFleet(t, 2, false)
-	a, peer := f.agents[0], f.agents[1]
-	c := dial(t, a.Agent)
-
-	stream, err := c.Session(ctxT(t, 20*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(r *fuseboxv1.SessionRequest) {
-		t.Helper()
-		if err := stream.Send(r); err != nil {
-			t.Fatal(err)
-		}
-	}
-	send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Hello{Hello: &fuseboxv1.Hello{
-		Service: "checkout", Instance: "pod-1", Dependencies: []string{"db", "bad name"}}}})
-	w, err := stream.Recv()
-	if err != nil || w.GetWelcome().GetZone() != "z1" || w.GetWelcome().GetDefaultSnapshot().GetRetry().GetMaxAttempts() != 3 {
-		t.Fatalf("welcome: %v, %v", w, err)
-	}
-	var sawError, sawDB bool
-	for !sawError || !sawDB {
-		r, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if e := r.GetError(); e != nil {
-			sawError = e.GetDependency() == "bad name" && strings.Contains(e.GetMessage(), "invalid dependency name")
-		}
-		for _, s := range r.GetUpdate().GetSnapshots() {
-			sawDB = sawDB || (s.GetDependency() == "db" && s.GetState() == fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-		}
-	}
-
-	// An override set on the engine is pushed at once.
-	start := time.Now()
-	if err := a.eng.SetOverride("db", &sharedstate.Override{State: sharedstate.ForcedOpen, Reason: "test"}); err != nil {
-		t.Fatal(err)
-	}
-	r, err := stream.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := r.GetUpdate().GetSnapshots(); len(s) != 1 || s[0].GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN {
-		t.Fatalf("pushed %v, want db forced open", r)
-	}
-	t.Logf("override pushed to the session %v after the change", time.Since(start))
-
-	// Health is served; then Close ends the session with Unavailable.
-	hc := healthpb.NewHealthClient(dialConn(t, a.Agent))
-	if hr, err := hc.Check(ctxT(t, 5*time.Second), &healthpb.HealthCheckRequest{}); err != nil || hr.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health: %v, %v", hr, err)
-	}
-	start = time.Now()
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("Close took %v", d)
-	}
-	for { // bounded by the session's 20 s context
-		_, err := stream.Recv()
-		if err == nil {
-			continue
-		}
-		if err == io.EOF || status.Code(err) != codes.Unavailable || status.Convert(err).Message() != ShutdownMessage {
-			t.Fatalf("session ended with %v, want Unavailable %q", err, ShutdownMessage)
-		}
-		break
-	}
-	// The peer saw it leave (memberlist's dead-node detection would take
-	// several probe intervals and a suspicion timeout).
-	sstest.Eventually(t, 10*time.Second, "the peer sees the agent gone", func() bool { return peer.gossip.NumAgents() == 1 })
-	if err := a.Close(); err != nil {
-		t.Errorf("second Close: %v", err)
 	}
 }
 

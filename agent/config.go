@@ -243,9 +243,9 @@ type Config struct {
 
 // ProxyConfig configures the agent's HTTP egress proxy.
 type ProxyConfig struct {
-	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services use
-	// it as HTTP_PROXY=http://ADDR (optional, default off). It must be
-	// loopback unless Insecure.
+	// Addr serves the proxy, host:port, e.g. 127.0.0.1:7952; services set
+	// it as their HTTP client's proxy, http://ADDR (optional, default off).
+	// It must be loopback unless Insecure.
 	Addr string
 	// Insecure allows a non-loopback Addr (optional, default false: the
 	// proxy has no authentication, so whoever reaches it makes this host
@@ -259,13 +259,25 @@ type ProxyConfig struct {
 	// [SCHEME://]HOST[:PORT]=DEPENDENCY; scheme https makes the proxy
 	// originate TLS, h2c speak HTTP/2 without TLS (optional).
 	Routes []string
+	// AllowAnyDependency lets a caller's Fusebox-Dependency name any
+	// dependency (optional, default false: only its upstream's
+	// host[:port] or that upstream's Routes name).
+	AllowAnyDependency bool
 	// MaxConns caps the proxy's client connections (optional, default 1024).
 	MaxConns int
+	// MaxConnsPerClient caps the proxy's client connections from one
+	// address (optional, default 256).
+	MaxConnsPerClient int
 	// MaxHeaderBytes caps a request's line and headers (optional, default 64 KiB).
 	MaxHeaderBytes int
 	// MaxBodyBuffer is the largest request body kept for retries (optional,
 	// default 1 MiB).
 	MaxBodyBuffer int
+	// BodyBufferBudget caps the bytes all kept request bodies hold
+	// together (optional, default 16 MiB).
+	BodyBufferBudget int
+	// BodyTimeout bounds a request body's arrival (optional, default 30s).
+	BodyTimeout time.Duration
 	// CAFile is a PEM bundle of the CAs of upstreams the proxy originates
 	// TLS to (optional, default the system's).
 	CAFile string
@@ -314,8 +326,9 @@ func DefaultConfig() Config {
 		LeaveTimeout:        DefaultLeaveTimeout,
 
 		KeyringReloadInterval: DefaultKeyringReload,
-		Proxy: ProxyConfig{MaxConns: proxy.DefaultMaxConns, MaxHeaderBytes: proxy.DefaultMaxHeaderBytes,
-			MaxBodyBuffer: proxy.DefaultMaxBodyBuffer},
+		Proxy: ProxyConfig{MaxConns: proxy.DefaultMaxConns, MaxConnsPerClient: proxy.DefaultMaxConnsPerClient,
+			MaxHeaderBytes: proxy.DefaultMaxHeaderBytes, MaxBodyBuffer: proxy.DefaultMaxBodyBuffer,
+			BodyBufferBudget: proxy.DefaultBodyBufferBudget, BodyTimeout: proxy.DefaultBodyTimeout},
 	}
 }
 
@@ -474,6 +487,15 @@ func (c ProxyConfig) violations() []error {
 	}
 	if c.MaxConns <= 0 {
 		bad("proxy-max-conns", "must be > 0, got %d", c.MaxConns)
+	}
+	if c.MaxConnsPerClient <= 0 {
+		bad("proxy-max-conns-per-client", "must be > 0, got %d", c.MaxConnsPerClient)
+	}
+	if c.BodyBufferBudget < 0 {
+		bad("proxy-body-buffer-budget", "must be >= 0, got %d", c.BodyBufferBudget)
+	}
+	if c.BodyTimeout < time.Millisecond {
+		bad("proxy-body-timeout", "must be at least 1ms, got %v", c.BodyTimeout)
 	}
 	if c.MaxHeaderBytes <= 0 {
 		bad("proxy-max-header-bytes", "must be > 0, got %d", c.MaxHeaderBytes)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -132,13 +133,14 @@ log-format: json
 		t.Fatal(err)
 	}
 	_, err = LoadConfig([]string{"--config", other}, func(k string) string { return env[k] }, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `unknown key "zones"`) || !strings.Contains(err.Error(), "probe-interval") {
+	if err == nil || !strings.Contains(err.Error(), other+`:2: unknown key "zones": fusebox-agent has no flag --zones`) ||
+		!strings.Contains(err.Error(), other+`:3: key "probe-interval": "5"`) {
 		t.Errorf("bad YAML: %v", err)
 	}
 	_, err = LoadConfig(nil, func(k string) string {
 		return map[string]string{"FUSEBOX_TICK_INTERVAL": "soon"}[k]
 	}, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "FUSEBOX_TICK_INTERVAL") {
+	if err == nil || !strings.Contains(err.Error(), `FUSEBOX_TICK_INTERVAL="soon": --tick-interval`) {
 		t.Errorf("bad environment value: %v", err)
 	}
 	// Validation runs on the result.
@@ -147,7 +149,7 @@ log-format: json
 		t.Errorf("invalid result: %v", err)
 	}
 	var help strings.Builder
-	if _, err := LoadConfig([]string{"-h"}, func(string) string { return "" }, &help); !errors.Is(err, flag.ErrHelp) ||
+	if _, err := LoadConfig([]string{"-h"}, func(string) string { return "" }, &help); !errors.Is(err, pflag.ErrHelp) ||
 		!strings.Contains(help.String(), "FUSEBOX_GOSSIP_ADDR") || !strings.Contains(help.String(), "-keyring-file") {
 		t.Errorf("-h: %v\n%s", err, help.String())
 	}

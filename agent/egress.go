@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net"
 	"time"
 
@@ -83,14 +84,26 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 	c := a.cfg.Proxy
 	pc := proxy.DefaultConfig()
 	pc.Addr = c.Addr
+	if ln := a.opts.ProxyListener; ln != nil {
+		if !sameAddr(ln.Addr().String(), c.Addr) {
+			ln.Close()
+			return nil, fmt.Errorf("the socket handed to the agent for the proxy is bound to %s, not %s", ln.Addr(), c.Addr)
+		}
+		pc.Listener = ln
+	}
 	pc.AllowNonLoopback = c.Insecure
 	pc.Engine = egressEngine{LocalEngine: &proxy.LocalEngine{E: a.eng}, a: a}
 	pc.Own = a.ownAddrs()
 	pc.AllowHosts = c.AllowHosts
 	pc.Routes = c.Routes
+	pc.AllowAnyDependency = c.AllowAnyDependency
+	pc.Confirm = a.confirm
 	pc.MaxConns = c.MaxConns
+	pc.MaxConnsPerClient = c.MaxConnsPerClient
 	pc.MaxHeaderBytes = c.MaxHeaderBytes
 	pc.MaxBodyBuffer = int64(c.MaxBodyBuffer)
+	pc.BodyBufferBudget = int64(c.BodyBufferBudget)
+	pc.BodyTimeout = c.BodyTimeout
 	pc.MaxDependencies = a.cfg.MaxDependencies
 	pc.CAFile = c.CAFile
 	pc.ShutdownTimeout = max(a.cfg.ShutdownTimeout/3, 10*time.Millisecond)

@@ -1,4 +1,4 @@
-package agent_test
+package agent
 
 // The egress proxy of a real agent against inputs that once got past it:
 // each test shows the attack held.
@@ -16,14 +16,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // rawProxyRequest writes raw to a's proxy and returns its answer, body
 // read.
-func rawProxyRequest(t *testing.T, a *agent.Agent, raw string) (*http.Response, string) {
+func rawProxyRequest(t *testing.T, a *Agent, raw string) (*http.Response, string) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", a.ProxyAddr(), 5*time.Second)
 	if err != nil {
@@ -48,7 +47,7 @@ func rawProxyRequest(t *testing.T, a *agent.Agent, raw string) (*http.Response, 
 // and the retry class is judged on what is sent, so no keyless POST is
 // ever retried.
 func TestProxyKeyNamedByConnectionReachesEveryAttempt(t *testing.T) {
-	w := newWorldWith(t, 1, withProxy)
+	a, _ := startProxyAgent(t, withProxy)
 	var mu sync.Mutex
 	var keys []string
 	up := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -64,7 +63,7 @@ func TestProxyKeyNamedByConnectionReachesEveryAttempt(t *testing.T) {
 	}))
 	defer up.Close()
 	host := strings.TrimPrefix(up.URL, "http://")
-	resp, body := rawProxyRequest(t, w.agents[0], "POST "+up.URL+"/charge HTTP/1.1\r\nHost: "+host+
+	resp, body := rawProxyRequest(t, a.Agent, "POST "+up.URL+"/charge HTTP/1.1\r\nHost: "+host+
 		"\r\nIdempotency-Key: k2\r\nConnection: Idempotency-Key\r\nContent-Length: 2\r\n\r\n{}")
 	mu.Lock()
 	defer mu.Unlock()
@@ -82,9 +81,9 @@ func TestProxyKeyNamedByConnectionReachesEveryAttempt(t *testing.T) {
 // the attempt's timeout, so the caller gets its answer (the retry's) soon
 // after, not when the upstream lets the body go.
 func TestProxyStalledFailedBodyIsBounded(t *testing.T) {
-	w := newWorldWith(t, 1, withProxy)
+	a, st := startProxyAgent(t, withProxy)
 	const dep = "stalling-api"
-	w.putPolicy(t, dep, `{"schema":1,"dependency":"stalling-api","retry":{"perAttemptTimeout":"300ms"}}`,
+	putPolicy(t, st, a, dep, `{"schema":1,"dependency":"stalling-api","retry":{"perAttemptTimeout":"300ms"}}`,
 		func(p sharedstate.Policy) bool { return p.Retry.PerAttemptTimeout.Std() == 300*time.Millisecond })
 	release := make(chan struct{})
 	var calls atomic.Int64
@@ -104,7 +103,7 @@ func TestProxyStalledFailedBodyIsBounded(t *testing.T) {
 	}))
 	defer up.Close()
 	defer close(release)
-	pc := proxyClient(t, w.agents[0])
+	pc := proxyClient(t, a.Agent)
 	start := time.Now()
 	resp, body := call(t, pc, http.MethodGet, up.URL+"/", "", proxy.HeaderDependency, dep)
 	if el := time.Since(start); resp.StatusCode != 200 || body != "the retry's answer" || el > 10*time.Second {
@@ -115,15 +114,14 @@ func TestProxyStalledFailedBodyIsBounded(t *testing.T) {
 // A full table never refuses a request: past the cap the proxy forwards it
 // untracked, says so in Fusebox-Untracked, and counts it.
 func TestProxyFullTableForwardsUntracked(t *testing.T) {
-	w := newWorldWith(t, 1, func(c *agent.Config) {
+	a, _ := startProxyAgent(t, func(c *Config) {
 		withProxy(c)
 		c.MaxDependencies = 2
 	})
-	a := w.agents[0]
 	var calls atomic.Int64
 	up := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) { calls.Add(1) }))
 	defer up.Close()
-	pc := proxyClient(t, a)
+	pc := proxyClient(t, a.Agent)
 	for i, untracked := range []bool{false, false, true, true} {
 		resp, _ := call(t, pc, http.MethodGet, up.URL+"/", "", proxy.HeaderDependency, fmt.Sprintf("dep-%d", i))
 		if resp.StatusCode != 200 || (resp.Header.Get(proxy.HeaderUntracked) == "too-many-dependencies") != untracked {

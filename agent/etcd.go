@@ -13,6 +13,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -70,12 +71,11 @@ func (a *Agent) loadCache() {
 	}
 	st := store.State{Revision: c.Revision, ClusterID: c.ClusterID, Policies: map[string]store.PolicyEntry{}, Overrides: map[string]store.OverrideEntry{}}
 	for name, raw := range c.Policies {
-		patch, err := sharedstate.ParsePolicyPatch(raw)
-		if err != nil {
+		if _, err := sharedstate.DecodePolicy(sharedstate.Policy{}, raw); err != nil {
 			a.lg.Warn("policy cache: entry skipped", "policy", name, "err", err)
 			continue
 		}
-		st.Policies[name] = store.PolicyEntry{Name: name, Patch: patch, Value: raw, ModRevision: c.PolicyRevisions[name]}
+		st.Policies[name] = store.PolicyEntry{Name: name, Value: raw, ModRevision: c.PolicyRevisions[name]}
 	}
 	for dep, raw := range c.Overrides {
 		o, err := sharedstate.ParseOverride(raw)
@@ -131,28 +131,22 @@ func (a *Agent) applyDefaultLocked() {
 		}
 		def = p
 	}
+	// A dependency whose policy changes gets a new snapshot, which the
+	// engine's OnChange pushes to the sessions.
 	if err := a.eng.SetDefaultPolicy(def); err != nil {
 		a.lg.Error("default policy applied with errors", "err", err)
 		a.m.policyRejected.Inc()
 	}
-	// Breaker thresholds are not part of a snapshot: sessions re-check
-	// every dependency and push those whose policy changed.
-	a.hub.changedAll()
 }
 
 func (a *Agent) applyPolicyLocked(name string, e store.PolicyEntry) {
-	if err := a.eng.SetPolicyPatch(name, e.Patch); err != nil {
+	if err := a.eng.SetPolicyDocument(name, e.Value); err != nil {
 		a.lg.Error("policy refused, keeping the last good one", "key", a.policyKey(name), "err", err)
 		a.m.policyRejected.Inc()
-		return
 	}
-	a.hub.changed(name)
 }
 
-func (a *Agent) removePolicyLocked(name string) {
-	a.eng.RemovePolicy(name)
-	a.hub.changed(name)
-}
+func (a *Agent) removePolicyLocked(name string) { a.eng.RemovePolicy(name) }
 
 func (a *Agent) applyOverrideLocked(dep string, e *store.OverrideEntry) {
 	var o *sharedstate.Override
@@ -348,7 +342,7 @@ func (a *Agent) member() store.Member {
 // lease, registering again (with backoff) whenever the lease is lost, and
 // updates the registration when etcdSync changes.
 func (a *Agent) registerLoop() {
-	backoff := newBackoff(100*time.Millisecond, 5*time.Second)
+	retry := backoff.New(backoff.Policy{Base: 100 * time.Millisecond, Max: 5 * time.Second, Jitter: backoff.None}, nil)
 	for a.ctx.Err() == nil {
 		m := a.member()
 		ctx, cancel := context.WithTimeout(a.ctx, 3*time.Second)
@@ -358,12 +352,12 @@ func (a *Agent) registerLoop() {
 			if a.ctx.Err() == nil {
 				a.lg.Debug("etcd registration failed, retrying", "err", err)
 			}
-			if !ctxtime.Sleep(a.ctx, backoff.next()) {
+			if !ctxtime.Sleep(a.ctx, retry.Next()) {
 				return
 			}
 			continue
 		}
-		backoff.reset()
+		retry.Reset()
 		a.lg.Debug("registered in etcd", "key", reg.Key())
 		// A registration may have made this agent findable: try the registry.
 		a.kickJoin()

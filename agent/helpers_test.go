@@ -3,7 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
-	"fmt"
+	"encoding/base64"
 	"io"
 	"log/slog"
 	"os"
@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -24,20 +23,13 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
-	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
-func TestMain(m *testing.M) {
-	switch os.Getenv("FUSEBOX_AGENT_TEST_HELPER") {
-	case "":
-	case "fetch":
-		os.Exit(fetchHelper())
-	default:
-		os.Exit(0)
-	}
-	goleak.VerifyTestMain(m)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// admin is the writer of the tests' etcd changes.
+var admin = store.WriteOptions{Actor: "test"}
 
 // testPolicy is the fleet default of the integration tests: a 2 s window,
 // 10 requests, failures from 2 nodes, 1 s open.
@@ -85,6 +77,25 @@ func testConfig(t testing.TB, name string) Config {
 	cfg.KeyringReloadInterval = 50 * time.Millisecond
 	cfg.LogLevel = "debug"
 	return cfg
+}
+
+// startWithEtcd starts an embedded etcd and an agent with cfg on it, and
+// waits until the agent synced its policies from etcd; it returns the
+// agent and a store of the etcd.
+func startWithEtcd(t *testing.T, cfg Config, opts ...Option) (*testAgent, *store.Store) {
+	t.Helper()
+	srv := embeddedtest.Start(t)
+	st, err := store.New(store.Config{Client: embeddedtest.Client(t, srv)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Etcd = srv.Endpoints()
+	a := startAgent(t, cfg, opts...)
+	sstest.Eventually(t, 10*time.Second, "the agent synced policies from etcd", func() bool {
+		_, _, _, src := a.policies.counts()
+		return src == sourceEtcd && a.Ready()
+	})
+	return a, st
 }
 
 // logBuffer collects an agent's log for assertions (and for failing tests).
@@ -142,86 +153,13 @@ func newAgent(t testing.TB, cfg Config, opts ...Option) *testAgent {
 	return ta
 }
 
-// crash stops the agent without leaving the cluster, like a kill -9.
-func (a *Agent) crash() {
-	a.kill.Store(true)
-	a.Close()
-}
-
-// fleet is a set of agents, optionally with an embedded etcd.
-type fleet struct {
-	t      testing.TB
-	etcd   *embedded.Server
-	cli    *clientv3.Client
-	store  *store.Store
-	agents []*testAgent
-	change func(*Config)
-}
-
-// newFleet starts an embedded etcd (if withEtcd) and n agents. With etcd
-// the agents find each other through the members/ registry only; without,
-// agents 1..n-1 --join agent 0.
-func newFleet(t testing.TB, n int, withEtcd bool) *fleet {
+// reportSuccesses has a client of a report n successful first attempts
+// to dep.
+func reportSuccesses(t *testing.T, a *Agent, dep string, n uint32) {
 	t.Helper()
-	return newFleetWith(t, n, withEtcd, nil)
-}
-
-// newFleetWith is newFleet with a change to every agent's config.
-func newFleetWith(t testing.TB, n int, withEtcd bool, change func(*Config)) *fleet {
-	t.Helper()
-	f := &fleet{t: t, change: change}
-	if withEtcd {
-		f.etcd = embeddedtest.Start(t)
-		cli, err := f.etcd.NewClient()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.cli = cli
-		t.Cleanup(func() { cli.Close() })
-		if f.store, err = store.New(store.Config{Client: cli}); err != nil {
-			t.Fatal(err)
-		}
+	if _, err := dial(t, a).Report(ctxT(t, 5*time.Second), successes(dep, n)); err != nil {
+		t.Fatal(err)
 	}
-	for i := range n {
-		f.add(fmt.Sprintf("agent-%d", i))
-	}
-	f.waitMembers(n)
-	return f
-}
-
-func (f *fleet) config(name string) Config {
-	cfg := testConfig(f.t, name)
-	if f.etcd != nil {
-		cfg.Etcd = f.etcd.Endpoints()
-	} else if len(f.agents) > 0 {
-		cfg.Join = []string{f.agents[0].GossipAddr()}
-	}
-	if f.change != nil {
-		f.change(&cfg)
-	}
-	return cfg
-}
-
-func (f *fleet) add(name string, opts ...Option) *testAgent {
-	a := startAgent(f.t, f.config(name), opts...)
-	f.agents = append(f.agents, a)
-	return a
-}
-
-// waitMembers waits until every running agent sees n agents.
-func (f *fleet) waitMembers(n int) {
-	f.t.Helper()
-	sstest.Eventually(f.t, 10*time.Second, fmt.Sprintf("every agent sees %d agents", n), func() bool {
-		for _, a := range f.agents {
-			if a.closing.Load() {
-				continue
-			}
-			if a.gossip.NumAgents() != n {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // dial connects to an agent's unix socket.
@@ -299,4 +237,22 @@ func dialConn(t testing.TB, a *Agent) *grpc.ClientConn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// writeKeyring writes a gossip keyring file holding keys, the primary
+// first.
+func writeKeyring(t *testing.T, keys ...[]byte) string {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# test keyring\n")
+	for _, k := range keys {
+		b.WriteString(base64.StdEncoding.EncodeToString(k) + "\n")
+	}
+	p := filepath.Join(t.TempDir(), "keyring")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 )
@@ -110,7 +111,7 @@ func (a *Agent) kickJoin() {
 // partition that each have company would never merge; a join is a
 // push-pull state exchange, so records and rows converge with it.
 func (a *Agent) joinLoop() {
-	backoff := newBackoff(a.cfg.JoinRetryMin, a.cfg.JoinRetryMax)
+	retry := backoff.New(backoff.Policy{Base: a.cfg.JoinRetryMin, Max: a.cfg.JoinRetryMax, Jitter: backoff.None}, nil)
 	healing := false // the last rejoin round reached an agent that was missing
 	var lastRound, listed time.Time
 	var targets []string // the registry as last listed
@@ -130,7 +131,7 @@ func (a *Agent) joinLoop() {
 		// without the fleet's breaker records (scale scenario (f)). A Join
 		// is a push-pull: after one, the records are here.
 		if a.gossip.NumAgents() > 1 && a.joined.Load() {
-			backoff.reset()
+			retry.Reset()
 			if targets == nil || time.Since(listed) >= a.cfg.RejoinInterval {
 				targets, listed = a.joinTargets(), time.Now()
 			}
@@ -175,7 +176,7 @@ func (a *Agent) joinLoop() {
 			}
 			a.joinFailing.Store(n == 0)
 		}
-		d := backoff.next()
+		d := retry.Next()
 		if a.joined.Load() && a.gossip.NumAgents() > 1 {
 			d = a.cfg.RejoinInterval
 			if healing {
@@ -211,19 +212,3 @@ func joinSample(targets []string, n int) []string {
 	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 	return append(slices.Clone(targets[:keep]), rest[:n-keep]...)
 }
-
-// backoff is an exponential backoff without jitter (one agent, one loop).
-type backoff struct{ min, max, cur time.Duration }
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max} }
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	} else {
-		b.cur = min(2*b.cur, b.max)
-	}
-	return b.cur
-}
-
-func (b *backoff) reset() { b.cur = 0 }

@@ -35,6 +35,8 @@ type metrics struct {
 	policyRejected  prometheus.Counter
 	cacheErrors     prometheus.Counter
 	stateOmitted    *prometheus.CounterVec // kind
+	withheld        [2]prometheus.Counter  // withheldRow, withheldRecord
+	withheldVec     *prometheus.CounterVec
 
 	scrape *collector
 	docs   []MetricDoc
@@ -117,13 +119,26 @@ func newMetrics(a *Agent) *metrics {
 	for _, k := range []string{"record", "row"} {
 		m.stateOmitted.WithLabelValues(k) // exposed at 0 before the first omission
 	}
+	withheld := m.counterVec("gossip_withheld_total",
+		"This agent's own rows and proposed records it did not gossip because no real traffic confirmed their dependency (agent/README.md, \"Which dependency\"), by kind (row, record).",
+		"kind")
+	for k, name := range []string{"row", "record"} {
+		m.withheld[k] = withheld.WithLabelValues(name)
+	}
+	m.withheldVec = withheld
 	m.scrape = newCollector(a, m)
 	return m
 }
 
+// Kinds of withheld gossip (the kind label of gossip_withheld_total).
+const (
+	withheldRow = iota
+	withheldRecord
+)
+
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.transitions, m.decisions, m.outcomes, m.refusedDeps, m.sessionsOpened, m.sessionsRefused,
-		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.scrape}
+		m.snapshotsPushed, m.etcdWatchErrors, m.etcdInvalid, m.etcdSynced, m.etcdRewinds, m.policyRejected, m.cacheErrors, m.stateOmitted, m.withheldVec, m.scrape}
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
@@ -174,11 +189,12 @@ type collector struct {
 	info, ready, deps, depsMax, depsEvicted, depsRefusedEngine       *prometheus.Desc
 	members, sessions, gossipBytes, gossipMsgs, gossipDropped, queue *prometheus.Desc
 	policies, overrides, revision, source                            *prometheus.Desc
-	local, fleet, fleetNodes, state, localOpen, forced, generation   *prometheus.Desc
+	localCalls, fleetCalls, fleetNodes                               *prometheus.Desc
+	state, localOpen, forced, generation                             *prometheus.Desc
 	budget, budgetUsed, permit                                       *prometheus.Desc
 	throttle, concurrencyLimit, inFlight                             *prometheus.Desc
 	wireVersion, memberWire, unknownVersion, badSignatures, sigs     *prometheus.Desc
-	sessionBytes                                                     *prometheus.Desc
+	sessionBytes, confirmed                                          *prometheus.Desc
 }
 
 func newCollector(a *Agent, m *metrics) *collector {
@@ -210,13 +226,15 @@ func newCollector(a *Agent, m *metrics) *collector {
 		unknownVersion: d("gossip_unknown_version_frames_total", "Gossip frames refused because this build does not speak their version, by version.", "version"),
 		badSignatures: d("gossip_bad_signatures_total", "Signed gossip rows and records whose signature is not their claimed origin's, "+
 			"by claimed origin (at most 64 names, the rest as other).", "origin"),
-		sigs:       d("gossip_signatures_total", "Ed25519 signatures this agent made (sign) and checked (verify) for gossip rows and records.", "op"),
-		policies:   d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
-		overrides:  d("overrides", "Overrides in force from etcd or the cache.", nil...),
-		revision:   d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
-		source:     d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
-		local:      d("window_local", "This agent's own counts over the window, by dependency and kind.", "dependency", "kind"),
-		fleet:      d("window_fleet", "The fleet's counts over the window as this agent sees them, by dependency and kind.", "dependency", "kind"),
+		sigs:      d("gossip_signatures_total", "Ed25519 signatures this agent made (sign) and checked (verify) for gossip rows and records.", "op"),
+		policies:  d("policies", "Policies in force from etcd or the cache (_default included).", nil...),
+		overrides: d("overrides", "Overrides in force from etcd or the cache.", nil...),
+		revision:  d("policy_revision", "The etcd revision of the policies and overrides in force.", nil...),
+		source:    d("policy_source", "1 for where the policies in force came from: default, cache or etcd.", "source"),
+		localCalls: d("local_calls_total", "What this agent's clients and proxy counted for the dependency since the agent began counting it "+
+			"(first_attempts, retries, successes, failures, slow_calls, rejected), as its rows carry it.", "dependency", "kind"),
+		fleetCalls: d("fleet_calls_total", "What the fleet counted for the dependency, as this agent sees it: its own calls plus what every "+
+			"other node's rows added while it watched, across their restarts and departures (nodes of 0.1.x are not in it).", "dependency", "kind"),
 		fleetNodes: d("window_fleet_nodes", "Nodes with counts for the dependency over the window.", "dependency"),
 		state:      d("breaker_state", "1 for the breaker state governing this agent (closed, open, half_open).", "dependency", "state"),
 		localOpen:  d("breaker_local_open", "1 while this node's own breaker for the dependency is open or half-open.", "dependency"),
@@ -230,15 +248,17 @@ func newCollector(a *Agent, m *metrics) *collector {
 		concurrencyLimit: d("concurrency_limit", "This node's share of the policy's concurrency.maxInFlight (0: no limit).", "dependency"),
 		inFlight:         d("in_flight", "Calls in flight to the dependency: this node's clients' (scope node) and the fleet's (scope fleet, as the rows report them).", "dependency", "scope"),
 		sessionBytes:     d("session_bytes", "Bytes of dependency state the client sessions hold, as --max-session-bytes and --max-sessions-bytes count them.", nil...),
+		confirmed: d("dependencies_confirmed", "Dependencies real traffic confirmed (the egress proxy reached their upstream, or a client on the unix socket named them), whose rows this agent gossips; --proxy-routes names are confirmed besides.",
+			nil...),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.info, c.ready, c.deps, c.depsMax, c.depsEvicted, c.depsRefusedEngine,
 		c.members, c.sessions, c.gossipBytes, c.gossipMsgs, c.gossipDropped, c.queue, c.policies, c.overrides,
-		c.revision, c.source, c.local, c.fleet, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
+		c.revision, c.source, c.localCalls, c.fleetCalls, c.fleetNodes, c.state, c.localOpen, c.forced, c.generation,
 		c.budget, c.budgetUsed, c.permit, c.throttle, c.concurrencyLimit, c.inFlight,
-		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes} {
+		c.wireVersion, c.memberWire, c.unknownVersion, c.badSignatures, c.sigs, c.sessionBytes, c.confirmed} {
 		ch <- d
 	}
 }
@@ -273,6 +293,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.depsRefusedEngine, float64(st.RefusedDependencies))
 	gauge(c.sessions, float64(a.hub.count()))
 	gauge(c.sessionBytes, float64(a.sessionBytes.Load()))
+	gauge(c.confirmed, float64(a.confirmed.count()))
 
 	if a.gossip != nil {
 		type key struct{ role, state string }
@@ -328,10 +349,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		if snap == nil || !ok {
 			continue
 		}
-		lv, fv := countValues(ft.Node), countValues(ft.Fleet)
-		for i, k := range countKinds {
-			gauge(c.local, lv[i], dep, k)
-			gauge(c.fleet, fv[i], dep, k)
+		if cum, ok := a.eng.Cumulative(dep); ok {
+			lv, fv := countValues(cum.Node), countValues(cum.Fleet)
+			for i, k := range countKinds {
+				counter(c.localCalls, lv[i], dep, k)
+				counter(c.fleetCalls, fv[i], dep, k)
+			}
 		}
 		gauge(c.fleetNodes, float64(ft.FleetNodes), dep)
 		for _, s := range []sharedstate.BreakerState{sharedstate.Closed, sharedstate.Open, sharedstate.HalfOpen} {

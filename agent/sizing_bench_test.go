@@ -58,6 +58,7 @@ func BenchmarkAgentAtTheCap(b *testing.B) {
 		if err := a.eng.AddCounts(dep(i), sharedstate.Counts{FirstAttempts: 100, Successes: 95, Failures: 5, SlowCalls: 1}); err != nil {
 			b.Fatal(err)
 		}
+		a.confirm(dep(i)) // gossiped, as a client's on the socket
 		for p := range 4 {
 			if _, err := a.eng.MergeRow(sharedstate.NodeWindow{Node: fmt.Sprintf("peer-%d", p), Zone: "z1", Dependency: dep(i), Seq: uint64(i + 1),
 				Counts: sharedstate.Counts{FirstAttempts: 100, Successes: 90, Failures: 10}}); err != nil {

@@ -126,15 +126,15 @@ func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 		return true
 	}
 	var omittedRecs, omittedRows int
-	for _, r := range a.eng.Records() {
-		if m := convert.RecordToProto(r); fits(m) {
+	for _, m := range a.stateRecords() { // unconfirmed dependencies' withheld (confirm.go)
+		if fits(m) {
 			s.Records = append(s.Records, m)
 		} else {
 			omittedRecs++
 		}
 	}
-	for _, r := range a.eng.LocalRows() {
-		if m := convert.RowToProto(r); fits(m) {
+	for _, m := range a.stateRows() {
+		if fits(m) {
 			s.Rows = append(s.Rows, m)
 		} else {
 			omittedRows++
@@ -209,8 +209,8 @@ func (a *Agent) tickLoop() { ctxtime.Every(a.ctx, a.cfg.TickInterval, a.tick) }
 // (a failure burst starting at this node) also straight to every member.
 func (a *Agent) tick() {
 	recs := a.eng.Tick()
-	rows := a.eng.RowsToSend()
-	if urgent := a.eng.UrgentRows(); len(urgent) > 0 {
+	rows := a.gossipedRows(a.eng.RowsToSend()) // unconfirmed dependencies' withheld (confirm.go)
+	if urgent := a.gossipedRows(a.eng.UrgentRows()); len(urgent) > 0 {
 		// A failure burst starting here: the fast path of the trip rule
 		// pools it fleet-wide within a round trip instead of gossip rounds.
 		u := &fuseboxv1.GossipBatch{}
@@ -233,10 +233,15 @@ func (a *Agent) tick() {
 		b.Rows = append(b.Rows, convert.RowToProto(r))
 	}
 	for _, r := range recs {
-		b.Records = append(b.Records, convert.RecordToProto(r))
 		a.m.transition(r, "self")
 		a.lg.Info("breaker transition proposed", "dependency", r.Dependency, "zone", r.Zone,
 			"state", r.State.String(), "generation", r.Generation, "reason", r.Reason)
+		if a.gossipedRecord(r) {
+			b.Records = append(b.Records, convert.RecordToProto(r))
+		}
+	}
+	if len(b.Rows) == 0 && len(b.Records) == 0 {
+		return
 	}
 	a.gossip.Broadcast(b)
 	if len(b.Records) > 0 {
@@ -249,6 +254,9 @@ func (a *Agent) tick() {
 func (a *Agent) proposeNow(r sharedstate.BreakerRecord) {
 	a.lg.Info("breaker transition proposed", "dependency", r.Dependency, "state", r.State.String(),
 		"generation", r.Generation, "reason", r.Reason)
+	if !a.gossipedRecord(r) {
+		return
+	}
 	a.gossip.SendDirect([]*fuseboxv1.BreakerRecord{convert.RecordToProto(r)})
 }
 
@@ -260,6 +268,9 @@ func (a *Agent) onChange(dep string) {
 		a.hub.changed(dep)
 	}
 	if a.eng != nil && a.eng.Snapshot(dep) == nil {
+		if a.confirmed != nil {
+			a.confirmed.forget(dep)
+		}
 		if a.m != nil {
 			a.m.forget(dep)
 		}
@@ -323,17 +334,6 @@ func (h *hub) count() int {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
 	return len(h.sessions)
-}
-
-// changedAll tells every session that every dependency it follows may have
-// a new policy.
-func (h *hub) changedAll() {
-	h.mu.RLock()
-	for s := range h.sessions {
-		s.changedAll()
-	}
-	h.mu.RUnlock()
-	h.tellEgress("")
 }
 
 func (h *hub) changed(dep string) {

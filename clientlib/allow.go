@@ -86,10 +86,12 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 		if dec := st.dec.Load(); dec.first.Verdict == sharedstate.Allow {
 			t := st.c.tokens.Get().(*token)
 			sp := &st.stripes[t.stripe&st.mask]
-			if (dec.throttleCut|dec.shadowCut) != 0 && st.throttled(dec) {
-				sp.rejected.Add(1)
-				st.c.tokens.Put(t)
-				return noopDone, st.rejThrottled
+			if (dec.throttleCut | dec.shadowCut) != 0 {
+				if rej := st.throttled(dec, false); rej != nil {
+					sp.rejected.Add(1)
+					st.c.tokens.Put(t)
+					return noopDone, rej
+				}
 			}
 			t.slot = false
 			if dec.limit > 0 {

@@ -80,9 +80,15 @@ const (
 	// HeaderProbe is "1" on an attempt that is a half-open probe: the
 	// server may tell probes from the rest of the traffic.
 	HeaderProbe = "Fusebox-Probe"
+	// HeaderReplayed is "true" on an answer a server's deduplication
+	// (package idempotency) replayed from its store for a repeated
+	// Idempotency-Key: the answer of an earlier attempt, which every retry
+	// under that key would get again.
+	HeaderReplayed = "Idempotent-Replayed"
 
 	metadataRetryOwner     = "fusebox-retry-owner"
 	metadataIdempotencyKey = "idempotency-key"
+	metadataReplayed       = "idempotent-replayed" // HeaderReplayed's gRPC metadata
 )
 
 // SetHeaders writes the attempt's Fusebox headers into h, for attempt
@@ -456,9 +462,9 @@ func (st *depState) admitFirst(ctx context.Context, sp *stripe, dec *decision, s
 	}
 	switch verdict.Verdict {
 	case sharedstate.Allow:
-		if !strict && st.throttled(dec) {
+		if rej := st.throttled(dec, strict); rej != nil {
 			sp.rejected.Add(1)
-			return grant{}, st.rejThrottled
+			return grant{}, rej
 		}
 		held, err := st.acquireSlot(ctx, sp, slotWait)
 		if err != nil {

@@ -54,7 +54,8 @@ type Classifier func(err error) Classification
 //     DeadlineExceeded (the caller's context is live, so it is the
 //     attempt's), HTTP 408, 429, 502, 503, 504 (*HTTPStatusError), gRPC
 //     Unavailable, ResourceExhausted, Aborted, DeadlineExceeded;
-//   - failures, not retried: other HTTP 5xx, gRPC Internal, Unknown,
+//   - failures, not retried: other HTTP 5xx, any 5xx a server's
+//     deduplication replayed (HTTPStatusError.Replayed), gRPC Internal, Unknown,
 //     DataLoss, errors of the breaker of a nested dependency (ErrOpen,
 //     ErrForcedOpen, ErrThrottled, ErrBudgetExhausted, ErrConcurrencyLimit)
 //     and any error it does not recognise;
@@ -87,7 +88,11 @@ func classifyBase(err error) Classification {
 	}
 	var hs *HTTPStatusError
 	if errors.As(err, &hs) {
-		return classifyHTTPStatus(hs.StatusCode, hs.RetryAfter)
+		c := classifyHTTPStatus(hs.StatusCode, hs.RetryAfter)
+		if hs.Replayed { // a retry would get the same stored answer
+			c.Retryable, c.RetryAfter = false, 0
+		}
+		return c
 	}
 	if st, ok := status.FromError(err); ok && st.Code() != codes.Unknown {
 		return classifyCode(st.Code())
@@ -166,6 +171,12 @@ type HTTPStatusError struct {
 	Status     string
 	// RetryAfter is the response's Retry-After, 0 when absent or invalid.
 	RetryAfter time.Duration
+	// Replayed is true when the response carries Idempotent-Replayed:
+	// true (HeaderReplayed): a server's deduplication answered with the
+	// stored answer of an earlier attempt under the same Idempotency-Key,
+	// and would answer every retry alike. DefaultClassifier does not retry
+	// it.
+	Replayed bool
 }
 
 func (e *HTTPStatusError) Error() string {
@@ -186,8 +197,13 @@ func CheckResponse(resp *http.Response) error {
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
 		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Replayed:   replayed(resp),
 	}
 }
+
+// replayed reports whether resp is an answer a server's deduplication
+// replayed (HeaderReplayed).
+func replayed(resp *http.Response) bool { return resp.Header.Get(HeaderReplayed) == "true" }
 
 // parseRetryAfter reads delay-seconds or an HTTP-date (backoff.ParseRetryAfter).
 func parseRetryAfter(v string, now time.Time) time.Duration { return backoff.ParseRetryAfter(v, now) }

@@ -236,6 +236,12 @@ func (c *Client) Forget(name string) {
 	c.deps.Store(&next)
 	c.ndeps--
 	c.forgotten = append(c.forgotten, st)
+	// The local breaker no longer follows the agent for st (before a
+	// later Dependency(name) may follow it again).
+	st.mu.Lock()
+	st.following = false
+	st.mu.Unlock()
+	c.syncLocal(st)
 }
 
 func (c *Client) lookup(name string) *depState { return (*c.deps.Load())[name] }

@@ -64,7 +64,7 @@ type Config struct {
 	// (optional; any name used later is subscribed on first use).
 	Dependencies []string
 	// Registerer receives the client's metrics (optional, default none: no
-	// metrics are registered). See the package documentation for the list.
+	// metrics are registered). clientlib/README.md lists them.
 	Registerer prometheus.Registerer
 	// OnStateChange is called when a dependency's breaker changes as this
 	// client sees it (optional). Calls come from one goroutine of the client,
@@ -95,8 +95,9 @@ type Config struct {
 	// between attempts to reach the agent (optional, default 100ms and 5s).
 	ReconnectMin, ReconnectMax time.Duration
 	// MaxDependencies caps how many dependency names this client tracks
-	// (optional, default 1000). Past it, handles for new names fail every
-	// call with ErrTooManyDependencies: memory stays bounded.
+	// (optional, default 1000). Past it, calls to a new name go through
+	// untracked (Dependency.Untracked): memory stays bounded, no call is
+	// refused.
 	MaxDependencies int
 	// DialOptions are added to the agent connection's options (optional).
 	// The connection is insecure by default (a local socket).

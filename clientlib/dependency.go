@@ -83,7 +83,9 @@ type Status struct {
 	// FromAgent, the one the policy's scope names, as the agent last pushed
 	// it: the fleet's (scope fleet), the zone's (scope zone) or the agent
 	// host's own (scope node). Without, the local fallback breaker's, which
-	// counts only this process's calls.
+	// counts only this process's calls: it starts from the state the agent
+	// last gave (its generation and since included) and goes on by its own
+	// rules.
 	State BreakerState
 	// LocalState is the agent host's node-local breaker under scope fleet
 	// or zone: Open or HalfOpen when this host's traffic to the dependency
@@ -102,8 +104,9 @@ type Status struct {
 	// computed and reported, nothing is refused.
 	Shadow bool
 	// Generation is the generation of the governing breaker's record: one
-	// more with each fleet (or zone) transition. 0 under scope node, and
-	// for the local fallback breaker until it first trips.
+	// more with each fleet (or zone) transition; the local fallback
+	// breaker's starts from the agent's last and goes up with its own
+	// transitions. 0 under scope node.
 	Generation uint64
 	// Since is when State last changed (zero when it never did).
 	Since time.Time
@@ -143,13 +146,13 @@ type retrySettings struct {
 	maxHedges   int
 }
 
-func retryFrom(r sharedstate.RetrySettings) retrySettings {
+func retryFrom(r sharedstate.RetryPolicy) retrySettings {
 	rs := retrySettings{
 		maxAttempts: r.MaxAttempts,
-		perAttempt:  r.PerAttemptTimeout,
-		backoff:     backoff.Policy{Base: r.BackoffBase, Max: r.BackoffMax, Jitter: jitterFrom(r.Jitter)},
-		hedgeDelay:  r.HedgeDelay,
-		maxHedges:   max(r.MaxHedges, 0),
+		perAttempt:  r.PerAttemptTimeout.Std(),
+		backoff:     backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(), Jitter: jitterFrom(r.Backoff.Jitter)},
+		hedgeDelay:  r.Hedge.Delay.Std(),
+		maxHedges:   max(r.Hedge.MaxHedges, 0),
 	}
 	if rs.maxAttempts < 1 {
 		rs.maxAttempts = 1
@@ -188,6 +191,9 @@ type decision struct {
 	throttleCut uint64
 	// shadowCut is throttleCut in shadow mode: a hit is counted, not refused.
 	shadowCut uint64
+	// rampCut is the ramp's part of throttleCut (the agent's snapshot's
+	// RampProbability): a draw below it is the ramp's refusal.
+	rampCut uint64
 	// limit is this process's share of the concurrency limit (0: none).
 	limit int64
 }
@@ -196,7 +202,7 @@ func (d *decision) status(name string) Status {
 	s := d.snap
 	return Status{
 		Dependency: name, State: s.State, LocalState: s.LocalState, Override: s.Override,
-		Shadow: s.Mode == sharedstate.ModeShadow, Generation: s.Generation, Since: s.Since,
+		Shadow: s.Shadow(), Generation: s.Generation, Since: s.Since,
 		FromAgent: d.fromAgent,
 	}
 }
@@ -255,7 +261,7 @@ type depState struct {
 	rare      rareCounters
 
 	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
-	rejThrottled, rejLimit                     *RejectedError
+	rejThrottled, rejRamp, rejLimit            *RejectedError
 
 	_     [64]byte // keep the semaphore off the read-mostly fields
 	slots slots
@@ -265,7 +271,8 @@ type depState struct {
 	// agentSnapAnswer: agentSnap came with an answer (AcquireRetry…), not
 	// on the stream; a pushed snapshot older than it is late.
 	agentSnapAnswer bool
-	localPol        *sharedstate.Policy   // the last policy seen, for the local breaker
+	localPol        *sharedstate.Policy   // the last policy pushed (agentSnap's), for the local breaker
+	localPolJSON    []byte                // localPol as it was pushed (policy_json)
 	localOverride   *sharedstate.Override // the agent's last override, for the local breaker
 	fallbackSnap    *sharedstate.Snapshot // closed under localPol, while the engine tracks nothing
 	refusedMsg      string                // why the agent refused this name
@@ -281,12 +288,24 @@ type depState struct {
 	// the flusher to republish when it passes without taking mu.
 	keptUntil atomic.Int64
 
-	// syncMu orders the updates of the local engine (policy, override):
-	// whoever holds it applies the latest ones (see syncLocal).
-	syncMu       sync.Mutex
-	syncedPol    *sharedstate.Policy   // what the engine was last given (guarded by syncMu)
-	syncedOv     *sharedstate.Override // likewise
-	syncedOvOnce bool                  // syncedOv has been applied once
+	// The local breaker follows the agent's breakers while the agent
+	// decides (sharedstate.Engine.Follow), so that it starts from the
+	// fleet's present state when the agent goes away: followSnap is the
+	// agent's latest snapshot with another breaker state than the one
+	// before, kept once the agent stops deciding; following says whether
+	// the agent decides now.
+	followSnap *sharedstate.Snapshot
+	following  bool
+
+	// syncMu orders the updates of the local engine (policy, followed
+	// breakers, override): whoever holds it applies the latest ones (see
+	// syncLocal).
+	syncMu          sync.Mutex
+	syncedPol       *sharedstate.Policy   // what the engine was last given (guarded by syncMu)
+	syncedOv        *sharedstate.Override // likewise
+	syncedOvOnce    bool                  // syncedOv has been applied once
+	syncedFollow    *sharedstate.Snapshot // likewise
+	syncedFollowing bool                  // the engine follows st
 
 	// Owned by the flusher goroutine.
 	sentAgent, sentLocal totals
@@ -308,6 +327,7 @@ func newDepState(c *Client, name string, err error, nstripes int) *depState {
 	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
 	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
 	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
+	st.rejRamp = &RejectedError{Dependency: name, Reason: "ramp", Err: ErrThrottled}
 	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
 	st.slots.stripes = st.stripes
 	st.slots.freed = make(chan struct{}, 1)
@@ -324,6 +344,8 @@ func (st *depState) rejection(r sharedstate.Reason) error {
 		return st.rejBudget
 	case sharedstate.ReasonThrottled:
 		return st.rejThrottled
+	case sharedstate.ReasonRamp:
+		return st.rejRamp
 	}
 	return st.rejOpen
 }
@@ -364,16 +386,20 @@ type keptShaping struct {
 // fallback takes over: the concurrency share (a capacity does not change
 // because an agent restarts) until the agent decides again, and the
 // throttle probability for one breaker window, the span it was computed
-// over (later it would describe traffic no window holds any more). Caller
-// holds st.mu.
+// over (later it would describe traffic no window holds any more), unless
+// it is the ramp's after a close (a ramp lasts rampDuration, not a
+// window). Caller holds st.mu.
 func (st *depState) keepShaping() {
 	s := st.agentSnap
 	if s == nil {
 		return
 	}
-	st.kept = keptShaping{limit: s.ConcurrencyLimit, throttle: s.ThrottleProbability}
+	st.kept = keptShaping{limit: s.ConcurrencyLimit}
+	if s.ThrottleProbability > s.RampProbability {
+		st.kept.throttle = s.ThrottleProbability
+	}
 	st.keptUntil.Store(0)
-	if s.ThrottleProbability > 0 {
+	if st.kept.throttle > 0 {
 		var window time.Duration
 		if st.localPol != nil {
 			window = st.localPol.Breaker.Window.Std()
@@ -416,19 +442,20 @@ func (st *depState) publishLocked() {
 			throttle = k.throttle
 		}
 	}
-	var tc, sc uint64
+	var tc, sc, rc uint64
 	var lim int64
-	if snap.Mode != sharedstate.ModeShadow { // shadow mode reports, never refuses
+	if !snap.Shadow() { // shadow mode reports, never refuses
 		tc, lim = throttleCut(throttle), int64(max(limit, 0))
+		rc = min(throttleCut(snap.RampProbability), tc)
 	} else {
 		sc = throttleCut(throttle)
 	}
 	old := st.dec.Load()
-	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.limit == lim {
+	if old != nil && old.snap == snap && old.fromAgent == fromAgent && old.throttleCut == tc && old.shadowCut == sc && old.rampCut == rc && old.limit == lim {
 		return
 	}
-	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Retry),
-		slow: snap.SlowCallDuration, fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, limit: lim}
+	d := &decision{snap: snap, first: snap.DecideFirst(), retry: retryFrom(snap.Policy.Retry),
+		slow: snap.Policy.Breaker.SlowCallDuration.Std(), fromAgent: fromAgent, throttleCut: tc, shadowCut: sc, rampCut: rc, limit: lim}
 	if d.first.Verdict == sharedstate.Reject {
 		d.rejErr = st.rejection(d.first.Reason)
 	}
@@ -453,7 +480,7 @@ func newUntracked(c *Client, name string) *depState {
 	st.untracked = true
 	snap := convert.PolicySnapshot(name, c.engine.Policy(name))
 	st.dec.Store(&decision{snap: snap, first: sharedstate.Decision{Verdict: sharedstate.Allow},
-		retry: retryFrom(snap.Retry), slow: snap.SlowCallDuration})
+		retry: retryFrom(snap.Policy.Retry), slow: snap.Policy.Breaker.SlowCallDuration.Std()})
 	return st
 }
 

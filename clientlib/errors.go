@@ -25,10 +25,13 @@ var (
 
 	// ErrThrottled: fleet-wide adaptive throttling (policy "throttle")
 	// refused a first attempt: the dependency answers too few of the
-	// fleet's requests. errors.Is(err, ErrOpen) is true for it too, so code
-	// that handles a refusing breaker (fallbacks, fail fast, no retry)
-	// handles a throttled call the same way without change; match
-	// ErrThrottled to tell them apart.
+	// fleet's requests; or the ramp after the breaker closed
+	// (breaker.rampDuration) did: the traffic comes back gradually. Its
+	// RejectedError's Reason tells which: "throttled" or "ramp".
+	// errors.Is(err, ErrOpen) is true for it too, so code that handles a
+	// refusing breaker (fallbacks, fail fast, no retry) handles a throttled
+	// call the same way without change; match ErrThrottled to tell them
+	// apart.
 	ErrThrottled error = throttled{}
 
 	// ErrConcurrencyLimit: this process already has its share of the
@@ -70,7 +73,8 @@ func (throttled) Is(target error) bool { return target == ErrOpen }
 type RejectedError struct {
 	Dependency string
 	// Reason is "open", "forced-open", "half-open-no-permit",
-	// "budget-exhausted", "throttled" or "concurrency-limit".
+	// "budget-exhausted", "throttled", "ramp" (the ramp after a close; it
+	// wraps ErrThrottled) or "concurrency-limit".
 	Reason string
 	Err    error
 }

@@ -2,13 +2,13 @@ package clientlib
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -41,15 +41,16 @@ func TestLocalFallbackAdoptsPushedPolicy(t *testing.T) {
 	def := sharedstate.DefaultPolicy()
 	def.Breaker.MinimumRequests = 7
 	f.welcome = convert.SnapshotToProto(convert.PolicySnapshot(sharedstate.DefaultPolicyName, def))
-	f.welcome.Breaker = convert.BreakerToProto(def.Breaker)
+	f.welcome.PolicyJson, _ = json.Marshal(def)
 	c := agentClient(t, f, Config{})
 	dep, retried := c.Dependency(name), c.Dependency(other)
 
 	for _, d := range []string{name, other} {
 		s := snapshot(d, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-		s.Breaker = convert.BreakerToProto(testBreaker())
-		s.Retry.MaxAttempts = 2
-		f.push(s)
+		f.push(withPolicy(s, func(p *sharedstate.Policy) {
+			p.Breaker = testBreaker()
+			p.Retry.MaxAttempts = 2
+		}))
 	}
 	sstest.Eventually(t, 10*time.Second, "the pushed policies in the local breaker", func() bool {
 		return c.engine.Policy(name).Breaker == testBreaker() && c.engine.Policy(other).Breaker == testBreaker() &&
@@ -174,14 +175,14 @@ func TestNodeLocalHalfOpenWithoutPermit(t *testing.T) {
 	s.LocalState = fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN
 	s.OpenCount = 3
 	s.ProbeRound = 2
-	s.SlowCallDuration = durationpb.New(time.Second)
+	withPolicy(s, func(p *sharedstate.Policy) { p.Breaker.SlowCallDuration = sharedstate.Duration(time.Second) })
 	f.push(s)
 	sstest.Eventually(t, 10*time.Second, "the snapshot", func() bool { return dep.Status().LocalState == HalfOpen })
 	var rej *RejectedError
 	if _, err := dep.Allow(First); !errors.As(err, &rej) || rej.Reason != "half-open-no-permit" || !errors.Is(err, ErrOpen) {
 		t.Errorf("Allow: %v, want a half-open-no-permit refusal", err)
 	}
-	if got := dep.st.dec.Load().snap; got.OpenCount != 3 || got.ProbeRound != 2 || got.SlowCallDuration != time.Second {
+	if got := dep.st.dec.Load().snap; got.OpenCount != 3 || got.ProbeRound != 2 || got.Policy.Breaker.SlowCallDuration != sharedstate.Duration(time.Second) {
 		t.Errorf("snapshot %+v: fields lost", *got)
 	}
 }

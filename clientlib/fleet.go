@@ -64,6 +64,7 @@ func (c *Client) viaFleet(st *depState) bool {
 // name (invalid there, or past its cap). It says so once per refusal.
 func (c *Client) refusedByFleet(st *depState, why string) {
 	c.metrics.agentRefusals.Add(1)
+	c.leaveOff(st)
 	st.mu.Lock()
 	if st.refusedMsg == "" { // once per refusal, not per message
 		c.logger().Warn("clientlib: the agent refused a dependency; deciding it locally",
@@ -75,4 +76,18 @@ func (c *Client) refusedByFleet(st *depState, why string) {
 	st.publishLocked()
 	st.mu.Unlock()
 	st.refused.Store(true)
+}
+
+// leaveOff hands st to the local breaker, which goes on from the fleet's
+// last snapshot of it (the one it followed, or, in process, the engine's
+// last; given again, in case it moved on its own since), before the
+// decision that follows it is published.
+func (c *Client) leaveOff(st *depState) {
+	st.mu.Lock()
+	if st.agentSnap != nil {
+		st.followSnap = st.agentSnap
+	}
+	st.following = false
+	st.mu.Unlock()
+	c.syncLocal(st)
 }

@@ -53,7 +53,9 @@ const pushbackKey = "grpc-retry-pushback-ms"
 // allows (see GRPCMethodClass, GRPCMethods; ContextWithClass overrides per
 // call). Unavailable, ResourceExhausted, Aborted and the attempt's own
 // DeadlineExceeded are retried; a grpc-retry-pushback-ms trailer is honoured
-// within the deadline (negative: no retry). Each attempt carries the
+// within the deadline (negative: no retry); an error that came with the
+// header metadata idempotent-replayed: true (a server's deduplication
+// replaying a stored error, package idempotency) is final. Each attempt carries the
 // fusebox-retry-owner metadata and, when keyed, idempotency-key. Leave
 // gRPC's own retry policy off on this connection: one retrying layer.
 func (c *Client) UnaryClientInterceptor(opts ...GRPCOption) grpc.UnaryClientInterceptor {
@@ -97,9 +99,14 @@ func (c *Client) UnaryClientInterceptor(opts ...GRPCOption) grpc.UnaryClientInte
 				pairs = append(pairs, metadataIdempotencyKey, a.IdempotencyKey)
 			}
 			actx = metadata.AppendToOutgoingContext(actx, pairs...)
-			var trailer metadata.MD
-			err := invoker(actx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Trailer(&trailer))...)
+			var header, trailer metadata.MD
+			err := invoker(actx, method, req, reply, cc, append(callOpts[:len(callOpts):len(callOpts)], grpc.Header(&header), grpc.Trailer(&trailer))...)
 			if err != nil {
+				if v := header.Get(metadataReplayed); len(v) > 0 && v[0] == "true" {
+					// A server's deduplication replayed a stored error:
+					// every retry under the key would get it again.
+					return &RetryAfterError{Err: err, After: -1}
+				}
 				if v := trailer.Get(pushbackKey); len(v) > 0 {
 					// gRFC A6: a negative or malformed pushback means "do not retry".
 					after := time.Duration(-1)

@@ -25,6 +25,7 @@ type scriptedHealth struct {
 	mu       sync.Mutex
 	codes    []codes.Code
 	pushback string
+	replayed bool // answers as a server's deduplication replaying them
 	hits     int
 	owners   []string
 	keys     []string
@@ -40,8 +41,11 @@ func (h *scriptedHealth) Check(ctx context.Context, _ *healthpb.HealthCheckReque
 	h.owners = append(h.owners, first(md.Get(metadataRetryOwner)))
 	h.keys = append(h.keys, first(md.Get(metadataIdempotencyKey)))
 	h.nested = append(h.nested, owner)
-	pb := h.pushback
+	pb, replayed := h.pushback, h.replayed
 	h.mu.Unlock()
+	if replayed {
+		grpc.SetHeader(ctx, metadata.Pairs(metadataReplayed, "true"))
+	}
 	if code == codes.OK {
 		return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 	}
@@ -85,12 +89,13 @@ func startHealth(t *testing.T, h *scriptedHealth, c *Client, srvClient *Client, 
 
 func TestGRPCPerMethodClassification(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		codes []codes.Code
-		opts  []GRPCOption
-		ctx   func(context.Context) context.Context
-		hits  int
-		code  codes.Code
+		name     string
+		codes    []codes.Code
+		replayed bool
+		opts     []GRPCOption
+		ctx      func(context.Context) context.Context
+		hits     int
+		code     codes.Code
 	}{
 		{name: "default non-retryable", codes: []codes.Code{codes.Unavailable}, hits: 1, code: codes.Unavailable},
 		{name: "idempotent method retried", codes: []codes.Code{codes.Unavailable, codes.ResourceExhausted, codes.OK},
@@ -101,12 +106,14 @@ func TestGRPCPerMethodClassification(t *testing.T) {
 			opts: []GRPCOption{GRPCMethods(Idempotent, healthCheck)}, hits: 1, code: codes.InvalidArgument},
 		{name: "internal not retried", codes: []codes.Code{codes.Internal},
 			opts: []GRPCOption{GRPCMethods(Idempotent, healthCheck)}, hits: 1, code: codes.Internal},
+		{name: "a replayed error not retried", codes: []codes.Code{codes.Unavailable}, replayed: true,
+			opts: []GRPCOption{GRPCMethods(Idempotent, healthCheck)}, hits: 1, code: codes.Unavailable},
 		{name: "class from context", codes: []codes.Code{codes.Unavailable, codes.OK},
 			ctx: func(ctx context.Context) context.Context { return ContextWithClass(ctx, IdempotentWithKey) }, hits: 2, code: codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := localClient(t)
-			h := &scriptedHealth{codes: tc.codes}
+			h := &scriptedHealth{codes: tc.codes, replayed: tc.replayed}
 			hc := startHealth(t, h, c, nil, append(tc.opts, GRPCDependency("health"))...)
 			ctx := context.Background()
 			if tc.ctx != nil {

@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/types/known/durationpb"
-
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -68,9 +67,10 @@ func (d *tailDependency) call(slow bool) func(context.Context, Attempt) error {
 
 func hedgeSnapshot(dep string, delay time.Duration, hedges uint32) *fuseboxv1.DecisionSnapshot {
 	s := snapshot(dep, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
-	s.Retry.PerAttemptTimeout = durationpb.New(5 * time.Second)
-	s.Retry.HedgeDelay = durationpb.New(delay)
-	s.Retry.MaxHedges = hedges
+	withPolicy(s, func(p *sharedstate.Policy) {
+		p.Retry.PerAttemptTimeout = sharedstate.Duration(5 * time.Second)
+		p.Retry.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(delay), MaxHedges: int(hedges)}
+	})
 	s.Version = 1
 	return s
 }

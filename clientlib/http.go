@@ -83,7 +83,10 @@ func optionsFromContext(ctx context.Context) []CallOption {
 //   - a request body is replayed through Request.GetBody (a body without
 //     GetBody makes the request NonRetryable);
 //   - statuses 408, 429, 502, 503, 504 are retried (honouring Retry-After
-//     within the deadline); 5xx count as failures. The body of a failed
+//     within the deadline), unless the answer carries Idempotent-Replayed:
+//     true (HeaderReplayed: a server's deduplication replaying the stored
+//     answer of an earlier attempt, which every retry would get again),
+//     which is final; 5xx count as failures. The body of a failed
 //     attempt that may be retried is read (up to 64 KiB) under the
 //     attempt's timeout (for at most 10s when the attempt has neither a
 //     timeout nor a deadline) and closed: a stalled body ends the attempt,
@@ -214,7 +217,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		var herr error
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
 			herr = &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
-				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
+				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Replayed: replayed(resp)}
 			if a.mayRetry(herr) {
 				// Keep what the caller gets should the retry not be made,
 				// still under the attempt's timeout: a body that stalls

@@ -242,3 +242,49 @@ func TestCallInfoRejectedAndProbe(t *testing.T) {
 		return info.Stop == StopRejected && info.Attempts == 0 && info.Rejected != nil && info.Rejected.Reason == "half-open-no-permit"
 	})
 }
+
+// An answer marked Idempotent-Replayed: true is the stored answer of an
+// earlier attempt under the same key, which every retry would get again:
+// it is final, a retryable status included, and reaches the caller as it
+// came. The same status unmarked is retried.
+func TestHTTPReplayedAnswerIsFinal(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		replayed string
+		wantHits int32
+	}{
+		{"a replayed 503 is final", "true", 1},
+		{"an unmarked 503 is retried", "", 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var hits atomic.Int32
+			srv := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				if tc.replayed != "" {
+					w.Header().Set(HeaderReplayed, tc.replayed)
+				}
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, "stored")
+			}))
+			hc := newHTTPClient(t, localClient(t))
+			req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("order 7"))
+			req.Header.Set(HeaderIdempotencyKey, "order-7")
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || string(body) != "stored" || resp.Header.Get(HeaderReplayed) != tc.replayed {
+				t.Errorf("answer %d %q (%s %q), want the 503 as it came", resp.StatusCode, body, HeaderReplayed, resp.Header.Get(HeaderReplayed))
+			}
+			if got := hits.Load(); got != tc.wantHits {
+				t.Errorf("%d attempts, want %d", got, tc.wantHits)
+			}
+		})
+	}
+	replay := &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{HeaderReplayed: {"true"}}}
+	if cl := DefaultClassifier(CheckResponse(replay)); cl.Retryable || !cl.Failure {
+		t.Errorf("DefaultClassifier(CheckResponse(a replayed 503)) = %+v, want a failure, not retryable", cl)
+	}
+}

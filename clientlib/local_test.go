@@ -9,7 +9,6 @@ import (
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
@@ -31,7 +30,7 @@ func pushed(dep string, window time.Duration) *fuseboxv1.DecisionSnapshot {
 	s := snapshot(dep, fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
 	b := sharedstate.DefaultPolicy().Breaker
 	b.Window = sharedstate.Duration(window)
-	s.Breaker = convert.BreakerToProto(b)
+	withPolicy(s, func(p *sharedstate.Policy) { p.Breaker = b })
 	s.Version = 1
 	return s
 }
@@ -133,22 +132,31 @@ func TestLocalFallbackKeepsShaping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newMemoryAgent(t)
 		c := memoryClient(t, f, slowReconnects) // Random 0: a positive throttle probability refuses every first attempt
-		search, catalog := c.Dependency("search"), c.Dependency("catalog")
+		search, catalog, pricing := c.Dependency("search"), c.Dependency("catalog"), c.Dependency("pricing")
 		const window = 10 * time.Second
 		s := pushed("search", window)
 		s.ThrottleProbability = 0.4
 		l := pushed("catalog", window)
 		l.ConcurrencyLimit = 2
-		f.push(s, l)
+		r := pushed("pricing", window) // ramping after a close: not kept, a ramp lasts rampDuration
+		r.ThrottleProbability, r.RampProbability = 0.4, 0.4
+		f.push(s, l, r)
 		sstest.Eventually(t, 10*time.Second, "the shaping from the agent", func() bool {
-			return search.Status().FromAgent && catalog.ConcurrencyLimit() == 2
+			return search.Status().FromAgent && catalog.ConcurrencyLimit() == 2 && pricing.Status().FromAgent
 		})
 		if called, err := call(search); called || !errors.Is(err, ErrThrottled) {
 			t.Fatalf("search from the agent's snapshot: called %v, err %v; want throttled", called, err)
 		}
+		var rej *RejectedError
+		if called, err := call(pricing); called || !errors.As(err, &rej) || rej.Reason != "ramp" {
+			t.Fatalf("pricing from the agent's snapshot: called %v, err %v; want the ramp's refusal", called, err)
+		}
 
 		killAgent(t, f, c)
 		lost := time.Now()
+		if called, err := call(pricing); !called || err != nil {
+			t.Errorf("pricing without the agent: called %v, err %v; want the call made (the ramp is not kept)", called, err)
+		}
 		if called, err := call(search); called || !errors.Is(err, ErrThrottled) {
 			t.Errorf("search without the agent: called %v, err %v; want still throttled", called, err)
 		}

@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -15,7 +16,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -355,15 +355,25 @@ func (f *fakeAgent) waitInFlight(t testing.TB, dep string, n uint64) {
 	})
 }
 
-// snapshot is a snapshot of dep as an agent pushes it, with the default
-// policy's retry settings and slow-call duration, without breaker settings.
+// snapshot is a snapshot of dep as an agent pushes it, under the default
+// policy.
 func snapshot(dep string, state fuseboxv1.BreakerState) *fuseboxv1.DecisionSnapshot {
-	return &fuseboxv1.DecisionSnapshot{
-		Dependency: dep, State: state, Generation: 7, Mode: fuseboxv1.Mode_MODE_ENFORCE, Scope: fuseboxv1.Scope_SCOPE_FLEET,
-		LocalState: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
-		Retry: &fuseboxv1.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: durationpb.New(500 * time.Millisecond),
-			BackoffBase: durationpb.New(100 * time.Millisecond), BackoffMax: durationpb.New(5 * time.Second),
-			Jitter: fuseboxv1.Jitter_JITTER_FULL, BudgetRatio: 0.1, BudgetMinRetriesPerSecond: 10},
-		SlowCallDuration: durationpb.New(2 * time.Second),
+	s := &fuseboxv1.DecisionSnapshot{Dependency: dep, State: state, Generation: 7, LocalState: fuseboxv1.BreakerState_BREAKER_STATE_CLOSED}
+	return withPolicy(s, func(*sharedstate.Policy) {})
+}
+
+// withPolicy returns s with the policy it carries (the default policy when
+// none) changed by mutate, as an agent pushes it: one JSON document.
+func withPolicy(s *fuseboxv1.DecisionSnapshot, mutate func(p *sharedstate.Policy)) *fuseboxv1.DecisionSnapshot {
+	p := sharedstate.DefaultPolicy()
+	if s.PolicyJson != nil {
+		var err error
+		if p, err = sharedstate.ParsePolicy(s.PolicyJson); err != nil {
+			panic(err)
+		}
 	}
+	p.Dependency = s.GetDependency()
+	mutate(&p)
+	s.PolicyJson, _ = json.Marshal(p)
+	return s
 }

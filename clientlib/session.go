@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -194,14 +195,14 @@ func (s *session) loop(ctx context.Context) {
 	defer s.c.wg.Done()
 	defer close(s.loopDone)
 	cfg := &s.c.cfg
-	delay := cfg.ReconnectMin
+	retry := backoff.New(backoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: backoff.Equal}, s.c.random)
 	for {
 		welcomed, err := s.runOnce(ctx)
 		if ctx.Err() != nil || s.closing.Load() {
 			return
 		}
 		if welcomed {
-			delay = cfg.ReconnectMin
+			retry.Reset()
 		}
 		s.c.metrics.sessionFailures.Add(1)
 		if s.reported != -1 { // say once that the agent is not there
@@ -211,8 +212,7 @@ func (s *session) loop(ctx context.Context) {
 				"(local breaker and budget, last pushed policies, overrides and shaping)",
 				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
-		wait := backoff.Policy{Base: delay, Max: delay, Jitter: backoff.Equal}.Wait(0, 0, backoff.Uniform(s.c.random()))
-		t := time.NewTimer(wait)
+		t := time.NewTimer(retry.Next())
 		select {
 		case <-t.C:
 		case <-ctx.Done():
@@ -221,9 +221,6 @@ func (s *session) loop(ctx context.Context) {
 		case <-s.finishing:
 			t.Stop()
 			return
-		}
-		if delay *= 2; delay > cfg.ReconnectMax {
-			delay = cfg.ReconnectMax
 		}
 	}
 }
@@ -334,7 +331,7 @@ func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[
 }
 
 // disconnect switches every dependency to the local fallback (loop reports
-// the event).
+// the event), which goes on from the breakers it followed.
 func (s *session) disconnect() {
 	c := s.c
 	s.mu.Lock()
@@ -343,6 +340,7 @@ func (s *session) disconnect() {
 	s.mu.Unlock()
 	s.connected.Store(false)
 	c.each(func(st *depState) {
+		c.leaveOff(st)
 		st.mu.Lock()
 		st.keepShaping()
 		st.agentSnap = nil
@@ -352,35 +350,19 @@ func (s *session) disconnect() {
 	})
 }
 
-// applyWelcome makes the fleet default (the Welcome's default snapshot)
-// the local breaker's default policy.
+// applyWelcome makes the fleet default (the policy of the Welcome's
+// default snapshot) the local breaker's default policy.
 func (c *Client) applyWelcome(w *fuseboxv1.Welcome) {
-	ps := w.GetDefaultSnapshot()
-	if ps == nil {
-		return
-	}
-	p := fallbackPolicy(c.engine.Policy(sharedstate.DefaultPolicyName), convert.SnapshotFromProto(ps), ps.GetBreaker())
-	_ = c.engine.SetDefaultPolicy(p) // an invalid default is ignored: the previous one stays
-}
-
-// fallbackPolicy is the policy the local breaker decides by while the
-// agent is away, made of what a snapshot carries: its breaker settings (the
-// trip rule and timings), its own mode, scope and slow-call duration, and
-// its retry settings; base gives the rest (throttle and concurrency: a
-// snapshot carries what the agents make of them, which the local fallback
-// keeps apart). The result is not validated.
-func fallbackPolicy(base sharedstate.Policy, s *sharedstate.Snapshot, b *fuseboxv1.BreakerSettings) sharedstate.Policy {
-	p := convert.PolicyWithBreaker(base, b)
-	p.Breaker.Mode, p.Breaker.Scope, p.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
-	p.Retry = convert.RetryPolicyFrom(s.Retry)
-	return p
+	if p, err := sharedstate.ParsePolicy(w.GetDefaultSnapshot().GetPolicyJson()); err == nil {
+		_ = c.engine.SetDefaultPolicy(p)
+	} // else the previous default stays
 }
 
 // applyAgentSnapshot installs a snapshot from the agent: the hot path
-// decides from it as it is. A pushed snapshot also carries the breaker
-// settings of the effective policy: with its own mode, scope, slow-call
-// duration and retry settings they make the local fallback breaker's
-// policy (fallbackPolicy), which decides whenever the agent is away.
+// decides from it as it is. A pushed snapshot carries the dependency's
+// effective policy (policy_json), which the snapshot decides under and
+// which is the local fallback breaker's policy whenever the agent is away;
+// an answer's snapshot is under the policy last pushed.
 //
 // pushed says where ps comes from. The Session stream is ordered, so a
 // pushed snapshot is the agent's latest and is installed, except one older
@@ -402,29 +384,29 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		return
 	}
 	snap := convert.SnapshotFromProto(ps)
-	var (
-		pol        sharedstate.Policy
-		polChanged bool
-	)
-	if b := ps.GetBreaker(); b != nil { // pushed snapshots carry them, answers not
-		base := st.localPol
-		if base == nil {
-			p := c.engine.Policy(st.name)
-			base = &p
+	polChanged := false
+	if raw := ps.GetPolicyJson(); raw != nil && !bytes.Equal(raw, st.localPolJSON) {
+		if p, err := sharedstate.ParsePolicy(raw); err == nil { // else the last one stays
+			p.Dependency = st.name
+			st.localPol, st.localPolJSON, st.fallbackSnap, polChanged = &p, raw, nil, true
 		}
-		pol = fallbackPolicy(*base, snap, b)
-		pol.Dependency = st.name
-		polChanged = (st.localPol == nil || *st.localPol != pol) && pol.Validate() == nil
-		if polChanged {
-			st.localPol = &pol
-			st.fallbackSnap = nil
-		}
+	}
+	snap.Policy = st.localPol
+	if snap.Policy == nil { // none pushed yet: the local breaker's
+		p := c.engine.Policy(st.name)
+		snap.Policy = &p
 	}
 	// An operator's override goes to the local breaker too, with its
 	// expiry, so that it holds while the agent is away.
 	ov := overrideOf(snap)
 	ovChanged := !sameOverride(st.localOverride, ov)
 	st.localOverride = ov
+	// So do the breakers: the local breaker follows them.
+	followChanged := !st.following || st.followSnap == nil || !sameBreakers(st.followSnap, snap)
+	if followChanged {
+		st.followSnap = snap
+	}
+	st.following = true
 	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
 	st.refusedMsg = ""
@@ -432,9 +414,15 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 	st.forgetShaping()
 	st.publishLocked()
 	st.mu.Unlock()
-	if polChanged || ovChanged {
+	if polChanged || ovChanged || followChanged {
 		c.syncLocal(st)
 	}
+}
+
+// sameBreakers reports whether a and b give the breakers the same state.
+func sameBreakers(a, b *sharedstate.Snapshot) bool {
+	return a.State == b.State && a.LocalState == b.LocalState && a.Generation == b.Generation &&
+		a.OpenCount == b.OpenCount && a.Since.Equal(b.Since)
 }
 
 // overrideOf is the override a snapshot reports (nil for none).
@@ -452,19 +440,32 @@ func sameOverride(a, b *sharedstate.Override) bool {
 	return a.State == b.State && a.Reason == b.Reason && a.Expires.Equal(b.Expires)
 }
 
-// syncLocal gives the local breaker st's latest policy and override. Any
-// goroutine may call it after changing them; syncMu makes the last one to
-// run apply the latest of both, in that order (an override would make the
-// engine track the dependency under the default policy).
+// syncLocal gives the local breaker st's latest policy, followed breakers
+// and override. Any goroutine may call it after changing them; syncMu makes
+// the last one to run apply the latest of all, in that order (following or
+// an override would make the engine track the dependency under the default
+// policy). Once the agent no longer decides st, the local breaker is given
+// the agent's last breakers if it was not yet, and stops following: it
+// goes on from there by its own rules.
 func (c *Client) syncLocal(st *depState) {
 	st.syncMu.Lock()
 	defer st.syncMu.Unlock()
 	st.mu.Lock()
-	pol, ov := st.localPol, st.localOverride
+	pol, ov, fs, following := st.localPol, st.localOverride, st.followSnap, st.following
 	st.mu.Unlock()
 	if pol != nil && pol != st.syncedPol {
 		st.syncedPol = pol
 		_ = c.engine.SetPolicy(st.name, *pol) // validated when stored
+	}
+	if fs != nil && fs != st.syncedFollow {
+		st.syncedFollow = fs
+		// Refused only past MaxDependencies, which New shares, or for a
+		// generation no agent reaches: the local breaker then keeps its own.
+		st.syncedFollowing = c.engine.Follow(fs) == nil || st.syncedFollowing
+	}
+	if !following && st.syncedFollowing {
+		c.engine.Unfollow(st.name)
+		st.syncedFollowing = false
 	}
 	if !st.syncedOvOnce || !sameOverride(ov, st.syncedOv) {
 		st.syncedOv, st.syncedOvOnce = ov, true

@@ -20,17 +20,25 @@ func throttleCut(p float64) uint64 {
 	return uint64(min(p, 1) * (1 << 53))
 }
 
-// throttled reports whether a first attempt is refused by adaptive
-// throttling: one random draw, no allocation.
-// In shadow mode a would-be refusal is counted (fusebox_client_shadow_throttled_total).
-func (st *depState) throttled(dec *decision) bool {
-	if dec.throttleCut != 0 {
-		return st.c.random()>>11 < dec.throttleCut
-	}
-	if dec.shadowCut != 0 && st.c.random()>>11 < dec.shadowCut {
+// throttled returns the refusal of a first attempt by adaptive throttling
+// or by the ramp after a close (the ramp's when the draw falls below its
+// part of the probability, as sharedstate.Snapshot.DecideFirstAt names
+// it), nil when it is admitted or the caller asked the agent (strict): one
+// random draw, no allocation. In shadow mode a would-be refusal is counted
+// (fusebox_client_shadow_throttled_total).
+func (st *depState) throttled(dec *decision, strict bool) *RejectedError {
+	switch {
+	case strict:
+	case dec.throttleCut != 0:
+		if u := st.c.random() >> 11; u < dec.rampCut {
+			return st.rejRamp
+		} else if u < dec.throttleCut {
+			return st.rejThrottled
+		}
+	case dec.shadowCut != 0 && st.c.random()>>11 < dec.shadowCut:
 		st.rare.shadowThrottled.Add(1)
 	}
-	return false
+	return nil
 }
 
 // slots is a dependency's semaphore for the concurrency limit: exact (an

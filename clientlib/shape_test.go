@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -88,7 +89,7 @@ func TestThrottledFromSnapshot(t *testing.T) {
 	}
 
 	// Shadow mode: reported, never enforced.
-	s.Mode = fuseboxv1.Mode_MODE_SHADOW
+	withPolicy(s, func(p *sharedstate.Policy) { p.Breaker.Mode = sharedstate.ModeShadow })
 	s.Version = 3
 	f.push(s)
 	sstest.Eventually(t, 10*time.Second, "the shadow snapshot", func() bool { return dep.Status().Shadow })
@@ -101,6 +102,51 @@ func TestThrottledFromSnapshot(t *testing.T) {
 	}
 	if n := dep.st.rare.shadowThrottled.Load(); n != 10 {
 		t.Errorf("shadow mode counted %d would-be refusals at probability 1, want 10", n)
+	}
+}
+
+// TestRampRefusalsNamedAsTheRamp: after a close the agent's snapshot
+// carries the ramp's part of the throttle probability; a first attempt
+// whose draw falls below it is the ramp's refusal (Reason "ramp"), one
+// above it and below the throttle probability the throttle's. Both match
+// ErrThrottled and ErrOpen, and allocate nothing.
+func TestRampRefusalsNamedAsTheRamp(t *testing.T) {
+	f := newFakeAgent(t)
+	var n atomic.Uint64
+	draws := []uint64{0, 3 << 62 >> 1, 3 << 62} // 0, 0.375 and 0.75 of the range
+	c := agentClient(t, f, Config{Random: func() uint64 { return draws[(n.Add(1)-1)%3] }})
+	dep := c.Dependency("warming-api")
+	s := snapshot("warming-api", fuseboxv1.BreakerState_BREAKER_STATE_CLOSED)
+	s.ThrottleProbability, s.RampProbability = 0.5, 0.25
+	s.Version = 1
+	f.push(s)
+	sstest.Eventually(t, 10*time.Second, "the ramping snapshot", func() bool { return dep.st.dec.Load().rampCut != 0 })
+	for i, want := range []string{"ramp", "throttled", ""} {
+		done, err := dep.Allow(First)
+		if want == "" {
+			if err != nil {
+				t.Fatalf("draw %d: %v, want admitted", i, err)
+			}
+			done(Success)
+			continue
+		}
+		var rej *RejectedError
+		if !errors.As(err, &rej) || rej.Reason != want || !errors.Is(err, ErrThrottled) || !errors.Is(err, ErrOpen) {
+			t.Fatalf("draw %d: %#v, want a *RejectedError with Reason %q matching ErrThrottled and ErrOpen", i, err, want)
+		}
+	}
+	if err := dep.Do(context.Background(), Idempotent, noopAttempt); err == nil || err.(*RejectedError).Reason != "ramp" {
+		t.Fatalf("Do: %v, want the ramp's refusal", err)
+	}
+	if n := testing.AllocsPerRun(99, func() {
+		if done, err := dep.Allow(First); err == nil {
+			done(Success)
+		}
+	}); n != 0 {
+		t.Errorf("Allow allocates %v times while ramping", n)
+	}
+	if err := dep.st.rejection(sharedstate.ReasonRamp); err != dep.st.rejRamp {
+		t.Errorf("the agent's reason ramp maps to %v", err)
 	}
 }
 

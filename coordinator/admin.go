@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,10 +33,15 @@ type adminServer struct {
 
 // writeOptions builds the audit actor of a write: the request's actor
 // field plus the identity of the credential, e.g.
-// "alice@laptop (admin:1f2e3d4c)", or the identity alone.
+// "alice@laptop (admin:1f2e3d4c)", or the identity alone. An actor holding
+// a control character (sharedstate.ValidateText) is refused: it would be
+// printed on operators' terminals by fuseboxctl audit.
 func writeOptions(ctx context.Context, actor string, expected *int64) (store.WriteOptions, error) {
 	if len(actor) > maxActorLen {
 		return store.WriteOptions{}, fmt.Errorf("%w: actor is %d bytes, at most %d", ErrInvalidRequest, len(actor), maxActorLen)
+	}
+	if err := sharedstate.ValidateText("actor", actor); err != nil {
+		return store.WriteOptions{}, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	id := identityFrom(ctx).Name
 	if id == "" {
@@ -64,6 +70,67 @@ func (a *adminServer) GetPolicy(ctx context.Context, req *fuseboxv1.GetPolicyReq
 		return nil, err
 	}
 	return policyEntry(e), nil
+}
+
+// GetEffectivePolicy explains the policy dependency runs on: its own over
+// the stored fleet default over the built-in default (see
+// sharedstate.ExplainPolicy), read from etcd.
+func (a *adminServer) GetEffectivePolicy(ctx context.Context, req *fuseboxv1.GetPolicyRequest) (*fuseboxv1.EffectivePolicy, error) {
+	dep := req.GetDependency()
+	if dep != sharedstate.DefaultPolicyName {
+		if err := sharedstate.ValidateDependencyName(dep); err != nil {
+			return nil, err
+		}
+	}
+	resp := &fuseboxv1.EffectivePolicy{Dependency: dep}
+	var defDoc, ownDoc []byte
+	read := func(name string) (*fuseboxv1.PolicyEntry, []byte, error) {
+		e, err := a.c.store.GetPolicy(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, nil, nil
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return policyEntry(e), e.Value, nil
+	}
+	var err error
+	if resp.FleetDefault, defDoc, err = read(sharedstate.DefaultPolicyName); err != nil {
+		return nil, err
+	}
+	if dep != sharedstate.DefaultPolicyName {
+		if resp.Own, ownDoc, err = read(dep); err != nil {
+			return nil, err
+		}
+	}
+	p, fields, err := sharedstate.ExplainPolicy(dep, defDoc, ownDoc)
+	if err != nil { // bad data in etcd (written around the coordinator), not the caller's mistake
+		key, rev := a.c.store.PolicyKey(sharedstate.DefaultPolicyName), resp.FleetDefault.GetModRevision()
+		if resp.Own != nil {
+			key, rev = a.c.store.PolicyKey(dep), resp.Own.GetModRevision()
+		}
+		return nil, &store.InvalidValueError{Key: key, ModRevision: rev, Err: err}
+	}
+	if resp.PolicyJson, err = json.Marshal(p); err != nil {
+		return nil, err
+	}
+	for _, f := range fields {
+		resp.Fields = append(resp.Fields, &fuseboxv1.PolicyField{Field: f.Field, Value: f.Value, Source: policySourceProto(f.Source),
+			Inherited: f.Inherited})
+	}
+	return resp, nil
+}
+
+func policySourceProto(s sharedstate.PolicySource) fuseboxv1.PolicySource {
+	switch s {
+	case sharedstate.SourceOwn:
+		return fuseboxv1.PolicySource_POLICY_SOURCE_OWN
+	case sharedstate.SourceFleetDefault:
+		return fuseboxv1.PolicySource_POLICY_SOURCE_FLEET_DEFAULT
+	case sharedstate.SourceBuiltIn:
+		return fuseboxv1.PolicySource_POLICY_SOURCE_BUILT_IN
+	}
+	return fuseboxv1.PolicySource_POLICY_SOURCE_UNSPECIFIED
 }
 
 func (a *adminServer) ListPolicies(ctx context.Context, _ *fuseboxv1.ListPoliciesRequest) (*fuseboxv1.ListPoliciesResponse, error) {
@@ -118,7 +185,7 @@ func (a *adminServer) ValidatePolicy(_ context.Context, req *fuseboxv1.ValidateP
 		}
 		deadline = d.AsDuration()
 	}
-	vs, ws := sharedstate.CheckPolicyDocument(req.GetPolicyJson(), a.c.cache.defaultPolicy(), deadline)
+	vs, ws := sharedstate.CheckPolicyDocumentAs(req.GetDependency(), req.GetPolicyJson(), a.c.cache.defaultPolicy(), deadline)
 	resp := &fuseboxv1.ValidatePolicyResponse{Warnings: ws}
 	for _, v := range vs {
 		resp.Violations = append(resp.Violations, &fuseboxv1.Violation{Field: v.Field, Value: v.Value, Message: v.Message})
@@ -151,6 +218,9 @@ func (a *adminServer) setOverride(ctx context.Context, req *fuseboxv1.SetOverrid
 	}
 	if len(req.GetReason()) > sharedstate.MaxReasonLen {
 		return nil, fmt.Errorf("%w: reason is %d bytes, at most %d", ErrInvalidRequest, len(req.GetReason()), sharedstate.MaxReasonLen)
+	}
+	if err := sharedstate.ValidateText("reason", req.GetReason()); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, err)
 	}
 	w, err := writeOptions(ctx, req.GetActor(), nil)
 	if err != nil {
@@ -233,10 +303,14 @@ func (a *adminServer) ListAudit(ctx context.Context, req *fuseboxv1.ListAuditReq
 	}
 	resp := &fuseboxv1.ListAuditResponse{}
 	for _, e := range entries {
-		resp.Entries = append(resp.Entries, &fuseboxv1.AuditEntry{
+		ae := &fuseboxv1.AuditEntry{
 			Revision: e.Revision, Actor: e.Actor, Action: e.Action, Dependency: e.Dependency,
 			Before: nullToNil(e.Before), After: nullToNil(e.After), At: timestamppb.New(e.At),
-		})
+		}
+		for _, c := range sharedstate.DiffDocuments(e.Before, e.After) {
+			ae.Changes = append(ae.Changes, &fuseboxv1.FieldChange{Field: c.Field, From: c.From, To: c.To})
+		}
+		resp.Entries = append(resp.Entries, ae)
 	}
 	return resp, nil
 }

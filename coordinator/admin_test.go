@@ -326,3 +326,79 @@ func TestPolicyWrittenAroundTheCoordinatorIsFollowed(t *testing.T) {
 		t.Fatalf("fusebox_coordinator_etcd_invalid_values_total{kind=policy} = %v, want ≥ 1", n)
 	}
 }
+
+// TestEffectivePolicyAndAuditChanges: GetEffectivePolicy answers for a
+// dependency with or without a policy of its own, naming the source of
+// every field; ListAudit carries each write's field changes; ValidatePolicy
+// with a name checks the document as a write under that name would.
+func TestEffectivePolicyAndAuditChanges(t *testing.T) {
+	c := startCoordinator(t, testConfig(t))
+	a := adminClient(t, c.GRPCAddr(), "")
+	ctx := ctxFor(t, 20*time.Second)
+	field := func(ep *fuseboxv1.EffectivePolicy, path string) *fuseboxv1.PolicyField {
+		t.Helper()
+		for _, f := range ep.GetFields() {
+			if f.GetField() == path {
+				return f
+			}
+		}
+		t.Fatalf("no field %s in %v", path, ep)
+		return nil
+	}
+	ep, err := a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: "shipping"})
+	if err != nil || ep.GetOwn() != nil || ep.GetFleetDefault() != nil ||
+		field(ep, "breaker.minimumRequests").GetSource() != fuseboxv1.PolicySource_POLICY_SOURCE_BUILT_IN {
+		t.Fatalf("GetEffectivePolicy with nothing stored = %v, %v; want the built-in default", ep, err)
+	}
+	def := sharedstate.DefaultPolicy()
+	def.Breaker.MinimumRequests = 30
+	if _, err := c.Store().PutPolicyOf(ctx, sharedstate.DefaultPolicyName, def, store.WriteOptions{Actor: "setup"}); err != nil {
+		t.Fatal(err)
+	}
+	own, err := a.PutPolicy(ctx, &fuseboxv1.PutPolicyRequest{Dependency: "shipping", PolicyJson: []byte(`{"breaker":{"minimumRequests":50}}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err = a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: "shipping"})
+	if err != nil || ep.GetOwn().GetModRevision() != own.GetModRevision() || ep.GetFleetDefault() == nil {
+		t.Fatalf("GetEffectivePolicy = %v, %v", ep, err)
+	}
+	if f := field(ep, "breaker.minimumRequests"); f.GetValue() != "50" || f.GetSource() != fuseboxv1.PolicySource_POLICY_SOURCE_OWN || f.GetInherited() != "30" {
+		t.Errorf("breaker.minimumRequests = %v, want 50 from its own policy over the fleet default's 30", f)
+	}
+	if f := field(ep, "breaker.window"); f.GetSource() != fuseboxv1.PolicySource_POLICY_SOURCE_FLEET_DEFAULT {
+		t.Errorf("breaker.window = %v, want from the fleet default", f)
+	}
+	var p sharedstate.Policy
+	if err := json.Unmarshal(ep.GetPolicyJson(), &p); err != nil || p.Dependency != "shipping" || p.Breaker.MinimumRequests != 50 {
+		t.Errorf("policy_json = %s (%v)", ep.GetPolicyJson(), err)
+	}
+	ep, err = a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: "billing"})
+	if err != nil || ep.GetOwn() != nil || field(ep, "breaker.minimumRequests").GetValue() != "30" {
+		t.Fatalf("GetEffectivePolicy of a dependency on the fleet default = %v, %v", ep, err)
+	}
+	if _, err := a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: "bad name!"}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("GetEffectivePolicy(bad name) = %v, want InvalidArgument", err)
+	}
+
+	if _, err := a.PutPolicy(ctx, &fuseboxv1.PutPolicyRequest{Dependency: "shipping",
+		PolicyJson: []byte(`{"breaker":{"minimumRequests":60},"retry":{"maxAttempts":2}}`)}); err != nil {
+		t.Fatal(err)
+	}
+	audit, err := a.ListAudit(ctx, &fuseboxv1.ListAuditRequest{Dependency: "shipping"})
+	if err != nil || len(audit.GetEntries()) != 2 {
+		t.Fatalf("ListAudit = %v, %v", audit, err)
+	}
+	var got []string
+	for _, ch := range audit.GetEntries()[0].GetChanges() {
+		got = append(got, ch.GetField()+": "+ch.GetFrom()+" -> "+ch.GetTo())
+	}
+	if want := "breaker.minimumRequests: 50 -> 60, retry.maxAttempts:  -> 2"; strings.Join(got, ", ") != want {
+		t.Errorf("the update's changes = %q, want %q", strings.Join(got, ", "), want)
+	}
+
+	vr, err := a.ValidatePolicy(ctx, &fuseboxv1.ValidatePolicyRequest{Dependency: "billing", PolicyJson: []byte(`{"dependency":"shipping"}`)})
+	if err != nil || len(vr.GetViolations()) != 1 || vr.GetViolations()[0].GetField() != "dependency" {
+		t.Fatalf("ValidatePolicy under another name = %v, %v; want the dependency field refused", vr, err)
+	}
+}

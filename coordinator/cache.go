@@ -277,7 +277,7 @@ func (c *cache) Override(dependency string, now time.Time) (fleet.Override, bool
 	if !ok || !e.ActiveAt(now) {
 		return fleet.Override{}, false
 	}
-	return fleet.Override{State: e.State, Reason: e.Reason, Actor: e.Actor, Expires: e.Expires}, true
+	return fleet.Override{State: e.State, Reason: e.Reason, Actor: e.Actor, Created: e.Created, Expires: e.Expires}, true
 }
 
 // Dependencies returns the dependencies with a policy or an override.

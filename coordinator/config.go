@@ -25,6 +25,14 @@ const (
 	DefaultEtcdPrefix      = "/fusebox/"
 )
 
+// Event stream limits (Config.MaxEventStreams, MaxEventStreamsPerIdentity):
+// each open stream holds memory (its goroutine, buffers and event queue)
+// and a file descriptor.
+const (
+	DefaultMaxEventStreams            = 1000
+	DefaultMaxEventStreamsPerIdentity = 100
+)
+
 // Audit retention defaults.
 const (
 	DefaultAuditRetention  = 90 * 24 * time.Hour
@@ -117,16 +125,24 @@ type Config struct {
 	// MaxDependencies caps how many dependencies the fleet view tracks
 	// (optional, default 10000); more are dropped and counted.
 	MaxDependencies int
-	// HistoryFine and HistoryCoarse are how long the what-if history keeps
-	// each dependency's counts at window/100 (at least 100 ms) and at 1 s
-	// (optional, defaults 15m and 3h; at most a week, coarse at least
-	// fine). HistoryMaxDependencies caps the dependencies it keeps (optional,
-	// default 64; past it the history of further ones is refused and
-	// counted). A dependency with traffic all the time costs about 1 MiB at
-	// the defaults (coordinator/README.md, "What-if: replaying a policy"); the history is
-	// in memory and lost when the coordinator restarts.
+	// HistoryFine and HistoryCoarse are how long the history (the
+	// dashboard's plots, the what-if replays) keeps each dependency's counts
+	// at window/100 (at least 100 ms) and at 1 s (optional, defaults 15m and
+	// 3h; at most a week, coarse at least fine). HistoryMaxDependencies caps
+	// the dependencies it keeps (optional, default 64; past it the room rule
+	// decides who keeps one: coordinator/README.md, "What-if: replaying a
+	// policy"). A dependency with traffic all the time costs about 1 MiB at
+	// the defaults; the history is in memory and lost when the coordinator
+	// restarts.
 	HistoryFine, HistoryCoarse time.Duration
 	HistoryMaxDependencies     int
+	// MaxEventStreams bounds the event streams open at once (/api/v1/events
+	// and the Admin API's Watch), and MaxEventStreamsPerIdentity those of
+	// one identity (a token's name; "loopback" without a tokens file)
+	// (optional, defaults 1000 and 100). Past either a new stream is
+	// refused, named (HTTP 503 or 429, gRPC RESOURCE_EXHAUSTED) and counted
+	// in fusebox_coordinator_event_streams_refused_total; open ones stay.
+	MaxEventStreams, MaxEventStreamsPerIdentity int
 	// LogFormat is "text" or "json" (optional, default "text").
 	LogFormat string
 	// LogLevel is "debug", "info", "warn" or "error" (optional, default "info").
@@ -155,6 +171,9 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 5 * time.Second,
 
 		HistoryMaxDependencies: history.DefaultMaxDependencies,
+
+		MaxEventStreams:            DefaultMaxEventStreams,
+		MaxEventStreamsPerIdentity: DefaultMaxEventStreamsPerIdentity,
 
 		EmbeddedEtcdCompaction:          embedded.DefaultAutoCompactionMode,
 		EmbeddedEtcdCompactionRetention: embedded.DefaultAutoCompactionRetention,
@@ -273,6 +292,12 @@ func (c Config) Validate() error {
 	}
 	if c.HistoryMaxDependencies <= 0 {
 		bad("history-max-dependencies", "must be > 0, got %d", c.HistoryMaxDependencies)
+	}
+	if c.MaxEventStreams <= 0 {
+		bad("max-event-streams", "must be > 0, got %d", c.MaxEventStreams)
+	}
+	if c.MaxEventStreamsPerIdentity <= 0 || c.MaxEventStreamsPerIdentity > c.MaxEventStreams {
+		bad("max-event-streams-per-identity", "must be between 1 and --max-event-streams (%d), got %d", c.MaxEventStreams, c.MaxEventStreamsPerIdentity)
 	}
 	for _, v := range logging.Violations(c.LogFormat, c.LogLevel) {
 		errs = append(errs, errors.New("coordinator config: "+v))

@@ -83,7 +83,7 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	o := options{tickInterval: time.Second, historyEvery: fleet.DefaultHistoryInterval}
+	o := options{tickInterval: time.Second}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -107,9 +107,6 @@ func New(cfg Config, opts ...Option) (*Coordinator, error) {
 	}
 	if o.tickInterval <= 0 {
 		o.tickInterval = time.Second
-	}
-	if o.historyEvery <= 0 {
-		o.historyEvery = fleet.DefaultHistoryInterval
 	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
@@ -164,14 +161,17 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 	// kept from before a restart is then never one of this process's, and
 	// Watch says so instead of resuming at the wrong place.
 	c.broker = events.NewBroker(256, 512, uint64(max(time.Now().UnixMicro(), 0)), func() { c.metrics.sseDropped.Inc() })
+	c.broker.Limit(events.Limits{Total: c.cfg.MaxEventStreams, PerKey: c.cfg.MaxEventStreamsPerIdentity}, func(scope string) {
+		c.metrics.streamsRefused.WithLabelValues(streamLimitOf(scope)).Inc()
+	})
 	c.history = history.New(history.Config{
 		FineHorizon: c.cfg.HistoryFine, CoarseHorizon: c.cfg.HistoryCoarse, MaxDependencies: c.cfg.HistoryMaxDependencies,
+		Start: c.clock.Now(), Pinned: c.pinned,
 		OnDrop: func(reason string) { c.metrics.historyDropped.WithLabelValues(reason).Inc() },
 	})
 	c.simSem = make(chan struct{}, maxSimulations)
 	c.view = fleet.New(fleet.Config{
 		MaxDependencies: c.cfg.MaxDependencies,
-		HistoryInterval: c.opts.historyEvery,
 		Clock:           c.clock,
 		OnTransition:    c.publishTransition,
 		OnRefused:       func(reason string) { c.metrics.gossipRefused.WithLabelValues(reason).Inc() },

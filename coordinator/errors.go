@@ -50,7 +50,8 @@ var (
 //	history.ErrNoHistory                        → NotFound
 //	errSimulationsBusy                          → ResourceExhausted
 //	replay.ErrTooLong                           → InvalidArgument
-//	events.ErrFellBehind (a slow Watch)         → ResourceExhausted
+//	events.ErrFellBehind (a slow Watch),
+//	events.ErrTooManySubscribers (stream caps)  → ResourceExhausted
 //	*events.ReplayError (Watch's after_id)      → OutOfRange
 //	events.ErrClosed, ErrClosed                 → Unavailable
 //	context.DeadlineExceeded / Canceled,
@@ -89,7 +90,7 @@ func toStatus(err error) error {
 		return status.Error(codes.NotFound, err.Error())
 	case errors.Is(err, errSimulationsBusy):
 		return status.Error(codes.ResourceExhausted, err.Error())
-	case errors.Is(err, events.ErrFellBehind):
+	case errors.Is(err, events.ErrFellBehind), errors.Is(err, events.ErrTooManySubscribers):
 		return status.Error(codes.ResourceExhausted, err.Error())
 	case errors.As(err, &behind):
 		return status.Error(codes.OutOfRange, err.Error())

@@ -29,20 +29,21 @@ import (
 // method without a role fails the tests, and calls every method as a
 // viewer and as an admin.
 var adminRoles = map[string]auth.Role{
-	fuseboxv1.Admin_GetPolicy_FullMethodName:      auth.RoleViewer,
-	fuseboxv1.Admin_ListPolicies_FullMethodName:   auth.RoleViewer,
-	fuseboxv1.Admin_PutPolicy_FullMethodName:      auth.RoleAdmin,
-	fuseboxv1.Admin_DeletePolicy_FullMethodName:   auth.RoleAdmin,
-	fuseboxv1.Admin_ValidatePolicy_FullMethodName: auth.RoleViewer,
-	fuseboxv1.Admin_ForceOpen_FullMethodName:      auth.RoleAdmin,
-	fuseboxv1.Admin_ForceClosed_FullMethodName:    auth.RoleAdmin,
-	fuseboxv1.Admin_ClearOverride_FullMethodName:  auth.RoleAdmin,
-	fuseboxv1.Admin_ListOverrides_FullMethodName:  auth.RoleViewer,
-	fuseboxv1.Admin_ListAudit_FullMethodName:      auth.RoleViewer,
-	fuseboxv1.Admin_ListMembers_FullMethodName:    auth.RoleViewer,
-	fuseboxv1.Admin_GetFleet_FullMethodName:       auth.RoleViewer,
-	fuseboxv1.Admin_Watch_FullMethodName:          auth.RoleViewer,
-	fuseboxv1.Admin_SimulatePolicy_FullMethodName: auth.RoleViewer,
+	fuseboxv1.Admin_GetPolicy_FullMethodName:          auth.RoleViewer,
+	fuseboxv1.Admin_GetEffectivePolicy_FullMethodName: auth.RoleViewer,
+	fuseboxv1.Admin_ListPolicies_FullMethodName:       auth.RoleViewer,
+	fuseboxv1.Admin_PutPolicy_FullMethodName:          auth.RoleAdmin,
+	fuseboxv1.Admin_DeletePolicy_FullMethodName:       auth.RoleAdmin,
+	fuseboxv1.Admin_ValidatePolicy_FullMethodName:     auth.RoleViewer,
+	fuseboxv1.Admin_ForceOpen_FullMethodName:          auth.RoleAdmin,
+	fuseboxv1.Admin_ForceClosed_FullMethodName:        auth.RoleAdmin,
+	fuseboxv1.Admin_ClearOverride_FullMethodName:      auth.RoleAdmin,
+	fuseboxv1.Admin_ListOverrides_FullMethodName:      auth.RoleViewer,
+	fuseboxv1.Admin_ListAudit_FullMethodName:          auth.RoleViewer,
+	fuseboxv1.Admin_ListMembers_FullMethodName:        auth.RoleViewer,
+	fuseboxv1.Admin_GetFleet_FullMethodName:           auth.RoleViewer,
+	fuseboxv1.Admin_Watch_FullMethodName:              auth.RoleViewer,
+	fuseboxv1.Admin_SimulatePolicy_FullMethodName:     auth.RoleViewer,
 }
 
 // MaxSnapshotBytes bounds an Admin response (GetFleet of every dependency

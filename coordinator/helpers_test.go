@@ -62,7 +62,7 @@ func testOptions(extra ...Option) []Option {
 			g.ProbeInterval = 200 * time.Millisecond
 			g.PushPullInterval = time.Second
 		}),
-		WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
+		WithTickInterval(50 * time.Millisecond),
 	}
 	return append(opts, extra...)
 }
@@ -189,14 +189,16 @@ func metricValue(t testing.TB, g prometheus.Gatherer, name string, labels map[st
 }
 
 // seedHistory gives dep a history, as if a node had reported it for two
-// seconds (the coordinator just started, so its first row counts for
-// nothing: the history exists, nearly empty).
+// seconds (its series began before the coordinator did: its first row is a
+// baseline, the others add 10 calls each).
 func seedHistory(c *Coordinator, dep string) {
 	now := c.clock.Now()
+	since := now.Add(-time.Hour).UnixMilli()
 	for i := range 20 {
-		r := sharedstate.NodeWindow{Node: "seed-node", Dependency: dep, Seq: uint64(i + 1),
-			Counts: sharedstate.Counts{FirstAttempts: uint64(10 * i), Successes: uint64(10 * i)}}
-		r.Recent[sharedstate.FastHorizons-1].Successes = uint32(10 * i)
-		c.history.ObserveRow(now.Add(-time.Duration(20-i)*100*time.Millisecond), r, 10*time.Second)
+		at := now.Add(-time.Duration(20-i) * 100 * time.Millisecond)
+		c.history.ObserveRow(at, sharedstate.NodeWindow{Node: "seed-node", Dependency: dep, Seq: uint64(i + 1),
+			Counts: sharedstate.Counts{FirstAttempts: 10, Successes: 10},
+			Cumulative: sharedstate.Cumulative{Counts: sharedstate.Counts{FirstAttempts: uint64(10 * i), Successes: uint64(10 * i)},
+				Since: since, At: at.UnixMilli()}}, 10*time.Second)
 	}
 }

@@ -51,7 +51,6 @@ func (c *Coordinator) routes() []route {
 	metrics := promhttp.HandlerFor(c.reg, promhttp.HandlerOpts{})
 	return []route{
 		{pattern: "GET /api/v1/fleet", name: "fleet", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleFleet)},
-		{pattern: "GET /api/v1/history", name: "history", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleHistory)},
 		{pattern: "GET /api/v1/events", name: "events", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleEvents)},
 		{pattern: "GET /api/v1/audit", name: "audit", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleAudit)},
 		{pattern: "GET /api/v1/overrides", name: "overrides", role: auth.RoleViewer, handler: http.HandlerFunc(c.handleListOverrides)},
@@ -73,14 +72,13 @@ func (c *Coordinator) routes() []route {
 // newHTTPServer builds the HTTP side:
 //
 //	GET    /api/v1/fleet[?dependency=NAME][&compact=1]  the FleetSnapshot as JSON (protojson, camelCase)
-//	GET    /api/v1/history?dependency=NAME             the dependency's last 5 minutes, oldest first
-//	GET    /api/v1/events[?access_token=TOKEN]         server-sent events (transition, override, policy)
+//	GET    /api/v1/events                              server-sent events (transition, override, policy)
 //	GET    /api/v1/audit[?dependency=NAME][&limit=N]   the audit log, newest first
 //	GET    /api/v1/overrides                           the overrides in force
 //	GET    /api/v1/policies                            the effective policies the fleet view uses
 //	GET    /api/v1/whoami                              the caller's identity and role
 //	GET    /api/v1/policies/{dependency}               the stored policy document and its mod revision
-//	GET    /api/v1/series?dependency=NAME[&since=15m]  the what-if history: counts in at most 600 points, the breaker's states
+//	GET    /api/v1/series?dependency=NAME[&since=15m]  the history: counts in at most 600 points, the breaker's states
 //	POST   /api/v1/simulate                            replay a proposed policy ({dependency, policy, since}; reads only)
 //	PUT    /api/v1/policies/{dependency}               write a policy, with a compare-and-swap on its revision (admin)
 //	POST   /api/v1/overrides/{dependency}              force-open / forced-closed, with a TTL and a reason (admin)
@@ -158,12 +156,12 @@ func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
 // the handler finds the identity with identityFrom(r.Context()), which the
 // writes put into the audit.
 //
-//   - The token comes from "Authorization: Bearer TOKEN". GET
-//     /api/v1/events also takes it as ?access_token=TOKEN, because a
-//     browser's EventSource cannot send headers; a token given that way
-//     grants at most role viewer, so it can never authorize a write, and the
-//     dashboard serves itself with Referrer-Policy no-referrer so the URL
-//     does not travel further.
+//   - The token comes from "Authorization: Bearer TOKEN", and only from
+//     there. A request with ?access_token= in its URL is refused (400),
+//     whatever it carries and wherever it goes: a URL is written to the
+//     access logs of every proxy and server on the way, so a secret in one
+//     is a secret leaked. The dashboard reads the event stream with fetch,
+//     which sends the header.
 //   - Writes (POST, DELETE) from a browser must be same-origin
 //     (http.CrossOriginProtection: Sec-Fetch-Site, Origin), and a POST
 //     must carry "Content-Type: application/json".
@@ -192,18 +190,16 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 				return
 			}
 		}
+		if r.URL.Query().Has(tokenQueryParam) {
+			c.metrics.authFailures.WithLabelValues("http", "token_in_url").Inc()
+			httpError(w, http.StatusBadRequest, errTokenInURL.Error())
+			return
+		}
 		var peer net.Addr
 		if ap, err := net.ResolveTCPAddr("tcp", r.RemoteAddr); err == nil {
 			peer = ap
 		}
-		authz, fromQuery := r.Header.Get("Authorization"), false
-		if tok := r.URL.Query().Get("access_token"); authz == "" && tok != "" && r.Method == http.MethodGet && r.URL.Path == "/api/v1/events" {
-			authz, fromQuery = "Bearer "+tok, true
-		}
-		id, err := c.authn().Authenticate(authz, peer)
-		if err == nil && fromQuery && id.Role > auth.RoleViewer {
-			id.Role = auth.RoleViewer
-		}
+		id, err := c.authn().Authenticate(r.Header.Get("Authorization"), peer)
 		if err == nil {
 			err = auth.Authorize(id, need)
 		}
@@ -221,6 +217,14 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))
 	})
 }
+
+// tokenQueryParam is the query parameter (RFC 6750's) that once carried a
+// token to the event stream; a request that has it is refused.
+const tokenQueryParam = "access_token"
+
+// errTokenInURL is the refusal of a request with a token in its URL.
+var errTokenInURL = fmt.Errorf("%v: ?%s= is refused: a token in a URL ends up in the access logs of every proxy on the way; "+
+	"send it as \"Authorization: Bearer TOKEN\" (the token may have leaked already: consider replacing it)", auth.ErrUnauthenticated, tokenQueryParam)
 
 // isLoopbackHostHeader reports whether a request's Host ("127.0.0.1:7070",
 // "[::1]:7070", "localhost:7070", with or without the port) names the
@@ -325,19 +329,6 @@ func writeProto(w http.ResponseWriter, mo protojson.MarshalOptions, m proto.Mess
 	_, _ = w.Write(b)
 }
 
-func (c *Coordinator) handleHistory(w http.ResponseWriter, r *http.Request) {
-	dep := r.URL.Query().Get("dependency")
-	if err := sharedstate.ValidateDependencyName(dep); err != nil {
-		httpError(w, http.StatusBadRequest, err.Error())
-		return
-	}
-	samples := c.view.History(dep)
-	if samples == nil {
-		samples = []fleet.Sample{}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"dependency": dep, "samples": samples})
-}
-
 // handleEvents streams events as server-sent events:
 //
 //	id: 42
@@ -356,8 +347,13 @@ func (c *Coordinator) handleEvents(w http.ResponseWriter, r *http.Request) {
 	if v := r.Header.Get("Last-Event-ID"); v != "" {
 		after, _ = strconv.ParseUint(v, 10, 64)
 	}
-	sub, ok := c.broker.Subscribe(after)
-	if !ok {
+	sub, err := c.broker.Subscribe(identityFrom(r.Context()).Name, after)
+	switch {
+	case errors.Is(err, events.ErrTooManySubscribers):
+		w.Header().Set("Retry-After", "30")
+		httpError(w, streamRefusalCode(err), streamRefusal(err).Error())
+		return
+	case err != nil:
 		httpError(w, http.StatusServiceUnavailable, "coordinator shutting down")
 		return
 	}
@@ -400,7 +396,7 @@ func (c *Coordinator) handleHealthz(w http.ResponseWriter, _ *http.Request) {
 }
 
 // publish hands an event to the SSE subscribers and counts it; overrides
-// and policy changes also go into the what-if history.
+// and policy changes also go into the history.
 func (c *Coordinator) publish(e events.Event) {
 	switch e.Type {
 	case events.TypeOverride:

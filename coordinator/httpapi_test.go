@@ -71,9 +71,9 @@ func TestHTTPOverridesNeedAnAdminAndWriteTheAudit(t *testing.T) {
 	expect(t, "POST with an unknown token", code, body, http.StatusUnauthorized)
 	code, body = httpDo(t, "POST", base+"/api/v1/overrides/payments", viewerToken, good, nil)
 	expect(t, "POST as a viewer", code, body, http.StatusForbidden, "permission denied", "needs role admin")
-	// A token in the query string never authorizes a write.
+	// A token in the query string never authorizes anything.
 	code, body = httpDo(t, "POST", base+"/api/v1/overrides/payments?access_token="+adminToken, "", good, nil)
-	expect(t, "POST with ?access_token=", code, body, http.StatusUnauthorized)
+	expect(t, "POST with ?access_token=", code, body, http.StatusBadRequest, "?access_token= is refused")
 	code, body = httpDo(t, "DELETE", base+"/api/v1/overrides/payments", viewerToken, "", nil)
 	expect(t, "DELETE as a viewer", code, body, http.StatusForbidden)
 	// Nothing reached etcd.
@@ -209,20 +209,27 @@ func TestHTTPReadEndpointsAndTokens(t *testing.T) {
 	code, body = httpDo(t, "GET", base+"/api/v1/fleet?dependency=nothing", viewerToken, "", nil)
 	expect(t, "fleet of an unknown dependency", code, body, http.StatusNotFound, `"code":"NotFound"`)
 
-	// ?access_token= is for the event stream only.
-	code, body = httpDo(t, "GET", base+"/api/v1/fleet?access_token="+viewerToken, "", "", nil)
-	expect(t, "fleet with ?access_token=", code, body, http.StatusUnauthorized)
-	code, body = httpDo(t, "GET", base+"/api/v1/events?access_token=not-a-known-token-at-all", "", "", nil)
-	expect(t, "events with an unknown ?access_token=", code, body, http.StatusUnauthorized)
+	// A token in a URL is refused everywhere, the event stream included,
+	// whatever else the request carries; the header works.
+	for _, tc := range []struct{ url, header string }{
+		{"/api/v1/fleet?access_token=" + viewerToken, ""},
+		{"/api/v1/events?access_token=" + adminToken, ""},
+		{"/api/v1/events?access_token=" + adminToken, viewerToken},
+		{"/api/v1/events?access_token=", adminToken},
+	} {
+		code, body = httpDo(t, "GET", base+tc.url, tc.header, "", nil)
+		expect(t, "GET "+tc.url, code, body, http.StatusBadRequest, `?access_token= is refused`, `Authorization: Bearer TOKEN`)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/events?access_token="+adminToken, nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/events", nil)
+	req.Header.Set("Authorization", "Bearer "+viewerToken)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Errorf("events with ?access_token= = %s %s", resp.Status, resp.Header.Get("Content-Type"))
+		t.Errorf("events with the token in the header = %s %s", resp.Status, resp.Header.Get("Content-Type"))
 	}
 	cancel()
 	resp.Body.Close()
@@ -231,7 +238,10 @@ func TestHTTPReadEndpointsAndTokens(t *testing.T) {
 	code, body = httpDo(t, "GET", base+"/", "", "", nil)
 	expect(t, "the dashboard", code, body, http.StatusOK, `id="dep-rows"`, `/ui/app.js`)
 	code, body = httpDo(t, "GET", base+"/ui/app.js", "", "", nil)
-	expect(t, "app.js", code, body, http.StatusOK, "EventSource")
+	expect(t, "app.js", code, body, http.StatusOK, "'/api/v1/events'")
+	if strings.Contains(body, "access_token") || strings.Contains(body, "new EventSource") {
+		t.Error("app.js still puts a token in the event stream's URL")
+	}
 	code, _ = httpDo(t, "GET", base+"/ui/nothing.js", "", "", nil)
 	if code != http.StatusNotFound {
 		t.Errorf("GET /ui/nothing.js = %d, want 404", code)

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/coordinator/internal/replay"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -152,7 +153,7 @@ func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
 		}
 		since = min(d, c.history.Config().CoarseHorizon)
 	}
-	to := c.clock.Now().Add(-simulateSettle)
+	to := c.clock.Now().Add(-history.Settle)
 	from := to.Add(-since)
 	segs, err := c.history.Range(dep, from, to)
 	if err != nil {

@@ -21,6 +21,7 @@ var MetricNames = []string{
 	"fusebox_coordinator_events_total",
 	"fusebox_coordinator_sse_events_dropped_total",
 	"fusebox_coordinator_sse_clients",
+	"fusebox_coordinator_event_streams_refused_total",
 	"fusebox_coordinator_etcd_invalid_values_total",
 	"fusebox_coordinator_etcd_watch_restarts_total",
 	"fusebox_coordinator_etcd_rewinds_total",
@@ -43,16 +44,19 @@ var MetricNames = []string{
 
 // metrics are the coordinator's own series, registered on its registry.
 type metrics struct {
-	requests      *prometheus.CounterVec
-	duration      *prometheus.HistogramVec
-	authFailures  *prometheus.CounterVec
-	httpRequests  *prometheus.CounterVec
-	events        *prometheus.CounterVec
-	sseDropped    prometheus.Counter
-	invalidValues *prometheus.CounterVec
-	watchRestarts prometheus.Counter
-	rewinds       *prometheus.CounterVec
-	gossipRefused *prometheus.CounterVec
+	requests     *prometheus.CounterVec
+	duration     *prometheus.HistogramVec
+	authFailures *prometheus.CounterVec
+	httpRequests *prometheus.CounterVec
+	events       *prometheus.CounterVec
+	sseDropped   prometheus.Counter
+	// streamsRefused counts event streams refused past a limit, by limit
+	// (total, identity).
+	streamsRefused *prometheus.CounterVec
+	invalidValues  *prometheus.CounterVec
+	watchRestarts  prometheus.Counter
+	rewinds        *prometheus.CounterVec
+	gossipRefused  *prometheus.CounterVec
 	// What-if: the history's drops and the simulations.
 	historyDropped *prometheus.CounterVec
 	simulations    *prometheus.CounterVec
@@ -72,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"method"}),
 		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_auth_failures_total",
-			Help: "Requests refused by authentication or authorization, by API (grpc, http) and reason (unauthenticated, permission_denied).",
+			Help: "Requests refused by authentication or authorization, by API (grpc, http) and reason (unauthenticated, permission_denied, token_in_url: a token in the URL's query, refused).",
 		}, []string{"api", "reason"}),
 		httpRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_http_requests_total",
@@ -86,6 +90,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 			Name: "fusebox_coordinator_sse_events_dropped_total",
 			Help: "Events not delivered to a subscriber too slow to read them: a server-sent-events client loses the event, an Admin Watch stream is ended (ResourceExhausted) and counts once.",
 		}),
+		streamsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fusebox_coordinator_event_streams_refused_total",
+			Help: "Event streams (/api/v1/events, Admin Watch) refused past a limit, by limit (total: --max-event-streams; identity: --max-event-streams-per-identity).",
+		}, []string{"limit"}),
 		invalidValues: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_etcd_invalid_values_total",
 			Help: "Invalid policies or overrides found in etcd and ignored (last good value kept), by kind.",
@@ -104,7 +112,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		}, []string{"reason"}),
 		historyDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_history_dropped_total",
-			Help: "Counts, rows and records the what-if history did not keep, by reason (too_many_dependencies: past --history-max-dependencies; too_many_nodes; too_many_records: the oldest record made room; gap: a node's rows more than 64 sub-buckets apart; late: dated before the fine horizon).",
+			Help: "Rows, records and histories the history did not keep, by reason (too_many_dependencies: a dependency left without one, --history-max-dependencies; evicted: a history that gave its place to a busier or pinned dependency; too_many_nodes; too_many_records: the oldest record made room; no_totals: a row without cumulative counts, from a node of 0.1.x).",
 		}, []string{"reason"}),
 		simulations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fusebox_coordinator_simulations_total",
@@ -122,7 +130,10 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, r := range []string{"ok", "no_history", "busy", "error"} {
 		m.simulations.WithLabelValues(r)
 	}
-	for _, r := range []string{"unauthenticated", "permission_denied"} {
+	for _, l := range []string{streamLimitTotal, streamLimitIdentity} {
+		m.streamsRefused.WithLabelValues(l)
+	}
+	for _, r := range []string{"unauthenticated", "permission_denied", "token_in_url"} {
 		for _, api := range []string{"grpc", "http"} {
 			m.authFailures.WithLabelValues(api, r)
 		}
@@ -137,7 +148,7 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 		m.rewinds.WithLabelValues(string(r))
 	}
 	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
+		m.sseDropped, m.streamsRefused, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
 	for _, col := range cs {
 		if err := reg.Register(col); err != nil {
 			return nil, err
@@ -175,8 +186,8 @@ var (
 	descGossipDrop   = prometheus.NewDesc("fusebox_coordinator_gossip_dropped_total", "Gossip frames and items the observer dropped, by reason.", []string{"reason"}, nil)
 	descGossipMsgs   = prometheus.NewDesc("fusebox_coordinator_gossip_messages_received_total", "Gossip messages received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
 	descGossipBytesR = prometheus.NewDesc("fusebox_coordinator_gossip_received_bytes_total", "Gossip bytes received by the observer, by kind (message, push_pull).", []string{"kind"}, nil)
-	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the what-if history keeps (at most --history-max-dependencies).", nil, nil)
-	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the what-if history holds: slots, node trackers, records.", nil, nil)
+	descHistoryDeps  = prometheus.NewDesc("fusebox_coordinator_history_dependencies", "Dependencies the history keeps (at most --history-max-dependencies).", nil, nil)
+	descHistoryBytes = prometheus.NewDesc("fusebox_coordinator_history_bytes", "Memory the history holds: slots, node trackers, records.", nil, nil)
 )
 
 func (s *stateCollector) Describe(ch chan<- *prometheus.Desc) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/hashicorp/memberlist"
@@ -90,7 +91,7 @@ func (c *Coordinator) gossipNode() *gossip.Gossip {
 // Members (pointers into state memberlist rewrites without a lock the
 // caller can take, hashicorp/memberlist#306).
 func (c *Coordinator) joinLoop() {
-	backoff := 500 * time.Millisecond
+	retry := backoff.New(backoff.Policy{Base: time.Second, Max: 30 * time.Second, Jitter: backoff.None}, nil)
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -106,12 +107,11 @@ func (c *Coordinator) joinLoop() {
 					c.log.Debug("fleet observer could not join yet", "addrs", addrs, "err", err)
 				} else {
 					c.log.Info("fleet observer joined the gossip", "contacted", n)
-					backoff = 500 * time.Millisecond
+					retry.Reset()
 				}
 			}
-			backoff = min(2*backoff, 30*time.Second)
 		} else {
-			backoff = 500 * time.Millisecond
+			retry.Reset()
 			if missing, n, err := g.Rejoin(c.rejoinTargets()); len(missing) > 0 {
 				if n > 0 {
 					c.log.Info("fleet observer rejoined registered agents memberlist did not list as alive", "joined", n, "targets", missing)
@@ -120,9 +120,9 @@ func (c *Coordinator) joinLoop() {
 				}
 			}
 		}
-		next := backoff
-		if c.view.AliveAgents() > 0 {
-			next = c.cfg.RejoinInterval
+		next := c.cfg.RejoinInterval
+		if c.view.AliveAgents() == 0 {
+			next = retry.Next()
 		}
 		timer.Reset(next)
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -157,10 +158,12 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 		SinceUnixNano: now.UnixNano(), OpenCount: 1, Origin: "agent-1", Reason: "failure rate 80%"}
 	ag1.setState(&fuseboxv1.PushPullState{Node: "agent-1", Records: []*fuseboxv1.BreakerRecord{record},
 		Rows: []*fuseboxv1.NodeWindow{{Node: "agent-1", Zone: "zone-a", Dependency: "shipping-api", Seq: 7,
-			Counts: &fuseboxv1.Counts{FirstAttempts: 100, Retries: 5, Successes: 20, Failures: 80}}}})
+			Counts:     &fuseboxv1.Counts{FirstAttempts: 100, Retries: 5, Successes: 20, Failures: 80},
+			Cumulative: &fuseboxv1.Counts{FirstAttempts: 100, Retries: 5, Successes: 20, Failures: 80}, CumulativeSinceUnixMs: now.UnixMilli(), CumulativeAgeMs: 1}}})
 	ag2.setState(&fuseboxv1.PushPullState{Node: "agent-2",
 		Rows: []*fuseboxv1.NodeWindow{{Node: "agent-2", Zone: "zone-b", Dependency: "shipping-api", Seq: 2, NodeLocalOpen: true,
-			Counts: &fuseboxv1.Counts{FirstAttempts: 50, Successes: 10, Failures: 40, SlowCalls: 10}}}})
+			Counts:     &fuseboxv1.Counts{FirstAttempts: 50, Successes: 10, Failures: 40, SlowCalls: 10},
+			Cumulative: &fuseboxv1.Counts{FirstAttempts: 50, Successes: 10, Failures: 40, SlowCalls: 10}, CumulativeSinceUnixMs: now.UnixMilli(), CumulativeAgeMs: 1}}})
 	for _, f := range []*fakeAgent{ag1, ag2} {
 		if _, err := f.g.Join([]string{c.GossipAddr()}); err != nil {
 			t.Fatal(err)
@@ -244,8 +247,8 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 		return err == nil && len(snap.GetDependencies()[0].GetNodes()) == 1
 	})
 
-	// History and the JSON API.
-	sstest.Eventually(t, 10*time.Second, "history samples", func() bool { return len(c.view.History("shipping-api")) >= 2 })
+	// The JSON API, and the history: the agents' cumulative counts (they
+	// began after the coordinator did) and the breaker's states.
 	body := httpGet(t, "http://"+c.HTTPAddr()+"/api/v1/fleet?dependency=shipping-api", "", http.StatusOK)
 	var snap fuseboxv1.FleetSnapshot
 	if err := protojson.Unmarshal([]byte(body), &snap); err != nil {
@@ -255,10 +258,30 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 		len(snap.GetMembers()) != 3 {
 		t.Errorf("/api/v1/fleet = %s", body)
 	}
-	body = httpGet(t, "http://"+c.HTTPAddr()+"/api/v1/history?dependency=shipping-api", "", http.StatusOK)
-	if !strings.Contains(body, `"samples":[{`) {
-		t.Errorf("/api/v1/history = %s", body)
-	}
+	sstest.EventuallyNoError(t, 10*time.Second, "the history of both agents' calls", func() error {
+		body := httpGet(t, "http://"+c.HTTPAddr()+"/api/v1/series?dependency=shipping-api&since=1m", "", http.StatusOK)
+		var s struct {
+			Points []struct {
+				FirstAttempts uint64 `json:"firstAttempts"`
+				Failures      uint64 `json:"failures"`
+			} `json:"points"`
+			States []struct {
+				State string `json:"state"`
+			} `json:"states"`
+		}
+		if err := json.Unmarshal([]byte(body), &s); err != nil {
+			return err
+		}
+		var first, failures uint64
+		for _, p := range s.Points {
+			first += p.FirstAttempts
+			failures += p.Failures
+		}
+		if first != 150 || failures != 120 || len(s.States) == 0 {
+			return fmt.Errorf("/api/v1/series = %s", body)
+		}
+		return nil
+	})
 }
 
 func httpGet(t *testing.T, url, token string, want int) string {

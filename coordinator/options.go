@@ -21,7 +21,6 @@ type options struct {
 	embedded     []func(*embedded.Config)
 	gossip       []func(*gossip.Config)
 	tickInterval time.Duration
-	historyEvery time.Duration
 	tokensPoll   time.Duration
 	httpTimeouts *HTTPTimeouts
 	auditTrim    time.Duration
@@ -55,11 +54,11 @@ func WithGossip(f func(*gossip.Config)) Option {
 	return func(o *options) { o.gossip = append(o.gossip, f) }
 }
 
-// WithTickInterval sets how often the fleet view expires rows, derives
-// half-open states and records history (default 1s); the history keeps a
-// sample per HistoryInterval (default 5s) of it.
-func WithTickInterval(tick, history time.Duration) Option {
-	return func(o *options) { o.tickInterval, o.historyEvery = tick, history }
+// WithTickInterval sets how often the fleet view expires rows and derives
+// half-open states, and the history drops what left its horizons (default
+// 1s).
+func WithTickInterval(tick time.Duration) Option {
+	return func(o *options) { o.tickInterval = tick }
 }
 
 // WithTokensPoll sets how often the tokens file is checked for a change

@@ -3,7 +3,7 @@ package coordinator
 import (
 	"testing"
 
-	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
+	"github.com/fusebox-dev/fusebox/sharedstate/daemonflag/daemonflagtest"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -15,11 +15,11 @@ func TestREADMEListsEveryMetric(t *testing.T) {
 
 // TestREADMEListsEveryFlag keeps the table of README.md's "Settings"
 // equal to the one generated from the flags: every flag, its variable,
-// file key, default and meaning (cliflag.Table also refuses an unstated
+// file key, default and meaning (daemonflagtest.Table also refuses an unstated
 // empty default and a flag whose variable a client reads).
 func TestREADMEListsEveryFlag(t *testing.T) {
 	def := DefaultConfig()
-	table, err := cliflag.Table(NewFlagSet(&def))
+	table, err := daemonflagtest.Table(NewFlagSet(&def))
 	if err != nil {
 		t.Error(err)
 	}
@@ -29,7 +29,7 @@ func TestREADMEListsEveryFlag(t *testing.T) {
 // TestHelpShowsEveryDefault: fusebox-coordinator --help shows each flag's
 // real default, the one DefaultConfig holds.
 func TestHelpShowsEveryDefault(t *testing.T) {
-	if err := cliflag.CheckHelp(command); err != nil {
+	if err := daemonflagtest.CheckDefaults(DefaultConfig, NewFlagSet); err != nil {
 		t.Error(err)
 	}
 }

@@ -72,6 +72,10 @@ func adminCalls() map[string]adminCall {
 			_, err := a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: roleDep})
 			return err
 		}},
+		"GetEffectivePolicy": {call: func(ctx context.Context, a fuseboxv1.AdminClient) error {
+			_, err := a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: roleDep})
+			return err
+		}},
 		"ListPolicies": {call: func(ctx context.Context, a fuseboxv1.AdminClient) error {
 			_, err := a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
 			return err

@@ -30,7 +30,11 @@ func (a *adminServer) Watch(req *fuseboxv1.WatchRequest, stream fuseboxv1.Admin_
 		}
 		opts.Filter = func(e events.Event) bool { return e.Dependency == dep }
 	}
+	opts.Key = identityFrom(stream.Context()).Name
 	sub, err := a.c.broker.Watch(opts)
+	if errors.Is(err, events.ErrTooManySubscribers) {
+		return streamRefusal(err)
+	}
 	if err != nil {
 		return fmt.Errorf("fusebox: watch after event %d: %w", opts.After, err)
 	}

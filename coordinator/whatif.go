@@ -27,13 +27,29 @@ const (
 	maxSimulations = 2
 	// DefaultSimulateSince is how far back SimulatePolicy replays by default.
 	DefaultSimulateSince = time.Hour
-	// simulateSettle leaves out the freshest slots: rows for them may still
-	// be on their way.
-	simulateSettle = 2 * time.Second
 )
 
 // errSimulationsBusy: maxSimulations are running.
 var errSimulationsBusy = errors.New("coordinator: simulation refused")
+
+// pinned is the history's Config.Pinned: a dependency with a stored policy
+// or an override in force keeps its history whatever its traffic.
+func (c *Coordinator) pinned(dep string) bool {
+	if c.cache == nil {
+		return false
+	}
+	if _, ok := c.cache.storedPolicy(dep); ok {
+		return true
+	}
+	_, ok := c.cache.Override(dep, c.clock.Now())
+	return ok
+}
+
+// settled is where a replay ends: whole seconds (the coarse slots) before
+// which the history no longer changes.
+func (c *Coordinator) settled() time.Time {
+	return c.clock.Now().Add(-history.Settle).Truncate(history.CoarseStep)
+}
 
 // observeRow is the fleet view's OnRow: the row goes into the history.
 func (c *Coordinator) observeRow(r sharedstate.NodeWindow, at time.Time) {
@@ -109,9 +125,9 @@ func (c *Coordinator) simulate(ctx context.Context, req *fuseboxv1.SimulatePolic
 	return resp, err
 }
 
-// proposedPolicy is the effective policy data proposes for dep: a patch
-// over the fleet default, or a new fleet default (docDep "_default") with
-// dep's own patch over it.
+// proposedPolicy is the effective policy data proposes for dep: a document
+// read over the fleet default, or a new fleet default (docDep "_default")
+// with dep's own document read over it.
 func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedstate.Policy, error) {
 	if docDep == sharedstate.DefaultPolicyName {
 		def, err := sharedstate.ParsePolicy(data)
@@ -123,7 +139,7 @@ func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedsta
 			def.Dependency = dep
 			return def, nil
 		}
-		_, p, err := sharedstate.ParsePolicyPatchOver(def, dep, entry.Value)
+		p, err := sharedstate.ParsePolicyOver(def, dep, entry.Value)
 		if err != nil {
 			return sharedstate.Policy{}, fmt.Errorf("%w: %s's own policy over the proposed default: %w", ErrInvalidRequest, dep, err)
 		}
@@ -133,19 +149,18 @@ func (c *Coordinator) proposedPolicy(dep, docDep string, data []byte) (sharedsta
 		return sharedstate.Policy{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{Field: "dependency", Value: docDep,
 			Message: "must match the dependency simulated (" + dep + ")"}}}
 	}
-	_, p, err := sharedstate.ParsePolicyPatchOver(c.cache.defaultPolicy(), dep, data)
+	p, err := sharedstate.ParsePolicyOver(c.cache.defaultPolicy(), dep, data)
 	return p, err
 }
 
 func (c *Coordinator) runSimulation(ctx context.Context, dep string, current, proposed sharedstate.Policy, since time.Duration) (*fuseboxv1.SimulatePolicyResponse, error) {
-	now := c.clock.Now()
 	coarse := c.history.Config().CoarseHorizon
 	var notes []string
 	if since > coarse {
 		notes = append(notes, fmt.Sprintf("asked for %v: the history keeps %v (--history-coarse)", since, coarse))
 		since = coarse
 	}
-	to := now.Add(-simulateSettle).Truncate(history.CoarseStep)
+	to := c.settled()
 	from := to.Add(-since)
 	warm := max(current.Breaker.Window.Std(), proposed.Breaker.Window.Std())
 	segs, err := c.history.Range(dep, from.Add(-warm), to)

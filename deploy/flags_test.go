@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -15,17 +14,18 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator"
-	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
+	"github.com/fusebox-dev/fusebox/sharedstate/daemonflag"
 )
 
 // flagInfo is one flag of a binary, from its -h listing.
 type flagInfo struct {
-	typ string // "string", "int", "duration", "value"…; "" for a bool
+	typ string // "string", "int", "duration", "list"…; "" for a bool
 	def string // the default as printed ("" when none is printed)
 }
 
@@ -35,57 +35,41 @@ var helps struct {
 }
 
 var (
-	helpFlagLine = regexp.MustCompile(`^  -([A-Za-z0-9][A-Za-z0-9_-]*)(?: ([a-z]\w*))?(?:\t.*)?$`)
+	helpFlagLine = regexp.MustCompile(`^ +(?:-\w, )?--([A-Za-z0-9][A-Za-z0-9_-]*)(?: ([a-z]\w*))?  +(.*)$`)
 	helpDefault  = regexp.MustCompile(`\(default ("(?:[^"\\]|\\.)*"|[^)]*)\)$`)
 )
 
-// parseHelp parses the listing flag.PrintDefaults writes.
+// parseHelp parses the listing pflag's FlagUsages writes: a line a flag.
 func parseHelp(out string) map[string]flagInfo {
 	flags := map[string]flagInfo{}
-	var cur string
-	var usage []string
-	flush := func() {
-		if cur == "" {
-			return
+	for _, line := range strings.Split(out, "\n") {
+		m := helpFlagLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
 		}
-		fi := flags[cur]
-		if m := helpDefault.FindStringSubmatch(strings.Join(usage, " ")); m != nil {
-			fi.def = m[1]
-			if s, err := strconv.Unquote(m[1]); err == nil {
+		fi := flagInfo{typ: m[2]}
+		if d := helpDefault.FindStringSubmatch(m[3]); d != nil {
+			fi.def = d[1]
+			if s, err := strconv.Unquote(d[1]); err == nil {
 				fi.def = s
 			}
 		}
-		flags[cur] = fi
+		flags[m[1]] = fi
 	}
-	for _, line := range strings.Split(out, "\n") {
-		if m := helpFlagLine.FindStringSubmatch(line); m != nil {
-			flush()
-			cur, usage = m[1], nil
-			flags[cur] = flagInfo{typ: m[2]}
-			if _, rest, ok := strings.Cut(line, "\t"); ok {
-				usage = append(usage, rest)
-			}
-			continue
-		}
-		if cur != "" && strings.HasPrefix(line, "    \t") {
-			usage = append(usage, strings.TrimSpace(line))
-		}
-	}
-	flush()
 	return flags
 }
 
 func TestParseHelp(t *testing.T) {
-	out := "Usage: x [flags]\n\nFlags:\n" +
-		"  -addr string\n    \taddress (default \"127.0.0.1:7070\")\n" +
-		"  -etcd string\n    \tendpoints (default: embedded)\n" +
-		"  -headless\n    \tno banner\n" +
-		"  -n int\n    \tcount (default 3)\n" +
-		"  -v\tverbose\n"
+	out := "Usage:\n  x [flags]\n\nFlags:\n" +
+		"      --addr string    address (default \"127.0.0.1:7070\")\n" +
+		"      --etcd string    endpoints (default: embedded)\n" +
+		"      --headless       no banner\n" +
+		"      --n int          count (default 3)\n" +
+		"  -v, --verbose        verbose\n"
 	got := parseHelp(out)
 	want := map[string]flagInfo{
 		"addr": {typ: "string", def: "127.0.0.1:7070"}, "etcd": {typ: "string"},
-		"headless": {}, "n": {typ: "int", def: "3"}, "v": {},
+		"headless": {}, "n": {typ: "int", def: "3"}, "verbose": {},
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("parseHelp = %v, want %v", got, want)
@@ -484,30 +468,30 @@ func flagValues(t *testing.T, where, binary string, c *corev1.Container) (vals, 
 }
 
 // daemon is how a daemon's main loads its configuration: flags, FUSEBOX_*
-// variables and the --config file (cliflag.Load), then validation.
+// variables and the --config file (daemonflag.Load), then validation.
 type daemon struct {
 	// load is LoadConfig; it returns the flag set bound to the result.
-	load func(args []string, getenv func(string) string) (*flag.FlagSet, error)
+	load func(args []string, getenv func(string) string) (*pflag.FlagSet, error)
 	// flags is the flag set bound to the defaults.
-	flags func() *flag.FlagSet
+	flags func() *pflag.FlagSet
 }
 
 // daemons are the binaries whose configuration the tests load in process,
 // through the package their main calls.
 var daemons = map[string]daemon{
 	"fusebox-agent": {
-		load: func(args []string, getenv func(string) string) (*flag.FlagSet, error) {
+		load: func(args []string, getenv func(string) string) (*pflag.FlagSet, error) {
 			cfg, err := agent.LoadConfig(args, getenv, io.Discard)
 			return agent.NewFlagSet(&cfg), err
 		},
-		flags: func() *flag.FlagSet { def := agent.DefaultConfig(); return agent.NewFlagSet(&def) },
+		flags: func() *pflag.FlagSet { def := agent.DefaultConfig(); return agent.NewFlagSet(&def) },
 	},
 	"fusebox-coordinator": {
-		load: func(args []string, getenv func(string) string) (*flag.FlagSet, error) {
+		load: func(args []string, getenv func(string) string) (*pflag.FlagSet, error) {
 			cfg, err := coordinator.LoadConfig(args, getenv, io.Discard)
 			return coordinator.NewFlagSet(&cfg), err
 		},
-		flags: func() *flag.FlagSet { def := coordinator.DefaultConfig(); return coordinator.NewFlagSet(&def) },
+		flags: func() *pflag.FlagSet { def := coordinator.DefaultConfig(); return coordinator.NewFlagSet(&def) },
 	},
 }
 
@@ -520,7 +504,7 @@ func daemonFlags(t *testing.T, where, binary string, args []string, env map[stri
 	d := daemons[binary]
 	defFS := d.flags()
 	for name := range env {
-		if strings.HasPrefix(name, cliflag.EnvPrefix) && defFS.Lookup(flagOfEnv(name)) == nil {
+		if strings.HasPrefix(name, daemonflag.EnvPrefix) && defFS.Lookup(flagOfEnv(name)) == nil {
 			t.Errorf("%s: %s is no %s flag's variable", where, name, binary)
 		}
 	}
@@ -530,14 +514,14 @@ func daemonFlags(t *testing.T, where, binary string, args []string, env map[stri
 		return nil, nil
 	}
 	vals, defaults = map[string]string{}, map[string]string{}
-	fs.VisitAll(func(f *flag.Flag) { vals[f.Name] = f.Value.String() })
-	defFS.VisitAll(func(f *flag.Flag) { defaults[f.Name] = f.DefValue })
+	fs.VisitAll(func(f *pflag.Flag) { vals[f.Name] = f.Value.String() })
+	defFS.VisitAll(func(f *pflag.Flag) { defaults[f.Name] = f.DefValue })
 	return vals, defaults
 }
 
 // flagOfEnv is the daemon flag a FUSEBOX_* variable sets.
 func flagOfEnv(name string) string {
-	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, cliflag.EnvPrefix)), "_", "-")
+	return strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(name, daemonflag.EnvPrefix)), "_", "-")
 }
 
 // mountOf returns the volume mount that holds path.

@@ -11,10 +11,11 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/fusebox-dev/fusebox v0.0.0-00010101000000-000000000000
+	github.com/fusebox-dev/fusebox v0.0.0-00010101000000-000000000000 // indirect
 	github.com/fusebox-dev/fusebox/agent v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/coordinator v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/protocol/gossip v0.0.0-00010101000000-000000000000 // indirect
+	github.com/fusebox-dev/fusebox/sharedstate/daemonflag v0.0.0-00010101000000-000000000000
 	github.com/fusebox-dev/fusebox/sharedstate/store v0.0.0-00010101000000-000000000000 // indirect
 	github.com/fxamacker/cbor/v2 v2.9.1 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
@@ -56,6 +57,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sean-/seed v0.0.0-20170313163322-e2103e2c3529 // indirect
+	github.com/spf13/pflag v1.0.10
 	github.com/x448/float16 v0.8.4 // indirect
 	github.com/xlab/treeprint v1.2.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
@@ -101,7 +103,6 @@ require (
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
-	github.com/spf13/pflag v1.0.10 // indirect
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
 	go.etcd.io/bbolt v1.5.0 // indirect
@@ -127,5 +128,6 @@ replace (
 	github.com/fusebox-dev/fusebox/agent => ../agent
 	github.com/fusebox-dev/fusebox/coordinator => ../coordinator
 	github.com/fusebox-dev/fusebox/protocol/gossip => ../protocol/gossip
+	github.com/fusebox-dev/fusebox/sharedstate/daemonflag => ../sharedstate/daemonflag
 	github.com/fusebox-dev/fusebox/sharedstate/store => ../sharedstate/store
 )

@@ -2,6 +2,7 @@ package deploy_test
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path"
@@ -10,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/fusebox-dev/fusebox/agent"
 )
 
 // unitFile is a parsed systemd unit or environment file: section → key →
@@ -188,7 +191,8 @@ func TestSystemdUnits(t *testing.T) {
 	}
 }
 
-// TestSystemdAnalyzeVerify runs `systemd-analyze verify` on the units, with
+// TestSystemdAnalyzeVerify runs `systemd-analyze verify` on the units
+// (services and sockets), with
 // their ExecStart binaries replaced by executables in a temporary directory
 // (verify wants them to exist). Warnings count as failures.
 func TestSystemdAnalyzeVerify(t *testing.T) {
@@ -197,9 +201,11 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 		t.Skip("systemd-analyze is not installed here: the units are not verified (Debian: apt-get install systemd)")
 	}
 	dir := t.TempDir()
-	files, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "systemd", "*.service"))
-	if len(files) == 0 {
-		t.Fatal("no units in deploy/systemd")
+	services, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "systemd", "*.service"))
+	sockets, _ := filepath.Glob(filepath.Join(repoRoot, "deploy", "systemd", "*.socket"))
+	files := append(services, sockets...)
+	if len(services) == 0 || len(sockets) == 0 {
+		t.Fatal("no services or sockets in deploy/systemd")
 	}
 	stand := filepath.Join(dir, "bin")
 	if err := os.Mkdir(stand, 0o755); err != nil {
@@ -236,4 +242,35 @@ func TestSystemdAnalyzeVerify(t *testing.T) {
 
 func verify(sa string, units ...string) ([]byte, error) {
 	return exec.Command(sa, append([]string{"verify", "--man=no"}, units...)...).CombinedOutput()
+}
+
+// TestSystemdProxySocket checks the socket unit that keeps the egress
+// proxy's socket open across agent restarts: it is the service's (Requires,
+// After), named as the agent looks for it, and listens where the agent's
+// --proxy-addr says, on loopback, or the agent refuses it.
+func TestSystemdProxySocket(t *testing.T) {
+	sock := parseUnit(t, readFile(t, "deploy/systemd/fusebox-agent.socket"))
+	svc := parseUnit(t, readFile(t, "deploy/systemd/fusebox-agent.service"))
+	if got := sock.get("Socket", "FileDescriptorName"); got != agent.ProxySocketName {
+		t.Errorf("FileDescriptorName=%s, want %s (the agent takes the socket of that name)", got, agent.ProxySocketName)
+	}
+	if got := sock.get("Socket", "Service"); got != "fusebox-agent.service" {
+		t.Errorf("Service=%s, want fusebox-agent.service", got)
+	}
+	for _, k := range []string{"Requires", "After"} {
+		if !strings.Contains(" "+svc.get("Unit", k)+" ", " fusebox-agent.socket ") {
+			t.Errorf("fusebox-agent.service: %s=%q lacks fusebox-agent.socket", k, svc.get("Unit", k))
+		}
+	}
+	listen := sock["Socket"]["ListenStream"]
+	if len(listen) != 1 {
+		t.Fatalf("ListenStream=%v: want the proxy's one address", listen)
+	}
+	cfg, err := agent.LoadConfig([]string{"--config=" + filepath.Join(repoRoot, "deploy", "systemd", "agent.yaml")}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listen[0] != cfg.Proxy.Addr || !isLoopback(host(listen[0])) {
+		t.Errorf("ListenStream=%s, agent.yaml's proxy-addr %s: want one loopback address", listen[0], cfg.Proxy.Addr)
+	}
 }

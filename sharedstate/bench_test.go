@@ -83,7 +83,8 @@ func fleetOf1000(b *testing.B) (*Engine, []NodeWindow) {
 	rows := make([]NodeWindow, 999)
 	for i := range rows {
 		rows[i] = NodeWindow{Node: fmt.Sprintf("node-%04d", i+1), Zone: fmt.Sprintf("z%d", i%3), Dependency: dep, Seq: 1,
-			Counts: Counts{FirstAttempts: 100, Retries: 3, Successes: 95, Failures: 5, SlowCalls: 1}}
+			Counts:     Counts{FirstAttempts: 100, Retries: 3, Successes: 95, Failures: 5, SlowCalls: 1},
+			Cumulative: Cumulative{Counts: Counts{FirstAttempts: 10_000, Retries: 300, Successes: 9_500, Failures: 500, SlowCalls: 100}, Since: 1, At: 2}}
 		e.ApplyRow(rows[i])
 	}
 	return e, rows

@@ -61,7 +61,7 @@ func TestConcurrentUse(t *testing.T) {
 			if i%20 == 0 {
 				clock.Advance(100 * time.Millisecond)
 				_ = e.SetOverride("d2", &Override{State: ForcedClosed})
-				_ = e.SetPolicyPatch("d1", PolicyPatch{Breaker: &BreakerPatch{MinimumRequests: ptr(30)}})
+				_ = e.SetPolicyDocument("d1", []byte(`{"breaker": {"minimumRequests": 30}}`))
 				e.MemberDead("peer-0")
 				e.MemberAlive("peer-0", "z1")
 				_ = e.SetOverride("d2", nil)
@@ -109,5 +109,3 @@ func TestConcurrentRecordCountsExactly(t *testing.T) {
 		t.Fatalf("counted %+v, want %+v", f.Node, want)
 	}
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -135,6 +135,9 @@ const (
 	ReasonBudgetExhausted
 	// ReasonThrottled: adaptive throttling refused a first attempt.
 	ReasonThrottled
+	// ReasonRamp: the ramp after a close (breaker.rampDuration) refused a
+	// first attempt: the breaker lets the traffic back in gradually.
+	ReasonRamp
 )
 
 func (r Reason) String() string {
@@ -151,15 +154,17 @@ func (r Reason) String() string {
 		return "budget-exhausted"
 	case ReasonThrottled:
 		return "throttled"
+	case ReasonRamp:
+		return "ramp"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
 }
 
 // LabelValue is r as a Prometheus label value: String in snake_case
 // ("none", "open", "forced_open", "half_open_no_permit",
-// "budget_exhausted", "throttled"), "unknown" for an invalid reason.
+// "budget_exhausted", "throttled", "ramp"), "unknown" for an invalid reason.
 func (r Reason) LabelValue() string {
-	if r > ReasonThrottled {
+	if r > ReasonRamp {
 		return "unknown"
 	}
 	return strings.ReplaceAll(r.String(), "-", "_")

@@ -1,7 +1,6 @@
 package sharedstate
 
 import (
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,9 +17,10 @@ type depState struct {
 	inFlight atomic.Uint64
 
 	mu          sync.Mutex
-	patch       *PolicyPatch // nil: the default applies
-	pol         Policy       // effective
-	hbJitter    int64        // heartbeat interval shortening, ns, in [0, window/10)
+	doc         []byte  // its own policy document; nil: the default applies
+	pol         *Policy // effective; replaced, never modified (snapshots share it)
+	polJSON     []byte  // pol's JSON document, made by PolicyJSON when asked
+	hbJitter    int64   // heartbeat interval shortening, ns, in [0, window/10)
 	override    *Override
 	records     map[string]BreakerRecord // by zone ("" for the fleet-wide record)
 	rows        []rowEntry
@@ -37,6 +37,9 @@ type depState struct {
 	z           tripBounds // of pol.Breaker.Confidence
 	tripHeld    tripHeld
 	shaped      shapeState
+	found       tripFound // what the last trips found, for the open it proposes (carryIncident)
+	followed    bool      // Engine.Follow: no trip rule of its own
+	fleet       fleetSum  // the series start and the other nodes' cumulative counts (cumulative.go)
 }
 
 type rowEntry struct {
@@ -62,17 +65,8 @@ func (d *depState) classify(e *Engine, r *rowEntry) {
 
 // resetWindow starts this node's window afresh.
 func (d *depState) resetWindow() {
-	d.win.Store(NewWindow(d.pol.Breaker.Window.Std()))
+	d.win.Store(continueWindow(d.win.Load(), d.pol.Breaker.Window.Std()))
 	d.fine = newFineRing(d.pol.Breaker.Window.Std())
-}
-
-// fleetProbe is this node's probing state for the half-open record of
-// generation gen.
-type fleetProbe struct {
-	gen       uint64
-	inFlight  bool
-	round     uint64
-	successes int
 }
 
 // localBreaker is this node's own breaker: the breaker itself under scope
@@ -88,6 +82,10 @@ type localBreaker struct {
 	// the fleet's (or zone's) breaker closed (zero: neither, or too long
 	// ago); the ramp runs from there.
 	closedAt time.Time
+	// probeGen: it opened because this node's probe of the fleet's (or
+	// zone's) half-open record of this generation failed while other
+	// nodes' succeeded; it stays open when that record closes.
+	probeGen uint64
 }
 
 func (l *localBreaker) stateAt(b *BreakerPolicy, now time.Time) BreakerState {
@@ -106,14 +104,6 @@ type sentRow struct {
 	at    int64 // Unix ns
 }
 
-type permitCache struct {
-	valid                bool
-	gen, round, rowsVers uint64
-	ownActive            bool
-	holds                bool
-	rank                 int // among the holders, 0 = best
-}
-
 type probeSlot uint8
 
 const (
@@ -125,7 +115,9 @@ const (
 // setPolicy installs an effective policy. A new window length starts a new
 // window.
 func (d *depState) setPolicy(e *Engine, p Policy, rnd uint64) {
-	d.pol = p
+	if d.pol == nil || *d.pol != p {
+		d.pol, d.polJSON = &p, nil
+	}
 	if w := d.win.Load(); w == nil || w.width != NewWindow(p.Breaker.Window.Std()).width {
 		d.resetWindow()
 	}
@@ -266,68 +258,6 @@ func (d *depState) retryAdmitted(e *Engine, now time.Time) bool {
 	return float64(s.own.Retries) < share && float64(s.eff.Retries) < budget
 }
 
-// probeTurn is this node's probe permit for the half-open record r at now:
-// the round, whether this node holds a permit in it, when its turn to probe
-// starts and when the round ends. The holder ranked k (0 = best) may start
-// probing k × probeStagger into the round, so that while the dependency
-// stays dead the first holder's failed probe reopens the breaker before the
-// others send theirs: about one probe per round fleet-wide instead of
-// halfOpenProbes, and the others join when the first holder is slow to
-// probe or its probes succeed.
-func (d *depState) probeTurn(e *Engine, r BreakerRecord, now time.Time) (round uint64, holds bool, turn, end time.Time) {
-	round, end = d.round(r, now)
-	var rank int
-	holds, rank = d.holdsPermit(e, now, r.Generation, round)
-	turn = end.Add(-d.pol.Breaker.ProbeTimeout.Std() + time.Duration(rank)*d.pol.probeStagger())
-	return round, holds, turn, end
-}
-
-// probeStagger is the time between the turns of successive probe holders
-// in a round: the part of the round in which a probe still fits
-// (probeTimeout − perAttemptTimeout) shared among the halfOpenProbes
-// holders, and at least perAttemptTimeout, so that a holder's turn comes
-// only after a probe its predecessor sent at its own turn has answered or
-// timed out.
-func (p *Policy) probeStagger() time.Duration {
-	pt, pat := p.Breaker.ProbeTimeout.Std(), p.Retry.PerAttemptTimeout.Std()
-	return max(pat, (pt-pat)/time.Duration(max(1, p.Breaker.HalfOpenProbes)))
-}
-
-// holdsPermit reports whether this node is among the top halfOpenProbes
-// members, by rendezvous score, among the members with traffic for the
-// dependency in scope (itself included when it has traffic), and its rank
-// among them (0 = best).
-func (d *depState) holdsPermit(e *Engine, now time.Time, gen, round uint64) (bool, int) {
-	ns := now.UnixNano()
-	ownActive := !d.ownTotals(ns).IsZero()
-	pc := &d.permit
-	if pc.valid && pc.gen == gen && pc.round == round && pc.rowsVers == d.rowsVersion && pc.ownActive == ownActive {
-		return pc.holds, pc.rank
-	}
-	holds := false
-	better := 0
-	if ownActive {
-		b := &d.pol.Breaker
-		mine := probeScore(d.name, gen, round, e.node)
-		stale := 2 * int64(b.Window)
-		holds = true
-		for i := range d.rows {
-			r := &d.rows[i]
-			if ns-r.received >= stale || !r.active || (b.Scope == ScopeZone && !r.sameZone) {
-				continue
-			}
-			if ranksBefore(probeScore(d.name, gen, round, r.Node), r.Node, mine, e.node) {
-				if better++; better >= b.HalfOpenProbes {
-					holds = false
-					break
-				}
-			}
-		}
-	}
-	*pc = permitCache{valid: true, gen: gen, round: round, rowsVers: d.rowsVersion, ownActive: ownActive, holds: holds, rank: better}
-	return holds, better
-}
-
 // decide is Decide under d.mu, returning which probe slot an AllowProbe would take.
 func (d *depState) decide(e *Engine, now time.Time, kind AttemptKind) (Decision, probeSlot) {
 	dec, slot := d.breakerDecision(e, now, kind)
@@ -401,9 +331,11 @@ func (d *depState) applyRecord(e *Engine, r BreakerRecord, now time.Time) bool {
 			// unless the close is older than a ramp (an agent that
 			// restarted, or learned it late by push-pull).
 			d.resetWindow()
-			d.local = localBreaker{}
-			if m.Generation > 0 && now.Sub(m.Since) < d.pol.Breaker.RampDuration.Std() {
-				d.local.closedAt = now
+			if d.local.state != Open || d.local.probeGen == 0 || d.local.probeGen+1 != m.Generation {
+				d.local = localBreaker{}
+				if m.Generation > 0 && now.Sub(m.Since) < d.pol.Breaker.RampDuration.Std() {
+					d.local.closedAt = now
+				}
 			}
 			d.permit.valid = false
 		}
@@ -422,69 +354,10 @@ func (d *depState) propose(e *Engine, now time.Time, state BreakerState, openCou
 		Dependency: d.name, Zone: cur.Zone, Generation: cur.Generation + 1, State: state,
 		Since: now.Round(0).UTC(), OpenCount: openCount, Origin: e.node, Reason: reason,
 	}
+	d.carryIncident(e, now, &p, cur)
 	d.applyRecord(e, p, now)
 	e.enqueue(p)
 	return p
-}
-
-// probeFailure is why a probe that ended with o fails under b, or "" when
-// it counts as a success. Half-open judges a probe by the closed state's
-// rules: a failure fails, and so does a slow success (at least
-// slowCallDuration) when slow calls can trip the breaker, that is when a
-// window of calls as slow as the probe would trip it: slowCallRateThreshold
-// below 1, or 1 under the classic rule (confidence 0), which compares the
-// rate itself. With confidence > 0 and a threshold of 1 the slow-call rule
-// can never trip, and a slow success is a success.
-func (b *BreakerPolicy) probeFailure(o Outcome) string {
-	switch o {
-	case Success:
-		return ""
-	case Slow:
-		if !b.slowCallsTrip() {
-			return ""
-		}
-		return fmt.Sprintf("probe slow (at least slowCallDuration %v, slow-call rate threshold %.2f)", b.SlowCallDuration, b.SlowCallRateThreshold)
-	}
-	return "probe failed"
-}
-
-// slowCallsTrip reports whether a window of slow calls alone can trip the
-// breaker (see probeFailure).
-func (b *BreakerPolicy) slowCallsTrip() bool {
-	return b.SlowCallRateThreshold < 1 || b.Confidence == 0
-}
-
-// probeResult applies a probe's outcome (Success, Failure, Slow or
-// SlowFailure).
-func (d *depState) probeResult(e *Engine, now time.Time, o Outcome) (BreakerRecord, bool) {
-	b := &d.pol.Breaker
-	failed := b.probeFailure(o)
-	if d.shared() && !d.override.ActiveAt(now) {
-		r := d.rec(e)
-		if r.StateAt(*b, now) == HalfOpen && d.probe.gen == r.Generation && d.probe.inFlight {
-			d.probe.inFlight = false
-			if failed != "" {
-				return d.propose(e, now, Open, r.OpenCount+1, failed), true
-			}
-			if d.probe.successes++; d.probe.successes >= b.ProbeSuccessThreshold {
-				return d.propose(e, now, Closed, 0, fmt.Sprintf("%d probe successes", d.probe.successes)), true
-			}
-			return BreakerRecord{}, false
-		}
-	}
-	if d.local.inFlight && d.local.stateAt(b, now) == HalfOpen {
-		d.local.inFlight = false
-		switch {
-		case failed != "":
-			d.local = localBreaker{state: Open, since: now, openCount: d.local.openCount + 1}
-		case d.local.successes+1 >= b.ProbeSuccessThreshold:
-			d.local = localBreaker{closedAt: now}
-			d.resetWindow()
-		default:
-			d.local.successes++
-		}
-	}
-	return BreakerRecord{}, false
 }
 
 // refresh applies what time alone changes (override expiry, probe slot
@@ -521,7 +394,7 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 	d.prune(e, ns)
 	d.fine.advance(d.win.Load(), ns)
 	changed = d.refresh(e, now)
-	if !d.override.ActiveAt(now) {
+	if !d.override.ActiveAt(now) && !d.followed {
 		fleetClosed := true
 		if d.shared() {
 			r := d.rec(e)
@@ -537,6 +410,9 @@ func (d *depState) tick(e *Engine, now time.Time) (changed, idle bool) {
 					d.tripHeld.valid = false
 				}
 			} else {
+				if r.StateAt(*b, now) == HalfOpen {
+					d.halfOpenTick(e, now, r)
+				}
 				fleetClosed = false
 			}
 		}

@@ -44,11 +44,14 @@ func (d *depState) trips(e *Engine, now int64, s *scanResult, minGen uint64) (bo
 	// ticks of a healthy dependency skip the fast path.
 	if b.FastPath && d.z.fast > 0 && s.effFastFailing >= max(1, min(b.MinFailingNodes, s.effNodes)) && fastWorthIt(b, s.eff) {
 		fs := d.fastScan(e, now, minGen)
-		if ok, why := fastTrip(b, d.z, &fs, s.effNodes, d.fine.width); ok {
-			return true, why
+		if found, ok := fastTrip(b, d.z, &fs, s.effNodes, d.fine.width); ok {
+			d.found = found // the evidence of the open it may propose (carryIncident)
+			return true, found.why
 		}
 	}
-	return tripRule(b, d.z, s.eff, s.effNodes, s.effFailing)
+	found, ok := tripRule(b, d.z, s.eff, s.effNodes, s.effFailing)
+	d.found = found
+	return ok, found.why
 }
 
 // tripsLocally applies the trip rule to this node's own counts.
@@ -57,7 +60,7 @@ func (d *depState) tripsLocally(own Counts) bool {
 	if b.FastPath && d.z.fast > 0 && fastWorthIt(b, own) {
 		var fs fastSums
 		fs.add(&d.fine.recent, 0, d.fine.width, fastFailingBits(b, &d.fine.recent))
-		if ok, _ := fastTrip(b, d.z, &fs, 1, d.fine.width); ok {
+		if _, ok := fastTrip(b, d.z, &fs, 1, d.fine.width); ok {
 			return true
 		}
 	}
@@ -65,7 +68,7 @@ func (d *depState) tripsLocally(own Counts) bool {
 	if nodeFailing(b, own) {
 		failing = 1
 	}
-	ok, _ := tripRule(b, d.z, own, 1, failing)
+	_, ok := tripRule(b, d.z, own, 1, failing)
 	return ok
 }
 

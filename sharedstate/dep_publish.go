@@ -6,20 +6,26 @@ import (
 
 // ownRow is this node's current row (not yet numbered).
 func (d *depState) ownRow(e *Engine, now time.Time) NodeWindow {
-	return NodeWindow{
+	r := NodeWindow{
 		Node: e.node, Zone: e.zone, Dependency: d.name, Seq: d.sent.row.Seq,
 		Generation: d.rec(e).Generation, LocalOpen: d.local.state != Closed,
 		Counts: d.ownTotals(now.UnixNano()), Recent: d.fine.recent, InFlight: d.inFlight.Load(),
 	}
+	if d.shared() && d.probe.gen == r.Generation {
+		r.ProbeSuccesses, r.ProbeFailures = sat32of(uint64(d.probe.successes)), sat32of(uint64(d.probe.failures))
+	}
+	return r
 }
 
 func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 	r := d.ownRow(e, now)
 	last := d.sent.row
+	probed := (r.ProbeSuccesses != 0 || r.ProbeFailures != 0) &&
+		(r.ProbeSuccesses != last.ProbeSuccesses || r.ProbeFailures != last.ProbeFailures || r.Generation != last.Generation)
 	changed := r.Counts != last.Counts || r.Recent != last.Recent || r.Generation != last.Generation || r.LocalOpen != last.LocalOpen ||
-		r.InFlight != last.InFlight
+		r.InFlight != last.InFlight || probed
 	if !d.sent.valid {
-		changed = !r.Counts.IsZero() || r.LocalOpen || r.InFlight != 0
+		changed = !r.Counts.IsZero() || r.LocalOpen || r.InFlight != 0 || probed
 	}
 	due := d.sent.valid && (!r.Counts.IsZero() || r.LocalOpen || r.InFlight != 0) &&
 		now.UnixNano()-d.sent.at >= int64(d.pol.Breaker.Window)/2-d.hbJitter
@@ -27,8 +33,12 @@ func (d *depState) rowToSend(e *Engine, now time.Time) (NodeWindow, bool) {
 		return NodeWindow{}, false
 	}
 	r.Seq = e.seq.Add(1)
+	r.Cumulative = d.ownCumulative(now)
 	d.sent = sentRow{valid: true, row: r, at: now.UnixNano()}
-	if d.urgent(e, &r, now.UnixNano()) {
+	// A probe's outcome is news the other holders wait for (they probe at
+	// once after a success, and the fleet closes on the pooled successes):
+	// it goes straight to every member.
+	if probed || d.urgent(e, &r, now.UnixNano()) {
 		e.enqueueUrgent(r)
 	}
 	return r, true
@@ -50,17 +60,7 @@ func (d *depState) rampRefusal(now time.Time) float64 {
 // publish rebuilds the snapshot and stores it if it differs; true if so.
 func (d *depState) publish(e *Engine, now time.Time) bool {
 	b := &d.pol.Breaker
-	r := d.pol.Retry
-	s := Snapshot{
-		Dependency: d.name, Mode: b.Mode, Scope: b.Scope, SlowCallDuration: b.SlowCallDuration.Std(),
-		Retry: RetrySettings{
-			MaxAttempts: r.MaxAttempts, PerAttemptTimeout: r.PerAttemptTimeout.Std(),
-			BackoffBase: r.Backoff.Base.Std(), BackoffMax: r.Backoff.Max.Std(), Jitter: r.Backoff.Jitter,
-			BudgetRatio: r.Budget.Ratio, MinRetriesPerSecond: r.Budget.MinRetriesPerSecond,
-			HedgeDelay: r.Hedge.Delay.Std(), MaxHedges: r.Hedge.MaxHedges,
-		},
-		ConcurrencyLimit: d.shaped.share,
-	}
+	s := Snapshot{Dependency: d.name, Policy: d.pol, ConcurrencyLimit: d.shaped.share}
 	if o := d.override; o.ActiveAt(now) {
 		s.Override, s.OverrideReason, s.OverrideExpires = o.State, o.Reason, o.Expires
 	}
@@ -84,7 +84,8 @@ func (d *depState) publish(e *Engine, now time.Time) bool {
 		s.ProbePermit = local == HalfOpen
 	}
 	if s.State == Closed && s.LocalState == Closed && s.Override == OverrideNone {
-		s.ThrottleProbability = max(d.shaped.throttle, d.rampRefusal(now))
+		s.RampProbability = d.rampRefusal(now)
+		s.ThrottleProbability = max(d.shaped.throttle, s.RampProbability)
 	}
 	old := d.snap.Load()
 	if old != nil {

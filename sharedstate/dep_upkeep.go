@@ -3,7 +3,7 @@ package sharedstate
 import "time"
 
 // idle reports whether the dependency has had nothing worth keeping: no
-// policy or override, no rows, no counts, no node-local breaker open, no
+// policy or override, not followed, no rows, no counts, no node-local breaker open, no
 // probe out, for 2×window while its records never moved, for
 // IdleRetention (at least 2×window) otherwise — whatever its records say:
 // an open or half-open record nobody sends traffic for resolves by being
@@ -11,7 +11,7 @@ import "time"
 // ErrEvicted).
 func (d *depState) idle(e *Engine, now time.Time) bool {
 	ns := now.UnixNano()
-	busy := d.patch != nil || d.override != nil || len(d.rows) > 0 || d.local.state != Closed ||
+	busy := d.doc != nil || d.override != nil || d.followed || len(d.rows) > 0 || d.local.state != Closed ||
 		d.probe.inFlight || (d.sent.valid && (!d.sent.row.Counts.IsZero() || d.sent.row.LocalOpen)) ||
 		!d.ownTotals(ns).IsZero()
 	if busy {
@@ -50,6 +50,7 @@ func (d *depState) removeRow(node string) {
 	if !ok {
 		return
 	}
+	d.fleet.remove(d.rows[i].Node, d.rows[i].Cumulative, len(d.rows)-1)
 	last := len(d.rows) - 1
 	if i != last {
 		d.rows[i] = d.rows[last]

@@ -1,131 +1,22 @@
-// Package sharedstate is the pure, deterministic engine of Fusebox: the fleet
-// circuit breaker and retry budget for each dependency, computed by every node
-// from counts it gossips with the others. It does no I/O and starts no
-// goroutines; time comes from an injected Clock and randomness from an
-// injected Rand, so the whole fleet can be simulated in a test.
-//
-// # Pieces
-//
-//   - Policy (policy.go; patches and MergePolicy in policy_patch.go, derived
-//     from the one field table in policy_fields.go; policy_validate.go,
-//     policy_lint.go): the JSON policy stored in etcd, with strict parsing
-//     (ParsePolicy for a complete policy such as _default, ParsePolicyPatch
-//     for a dependency's partial one), field-by-field MergePolicy of a
-//     PolicyPatch over the default, Validate (a *ValidationError naming every
-//     violation) and Lint (warnings, e.g. retries that cannot fit a deadline).
-//   - Window (window.go): a time-bucketed sliding window of Counts, 10
-//     buckets, lock-free and allocation-free to add to. NodeWindow is the row
-//     a node gossips with its totals.
-//   - BreakerRecord and Merge (record.go): the replicated breaker decision.
-//     Merge takes the higher generation, then open over closed, then the
-//     lower origin: commutative, associative and idempotent. Override is an
-//     operator's forced-open or forced-closed.
-//   - ProbeHolders (probe.go): which members may probe a half-open breaker,
-//     by rendezvous hash of (dependency, generation, probe round).
-//   - Engine (engine.go; engine_count.go, engine_decide.go, engine_gossip.go,
-//     engine_policy.go, engine_members.go, engine_query.go by concern; its
-//     per-dependency state in dep.go): one node's state. Inputs: Record, AddCounts
-//     (this node's traffic), ApplyRow, ApplyRecord (gossip), SetPolicy,
-//     SetPolicyPatch, SetDefaultPolicy, SetOverride (etcd), SetMembers,
-//     MemberDead, MemberAlive (membership), and Tick (time). Outputs: Decide,
-//     AcquireRetry, AcquireProbe, ProbeOutcome and ProbeResult (decisions),
-//     Tick's proposals,
-//     RowsToSend, LocalRows, Records (what to gossip), Snapshot, Fleet, Rows
-//     (what to show), and the OnChange hook.
-//   - Snapshot (snapshot.go): an immutable per-dependency view whose
-//     DecideFirst lets clientlib decide first attempts with one atomic load.
-//   - Throttling and concurrency shares (shape.go): ThrottlePolicy's
-//     ThrottleProbability, ConcurrencyShare, Engine.SetInFlight and
-//     Engine.Shape; Snapshot.ThrottleProbability, ConcurrencyLimit and
-//     DecideFirstAt.
-//
-// # Rules in brief
-//
-// A dependency's breaker trips when its pooled counts (scope fleet, zone or
-// node) reach minimumRequests with a failure or slow-call rate at its
-// threshold and the failures come from at least min(minFailingNodes, nodes
-// with requests) nodes; any node that sees this proposes generation+1, open.
-// With breaker.confidence > 0 (the default) the rate is the lower bound of
-// its Wilson interval, and with breaker.fastPath the rule is applied to the
-// freshest suffixes of the window too (trip.go); the reason names the
-// horizon that tripped.
-// A node whose own window trips while the fleet's does not opens only for
-// itself (Snapshot.LocalState, NodeWindow.LocalOpen). An open record turns
-// half-open after openDuration × 2^(openCount-1), capped at maxOpenDuration
-// and at fleetMaxOpenDuration (never below openDuration; the default, 5s,
-// means no doubling); a node's own breaker doubles up to maxOpenDuration.
-// Then the top halfOpenProbes members with traffic, by rendezvous hash, may
-// each run one probe at a time, the one ranked k from k × perAttemptTimeout
-// into the round, so that while the dependency stays dead the first
-// holder's failed probe reopens the breaker before the others probe.
-// Rounds last probeTimeout: a new round moves the permits, and a probe is
-// admitted only if perAttemptTimeout fits in what is left of its round, so
-// rounds do not overlap. Probes are judged by the closed state's rules
-// (ProbeOutcome): a failure fails, and so does a slow success when slow
-// calls can trip the breaker (slowCallRateThreshold < 1, or the classic
-// rule). probeSuccessThreshold successes at one prober close the breaker
-// (generation+1); a failed probe reopens it (generation+1, openCount+1).
-// For rampDuration after a close first attempts are admitted with a
-// probability rising linearly from rampStart to 1 (published as the
-// snapshot's ThrottleProbability, refused as ReasonThrottled). A node that
-// learns the breaker closed under a new generation starts a fresh window,
-// and the trip rule counts only rows of the current generation. Overrides
-// beat everything;
-// shadow mode reports every transition and the reason it would reject, but
-// always allows. The retry budget over the window is max(minRetriesPerSecond
-// × window, ratio × first attempts) in the scope; a node may retry while its
-// retries are below its share, budget × its first attempts / all first
-// attempts, and the scope's retries are below the budget.
-//
-// # Beyond on/off: when to use which
-//
-// The breaker is binary: it is the answer to a dependency that is down. For
-// one that is overloaded but serving, the policy's "throttle" section
-// (Google SRE client-side adaptive throttling over the scope's window:
-// refuse a first attempt with probability max(0, (requests − k·accepts) /
-// (requests + 1)), requests being successes + failures + rejected and
-// accepts the successes) keeps the fleet sending about k times what the
-// dependency answers; choose k so that the error rate this leaves, 1 − 1/k,
-// is below the breaker's failureRateThreshold, or the breaker flaps on top.
-// For one with a known capacity in calls, "concurrency.maxInFlight" bounds
-// the calls in flight across the fleet, each node's share proportional to
-// its part of the scope's first attempts (made or refused), at least 1. For
-// tail latency of a healthy one, "retry.hedge" (applied by clientlib)
-// starts a second attempt after a delay, each hedge paid from the retry
-// budget. Both shapes are recomputed at every Tick and published in the
-// Snapshot; the probability moves in steps of 1/200 so that noise does not
-// republish. TestShapeSimulation compares them on a simulated overload; its
-// table is in clientlib/README.md.
-//
-// # Counting
-//
-// Record(dep, FirstAttempt, o) counts a first attempt and its outcome.
-// AcquireRetry and AcquireProbe count the attempts they admit (as retries,
-// or as first attempts for probes) and the rejections they make, so
-// Record(dep, Retry|Probe, o) counts only the outcome. Decide and DecideFirst
-// count nothing: a caller that honours a rejection reports it with
-// Record(dep, kind, Rejected). AddCounts adds a client's deltas verbatim.
-//
-// # Policies
-//
-// A dependency's policy in etcd may set only some fields: decode it with
-// ParsePolicyPatch and hand it to Engine.SetPolicyPatch, which merges it over
-// the current default and re-merges when SetDefaultPolicy changes the
-// default. MergePolicy(defaults, patch) followed by Validate is the check to
-// run at write time.
-//
-// # Example
+// Package sharedstate is Fusebox's engine: the pure, deterministic rules of
+// the fleet-wide circuit breaker, retry budget and traffic shaping of each
+// dependency, computed by every node from the counts it gossips with the
+// others. It does no I/O and starts no goroutines; time comes from an
+// injected Clock and randomness from an injected Rand, so a whole fleet
+// can be simulated in a test. Every agent runs an Engine, and so do the
+// coordinator's observer and its what-if replay; clientlib decides first
+// attempts from an Engine's Snapshot, with one atomic load.
 //
 //	clock := sharedstate.NewManualClock(time.Now())
 //	e, err := sharedstate.NewEngine(sharedstate.EngineConfig{Node: "node-a", Zone: "z1", Clock: clock})
 //	if err != nil { ... }
 //
-//	// A caller's request: first attempt, then a retry if the budget allows.
+//	// A caller's request: a first attempt, then a retry if the budget allows.
 //	if d := e.Decide("shipping-api", sharedstate.FirstAttempt); d.Allowed() {
 //		err := call()
-//		e.Record("shipping-api", sharedstate.FirstAttempt, outcomeOf(err))
+//		e.Record("shipping-api", sharedstate.FirstAttempt, sharedstate.OutcomeOf(err != nil, false))
 //		if err != nil && e.AcquireRetry("shipping-api").Allowed() {
-//			e.Record("shipping-api", sharedstate.Retry, outcomeOf(call()))
+//			e.Record("shipping-api", sharedstate.Retry, sharedstate.OutcomeOf(call() != nil, false))
 //		}
 //	}
 //
@@ -137,7 +28,7 @@
 //		broadcast(row) // peers call e.ApplyRow(row)
 //	}
 //
-// clientlib keeps an atomic.Pointer[Snapshot] per dependency, updated from
-// the agent's pushes (the agent learns of changes through
-// EngineConfig.OnChange), and calls Snapshot.DecideFirst on its hot path.
+// The model (rows, breaker records and their merge, scopes, transitions,
+// the retry budget, shaping) is sharedstate/DESIGN.md; what each policy
+// field does and what the rules measure is sharedstate/README.md.
 package sharedstate

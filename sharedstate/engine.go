@@ -147,8 +147,13 @@ type EngineStats struct {
 	Evicted             uint64 // idle dependencies forgotten
 }
 
-// Engine is one node's view of the fleet's breakers and retry budgets; see
-// the package documentation for its inputs and outputs.
+// Engine is one node's view of the fleet's breakers and retry budgets.
+// Inputs: Record, AddCounts (this node's traffic); ApplyRow, ApplyRecord
+// (gossip); SetPolicy, SetPolicyDocument, SetDefaultPolicy, SetOverride
+// (etcd); SetMembers, MemberDead, MemberAlive (membership); Tick (time).
+// Outputs: Decide, AcquireRetry, AcquireProbe, ProbeOutcome, ProbeResult
+// (decisions); Tick's proposals, RowsToSend, LocalRows, Records (what to
+// gossip); Snapshot, Fleet, Rows (what to show); the OnChange hook.
 //
 // All methods are safe for concurrent use. Decide on a closed breaker (for a
 // FirstAttempt or Probe), Record and AddCounts take no lock and allocate
@@ -354,8 +359,8 @@ func (e *Engine) create(dep string, limit int) (*depState, error) {
 		return nil, &TooManyDependenciesError{Dependency: dep, Limit: limit}
 	}
 	name := strings.Clone(dep)
-	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}, rowCount: &e.rowCount}
-	d.setPolicy(e, e.effective(name, nil), e.rnd.Uint64())
+	d := &depState{name: name, records: map[string]BreakerRecord{}, rowIdx: map[string]int{}, rowCount: &e.rowCount, fleet: newFleetSum(now)}
+	d.setPolicy(e, *e.defaultFor(name), e.rnd.Uint64())
 	d.publish(e, now)
 	e.deps.store(name, d)
 	e.ndeps++
@@ -364,16 +369,20 @@ func (e *Engine) create(dep string, limit int) (*depState, error) {
 	return d, nil
 }
 
-// effective merges patch over the default for dep. Caller holds e.mu.
-func (e *Engine) effective(dep string, patch *PolicyPatch) Policy {
-	var p Policy
-	if patch == nil {
-		p = e.def
-	} else {
-		p = MergePolicy(e.def, *patch)
-	}
+// defaultFor is the default as dep's policy. Caller holds e.mu.
+func (e *Engine) defaultFor(dep string) *Policy {
+	p := e.def
 	p.Dependency = dep
-	return p
+	return &p
+}
+
+// effective reads dep's own policy document over the default (nil: none),
+// validated. Caller holds e.mu.
+func (e *Engine) effective(dep string, doc []byte) (Policy, error) {
+	if doc == nil {
+		return *e.defaultFor(dep), nil
+	}
+	return ParsePolicyOver(e.def, dep, doc)
 }
 
 // eachDep calls fn for every tracked dependency, in name order, holding the

@@ -109,13 +109,17 @@ func (e *Engine) ProbeResult(dep string, success bool) (BreakerRecord, bool) {
 // the outcome of a call). Half-open judges a probe by the closed state's
 // rules: a failure fails, and a slow success (Slow) fails when slow calls
 // can trip the breaker — slowCallRateThreshold below 1, or the classic rule
-// (confidence 0) — and counts as a success otherwise. A success counts
-// towards probeSuccessThreshold; reaching it, or a failed probe, makes this
-// node propose a new record (closed, or open with openCount+1), which
-// ProbeOutcome returns with true, applies locally and also queues for the
-// next Tick. For a node-local breaker the transition stays local and nothing
-// is returned. A result with no probe in flight (late, or after the round
-// ended) is ignored.
+// (confidence 0) — and counts as a success otherwise. Under scope fleet or
+// zone the probes of a generation count together: this node's successes
+// travel in its rows (NodeWindow.ProbeSuccesses), and a success that brings
+// the fleet's, as this node knows them, to probeSuccessThreshold makes this
+// node propose to close. A failed probe makes it propose to reopen (open,
+// openCount+1), unless other nodes' probes of the generation succeeded and
+// none failed: then this node's own breaker opens instead and nothing is
+// proposed. A proposal is returned with true, applied locally and also
+// queued for the next Tick. For a node-local breaker (its own probes alone
+// count) the transition stays local and nothing is returned. A result with
+// no probe in flight (late, or after the round ended) is ignored.
 func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 	if o >= Rejected {
 		return BreakerRecord{}, false

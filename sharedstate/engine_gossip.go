@@ -59,16 +59,17 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	}
 	now := e.nowNanos()
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	var row *rowEntry
 	if i, ok := d.rowIdx[r.Node]; ok {
 		row = &d.rows[i]
 		if row.Seq >= r.Seq {
+			d.mu.Unlock()
 			return false, nil
 		}
 		r.Node = row.Node // share one copy of the name
 	} else {
 		if !e.rowCount.take(r.Node, e.maxRowsPerNode) {
+			d.mu.Unlock()
 			return false, fmt.Errorf("%w: %s has %d rows", ErrTooManyRows, r.Node, e.maxRowsPerNode)
 		}
 		r.Node = strings.Clone(r.Node)
@@ -77,10 +78,26 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 		row = &d.rows[len(d.rows)-1]
 	}
 	r.Dependency = d.name // likewise
+	d.fleet.add(r.Node, row.Cumulative, r.Cumulative)
 	row.NodeWindow = *r
 	row.received = now
 	d.classify(e, row)
 	d.rowsVersion++
+	// Another node's probe outcome may give this one its turn to probe
+	// (or close the breaker): publish at once rather than at the next Tick.
+	// Rare: only rows of a half-open breaker carry one.
+	published := false
+	if r.ProbeSuccesses|r.ProbeFailures != 0 && d.shared() {
+		t := e.now()
+		if rec := d.rec(e); r.Generation == rec.Generation && rec.StateAt(d.pol.Breaker, t) == HalfOpen {
+			d.halfOpenTick(e, t, rec)
+			published = d.refresh(e, t)
+		}
+	}
+	d.mu.Unlock()
+	if published {
+		e.notify(d.name)
+	}
 	return true, nil
 }
 
@@ -116,7 +133,7 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.
 		e.mu.Lock()
-		probe := depState{name: r.Dependency, pol: e.effective(r.Dependency, nil), records: map[string]BreakerRecord{}}
+		probe := depState{name: r.Dependency, pol: e.defaultFor(r.Dependency), records: map[string]BreakerRecord{}}
 		e.mu.Unlock()
 		if err := probe.checkRecord(e, r, now); err != nil {
 			return false, err
@@ -160,10 +177,12 @@ func (e *Engine) RowsToSend() []NodeWindow {
 
 // UrgentRows returns the rows RowsToSend returned since the previous call
 // that announce a failure burst at this node while the breaker is closed
-// (see the fast path of the trip rule): the caller sends them straight to
-// every member, besides gossiping them, so that the fleet pools the fresh
-// failures within a network round trip. A node marks at most one row per
-// dependency as urgent per window/2.
+// (see the fast path of the trip rule), or a new outcome of its half-open
+// probes: the caller sends them straight to every member, besides
+// gossiping them, so that the fleet pools the fresh failures, or the probe
+// outcomes, within a network round trip. A node marks at most one row per
+// dependency as urgent per window/2 for failures, and one per probe
+// outcome.
 func (e *Engine) UrgentRows() []NodeWindow {
 	e.outMu.Lock()
 	defer e.outMu.Unlock()

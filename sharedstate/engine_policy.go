@@ -1,8 +1,10 @@
 package sharedstate
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // Policy returns the effective policy of dep (the default for an untracked one).
@@ -10,17 +12,35 @@ func (e *Engine) Policy(dep string) Policy {
 	if d := e.lookup(dep); d != nil {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		return d.pol
+		return *d.pol
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.effective(dep, nil)
+	return *e.defaultFor(dep)
+}
+
+// PolicyJSON returns the effective policy of dep that its snapshots carry
+// (Snapshot.Policy) and that policy as a complete JSON document, made once
+// per policy: what the agent sends clients in a snapshot's policy_json.
+// Both are shared: never modify them. nil, nil for an untracked dependency.
+func (e *Engine) PolicyJSON(dep string) (*Policy, []byte) {
+	d := e.lookup(dep)
+	if d == nil {
+		return nil, nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.polJSON == nil {
+		d.polJSON, _ = json.Marshal(d.pol) // a valid policy always marshals
+	}
+	return d.pol, d.polJSON
 }
 
 // SetDefaultPolicy replaces the fleet default (policies/_default) and
-// re-merges every dependency's policy over it. p must be valid. A dependency
-// whose merged policy would be invalid keeps its previous policy; the
-// returned error names each such dependency, and the default is set anyway.
+// reads every dependency's own policy document over it again. p must be
+// valid. A dependency whose policy would be invalid over it keeps its
+// previous policy; the returned error names each such dependency, and the
+// default is set anyway.
 func (e *Engine) SetDefaultPolicy(p Policy) error {
 	p.Dependency = DefaultPolicyName
 	if err := p.Validate(); err != nil {
@@ -33,8 +53,7 @@ func (e *Engine) SetDefaultPolicy(p Policy) error {
 	var changed []string
 	for _, d := range e.sortedDeps() {
 		d.mu.Lock()
-		eff := e.effective(d.name, d.patch)
-		if err := eff.Validate(); err != nil {
+		if eff, err := e.effective(d.name, d.doc); err != nil {
 			errs = append(errs, fmt.Errorf("dependency %s keeps its previous policy: %w", d.name, err))
 		} else {
 			d.setPolicy(e, eff, e.rnd.Uint64())
@@ -55,33 +74,37 @@ func (e *Engine) SetDefaultPolicy(p Policy) error {
 // p.Dependency is ignored. The policy must be valid.
 func (e *Engine) SetPolicy(dep string, p Policy) error {
 	p.Dependency = dep
-	return e.SetPolicyPatch(dep, p.Patch())
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	doc, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return e.SetPolicyDocument(dep, doc)
 }
 
-// SetPolicyPatch sets dep's partial policy (policies/<dep>): the effective
-// policy is the patch merged over the current default, and is re-merged when
-// the default changes. The merged policy must be valid, else nothing changes
-// and the *ValidationError is returned. A different window length starts the
-// dependency's window afresh.
-func (e *Engine) SetPolicyPatch(dep string, patch PolicyPatch) error {
-	if patch.Dependency != "" && patch.Dependency != dep {
-		return &ValidationError{Violations: []Violation{{Field: "dependency", Value: patch.Dependency,
-			Message: "must match the dependency the policy is stored for (" + dep + ")"}}}
-	}
+// SetPolicyDocument sets dep's own policy document (policies/<dep>, which
+// may set only some fields): the effective policy is the document read over
+// the current default (ParsePolicyOver), and is read again when the default
+// changes. It must be valid, and its "dependency" field (when set) must be
+// dep, else nothing changes and the *ValidationError is returned. A
+// different window length starts the dependency's window afresh.
+func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 	d, err := e.state(dep)
 	if err != nil {
 		return err
 	}
-	patch = patch.clone()
+	doc = slices.Clone(doc)
 	now := e.now()
 	e.mu.Lock()
-	eff := e.effective(dep, &patch)
-	if err := eff.Validate(); err != nil {
+	eff, err := e.effective(dep, doc)
+	if err != nil {
 		e.mu.Unlock()
 		return err
 	}
 	d.mu.Lock()
-	d.patch = &patch
+	d.doc = doc
 	d.setPolicy(e, eff, e.rnd.Uint64())
 	changed := d.refresh(e, now)
 	d.mu.Unlock()
@@ -101,8 +124,8 @@ func (e *Engine) RemovePolicy(dep string) {
 	now := e.now()
 	e.mu.Lock()
 	d.mu.Lock()
-	d.patch = nil
-	d.setPolicy(e, e.effective(dep, nil), e.rnd.Uint64())
+	d.doc = nil
+	d.setPolicy(e, *e.defaultFor(dep), e.rnd.Uint64())
 	changed := d.refresh(e, now)
 	d.mu.Unlock()
 	e.mu.Unlock()

@@ -17,6 +17,7 @@ func (e *Engine) Rows(dep string) []NodeWindow {
 	defer d.mu.Unlock()
 	stale := 2 * int64(d.pol.Breaker.Window)
 	out := []NodeWindow{d.ownRow(e, now)}
+	out[0].Cumulative = d.ownCumulative(now)
 	for _, r := range d.rows {
 		if now.UnixNano()-r.received < stale {
 			out = append(out, r.NodeWindow)

@@ -103,15 +103,20 @@ func openBreaker(t *testing.T, e *Engine) BreakerRecord {
 }
 
 func TestHalfOpenAndProbes(t *testing.T) {
-	t.Run("turns half-open after openDuration, at Tick, and says so", func(t *testing.T) {
+	// The fleet's breaker stays open for openDuration: 2s by default.
+	open := DefaultPolicy().Breaker.FleetOpenDurationFor(1)
+	if open != 2*time.Second {
+		t.Fatalf("the default fleet open duration is %v, want 2s", open)
+	}
+	t.Run("turns half-open after its open duration, at Tick, and says so", func(t *testing.T) {
 		clock := NewManualClock(t0)
 		var changes []string
 		e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) { c.OnChange = func(d string) { changes = append(changes, d) } })
 		openBreaker(t, e)
-		clock.Advance(5*time.Second - time.Nanosecond)
+		clock.Advance(open - time.Nanosecond)
 		e.Tick()
 		if s := e.Snapshot(dep); s.State != Open {
-			t.Fatalf("state %v before openDuration", s.State)
+			t.Fatalf("state %v before the open duration", s.State)
 		}
 		changes = nil
 		clock.Advance(time.Nanosecond)
@@ -132,7 +137,7 @@ func TestHalfOpenAndProbes(t *testing.T) {
 		clock := NewManualClock(t0)
 		e := newTestEngine(t, "a", "", clock, nil)
 		openBreaker(t, e)
-		clock.Advance(5 * time.Second)
+		clock.Advance(open)
 		for i := range 3 {
 			if d := e.AcquireProbe(dep); d != allowProbe {
 				t.Fatalf("probe %d: AcquireProbe = %v", i, d)
@@ -167,15 +172,15 @@ func TestHalfOpenAndProbes(t *testing.T) {
 	})
 
 	// A failed probe reopens the fleet's breaker for openDuration ×
-	// 2^(openCount-1), capped at fleetMaxOpenDuration (by default 5s, the
+	// 2^(openCount-1), capped at fleetMaxOpenDuration (by default 2s, the
 	// default openDuration: no doubling).
 	for _, tc := range []struct {
 		name  string
 		cap   time.Duration
 		opens []time.Duration // after the first, second and third failed probe
 	}{
-		{"probe failure reopens for openDuration by default", 0, []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second}},
-		{"probe failure reopens with a doubled open duration up to fleetMaxOpenDuration", 15 * time.Second, []time.Duration{10 * time.Second, 15 * time.Second, 15 * time.Second}},
+		{"probe failure reopens for openDuration by default", 0, []time.Duration{2 * time.Second, 2 * time.Second, 2 * time.Second}},
+		{"probe failure reopens with a doubled open duration up to fleetMaxOpenDuration", 6 * time.Second, []time.Duration{4 * time.Second, 6 * time.Second, 6 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := NewManualClock(t0)
@@ -217,7 +222,7 @@ func TestHalfOpenAndProbes(t *testing.T) {
 		clock := NewManualClock(t0)
 		e := newTestEngine(t, "a", "", clock, nil)
 		openBreaker(t, e)
-		clock.Advance(5 * time.Second) // round 0: [5s, 10s)
+		clock.Advance(open) // round 0: [open, open+5s)
 		if d := e.AcquireProbe(dep); d != allowProbe {
 			t.Fatal(d)
 		}
@@ -396,7 +401,7 @@ func TestShadowMode(t *testing.T) {
 		t.Fatalf("shadow mode must still compute and report the transition: %+v", props)
 	}
 	s := e.Snapshot(dep)
-	if s.State != Open || s.Mode != ModeShadow {
+	if s.State != Open || !s.Shadow() {
 		t.Fatalf("snapshot %+v", s)
 	}
 	for _, tc := range []struct {
@@ -457,7 +462,7 @@ func TestNodeLocalBreaker(t *testing.T) {
 	}
 
 	// Half-open with itself as the only prober; a failure doubles the open duration.
-	clock.Advance(5 * time.Second)
+	clock.Advance(2 * time.Second)
 	a.Tick()
 	if s := a.Snapshot(dep); s.LocalState != HalfOpen || !s.ProbePermit || s.DecideFirst() != allowProbe {
 		t.Fatalf("after openDuration: %+v", s)
@@ -471,7 +476,7 @@ func TestNodeLocalBreaker(t *testing.T) {
 	if _, ok := a.ProbeResult(dep, false); ok {
 		t.Fatal("a node-local transition was proposed to the fleet")
 	}
-	clock.Advance(10*time.Second - time.Nanosecond)
+	clock.Advance(4*time.Second - time.Nanosecond)
 	a.Tick()
 	if s := a.Snapshot(dep); s.LocalState != Open {
 		t.Fatalf("reopened breaker half-open before 2×openDuration: %+v", s)
@@ -752,11 +757,7 @@ func TestPoliciesInEngine(t *testing.T) {
 	clock := NewManualClock(t0)
 	var changes []string
 	e := newTestEngine(t, "a", "", clock, func(c *EngineConfig) { c.OnChange = func(d string) { changes = append(changes, d) } })
-	patch, err := ParsePolicyPatch([]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5, "confidence": 0}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.SetPolicyPatch(dep, patch); err != nil {
+	if err := e.SetPolicyDocument(dep, []byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 5, "confidence": 0}}`)); err != nil {
 		t.Fatal(err)
 	}
 	if p := e.Policy(dep); p.Breaker.MinimumRequests != 5 || p.Dependency != dep || p.Breaker.Window != Duration(10*time.Second) {
@@ -776,8 +777,8 @@ func TestPoliciesInEngine(t *testing.T) {
 	if p := e.Policy(dep); p.Retry.MaxAttempts != 5 || p.Breaker.MinimumRequests != 5 {
 		t.Fatalf("re-merge over the new default: %+v", p)
 	}
-	if s := e.Snapshot(dep); s.Retry.MaxAttempts != 5 || !slices.Contains(changes, dep) {
-		t.Fatalf("snapshot not republished: %+v, changes %v", s.Retry, changes)
+	if s := e.Snapshot(dep); s.Policy.Retry.MaxAttempts != 5 || !slices.Contains(changes, dep) {
+		t.Fatalf("snapshot not republished: %+v, changes %v", s.Policy.Retry, changes)
 	}
 
 	bad := DefaultPolicy()
@@ -788,12 +789,11 @@ func TestPoliciesInEngine(t *testing.T) {
 	if e.Policy(dep).Breaker.FailureRateThreshold != 0.5 {
 		t.Fatal("invalid policy took effect")
 	}
-	if err := e.SetPolicyPatch(dep, PolicyPatch{Dependency: "other"}); err == nil {
-		t.Fatal("patch for another dependency accepted")
+	if err := e.SetPolicyDocument(dep, []byte(`{"dependency": "other"}`)); err == nil {
+		t.Fatal("a document naming another dependency accepted")
 	}
 	// A default that makes the dependency's merged policy invalid is set; the dependency keeps its last good policy.
-	probePatch, _ := ParsePolicyPatch([]byte(`{"retry": {"perAttemptTimeout": "4s"}}`))
-	if err := e.SetPolicyPatch(dep, probePatch); err != nil {
+	if err := e.SetPolicyDocument(dep, []byte(`{"retry": {"perAttemptTimeout": "4s"}}`)); err != nil {
 		t.Fatal(err)
 	}
 	short := DefaultPolicy()

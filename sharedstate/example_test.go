@@ -47,19 +47,20 @@ func ExamplePolicy_Validate() {
 	// retry.maxAttempts: must be between 1 and 100, got 0
 }
 
-func ExampleMergePolicy() {
-	patch, err := sharedstate.ParsePolicyPatch([]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 50}}`))
+// A dependency's document is read over a copy of the fleet default: what
+// it leaves out keeps the default's value.
+func ExampleDecodePolicy() {
+	p, err := sharedstate.DecodePolicy(sharedstate.DefaultPolicy(),
+		[]byte(`{"dependency": "shipping-api", "breaker": {"minimumRequests": 50}}`))
 	if err != nil {
 		panic(err)
 	}
-	p := sharedstate.MergePolicy(sharedstate.DefaultPolicy(), patch)
 	fmt.Println(p.Dependency, p.Breaker.MinimumRequests, p.Breaker.Window, p.Validate())
 	// Output: shipping-api 50 10s <nil>
 }
 
 // Writing a dependency's policy: a JSON document that sets only what
-// differs from the fleet default (policies/_default) and is merged over it
-// field by field. CheckPolicyDocument is what `fuseboxctl policy lint` and
+// differs from the fleet default (policies/_default) and is read over it. CheckPolicyDocument is what `fuseboxctl policy lint` and
 // every write run: every violation is named by its JSON path, and a valid
 // policy is linted against the callers' deadline.
 func ExampleCheckPolicyDocument() {
@@ -85,10 +86,10 @@ func ExampleCheckPolicyDocument() {
 	// retry.maxAttempts: must be an integer, got "3"
 }
 
-// ParsePolicyPatchOver turns a document into the policy the agents
-// enforce: the patch merged over the fleet default, validated.
-func ExampleParsePolicyPatchOver() {
-	_, p, err := sharedstate.ParsePolicyPatchOver(sharedstate.DefaultPolicy(), "shipping-api",
+// ParsePolicyOver turns a document into the policy the agents enforce:
+// the document read over the fleet default, validated.
+func ExampleParsePolicyOver() {
+	p, err := sharedstate.ParsePolicyOver(sharedstate.DefaultPolicy(), "shipping-api",
 		[]byte(`{"throttle": {"enabled": true, "k": 1.5}, "concurrency": {"maxInFlight": 200}}`))
 	if err != nil {
 		fmt.Println(err)

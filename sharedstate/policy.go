@@ -63,16 +63,21 @@ const (
 )
 
 // Policy is one dependency's complete, effective policy (or the fleet default,
-// with Dependency "_default"). Its JSON form is the one stored in etcd.
+// with Dependency "_default"). Its JSON form is the one stored in etcd, and
+// the struct is the one description of that document: its JSON tags name
+// the fields, and a field tagged policy:"optional" (or in a section so
+// tagged) may be left out of a complete policy (ParsePolicy), which then
+// gets DefaultPolicy's value, so that documents written before the field
+// existed stay valid. A field added later must be optional.
 type Policy struct {
-	Schema     int           `json:"schema"`
+	Schema     int           `json:"schema" policy:"optional"`
 	Dependency string        `json:"dependency"`
 	Breaker    BreakerPolicy `json:"breaker"`
 	Retry      RetryPolicy   `json:"retry"`
 	// Throttle is fleet-wide adaptive throttling (off by default).
-	Throttle ThrottlePolicy `json:"throttle"`
+	Throttle ThrottlePolicy `json:"throttle" policy:"optional"`
 	// Concurrency is the fleet-wide concurrency limit (off by default).
-	Concurrency ConcurrencyPolicy `json:"concurrency"`
+	Concurrency ConcurrencyPolicy `json:"concurrency" policy:"optional"`
 }
 
 // BreakerPolicy configures the breaker and its sliding window.
@@ -95,12 +100,12 @@ type BreakerPolicy struct {
 	// suffix of it) trips only when the lower bound of the Wilson score
 	// interval of its rate is at or above the threshold. 0 is the classic
 	// rule (the rate itself, and no fast path). See TripBound.
-	Confidence float64 `json:"confidence"`
+	Confidence float64 `json:"confidence" policy:"optional"`
 	// FastPath also evaluates the freshest suffixes of the window (its last
 	// 1, 2, 4, … 64 sub-buckets of window/100) and trips on the first one
 	// that holds minimumRequests requests, failures from minFailingNodes
 	// nodes and a bound at the threshold. Needs Confidence > 0.
-	FastPath bool `json:"fastPath"`
+	FastPath bool `json:"fastPath" policy:"optional"`
 	// FleetMaxOpenDuration caps the doubling of the open duration of a
 	// replicated breaker (scope fleet or zone; maxOpenDuration still caps
 	// it too, and the first open after a trip lasts openDuration whatever
@@ -108,17 +113,17 @@ type BreakerPolicy struct {
 	// dependency stays dead, so a doubling beyond a few seconds protects
 	// nothing and only delays the return after the dependency recovers.
 	// Scope node and the node-local breaker double up to maxOpenDuration,
-	// as a per-instance breaker does. The default, 5s, equal to the default
+	// as a per-instance breaker does. The default, 2s, equal to the default
 	// openDuration, means no doubling.
-	FleetMaxOpenDuration Duration `json:"fleetMaxOpenDuration"`
+	FleetMaxOpenDuration Duration `json:"fleetMaxOpenDuration" policy:"optional"`
 	// RampDuration is the slow start after a breaker closes: for this long
 	// the breaker admits first attempts with a probability that rises
-	// linearly from RampStart to 1 (the rest are refused as throttled).
+	// linearly from RampStart to 1 (the rest are refused, ReasonRamp).
 	// 0 turns the ramp off.
-	RampDuration Duration `json:"rampDuration"`
+	RampDuration Duration `json:"rampDuration" policy:"optional"`
 	// RampStart is the share of first attempts admitted when the ramp
 	// begins, in (0,1].
-	RampStart float64 `json:"rampStart"`
+	RampStart float64 `json:"rampStart" policy:"optional"`
 }
 
 // RetryPolicy configures retries: how many, how fast, and the budget.
@@ -127,7 +132,7 @@ type RetryPolicy struct {
 	PerAttemptTimeout Duration      `json:"perAttemptTimeout"`
 	Backoff           BackoffPolicy `json:"backoff"`
 	Budget            BudgetPolicy  `json:"budget"`
-	Hedge             HedgePolicy   `json:"hedge"`
+	Hedge             HedgePolicy   `json:"hedge" policy:"optional"`
 }
 
 // BackoffPolicy is the wait between attempts: exponential from Base, capped at Max.
@@ -196,7 +201,7 @@ func DefaultPolicy() Policy {
 			MinimumRequests:       20,
 			MinFailingNodes:       2,
 			Window:                Duration(10 * time.Second),
-			OpenDuration:          Duration(5 * time.Second),
+			OpenDuration:          Duration(2 * time.Second),
 			MaxOpenDuration:       Duration(2 * time.Minute),
 			HalfOpenProbes:        3,
 			ProbeSuccessThreshold: 3,
@@ -228,8 +233,8 @@ func DefaultPolicy() Policy {
 // The defaults of the recovery settings, chosen with TestSimRecovery (the
 // recovery table in sharedstate/README.md).
 const (
-	defaultFleetMaxOpen = 5 * time.Second
-	defaultRampDuration = time.Second
+	defaultFleetMaxOpen = 2 * time.Second
+	defaultRampDuration = 500 * time.Millisecond
 	defaultRampStart    = 0.1
 )
 

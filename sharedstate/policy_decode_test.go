@@ -41,13 +41,13 @@ func TestDecodeCollectsEveryProblem(t *testing.T) {
 			t.Errorf("%d violations, want %d:\n%s", len(verr.Violations), len(want), msg)
 		}
 	}
-	t.Run("ParsePolicyPatch", func(t *testing.T) {
-		_, err := ParsePolicyPatch([]byte(doc))
+	t.Run("DecodePolicy", func(t *testing.T) {
+		_, err := DecodePolicy(DefaultPolicy(), []byte(doc))
 		check(t, err, wantDecode)
 	})
 	withRule := append([]string{"breaker.failureRateThreshold: must be in (0,1], got 1.5"}, wantDecode...)
-	t.Run("ParsePolicyPatchOver", func(t *testing.T) {
-		_, _, err := ParsePolicyPatchOver(DefaultPolicy(), "shipping-api", []byte(doc))
+	t.Run("ParsePolicyOver", func(t *testing.T) {
+		_, err := ParsePolicyOver(DefaultPolicy(), "shipping-api", []byte(doc))
 		check(t, err, withRule)
 	})
 	t.Run("CheckPolicyDocument", func(t *testing.T) {
@@ -74,13 +74,70 @@ func TestDecodeCollectsEveryProblem(t *testing.T) {
 
 func TestDecodeRefusesMalformedDocuments(t *testing.T) {
 	for _, doc := range []string{`{"breaker": `, `{} {}`, `[]`, `"x"`, `null`} {
-		if _, err := ParsePolicyPatch([]byte(doc)); !errors.Is(err, ErrInvalidPolicy) {
-			t.Errorf("ParsePolicyPatch(%s) = %v, want ErrInvalidPolicy", doc, err)
+		if _, err := DecodePolicy(DefaultPolicy(), []byte(doc)); !errors.Is(err, ErrInvalidPolicy) {
+			t.Errorf("DecodePolicy(%s) = %v, want ErrInvalidPolicy", doc, err)
 		}
 	}
 	// null sections and fields mean "inherit", as before.
-	p, err := ParsePolicyPatch([]byte(`{"breaker": null, "retry": {"maxAttempts": null, "budget": {"ratio": 0.2}}}`))
-	if err != nil || p.Breaker != nil || p.Retry.MaxAttempts != nil || *p.Retry.Budget.Ratio != 0.2 {
-		t.Fatalf("ParsePolicyPatch with nulls = %+v, %v", p, err)
+	p, err := DecodePolicy(DefaultPolicy(), []byte(`{"breaker": null, "retry": {"maxAttempts": null, "budget": {"ratio": 0.2}}}`))
+	want := DefaultPolicy()
+	want.Retry.Budget.Ratio = 0.2
+	if err != nil || p != want {
+		t.Fatalf("DecodePolicy with nulls = %+v, %v", p, err)
+	}
+}
+
+// TestMalformedJSONNamesLineAndColumn: a document that is not well-formed
+// JSON is refused with the line and column of the problem, so that an
+// operator finds it in a file of many lines.
+func TestMalformedJSONNamesLineAndColumn(t *testing.T) {
+	for _, tc := range []struct{ doc, want string }{
+		{"{\n  \"breaker\": {\n    \"minimumRequests\": 5,\n  }\n}", "line 4, column 3: invalid character '}'"},
+		{"{\"retry\": {\"maxAttempts\": 3x}}", "line 1, column 28: invalid character 'x'"},
+		{"{\n  \"breaker\": {\"window\": \"10s\"\n", "line 2, column 30: the document ends before its JSON value does"},
+		{"{\"breaker\": {}}\n  {\"retry\": {}}", "trailing data after the policy object at line 2, column 3"},
+		{"{\"reason\": \"é\" ,, }", "line 1, column 17: invalid character ','"},
+		{"   ", "the document is empty"},
+	} {
+		_, err := DecodePolicy(DefaultPolicy(), []byte(tc.doc))
+		if !errors.Is(err, ErrInvalidPolicy) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DecodePolicy(%q) = %v, want an ErrInvalidPolicy saying %q", tc.doc, err, tc.want)
+		}
+		vs, _ := CheckPolicyDocument([]byte(tc.doc), DefaultPolicy(), 0)
+		if len(vs) != 1 || !strings.Contains(vs[0].Message, tc.want) {
+			t.Errorf("CheckPolicyDocument(%q) = %+v, want one violation saying %q", tc.doc, vs, tc.want)
+		}
+	}
+}
+
+// TestCheckPolicyDocumentAs: a document checked for the name it is to be
+// written under gets the write's refusals: a bad name, a "dependency" field
+// naming another dependency, an incomplete fleet default.
+func TestCheckPolicyDocumentAs(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc string
+		want      []string
+	}{
+		{"shipping", `{"dependency":"shipping","retry":{"maxAttempts":3}}`, nil},
+		{"shipping", `{"retry":{"maxAttempts":3}}`, nil},
+		{"billing", `{"dependency":"shipping","retry":{"maxAttempts":0}}`,
+			[]string{`dependency: must be billing in policies/billing, got "shipping"`, "retry.maxAttempts: must be between 1 and 100"}},
+		{"bad name!", `{}`, []string{"dependency: fusebox: invalid dependency name"}},
+		{DefaultPolicyName, `{"breaker":{"minimumRequests":5}}`, []string{"dependency: is required", "breaker.window: is required"}},
+	} {
+		vs, _ := CheckPolicyDocumentAs(tc.name, []byte(tc.doc), DefaultPolicy(), 0)
+		var got []string
+		for _, v := range vs {
+			got = append(got, v.String())
+		}
+		all := strings.Join(got, "\n")
+		if len(tc.want) == 0 && len(vs) > 0 {
+			t.Errorf("%s %s: violations %s", tc.name, tc.doc, all)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(all, w) {
+				t.Errorf("%s %s: violations lack %q:\n%s", tc.name, tc.doc, w, all)
+			}
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"encoding/json"
 	"math"
 	"reflect"
 	"slices"
@@ -8,81 +9,38 @@ import (
 	"testing"
 )
 
-// jsonLeaves lists the JSON paths of the leaf fields of struct type t (with
-// their types), following pointers to structs; Duration and the other named
-// scalar types are leaves.
-func jsonLeaves(t reflect.Type, prefix string) (paths []string, types []reflect.Type) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		ft := f.Type
-		if ft.Kind() == reflect.Pointer && ft.Elem().Kind() == reflect.Struct {
-			ft = ft.Elem()
-		}
-		if ft.Kind() == reflect.Struct {
-			p, ty := jsonLeaves(ft, prefix+name+".")
-			paths, types = append(paths, p...), append(types, ty...)
-			continue
-		}
-		paths, types = append(paths, prefix+name), append(types, ft)
-	}
-	return paths, types
-}
-
-// fieldByPath returns the addressable field of the Policy v at a JSON path.
-func fieldByPath(t *testing.T, v reflect.Value, path string) reflect.Value {
-	t.Helper()
-	for _, name := range strings.Split(path, ".") {
-		found := false
-		for i := range v.NumField() {
-			if tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("json"), ","); tag == name {
-				v, found = v.Field(i), true
-				break
-			}
-		}
-		if !found {
-			t.Fatalf("no field %q in %s", path, v.Type())
-		}
-	}
-	return v
-}
-
-// TestPolicyFieldTable keeps the places that list the policy's fields in
-// agreement: the Policy structs, the patch structs, policyFields (from which
-// MergePolicy, Patch, clone and ParsePolicy are derived) and Validate.
-func TestPolicyFieldTable(t *testing.T) {
-	polPaths, polTypes := jsonLeaves(reflect.TypeOf(Policy{}), "")
-	patPaths, patTypes := jsonLeaves(reflect.TypeOf(PolicyPatch{}), "")
-	if !slices.Equal(polPaths, patPaths) {
-		t.Fatalf("Policy and PolicyPatch disagree:\n policy %v\n patch  %v", polPaths, patPaths)
-	}
-	for i := range polTypes {
-		want := polTypes[i]
-		if polPaths[i] == "dependency" {
-			continue // a string in both: "" means inherit
-		}
-		if patTypes[i] != reflect.PointerTo(want) {
-			t.Errorf("%s: the patch's type is %s, want *%s", polPaths[i], patTypes[i], want)
-		}
-	}
-	var tablePaths []string
-	for _, f := range policyFields {
-		tablePaths = append(tablePaths, f.path)
-	}
-	if want := polPaths[2:]; !slices.Equal(tablePaths, want) { // all but schema and dependency
-		t.Fatalf("policyFields disagrees with the Policy struct:\n table  %v\n struct %v", tablePaths, want)
-	}
-
+// TestPolicyPaths: every leaf of the Policy struct, found through the paths
+// derived from its JSON tags, has a real default (or is optional), is set
+// by a document that names it and by nothing else, is stored alone by
+// PolicyDocument, and has a rule in Validate that names it.
+func TestPolicyPaths(t *testing.T) {
 	def := DefaultPolicy()
 	if err := def.Validate(); err != nil {
 		t.Fatalf("DefaultPolicy is invalid: %v", err)
 	}
-	for _, f := range policyFields {
-		path := f.path
-		t.Run(path, func(t *testing.T) {
-			// A patch that sets only this field, to a value other than the default.
+	var leaves []string
+	for _, f := range policyPaths {
+		if !f.section {
+			leaves = append(leaves, f.path)
+		}
+	}
+	b, _ := json.Marshal(def)
+	if want := slices.Sorted(func(yield func(string) bool) {
+		for k := range leavesOfJSON(b) {
+			if !yield(k) {
+				return
+			}
+		}
+	}); !slices.Equal(slices.Sorted(slices.Values(leaves)), want) {
+		t.Fatalf("policyPaths' leaves %v, the JSON of a Policy %v", leaves, want)
+	}
+	for _, f := range policyPaths {
+		if f.section || f.path == "schema" || f.path == "dependency" {
+			continue
+		}
+		t.Run(f.path, func(t *testing.T) {
 			changed := def
-			fv := fieldByPath(t, reflect.ValueOf(&changed).Elem(), path)
+			fv := reflect.ValueOf(&changed).Elem().FieldByIndex(f.index)
 			bad := reflect.New(fv.Type()).Elem()
 			canBeInvalid := true
 			switch fv.Kind() {
@@ -103,41 +61,24 @@ func TestPolicyFieldTable(t *testing.T) {
 			}
 			// An optional field may be off by default at its zero value
 			// (retry.hedge, concurrency.maxInFlight); the others need a real default.
-			if fieldByPath(t, reflect.ValueOf(&def).Elem(), path).IsZero() && canBeInvalid && !f.optional {
-				t.Errorf("DefaultPolicy leaves %s at its zero value", path)
+			if reflect.ValueOf(def).FieldByIndex(f.index).IsZero() && canBeInvalid && !f.optional {
+				t.Errorf("DefaultPolicy leaves %s at its zero value", f.path)
 			}
-			full := changed.Patch()
-			var only PolicyPatch
-			for _, f := range policyFields {
-				if f.path == path {
-					f.copy(&only, &full)
-				}
+			val, _ := json.Marshal(fv.Interface())
+			doc := string(val)
+			for _, name := range slices.Backward(strings.Split(f.path, ".")) {
+				doc = `{"` + name + `":` + doc + `}`
 			}
-			var set []string
-			for _, f := range policyFields {
-				if f.isSet(&only) {
-					set = append(set, f.path)
-				}
+			got, set, vs, err := decodePolicy(def, []byte(doc))
+			if err != nil || len(vs) > 0 || got != changed {
+				t.Errorf("decodePolicy(default, %s) = %+v, %v, %v; want %+v", doc, got, vs, err, changed)
 			}
-			if !slices.Equal(set, []string{path}) {
-				t.Errorf("a patch of %s reports %v set", path, set)
+			if !reflect.DeepEqual(set, map[string]bool{f.path: true}) {
+				t.Errorf("%s sets %v", doc, set)
 			}
-			if got := MergePolicy(def, only); got != changed {
-				t.Errorf("MergePolicy(default, patch of %s) = %+v, want %+v", path, got, changed)
-			}
-			if got := MergePolicy(Policy{}, full); got != changed {
-				t.Errorf("MergePolicy(zero, Patch()) = %+v, want %+v", got, changed)
-			}
-			c := only.clone()
-			if got := MergePolicy(def, c); got != changed {
-				t.Errorf("clone lost %s: %+v", path, got)
-			}
-			// The clone shares no memory: changing it leaves the original alone.
-			for _, f := range policyFields {
-				f.fill(&c, &def)
-			}
-			if got := MergePolicy(def, only); got != changed {
-				t.Errorf("changing a clone changed the original's %s", path)
+			stored, err := PolicyDocument("x", []byte(doc))
+			if want := `{"schema":1,"dependency":"x",` + doc[1:]; err != nil || string(stored) != want {
+				t.Errorf("PolicyDocument(%s) = %s, %v; want %s", doc, stored, err, want)
 			}
 
 			// Validate has a rule for the field and names it.
@@ -145,15 +86,15 @@ func TestPolicyFieldTable(t *testing.T) {
 				return
 			}
 			invalid := def
-			fieldByPath(t, reflect.ValueOf(&invalid).Elem(), path).Set(bad)
+			reflect.ValueOf(&invalid).Elem().FieldByIndex(f.index).Set(bad)
 			var named bool
 			if verr, ok := invalid.Validate().(*ValidationError); ok {
 				for _, v := range verr.Violations {
-					named = named || v.Field == path
+					named = named || v.Field == f.path
 				}
 			}
 			if !named {
-				t.Errorf("Validate does not name %s when it is %v: %v", path, bad, invalid.Validate())
+				t.Errorf("Validate does not name %s when it is %v: %v", f.path, bad, invalid.Validate())
 			}
 		})
 	}

@@ -87,11 +87,22 @@ func attemptsThatFit(r RetryPolicy, deadline time.Duration) int {
 }
 
 // CheckPolicyDocument validates a policy document the way a write does (a
-// dependency's partial policy merged over def; the fleet default, named
+// dependency's document read over def; the fleet default, named
 // DefaultPolicyName, as a complete policy) and, when there is no violation,
-// lints it against deadline (ignored when not positive). The coordinator's
-// ValidatePolicy and `fuseboxctl policy lint` both call it.
+// lints it against deadline (ignored when not positive). `fuseboxctl policy
+// lint` calls it; the coordinator's ValidatePolicy calls
+// CheckPolicyDocumentAs.
 func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (violations []Violation, warnings []string) {
+	return CheckPolicyDocumentAs("", data, def, deadline)
+}
+
+// CheckPolicyDocumentAs is CheckPolicyDocument for a document to be written
+// under name (a dependency or DefaultPolicyName; "": the one its
+// "dependency" field names), checked as the write checks it: name must be
+// one, the document's "dependency" field (when set) must agree with it
+// (PolicyNameViolation), and under DefaultPolicyName the document must be a
+// complete policy.
+func CheckPolicyDocumentAs(name string, data []byte, def Policy, deadline time.Duration) (violations []Violation, warnings []string) {
 	asViolations := func(err error) []Violation {
 		var verr *ValidationError
 		if errors.As(err, &verr) {
@@ -99,19 +110,42 @@ func CheckPolicyDocument(data []byte, def Policy, deadline time.Duration) (viola
 		}
 		return []Violation{{Message: err.Error()}}
 	}
-	patch, _, err := decodePolicyPatch(data)
+	if name != "" && name != DefaultPolicyName {
+		if err := ValidateDependencyName(name); err != nil {
+			return []Violation{{Field: "dependency", Value: fmt.Sprintf("%q", name), Message: err.Error()}}, nil
+		}
+	}
+	own, _, _, err := decodePolicy(Policy{}, data)
 	if err != nil {
 		return asViolations(err), nil
 	}
+	var named []Violation
 	var p Policy
-	if patch.Dependency == DefaultPolicyName {
+	if name == DefaultPolicyName || name == "" && own.Dependency == DefaultPolicyName {
+		if v := PolicyNameViolation(name, own.Dependency); v != nil {
+			named = append(named, *v)
+		}
 		p, err = ParsePolicy(data)
 	} else {
-		// Decoding problems and the rules of the fields that decoded, together.
-		_, p, err = ParsePolicyPatchOver(def, "", data)
+		// Decoding problems, the name and the rules of the fields that decoded, together.
+		p, err = ParsePolicyOver(def, name, data)
 	}
-	if err != nil {
-		return asViolations(err), nil
+	if err != nil || len(named) > 0 {
+		vs := named
+		if err != nil {
+			vs = mergeViolations(named, asViolations(err))
+		}
+		return vs, nil
 	}
 	return nil, p.Lint(deadline)
+}
+
+// PolicyNameViolation is the violation of a policy document written under
+// name whose "dependency" field says docDependency, or nil when they agree
+// (or either is empty).
+func PolicyNameViolation(name, docDependency string) *Violation {
+	if name == "" || docDependency == "" || name == docDependency {
+		return nil
+	}
+	return &Violation{Field: "dependency", Value: fmt.Sprintf("%q", docDependency), Message: "must be " + name + " in policies/" + name}
 }

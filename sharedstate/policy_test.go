@@ -10,7 +10,7 @@ import (
 
 const designExample = `{"dependency": "shipping-api",
  "breaker": {"failureRateThreshold": 0.5, "slowCallRateThreshold": 1.0, "slowCallDuration": "2s",
-             "minimumRequests": 20, "minFailingNodes": 2, "window": "10s", "openDuration": "5s", "maxOpenDuration": "2m",
+             "minimumRequests": 20, "minFailingNodes": 2, "window": "10s", "openDuration": "2s", "maxOpenDuration": "2m",
              "halfOpenProbes": 3, "probeSuccessThreshold": 3, "probeTimeout": "5s",
              "scope": "fleet", "mode": "enforce"},
  "retry":   {"maxAttempts": 3, "perAttemptTimeout": "500ms",
@@ -106,7 +106,7 @@ func TestPolicyValidateRules(t *testing.T) {
 		{"window too short", func(p *Policy) { p.Breaker.Window = Duration(500 * time.Millisecond) }, "breaker.window: must be between 1s and 1h0m0s, got 500ms"},
 		{"window too long", func(p *Policy) { p.Breaker.Window = Duration(2 * time.Hour) }, "breaker.window: must be between 1s and 1h0m0s, got 2h0m0s"},
 		{"open duration", func(p *Policy) { p.Breaker.OpenDuration = -1 }, "breaker.openDuration: must be positive, got -1ns"},
-		{"max open duration below open duration", func(p *Policy) { p.Breaker.MaxOpenDuration = Duration(time.Second) }, "breaker.maxOpenDuration: must be at least breaker.openDuration (5s), got 1s"},
+		{"max open duration below open duration", func(p *Policy) { p.Breaker.MaxOpenDuration = Duration(time.Second) }, "breaker.maxOpenDuration: must be at least breaker.openDuration (2s), got 1s"},
 		{"max open duration too long", func(p *Policy) { p.Breaker.MaxOpenDuration = Duration(48 * time.Hour) }, "breaker.maxOpenDuration: must be at most 24h0m0s, got 48h0m0s"},
 		{"half-open probes", func(p *Policy) { p.Breaker.HalfOpenProbes = 0 }, "breaker.halfOpenProbes: must be between 1 and 1000, got 0"},
 		{"probe success threshold", func(p *Policy) { p.Breaker.ProbeSuccessThreshold = 1001 }, "breaker.probeSuccessThreshold: must be between 1 and 1000, got 1001"},
@@ -177,7 +177,7 @@ func TestPolicyValidateListsEveryViolation(t *testing.T) {
 	}
 }
 
-func TestMergePolicyOverDefault(t *testing.T) {
+func TestDecodePolicyOverDefault(t *testing.T) {
 	def := DefaultPolicy()
 	for _, tc := range []struct {
 		name  string
@@ -200,11 +200,10 @@ func TestMergePolicyOverDefault(t *testing.T) {
 		{"schema", `{"schema": 1, "retry": {"maxAttempts": 1}}`, func(p *Policy) { p.Retry.MaxAttempts = 1 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			patch, err := ParsePolicyPatch([]byte(tc.patch))
+			got, err := DecodePolicy(def, []byte(tc.patch))
 			if err != nil {
-				t.Fatalf("ParsePolicyPatch: %v", err)
+				t.Fatalf("DecodePolicy: %v", err)
 			}
-			got := MergePolicy(def, patch)
 			want := def
 			tc.want(&want)
 			if got != want {
@@ -215,31 +214,32 @@ func TestMergePolicyOverDefault(t *testing.T) {
 			}
 		})
 	}
-	t.Run("patch of a full policy reproduces it", func(t *testing.T) {
+	t.Run("a full policy's JSON over anything reproduces it", func(t *testing.T) {
 		p := DefaultPolicy()
 		p.Dependency = "d"
 		p.Breaker.HalfOpenProbes = 7
-		if got := MergePolicy(Policy{}, p.Patch()); got != p {
-			t.Fatalf("got %+v", got)
+		doc, _ := json.Marshal(p)
+		if got, err := DecodePolicy(Policy{}, doc); err != nil || got != p {
+			t.Fatalf("got %+v, %v", got, err)
 		}
 	})
-	t.Run("patch refuses unknown fields and schema 2", func(t *testing.T) {
+	t.Run("unknown fields and schema 2 are refused", func(t *testing.T) {
 		for _, bad := range []string{`{"breaker": {"minRequests": 1}}`, `{"schema": 2}`, `{"retry": {"perAttemptTimeout": 5}}`} {
-			if _, err := ParsePolicyPatch([]byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
-				t.Errorf("ParsePolicyPatch(%s) = %v, want ErrInvalidPolicy", bad, err)
+			if _, err := DecodePolicy(def, []byte(bad)); !errors.Is(err, ErrInvalidPolicy) {
+				t.Errorf("DecodePolicy(%s) = %v, want ErrInvalidPolicy", bad, err)
 			}
 		}
 	})
 }
 
 func TestOpenDurationFor(t *testing.T) {
-	b := DefaultPolicy().Breaker // 5s, max 2m
+	b := DefaultPolicy().Breaker // 2s, max 2m
 	for _, tc := range []struct {
 		openCount uint32
 		want      time.Duration
 	}{
-		{0, 5 * time.Second}, {1, 5 * time.Second}, {2, 10 * time.Second}, {3, 20 * time.Second},
-		{4, 40 * time.Second}, {5, 80 * time.Second}, {6, 2 * time.Minute}, {7, 2 * time.Minute}, {1 << 31, 2 * time.Minute},
+		{0, 2 * time.Second}, {1, 2 * time.Second}, {2, 4 * time.Second}, {3, 8 * time.Second},
+		{4, 16 * time.Second}, {5, 32 * time.Second}, {6, 64 * time.Second}, {7, 2 * time.Minute}, {1 << 31, 2 * time.Minute},
 	} {
 		if got := b.OpenDurationFor(tc.openCount); got != tc.want {
 			t.Errorf("OpenDurationFor(%d) = %v, want %v", tc.openCount, got, tc.want)

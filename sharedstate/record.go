@@ -75,6 +75,14 @@ type BreakerRecord struct {
 	OpenCount  uint32       `json:"openCount"` // opens in a row: 1 after a trip, +1 per failed probe; 0 when closed
 	Origin     string       `json:"origin"`    // the proposing node
 	Reason     string       `json:"reason,omitempty"`
+	// IncidentStart is when the run of opens this open record belongs to
+	// began: the trip, kept by the re-opens after failed probes (zero in a
+	// closed record, and in records of builds that do not say). Trip is
+	// what the trip rule decided that trip on (nil: not known). See
+	// evidence.go. Merge and SameRecord do not compare them: the proposer
+	// writes them with the record, so its generation and origin decide.
+	IncidentStart time.Time     `json:"incidentStart,omitzero"`
+	Trip          *TripEvidence `json:"trip,omitempty"`
 }
 
 // Limits on record fields, so a record stays small on the wire.
@@ -97,6 +105,15 @@ func (r BreakerRecord) Validate() error {
 	}
 	if len(r.Reason) > MaxReasonLen {
 		problems = append(problems, fmt.Sprintf("reason longer than %d bytes", MaxReasonLen))
+	}
+	if r.State != Open && (!r.IncidentStart.IsZero() || r.Trip != nil) {
+		problems = append(problems, "a closed record carries no incident start or trip evidence")
+	}
+	if !r.IncidentStart.IsZero() && r.IncidentStart.After(r.Since) {
+		problems = append(problems, "incident start after since")
+	}
+	if r.Trip != nil {
+		problems = append(problems, r.Trip.validate()...)
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("fusebox: invalid breaker record: %s", strings.Join(problems, "; "))

@@ -199,19 +199,21 @@ func TestRampAfterClose(t *testing.T) {
 			if _, ok := e.ProbeResult(dep, true); ok != (scope != ScopeNode) {
 				t.Fatalf("close proposal: %v", ok)
 			}
+			closedAt := clock.Now()
 			for _, tc := range []struct {
 				after time.Duration
 				want  float64 // refused
 			}{{0, 0.8}, {500 * time.Millisecond, 0.6}, {time.Second, 0.4}, {1500 * time.Millisecond, 0.2}, {1990 * time.Millisecond, 0.005}, {2 * time.Second, 0}} {
-				clock.Set(t0.Add(5*time.Second + tc.after))
+				clock.Set(closedAt.Add(tc.after))
 				e.Tick()
 				s := e.Snapshot(dep)
-				if s.State != Closed || math.Abs(s.ThrottleProbability-tc.want) > 1e-9 {
-					t.Fatalf("%v after the close: state %v, refusing %v, want closed refusing %v", tc.after, s.State, s.ThrottleProbability, tc.want)
+				if s.State != Closed || math.Abs(s.ThrottleProbability-tc.want) > 1e-9 || s.RampProbability != s.ThrottleProbability {
+					t.Fatalf("%v after the close: state %v, refusing %v (ramp %v), want closed refusing %v, all of it the ramp's",
+						tc.after, s.State, s.ThrottleProbability, s.RampProbability, tc.want)
 				}
 				if tc.want > 0 {
-					if d := s.DecideFirstAt(tc.want - 0.001); d != reject(ReasonThrottled) {
-						t.Errorf("%v after the close: DecideFirstAt just below the share = %v, want reject(throttled)", tc.after, d)
+					if d := s.DecideFirstAt(tc.want - 0.001); d != reject(ReasonRamp) {
+						t.Errorf("%v after the close: DecideFirstAt just below the share = %v, want reject(ramp)", tc.after, d)
 					}
 					if d := s.DecideFirstAt(tc.want + 0.001); d != allow {
 						t.Errorf("%v after the close: DecideFirstAt just above the share = %v, want allow", tc.after, d)
@@ -220,6 +222,25 @@ func TestRampAfterClose(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the ramp's refusals are named apart from the throttle's", func(t *testing.T) {
+		p := DefaultPolicy()
+		s := Snapshot{Dependency: dep, Policy: &p, ThrottleProbability: 0.6, RampProbability: 0.25}
+		for _, tc := range []struct {
+			u    float64
+			want Decision
+		}{{0, reject(ReasonRamp)}, {0.249, reject(ReasonRamp)}, {0.25, reject(ReasonThrottled)}, {0.599, reject(ReasonThrottled)}, {0.6, allow}} {
+			if d := s.DecideFirstAt(tc.u); d != tc.want {
+				t.Errorf("throttle 0.6, ramp 0.25, draw %v: %v, want %v", tc.u, d, tc.want)
+			}
+		}
+		p.Breaker.Mode = ModeShadow
+		if d := s.DecideFirstAt(0.1); d != (Decision{Verdict: Allow, Reason: ReasonRamp}) {
+			t.Errorf("shadow mode: %v, want allow with reason ramp", d)
+		}
+		if ReasonRamp.String() != "ramp" || ReasonRamp.LabelValue() != "ramp" {
+			t.Errorf("ReasonRamp reads %q, label %q", ReasonRamp.String(), ReasonRamp.LabelValue())
+		}
+	})
 	t.Run("rampDuration 0: full traffic at once", func(t *testing.T) {
 		e, _ := halfOpenEngine(t, func(p *Policy) { p.Breaker.RampDuration, p.Breaker.ProbeSuccessThreshold = 0, 1 })
 		e.ProbeResult(dep, true)
@@ -260,16 +281,16 @@ func TestRampAfterClose(t *testing.T) {
 }
 
 func TestFleetOpenDurationAndRamp(t *testing.T) {
-	b := DefaultPolicy().Breaker // open 5s, max 2m, fleet max 5s
+	b := DefaultPolicy().Breaker // open 2s, max 2m, fleet max 2s, ramp 500ms
 	for _, tc := range []struct {
 		name      string
 		mutate    func(b *BreakerPolicy)
 		openCount uint32
 		want      time.Duration
 	}{
-		{"default: no doubling", nil, 4, 5 * time.Second},
-		{"cap above openDuration", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = Duration(30 * time.Second) }, 3, 20 * time.Second},
-		{"cap reached", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = Duration(30 * time.Second) }, 4, 30 * time.Second},
+		{"default: no doubling", nil, 4, 2 * time.Second},
+		{"cap above openDuration", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = Duration(30 * time.Second) }, 3, 8 * time.Second},
+		{"cap reached", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = Duration(30 * time.Second) }, 5, 30 * time.Second},
 		{"maxOpenDuration still caps", func(b *BreakerPolicy) {
 			b.FleetMaxOpenDuration, b.MaxOpenDuration = Duration(time.Hour), Duration(time.Minute)
 		}, 10, time.Minute},
@@ -279,7 +300,7 @@ func TestFleetOpenDurationAndRamp(t *testing.T) {
 		{"short openDuration doubles up to the cap", func(b *BreakerPolicy) {
 			b.OpenDuration, b.FleetMaxOpenDuration = Duration(time.Second), Duration(3*time.Second)
 		}, 2, 2 * time.Second},
-		{"zero cap: none", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = 0 }, 3, 20 * time.Second},
+		{"zero cap: none", func(b *BreakerPolicy) { b.FleetMaxOpenDuration = 0 }, 5, 32 * time.Second},
 	} {
 		bb := b
 		if tc.mutate != nil {
@@ -289,13 +310,13 @@ func TestFleetOpenDurationAndRamp(t *testing.T) {
 			t.Errorf("%s: FleetOpenDurationFor(%d) = %v, want %v", tc.name, tc.openCount, got, tc.want)
 		}
 	}
-	if got := b.OpenDurationFor(3); got != 20*time.Second {
-		t.Errorf("a node's own breaker: OpenDurationFor(3) = %v, want 20s (the doubling)", got)
+	if got := b.OpenDurationFor(3); got != 8*time.Second {
+		t.Errorf("a node's own breaker: OpenDurationFor(3) = %v, want 8s (the doubling)", got)
 	}
 	for _, tc := range []struct {
 		elapsed time.Duration
 		want    float64
-	}{{-time.Millisecond, 0}, {0, 0.9}, {500 * time.Millisecond, 0.45}, {time.Second, 0}, {time.Hour, 0}} {
+	}{{-time.Millisecond, 0}, {0, 0.9}, {250 * time.Millisecond, 0.45}, {500 * time.Millisecond, 0}, {time.Hour, 0}} {
 		if got := b.RampRefusal(tc.elapsed); math.Abs(got-tc.want) > 1e-9 {
 			t.Errorf("RampRefusal(%v) = %v, want %v", tc.elapsed, got, tc.want)
 		}

@@ -133,6 +133,9 @@ type Shape struct {
 	// a close, whichever is higher; 0 unless the breaker is closed without
 	// an override (in shadow mode it is reported and not enforced).
 	Applied float64
+	// Ramp is the ramp's part of Applied (the snapshot's RampProbability):
+	// how much of the traffic the ramp after a close still refuses.
+	Ramp float64
 	// MaxInFlight is the policy's concurrency.maxInFlight (0: no limit).
 	MaxInFlight int
 	// Share is this node's share of MaxInFlight.
@@ -158,7 +161,7 @@ func (e *Engine) Shape(dep string) (Shape, bool) {
 		InFlight: d.shaped.inFlight, NodeInFlight: d.inFlight.Load(),
 	}
 	if s := d.snap.Load(); s != nil {
-		sh.Applied = s.ThrottleProbability
+		sh.Applied, sh.Ramp = s.ThrottleProbability, s.RampProbability
 	}
 	return sh, true
 }
@@ -170,19 +173,32 @@ func (s *Snapshot) Throttled(u float64) bool {
 	return s != nil && u < s.ThrottleProbability
 }
 
-// DecideFirstAt is DecideFirst followed by adaptive throttling with the
-// uniform draw u in [0,1): a first attempt the breaker allows (Allow with no
-// reason) is refused with ReasonThrottled when u < ThrottleProbability (in
-// shadow mode allowed, with the reason kept).
+// DecideFirstAt is DecideFirst followed by adaptive throttling and the ramp
+// after a close with the uniform draw u in [0,1): a first attempt the
+// breaker allows (Allow with no reason) is refused when u <
+// ThrottleProbability, with ReasonRamp when u < RampProbability (the ramp
+// alone refuses it), else ReasonThrottled (in shadow mode allowed, with
+// the reason kept).
 func (s *Snapshot) DecideFirstAt(u float64) Decision {
 	d := s.DecideFirst()
 	if d == allow && s.Throttled(u) {
-		if s.Mode == ModeShadow {
-			return Decision{Verdict: Allow, Reason: ReasonThrottled}
+		why := s.ThrottleReason(u)
+		if s.Shadow() {
+			return Decision{Verdict: Allow, Reason: why}
 		}
-		return reject(ReasonThrottled)
+		return reject(why)
 	}
 	return d
+}
+
+// ThrottleReason is why a first attempt Throttled(u) refuses is refused:
+// ReasonRamp when the ramp after a close alone refuses it (u <
+// RampProbability), else ReasonThrottled.
+func (s *Snapshot) ThrottleReason(u float64) Reason {
+	if u < s.RampProbability {
+		return ReasonRamp
+	}
+	return ReasonThrottled
 }
 
 // uniform is the engine's draw for a throttling decision. The engine's own

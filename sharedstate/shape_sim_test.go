@@ -152,7 +152,7 @@ func runShapeSim(t *testing.T, cfg shapeConfig, seed uint64) shapeResult {
 				res.maxP = max(res.maxP, s.ThrottleProbability)
 				if !dec.Allowed() {
 					if dec.Verdict == Reject && (probe || dec.Reason == ReasonHalfOpenNoPermit || dec.Reason == ReasonOpen ||
-						dec.Reason == ReasonThrottled || dec.Reason == ReasonNone) {
+						dec.Reason == ReasonThrottled || dec.Reason == ReasonRamp || dec.Reason == ReasonNone) {
 						if err := e.Record(shapeDep, FirstAttempt, Rejected); err != nil {
 							t.Fatal(err)
 						}

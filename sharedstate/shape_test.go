@@ -164,7 +164,8 @@ func TestShapeFromFleetTotals(t *testing.T) {
 }
 
 func TestDecideFirstAtAllocatesNothing(t *testing.T) {
-	s := &Snapshot{State: Closed, ThrottleProbability: 0.5, Mode: ModeEnforce}
+	p := DefaultPolicy()
+	s := &Snapshot{State: Closed, ThrottleProbability: 0.5, Policy: &p}
 	n := testing.AllocsPerRun(1000, func() {
 		_ = s.DecideFirstAt(0.1)
 		_ = s.DecideFirstAt(0.9)

@@ -488,7 +488,7 @@ func TestSimFleetDetectsDeadDependency(t *testing.T) {
 			allOpenAt, callsWhenAllOpen = s.now(), s.calls
 		}
 	}
-	s.runUntil(4 * time.Second) // < openDuration after the trip: no probing yet
+	s.runUntil(s.policy.Breaker.FleetOpenDurationFor(1)) // the trip comes after 0.5 s at least: no probing yet
 	if s.firstOpenAt.IsZero() || allOpenAt.IsZero() {
 		t.Fatalf("fleet did not open: first %v, all %v, states %v", s.firstOpenAt, allOpenAt, s.states())
 	}

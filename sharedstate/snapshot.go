@@ -2,20 +2,6 @@ package sharedstate
 
 import "time"
 
-// RetrySettings are the effective retry settings clients apply.
-type RetrySettings struct {
-	MaxAttempts         int
-	PerAttemptTimeout   time.Duration
-	BackoffBase         time.Duration
-	BackoffMax          time.Duration
-	Jitter              Jitter
-	BudgetRatio         float64
-	MinRetriesPerSecond float64
-	// HedgeDelay and MaxHedges are the policy's retry.hedge (MaxHedges 0: off).
-	HedgeDelay time.Duration
-	MaxHedges  int
-}
-
 // Snapshot is an immutable view of one dependency as one node sees it: what
 // clientlib needs to decide a first attempt without asking the agent. The
 // engine publishes a new *Snapshot whenever any field changes (and calls
@@ -50,23 +36,35 @@ type Snapshot struct {
 	OverrideReason  string
 	OverrideExpires time.Time // zero: until cleared
 
-	Mode             Mode
-	Scope            Scope
-	SlowCallDuration time.Duration // outcomes at least this slow are Slow/SlowFailure
-	Retry            RetrySettings
+	// Policy is the dependency's effective policy: its mode, scope,
+	// slow-call duration (outcomes at least this slow are Slow or
+	// SlowFailure) and retry settings are what a client decides by. Shared
+	// by every snapshot published under it: never modify it. nil decides as
+	// the enforce mode.
+	Policy *Policy
 
 	// ThrottleProbability is the probability with which a first attempt is
-	// refused as throttled (Throttled, DecideFirstAt): the higher of the
-	// policy's throttle formula over the scope's window at the engine's last
-	// Tick and, for breaker.rampDuration after a close, the ramp's refusal
-	// (1 − rampStart at the close, falling linearly to 0); in steps of
-	// 1/200, and 0 unless the governing and local breakers are closed
-	// without an override. In shadow mode it is published but DecideFirstAt
-	// allows.
+	// refused (Throttled, DecideFirstAt): the higher of the policy's
+	// throttle formula over the scope's window at the engine's last Tick
+	// and, for breaker.rampDuration after a close, the ramp's refusal
+	// (RampProbability); in steps of 1/200, and 0 unless the governing and
+	// local breakers are closed without an override. In shadow mode it is
+	// published but DecideFirstAt allows.
 	ThrottleProbability float64
+	// RampProbability is the ramp's part of ThrottleProbability (at most
+	// it): 1 − rampStart at the close, falling linearly to 0 over
+	// breaker.rampDuration. A refusal whose draw falls below it is the
+	// ramp's (ReasonRamp), one above it the throttle's (ReasonThrottled).
+	RampProbability float64
 	// ConcurrencyLimit is this node's share of the policy's
 	// concurrency.maxInFlight (0: no limit). Overrides do not lift it.
 	ConcurrencyLimit int
+}
+
+// Shadow reports whether the snapshot's policy is in shadow mode: refusals
+// are computed and reported, never made.
+func (s *Snapshot) Shadow() bool {
+	return s != nil && s.Policy != nil && s.Policy.Breaker.Mode == ModeShadow
 }
 
 // LocalOpen reports whether this node's own breaker is open or half-open.
@@ -105,7 +103,7 @@ func (s *Snapshot) DecideFirst() Decision {
 			return allow
 		}
 	}
-	if s.Mode == ModeShadow && d.Verdict == Reject {
+	if s.Shadow() && d.Verdict == Reject {
 		d.Verdict = Allow
 	}
 	return d

@@ -231,26 +231,43 @@ func recentFailing(b *BreakerPolicy, c RecentCounts) bool {
 	return nodeFailing(b, Counts{Successes: uint64(c.Successes), Failures: uint64(c.Failures), SlowCalls: uint64(c.SlowCalls)})
 }
 
+// tripFound is what the trip rule judged when it trips: the reason, the
+// pooled counts, their nodes with requests and failing nodes, which rate
+// tripped (slow: the slow-call rate), the value compared with its threshold
+// (the lower bound, or the rate itself under the classic rule) and the
+// fast-path suffix k (-1: the whole window).
+type tripFound struct {
+	why            string
+	c              Counts
+	nodes, failing int
+	slow           bool
+	compared       float64
+	k              int
+}
+
 // tripRule applies the breaker's trip rule to the whole window's pooled
 // counts from nodes nodes (with requests), failing of which meet a threshold
-// on their own. It returns the reason when it trips.
-func tripRule(b *BreakerPolicy, z tripBounds, c Counts, nodes, failing int) (bool, string) {
+// on their own. It reports what it found when it trips.
+func tripRule(b *BreakerPolicy, z tripBounds, c Counts, nodes, failing int) (tripFound, bool) {
 	req := c.Requests()
 	if !enoughEvidence(b, req, nodes, failing) {
-		return false, ""
+		return tripFound{}, false
 	}
 	if z.whole == 0 { // the classic rule
+		found := tripFound{c: c, nodes: nodes, failing: failing, k: -1}
 		if fr := c.FailureRate(); c.Failures > 0 && fr >= b.FailureRateThreshold {
-			return true, fmt.Sprintf("failure rate %.2f >= %.2f over %d requests from %d failing node(s)",
-				fr, b.FailureRateThreshold, req, failing)
+			found.why, found.compared = fmt.Sprintf("failure rate %.2f >= %.2f over %d requests from %d failing node(s)",
+				fr, b.FailureRateThreshold, req, failing), fr
+			return found, true
 		}
 		if sr := c.SlowCallRate(); c.SlowCalls > 0 && sr >= b.SlowCallRateThreshold {
-			return true, fmt.Sprintf("slow-call rate %.2f >= %.2f over %d requests from %d failing node(s)",
-				sr, b.SlowCallRateThreshold, req, failing)
+			found.why, found.compared, found.slow = fmt.Sprintf("slow-call rate %.2f >= %.2f over %d requests from %d failing node(s)",
+				sr, b.SlowCallRateThreshold, req, failing), sr, true
+			return found, true
 		}
-		return false, ""
+		return tripFound{}, false
 	}
-	return boundTrips(b, z.whole, c, failing, -1, 0)
+	return boundTrips(b, z.whole, c, nodes, failing, -1, 0)
 }
 
 func enoughEvidence(b *BreakerPolicy, req uint64, nodes, failing int) bool {
@@ -263,22 +280,25 @@ func enoughEvidence(b *BreakerPolicy, req uint64, nodes, failing int) bool {
 // boundTrips compares the lower bounds of c's rates with the thresholds.
 // The reason names the horizon: suffix k of sub-buckets of fw, or the whole
 // window for k < 0.
-func boundTrips(b *BreakerPolicy, z float64, c Counts, failing int, k int, fw int64) (bool, string) {
+func boundTrips(b *BreakerPolicy, z float64, c Counts, nodes, failing int, k int, fw int64) (tripFound, bool) {
 	req := c.Requests()
-	what, n, threshold := "failures", c.Failures, b.FailureRateThreshold
+	what, n, threshold, slow := "failures", c.Failures, b.FailureRateThreshold, false
 	lb := WilsonLower(n, req, z)
 	if n == 0 || lb < threshold {
-		what, n, threshold = "slow calls", c.SlowCalls, b.SlowCallRateThreshold
+		what, n, threshold, slow = "slow calls", c.SlowCalls, b.SlowCallRateThreshold, true
 		if lb = WilsonLower(n, req, z); n == 0 || lb < threshold {
-			return false, ""
+			return tripFound{}, false
 		}
 	}
 	horizon := "window " + b.Window.String()
 	if k >= 0 {
 		horizon = "fast path, last " + time.Duration((int64(1)<<k)*fw).String()
 	}
-	return true, fmt.Sprintf("%s: %d %s of %d requests from %d failing node(s); rate %.2f, lower bound %.2f at %g%% confidence >= %.2f",
-		horizon, n, what, req, failing, ratio(n, req), lb, 100*b.Confidence, threshold)
+	return tripFound{
+		why: fmt.Sprintf("%s: %d %s of %d requests from %d failing node(s); rate %.2f, lower bound %.2f at %g%% confidence >= %.2f",
+			horizon, n, what, req, failing, ratio(n, req), lb, 100*b.Confidence, threshold),
+		c: c, nodes: nodes, failing: failing, slow: slow, compared: lb, k: k,
+	}, true
 }
 
 // fastSums are the pooled suffixes the fast path evaluates.
@@ -295,11 +315,10 @@ type fastSums struct {
 // 400 ms sum and nothing to the 100 ms and 200 ms ones.
 func (s *fastSums) add(r *Recent, age int64, fw int64, failing uint8) {
 	for k := range FastHorizons {
-		left := (int64(1)<<k)*fw - age
-		if left < fw {
+		j, ok := suffixFor(k, age, fw)
+		if !ok {
 			continue
 		}
-		j := min(k, bits.Len64(uint64(left/fw))-1)
 		c := r[j]
 		if c.Successes == 0 && c.Failures == 0 {
 			continue
@@ -310,22 +329,32 @@ func (s *fastSums) add(r *Recent, age int64, fw int64, failing uint8) {
 	}
 }
 
+// suffixFor is the suffix j a row received age ago gives to the pooled
+// suffix of 2^k sub-buckets of fw (see fastSums.add); false: none.
+func suffixFor(k int, age, fw int64) (int, bool) {
+	left := (int64(1)<<k)*fw - age
+	if left < fw {
+		return 0, false
+	}
+	return min(k, bits.Len64(uint64(left/fw))-1), true
+}
+
 // fastTrip evaluates the suffixes, freshest first; the reason names the
 // suffix that tripped. nodes are the nodes with requests in the whole
 // window: a suffix in which only one of them has traffic still needs
 // failures from min(minFailingNodes, nodes) nodes, so that one sick node
 // cannot trip the fleet on its own.
-func fastTrip(b *BreakerPolicy, z tripBounds, s *fastSums, nodes int, fw int64) (bool, string) {
+func fastTrip(b *BreakerPolicy, z tripBounds, s *fastSums, nodes int, fw int64) (tripFound, bool) {
 	for k := range FastHorizons {
 		c := s.c[k].counts()
 		if !enoughEvidence(b, c.Requests(), max(nodes, s.nodes[k]), s.failing[k]) {
 			continue
 		}
-		if ok, why := boundTrips(b, z.fast, c, s.failing[k], k, fw); ok {
-			return true, why
+		if found, ok := boundTrips(b, z.fast, c, s.nodes[k], s.failing[k], k, fw); ok {
+			return found, true
 		}
 	}
-	return false, ""
+	return tripFound{}, false
 }
 
 // fastWorthIt reports whether any suffix could trip given the whole

@@ -103,6 +103,12 @@ type Window struct {
 	width int64 // nanoseconds per bucket
 	mu    sync.Mutex
 	s     [windowStripes]stripe
+	// The cumulative counts (cumulative.go): what reused buckets held
+	// (guarded by mu), what the windows before prev held, and the window
+	// this one replaced.
+	retired [numCounters]uint64
+	base    [numCounters]uint64
+	prev    *Window
 }
 
 // stripeHint picks the calling goroutine's stripe from the address of its
@@ -173,7 +179,7 @@ func (w *Window) slot(now int64) *bucket {
 		w.mu.Lock()
 		if b.epoch.Load() < ep {
 			for i := range b.c {
-				b.c[i].Store(0)
+				w.retired[i] = satAdd(w.retired[i], b.c[i].Swap(0)) // an add racing the reuse lands on one side
 			}
 			b.epoch.Store(ep) // published after clearing: adders that see ep add to zeroed counters
 		}
@@ -195,14 +201,7 @@ func (w *Window) totals(now int64) Counts {
 			}
 		}
 	}
-	return Counts{
-		FirstAttempts: s[cFirst],
-		Retries:       s[cRetries],
-		Successes:     s[cSuccesses],
-		Failures:      s[cFailures],
-		SlowCalls:     s[cSlow],
-		Rejected:      s[cRejected],
-	}
+	return countsOf(s)
 }
 
 // NodeWindow is the row a node gossips for one dependency: its window totals.
@@ -210,6 +209,10 @@ func (w *Window) totals(now int64) Counts {
 // highest Seq (last writer wins per writer) and drop it 2×window after they
 // received it, or when the node is reported dead.
 type NodeWindow struct {
+	// Cumulative are the node's counts since it began counting the
+	// dependency, for sums that never go back (cumulative.go).
+	Cumulative Cumulative `json:"cumulative"`
+
 	Node       string `json:"node"`
 	Zone       string `json:"zone,omitempty"`
 	Dependency string `json:"dependency"`
@@ -226,6 +229,12 @@ type NodeWindow struct {
 	// InFlight is the node's calls in flight to the dependency when it
 	// sent the row (a gauge, not a window total).
 	InFlight uint64 `json:"inFlight,omitempty"`
+	// ProbeSuccesses and ProbeFailures are the node's half-open probes
+	// under Generation that succeeded, and that failed while other nodes'
+	// probes succeeded (a failed probe otherwise reopens the breaker under
+	// a new generation): the fleet pools them (see Engine.ProbeOutcome).
+	ProbeSuccesses uint32 `json:"probeSuccesses,omitempty"`
+	ProbeFailures  uint32 `json:"probeFailures,omitempty"`
 	Counts
 	// Recent are the node's counts over the freshest suffixes of its
 	// window, for the fast path of the trip rule.
@@ -242,7 +251,8 @@ func (r NodeWindow) Validate() error {
 
 // validateShape is Validate without the dependency's name.
 func (r *NodeWindow) validateShape() error {
-	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen || !r.Recent.valid() {
+	if r.Node == "" || len(r.Node) > MaxNodeNameLen || len(r.Zone) > MaxNodeNameLen || !r.Recent.valid() ||
+		!r.Cumulative.valid() {
 		return ErrInvalidRow
 	}
 	return nil

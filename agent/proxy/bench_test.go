@@ -75,6 +75,7 @@ func benchVariants(b *testing.B, up *httptest.Server) map[string]*http.Client {
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Engine = le
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg.Confirm = func(string) {} // as in the agent, which hears every connection to an upstream
 	p, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)

@@ -21,8 +21,11 @@ import (
 const (
 	DefaultService           = "fusebox-proxy"
 	DefaultMaxConns          = 1024
+	DefaultMaxConnsPerClient = 256
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxBodyBuffer     = 1 << 20
+	DefaultBodyBufferBudget  = 16 << 20
+	DefaultBodyTimeout       = 30 * time.Second
 	DefaultMaxDependencies   = sharedstate.DefaultMaxDependencies
 	DefaultReadHeaderTimeout = 10 * time.Second
 	DefaultIdleTimeout       = 2 * time.Minute
@@ -35,8 +38,15 @@ const (
 // it without side effects.
 type Config struct {
 	// Addr is the listen address, host:port; port 0 picks a free port
-	// (required). It must be loopback unless AllowNonLoopback.
+	// (required unless Listener). It must be loopback unless
+	// AllowNonLoopback.
 	Addr string
+	// Listener, when set, is served instead of a socket bound to Addr: a
+	// listening socket the proxy was handed (systemd's socket activation,
+	// a predecessor). Its address must be loopback unless
+	// AllowNonLoopback. The proxy closes it on Close; a copy of the socket
+	// held elsewhere keeps it listening (optional).
+	Listener net.Listener
 	// AllowNonLoopback lets Addr be any address (optional, default false:
 	// the proxy has no authentication, so whoever reaches it makes this
 	// host call the upstreams AllowHosts admits).
@@ -53,6 +63,19 @@ type Config struct {
 	// IPs and CIDR prefixes (which match IP hosts) (optional, default: any
 	// host but the agent's own listeners).
 	AllowHosts []string
+	// AllowAnyDependency lets Fusebox-Dependency name any dependency
+	// (optional, default false: a request counts under its upstream's
+	// own name, host[:port], or the Routes name of its upstream, and a
+	// Fusebox-Dependency naming anything else is answered 400
+	// dependency-not-allowed; with it, any local caller can speak for any
+	// dependency).
+	AllowAnyDependency bool
+	// Confirm is told a dependency's name each time the proxy holds a
+	// connection to that request's upstream: a dial that succeeded, a kept-alive
+	// connection taken for it (optional). The agent gossips only what real
+	// traffic confirmed. It must be safe for concurrent use and must not
+	// block.
+	Confirm func(dep string)
 	// Routes name dependencies and how to reach them, each
 	// "[SCHEME://]HOST[:PORT]=DEPENDENCY" (optional): requests to HOST (on
 	// PORT, when given) belong to DEPENDENCY instead of the one named after
@@ -66,15 +89,32 @@ type Config struct {
 	// route (optional, default "fusebox-proxy").
 	Service string
 	// MaxConns caps the client connections open at once; one more is
-	// answered 503 and closed (optional, default 1024).
+	// answered 503 too-many-connections and closed (optional, default
+	// 1024).
 	MaxConns int
+	// MaxConnsPerClient caps the connections open at once from one client
+	// address, so that one caller cannot take them all; one more is
+	// answered 503 too-many-client-connections and closed (optional,
+	// default 256).
+	MaxConnsPerClient int
 	// MaxHeaderBytes caps a request's line and headers; larger is answered
 	// 431 (optional, default 64 KiB).
 	MaxHeaderBytes int
 	// MaxBodyBuffer is the largest request body kept for retries; a larger
 	// one is streamed to a single attempt (optional, default 1 MiB; 0 never
-	// buffers, so requests with a body are never retried).
+	// buffers, so requests with a body are never retried). A body's buffer
+	// grows as its bytes arrive, whatever its Content-Length announces.
 	MaxBodyBuffer int64
+	// BodyBufferBudget caps the bytes all buffered request bodies hold
+	// together; a body that finds it spent is streamed to a single attempt
+	// (Fusebox-Not-Retried: buffers-full), never refused (optional,
+	// default 16 MiB).
+	BodyBufferBudget int64
+	// BodyTimeout bounds the arrival of a request's whole body, counted
+	// from the end of its headers: a client that has not sent it by then
+	// is cut off, its connection closed without an answer (optional,
+	// default 30s).
+	BodyTimeout time.Duration
 	// MaxDependencies caps the dependencies the proxy tracks at once; a
 	// request naming one more is forwarded untracked, said in
 	// Fusebox-Untracked (optional, default 10000).
@@ -89,7 +129,9 @@ type Config struct {
 	// headers and its idle time between requests (optional, defaults 10s,
 	// 2m).
 	ReadHeaderTimeout, IdleTimeout time.Duration
-	// ShutdownTimeout bounds Close's wait for requests in flight (optional,
+	// ShutdownTimeout bounds Close's drain: half of it for callers to send
+	// their next request on a kept-alive connection (answered, then the
+	// connection closed), the rest for requests in flight (optional,
 	// default 5s).
 	ShutdownTimeout time.Duration
 	// FlushInterval is how often the proxy's client hands its counts and
@@ -112,8 +154,9 @@ type Config struct {
 // Engine are left for the caller.
 func DefaultConfig() Config {
 	return Config{
-		Service: DefaultService, MaxConns: DefaultMaxConns, MaxHeaderBytes: DefaultMaxHeaderBytes,
-		MaxBodyBuffer: DefaultMaxBodyBuffer, MaxDependencies: DefaultMaxDependencies,
+		Service: DefaultService, MaxConns: DefaultMaxConns, MaxConnsPerClient: DefaultMaxConnsPerClient,
+		MaxHeaderBytes: DefaultMaxHeaderBytes, MaxBodyBuffer: DefaultMaxBodyBuffer, BodyBufferBudget: DefaultBodyBufferBudget,
+		BodyTimeout: DefaultBodyTimeout, MaxDependencies: DefaultMaxDependencies,
 		ReadHeaderTimeout: DefaultReadHeaderTimeout, IdleTimeout: DefaultIdleTimeout,
 		ShutdownTimeout: DefaultShutdownTimeout, FlushInterval: DefaultFlushInterval,
 		IdleDependencyTTL: DefaultIdleDependencyTTL,
@@ -127,9 +170,14 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("proxy config: %s: "+format, append([]any{field}, args...)...))
 	}
-	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+	switch {
+	case c.Listener != nil:
+		if a := c.Listener.Addr().String(); !c.AllowNonLoopback && !cliflag.IsLoopback(a) {
+			bad("Listener", "%s is not loopback: the proxy has no authentication; allow it explicitly (AllowNonLoopback)", a)
+		}
+	case !validHostPort(c.Addr):
 		bad("Addr", "must be host:port, got %q", c.Addr)
-	} else if !c.AllowNonLoopback && !cliflag.IsLoopback(c.Addr) {
+	case !c.AllowNonLoopback && !cliflag.IsLoopback(c.Addr):
 		bad("Addr", "%s is not loopback: the proxy has no authentication; allow it explicitly (AllowNonLoopback)", c.Addr)
 	}
 	if c.Engine == nil {
@@ -157,15 +205,19 @@ func (c Config) Validate() error {
 		}
 	}
 	positive("MaxConns", int64(c.MaxConns))
+	positive("MaxConnsPerClient", int64(c.MaxConnsPerClient))
 	positive("MaxHeaderBytes", int64(c.MaxHeaderBytes))
 	positive("MaxDependencies", int64(c.MaxDependencies))
 	if c.MaxBodyBuffer < 0 {
 		bad("MaxBodyBuffer", "must be >= 0, got %d", c.MaxBodyBuffer)
 	}
+	if c.BodyBufferBudget < 0 {
+		bad("BodyBufferBudget", "must be >= 0, got %d", c.BodyBufferBudget)
+	}
 	for _, d := range []struct {
 		field string
 		v     time.Duration
-	}{{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"IdleTimeout", c.IdleTimeout}, {"ShutdownTimeout", c.ShutdownTimeout},
+	}{{"ReadHeaderTimeout", c.ReadHeaderTimeout}, {"BodyTimeout", c.BodyTimeout}, {"IdleTimeout", c.IdleTimeout}, {"ShutdownTimeout", c.ShutdownTimeout},
 		{"FlushInterval", c.FlushInterval}, {"IdleDependencyTTL", c.IdleDependencyTTL}} {
 		if d.v < time.Millisecond {
 			bad(d.field, "must be at least 1ms, got %v", d.v)
@@ -372,6 +424,12 @@ func validHostName(h string) bool {
 		}
 	}
 	return label > 0 || len(h) > 1 // a trailing dot is fine, a lone "." is not
+}
+
+// validHostPort: host:port, as net.SplitHostPort reads it.
+func validHostPort(s string) bool {
+	_, _, err := net.SplitHostPort(s)
+	return err == nil
 }
 
 // headerValue: printable ASCII (what an owner or key may be).

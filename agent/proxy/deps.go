@@ -1,7 +1,10 @@
 package proxy
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -145,4 +148,48 @@ func (p *Proxy) flush(now time.Time) {
 func (p *Proxy) flushLoop() {
 	defer p.wg.Done()
 	ctxtime.Every(p.ctx, p.cfg.FlushInterval, func() { p.flush(time.Now()) })
+}
+
+// exchangeKey carries a request's exchange in its context: ServeHTTP puts
+// it there once parseTarget has named the dependency, so that what runs
+// under the request (the dialer, the transport's trace) knows it.
+type exchangeKey struct{}
+
+// exchangeOf is the exchange ctx carries (nil when none).
+func exchangeOf(ctx context.Context) *exchange {
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+// withExchange carries x in ctx and, when Config.Confirm is set, tells it
+// x's dependency whenever the transport holds a connection for the
+// request: a new one (after its TLS handshake, for https) or one kept
+// alive (which the dialer does not see again).
+func (p *Proxy) withExchange(ctx context.Context, x *exchange) context.Context {
+	ctx = context.WithValue(ctx, exchangeKey{}, x)
+	if confirm := p.cfg.Confirm; confirm != nil {
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(httptrace.GotConnInfo) { confirm(x.dep) }})
+	}
+	return ctx
+}
+
+// dialer makes the proxy's upstream connections (the transports' and
+// CONNECT's): net.Dialer with the guard's Control hook, and a dependency
+// confirmed (Config.Confirm) by every connection to its upstream that
+// succeeded: real traffic reaches it.
+type dialer struct {
+	net.Dialer
+	confirm func(dep string) // nil: nobody asks
+}
+
+// DialContext dials as net.Dialer does, then confirms the dependency of
+// the request ctx belongs to.
+func (d *dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	c, err := d.Dialer.DialContext(ctx, network, addr)
+	if err == nil && d.confirm != nil {
+		if x := exchangeOf(ctx); x != nil {
+			d.confirm(x.dep)
+		}
+	}
+	return c, err
 }

@@ -1,26 +1,16 @@
-// Package proxy is the agent's HTTP egress proxy: services in any
-// language send their HTTP calls to it (HTTP_PROXY=http://127.0.0.1:7952,
-// or the reverse form with Fusebox-Upstream) and get what clientlib gives
-// Go services, because the proxy makes each call with clientlib: it builds
-// the request the upstream gets and sends it through clientlib's
-// RoundTripper on the dependency's handle, whose attempt loop applies the
-// fleet's breaker, throttling and concurrency limit, retries idempotent
-// requests (and those with an Idempotency-Key) from the fleet's retry
-// budget, bounds every attempt and wait, honours Retry-After and the one
-// retrying layer (Fusebox-Retry-Owner, the calling service named as the
-// owner), and counts every outcome where the agent gossips it. The proxy
-// keeps what is a proxy's own: the forward, reverse and CONNECT forms, the
-// naming of a dependency, its table of dependencies (past its cap a
-// request goes through untracked, said in Fusebox-Untracked), streaming
-// the answer, its limits, metrics and answer headers (from
-// clientlib.CallInfo), and the guard of the agent's own listeners. A
-// refusal is answered at once: 503 with Retry-After and Fusebox-Rejected
-// naming the reason.
+// Package proxy is the agent's HTTP egress proxy: services in any language
+// send their HTTP calls through it (as their HTTP client's proxy, or in
+// reverse form with Fusebox-Upstream) and get what clientlib gives Go
+// services, because the proxy makes each call with clientlib's
+// RoundTripper: the fleet's breaker, throttling and concurrency limit,
+// retries from the fleet's retry budget, bounded attempts, the one
+// retrying layer, every outcome counted where the agent gossips it. What is
+// a proxy's own stays here: the forward, reverse and CONNECT forms, naming
+// the dependency, its table of dependencies, streaming, its limits, answer
+// headers and metrics, and the guard of the agent's own listeners.
 //
-// Its clientlib client decides through Engine, the agent's engine in
-// process (clientlib.Engine, plus the policy a Retry-After is computed
-// from), which the agent implements; LocalEngine adapts a bare
-// sharedstate.Engine:
+// Its client decides through Engine, the agent's engine in process;
+// LocalEngine adapts a bare sharedstate.Engine:
 //
 //	engine, err := proxy.NewLocalEngine(sharedstate.EngineConfig{Node: "host-1"})
 //	if err != nil {
@@ -35,11 +25,8 @@
 //	}
 //	go p.Serve()
 //	defer p.Close()
-//	fmt.Println("HTTP_PROXY=http://" + p.Addr())
+//	fmt.Println("http_proxy=http://" + p.Addr())
 //
-// It is no open relay: it listens on loopback unless told otherwise
-// (Config.AllowNonLoopback), forwards only to Config.AllowHosts when set,
-// and never connects to the agent's own listeners (Config.Own), whatever
-// a name resolves to. agent/README.md's "The egress proxy" section
-// is the user's guide.
+// agent/README.md, "The egress proxy", is the guide: what each HTTP client
+// needs to use it, what it applies and refuses, HTTPS, its limits.
 package proxy

@@ -11,8 +11,9 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// A proxy on an engine of its own, and a client that uses it as
-// HTTP_PROXY. In the agent, --proxy-addr does this on the agent's engine.
+// A proxy on an engine of its own, and a client whose transport names it
+// as its proxy (http.ProxyFromEnvironment would skip the loopback
+// upstream). In the agent, --proxy-addr does this on the agent's engine.
 func ExampleNew() {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "rates")

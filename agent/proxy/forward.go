@@ -61,7 +61,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		return
 	}
 	if b.over {
-		w.Header().Set(HeaderNotRetried, "body-too-large")
+		w.Header().Set(HeaderNotRetried, b.notRetried)
 		p.m.unbuffered.Inc()
 	}
 	switch {

@@ -32,26 +32,28 @@ var resultNames = [numResults]string{"upstream", "rejected", "error", "invalid",
 
 // rejectReasons are the values of Fusebox-Rejected (the reason label of
 // rejected_total, dashes as underscores).
-var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "concurrency-limit",
+var rejectReasons = []string{"open", "forced-open", "half-open-no-permit", "throttled", "ramp", "concurrency-limit",
 	"budget-exhausted"}
 
 // invalidReasons are the values of Fusebox-Error for requests the proxy
 // refuses for what they are (the reason label of invalid_requests_total).
 var invalidReasons = []string{"malformed-uri", "bad-upstream", "missing-upstream", "invalid-dependency",
-	"headers-too-large", "bad-timeout", "bad-body", "upgrade-unsupported", "not-allowed", "own-listener"}
+	"dependency-not-allowed", "headers-too-large", "bad-timeout", "bad-body", "upgrade-unsupported", "not-allowed", "own-listener"}
 
 // metrics are the proxy's collectors: children of the vectors a request
 // touches are looked up once, so counting costs an atomic add.
 type metrics struct {
-	requests   [numForms][numResults]prometheus.Counter
-	attempts   [3]prometheus.Counter // by sharedstate.AttemptKind
-	rejected   *prometheus.CounterVec
-	invalid    *prometheus.CounterVec
-	unbuffered prometheus.Counter
-	untracked  prometheus.Counter
-	connsRef   prometheus.Counter
-	all        []prometheus.Collector
-	docs       []MetricDoc
+	requests    [numForms][numResults]prometheus.Counter
+	attempts    [3]prometheus.Counter // by sharedstate.AttemptKind
+	rejected    *prometheus.CounterVec
+	invalid     *prometheus.CounterVec
+	unbuffered  prometheus.Counter
+	buffersFull prometheus.Counter
+	stalled     prometheus.Counter
+	untracked   prometheus.Counter
+	connsRef    [numRefusals]prometheus.Counter
+	all         []prometheus.Collector
+	docs        []MetricDoc
 }
 
 // MetricDocs lists every metric of the proxy (on the agent's /metrics when
@@ -95,23 +97,31 @@ func newMetrics(p *Proxy) *metrics {
 		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
 	}
 	m.rejected = counterVec("rejected_total",
-		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, concurrency_limit, budget_exhausted: a retry).",
+		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, ramp, concurrency_limit, budget_exhausted: a retry).",
 		"reason")
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(label(r)) // exposed at 0 before the first
 	}
 	m.invalid = counterVec("invalid_requests_total",
-		"Requests answered with a 4xx or 5xx naming what was wrong before any decision, by reason (malformed_uri, bad_upstream, missing_upstream, invalid_dependency, headers_too_large, bad_timeout, bad_body, upgrade_unsupported; not_allowed and own_listener: refused as an open relay).",
+		"Requests answered with a 4xx or 5xx naming what was wrong before any decision, by reason (malformed_uri, bad_upstream, missing_upstream, invalid_dependency, dependency_not_allowed: a Fusebox-Dependency that is not the upstream's name, headers_too_large, bad_timeout, bad_body, upgrade_unsupported; not_allowed and own_listener: refused as an open relay).",
 		"reason")
 	for _, r := range invalidReasons {
 		m.invalid.WithLabelValues(label(r))
 	}
 	m.unbuffered = counter("unbuffered_bodies_total",
-		"Requests that could have been retried but whose body was larger than the buffer limit: sent to a single attempt (Fusebox-Not-Retried: body-too-large).")
+		"Requests that could have been retried but whose body was not kept: larger than the buffer limit (Fusebox-Not-Retried: body-too-large) or arriving while all buffered bodies held the budget (buffers-full); each was sent to a single attempt.")
+	m.buffersFull = counter("body_buffers_full_total",
+		"Request bodies streamed to a single attempt because the buffered bodies held the whole budget (Fusebox-Not-Retried: buffers-full).")
+	m.stalled = counter("body_timeouts_total",
+		"Requests whose body did not arrive within the body timeout: the client's connection was closed without an answer.")
 	m.untracked = counter("untracked_requests_total",
 		"Requests forwarded untracked because the proxy's table of dependencies was full (Fusebox-Untracked: too-many-dependencies): one attempt, no breaker, nothing counted.")
-	m.connsRef = counter("connections_refused_total",
-		"Client connections refused because the connection limit was reached.")
+	refused := counterVec("connections_refused_total",
+		"Client connections refused (answered 503 and closed), by reason (max_conns: the proxy's connection limit; max_conns_per_client: the limit of one client address).",
+		"reason")
+	for r := range m.connsRef {
+		m.connsRef[r] = refused.WithLabelValues(refusalNames[r])
+	}
 	gauge("connections", "Client connections open.", func() float64 {
 		if p.ln == nil {
 			return 0
@@ -121,6 +131,7 @@ func newMetrics(p *Proxy) *metrics {
 	gauge("tunnels", "CONNECT tunnels open.", func() float64 { return float64(p.tunnelCount.Load()) })
 	gauge("in_flight", "Requests being proxied (tunnels aside).", func() float64 { return float64(p.inFlight.Load()) })
 	gauge("dependencies", "Dependencies in the proxy's table.", func() float64 { return float64(p.deps.n.Load()) })
+	gauge("body_buffer_bytes", "Bytes the buffered request bodies hold (against the budget).", func() float64 { return float64(p.bodyBytes.Load()) })
 	return m
 }
 

@@ -40,10 +40,11 @@ type Proxy struct {
 
 	transport *http.Transport // http and https upstreams
 	h2c       *http.Transport // HTTP/2 without TLS
-	dialer    *net.Dialer
+	dialer    *dialer
 
-	deps     depTable
-	inFlight atomic.Int64
+	deps      depTable
+	inFlight  atomic.Int64
+	bodyBytes atomic.Int64 // held by buffered request bodies (BodyBufferBudget)
 
 	tunnelMu    sync.Mutex
 	tunnels     map[net.Conn]struct{} // hijacked client connections of open tunnels
@@ -57,9 +58,17 @@ type Proxy struct {
 	closeOnce sync.Once
 }
 
-// New validates cfg, reads CAFile, binds Addr and registers the metrics.
-// Nothing is served until Serve. On error nothing stays bound.
+// New validates cfg, reads CAFile, binds Addr (or takes cfg.Listener) and
+// registers the metrics. Nothing is served until Serve. On error nothing
+// stays bound (cfg.Listener is closed).
 func New(cfg Config) (_ *Proxy, err error) {
+	if cfg.Listener != nil {
+		defer func() {
+			if err != nil {
+				cfg.Listener.Close()
+			}
+		}()
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -91,9 +100,11 @@ func New(cfg Config) (_ *Proxy, err error) {
 		}
 		tlsCfg.RootCAs = pool
 	}
-	inner, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return nil, fmt.Errorf("proxy: listen: %w", err)
+	inner := cfg.Listener
+	if inner == nil {
+		if inner, err = net.Listen("tcp", cfg.Addr); err != nil {
+			return nil, fmt.Errorf("proxy: listen: %w", err)
+		}
 	}
 	defer func() {
 		if err != nil {
@@ -101,10 +112,11 @@ func New(cfg Config) (_ *Proxy, err error) {
 		}
 	}()
 	p.m = newMetrics(p)
-	p.ln = &limitListener{Listener: inner, max: int64(cfg.MaxConns), refused: p.m.connsRef.Inc}
+	p.ln = newLimitListener(inner, cfg.MaxConns, cfg.MaxConnsPerClient, func(reason int) { p.m.connsRef[reason].Inc() })
 	p.guard = newGuard(append(append([]string(nil), cfg.Own...), inner.Addr().String()))
 
-	p.dialer = &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.guard.control}
+	p.dialer = &dialer{Dialer: net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: p.guard.control},
+		confirm: cfg.Confirm}
 	p.transport = &http.Transport{
 		Proxy:                 nil, // never the environment's HTTP_PROXY: that may be this proxy
 		DialContext:           p.dialer.DialContext,
@@ -167,27 +179,35 @@ func (p *Proxy) Serve() error {
 	}
 	p.wg.Add(1)
 	go p.flushLoop()
-	if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) {
+	if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) && !p.closing.Load() {
 		return err
 	}
 	return nil
 }
 
-// Close stops the proxy, in this order: it stops accepting connections,
-// lets the requests in flight finish (at most ShutdownTimeout, then
+// Close stops the proxy, in this order: it stops accepting connections
+// (its copy of the listening socket closes: a copy held elsewhere, by
+// systemd or a successor, keeps listening, and the connections waiting in
+// its backlog go to the next process that accepts); for half of
+// ShutdownTimeout, or until the clients closed them, connections stay
+// open for one more request each, answered with Connection: close, so
+// that callers with kept-alive connections move on without an error; then
+// it lets the requests in flight finish (until ShutdownTimeout, then
 // cancels them), closes open CONNECT tunnels, stops the flush loop and
 // closes its clientlib client, which reports its last counts and hands
 // every dependency back to the engine (in-flight counts to 0, Release).
 // It waits for every goroutine it started and is idempotent.
 func (p *Proxy) Close() error {
 	p.closeOnce.Do(func() {
+		start := time.Now()
 		p.closing.Store(true)
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.ShutdownTimeout)
+		p.ln.Close()
+		p.awaitConns(start.Add(p.cfg.ShutdownTimeout / 2))
+		ctx, cancel := context.WithDeadline(context.Background(), start.Add(p.cfg.ShutdownTimeout))
 		if err := p.srv.Shutdown(ctx); err != nil {
 			p.srv.Close()
 		}
 		cancel()
-		p.ln.Close() // when Serve never ran
 		p.tunnelMu.Lock()
 		for c := range p.tunnels {
 			c.Close()
@@ -202,20 +222,54 @@ func (p *Proxy) Close() error {
 	return nil
 }
 
-// ServeHTTP proxies one request.
+// awaitConns waits until no client connection is open, or until deadline.
+func (p *Proxy) awaitConns(deadline time.Time) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for p.ln.open.Load() > 0 && time.Now().Before(deadline) {
+		<-tick.C
+	}
+}
+
+// exchange is what the proxy keeps of one request while it serves it.
+type exchange struct {
+	p        *Proxy
+	dep      string      // the dependency it counts under (Config.Confirm)
+	reserved int64       // bytes its buffered body took from BodyBufferBudget (handler only)
+	stalled  atomic.Bool // its body did not arrive within BodyTimeout
+}
+
+// ServeHTTP proxies one request. A request's body must arrive within
+// BodyTimeout: a client that stalls is cut off, its connection closed
+// without an answer, and counted.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.inFlight.Add(1)
 	defer p.inFlight.Add(-1)
+	if p.closing.Load() { // draining: the caller's next request goes to the next process
+		w.Header().Set("Connection", "close")
+	}
 	t, rerr := p.parseTarget(r)
 	if rerr != nil {
 		p.answerInvalid(w, t.form, rerr)
 		return
 	}
+	x := &exchange{p: p, dep: t.dep}
+	defer x.release()
+	r = r.WithContext(p.withExchange(r.Context(), x))
 	if t.form == formConnect {
 		p.serveConnect(w, r, &t)
 		return
 	}
+	if r.Body != nil && r.Body != http.NoBody {
+		// Cleared by net/http once the body is read whole.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(p.cfg.BodyTimeout))
+		r.Body = &bodyReader{ReadCloser: r.Body, x: x}
+	}
 	p.forward(w, r, &t)
+	if x.stalled.Load() {
+		p.m.stalled.Inc()
+		panic(http.ErrAbortHandler) // no answer: the connection is closed
+	}
 }
 
 // answerInvalid answers a request the proxy refuses for what it is.

@@ -89,15 +89,40 @@ func TestForwardAndReverseForms(t *testing.T) {
 func TestDependencyNames(t *testing.T) {
 	var owner atomic.Value
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) { owner.Store(r.Header.Get(HeaderRetryOwner)) })
-	h := newHarness(t, nil, nil)
-	h.get(up.URL + "/")
+	h := newHarness(t, nil, func(c *Config) { c.Routes = []string{hostOf(up) + "=routed-api"} })
+	h.get(up.URL+"/", HeaderDependency, hostOf(up)) // the upstream's own name
 	if owner.Load() != DefaultService {
 		t.Errorf("a request naming no service and no route: retry owner %q, want %q", owner.Load(), DefaultService)
 	}
-	h.get(up.URL+"/", HeaderDependency, "named-by-header")
-	one := func(c sharedstate.Counts) bool { return c.FirstAttempts == 1 }
-	h.window(hostOf(up), "1 first attempt (clientlib's name for the host)", one)
-	h.window("named-by-header", "1 first attempt", one)
+	h.get(up.URL + "/") // its route's
+	if owner.Load() != "routed-api" {
+		t.Errorf("a request naming no service, counted under its route: retry owner %q, want routed-api", owner.Load())
+	}
+	h.get(up.URL+"/", HeaderDependency, "routed-api")
+	h.window(hostOf(up), "1 first attempt (clientlib's name for the host)",
+		func(c sharedstate.Counts) bool { return c.FirstAttempts == 1 })
+	h.window("routed-api", "2 first attempts", func(c sharedstate.Counts) bool { return c.FirstAttempts == 2 })
+	// Any other name is refused by default, and counts nothing.
+	resp := h.get(up.URL+"/", HeaderDependency, "payments")
+	if resp.StatusCode != 400 || resp.Header.Get(HeaderError) != "dependency-not-allowed" ||
+		!strings.Contains(bodyOf(t, resp), "--proxy-allow-any-dependency") {
+		t.Errorf("a name of the caller's choosing: %d %s=%q", resp.StatusCode, HeaderError, resp.Header.Get(HeaderError))
+	}
+	if c := h.counts("payments"); c.Requests() != 0 {
+		t.Errorf("the refused name was counted: %+v", c)
+	}
+	if got := h.counter("fusebox_agent_proxy_invalid_requests_total", "reason", "dependency_not_allowed"); got != 1 {
+		t.Errorf("invalid_requests_total{dependency_not_allowed} = %v", got)
+	}
+	// A route's name belongs to its upstream only.
+	other := upstream(t, func(w http.ResponseWriter, r *http.Request) {})
+	if resp := h.get(other.URL+"/", HeaderDependency, "routed-api"); resp.StatusCode != 400 {
+		t.Errorf("another upstream under routed-api's name: %d", resp.StatusCode)
+	}
+	// AllowAnyDependency lets the caller name it.
+	lax := newHarness(t, nil, func(c *Config) { c.AllowAnyDependency = true })
+	lax.get(up.URL+"/", HeaderDependency, "named-by-header")
+	lax.window("named-by-header", "1 first attempt", func(c sharedstate.Counts) bool { return c.FirstAttempts == 1 })
 }
 
 func TestRetries(t *testing.T) {
@@ -742,7 +767,7 @@ func TestConnectionLimit(t *testing.T) {
 func TestTooManyDependencies(t *testing.T) {
 	var calls atomic.Int64
 	up := upstream(t, func(w http.ResponseWriter, r *http.Request) { calls.Add(1) })
-	h := newHarness(t, nil, func(c *Config) { c.MaxDependencies = 2 })
+	h := newHarness(t, nil, func(c *Config) { c.MaxDependencies = 2; c.AllowAnyDependency = true })
 	for i, untracked := range []bool{false, false, true} {
 		resp := h.get(up.URL+"/", HeaderDependency, "dep-"+strconv.Itoa(i))
 		if resp.StatusCode != 200 || (resp.Header.Get(HeaderUntracked) == "too-many-dependencies") != untracked ||

@@ -13,8 +13,9 @@ import (
 
 // Headers the proxy reads from requests.
 const (
-	// HeaderDependency names the request's dependency, overriding Routes
-	// and the name derived from the upstream's host.
+	// HeaderDependency names the request's dependency: its upstream's own
+	// name, host[:port], or the Routes name of its upstream, any name only
+	// when Config.AllowAnyDependency.
 	HeaderDependency = "Fusebox-Dependency"
 	// HeaderUpstream names the upstream of a reverse-form request (and
 	// overrides the target of a forward-form one): scheme://host[:port],
@@ -40,12 +41,14 @@ const (
 	// proxy refused the request before any).
 	HeaderAttempts = "Fusebox-Attempts"
 	// HeaderRejected names why Fusebox refused an attempt: open,
-	// forced-open, half-open-no-permit, throttled, concurrency-limit,
-	// budget-exhausted (a retry); too-many-connections (the listener's
-	// cap).
+	// forced-open, half-open-no-permit, throttled, ramp, concurrency-limit,
+	// budget-exhausted (a retry); and on a connection refused at once,
+	// too-many-connections or too-many-client-connections (the listener's
+	// caps).
 	HeaderRejected = "Fusebox-Rejected"
 	// HeaderNotRetried says why a request that may be retried was given a
-	// single attempt: body-too-large.
+	// single attempt: body-too-large, buffers-full (the buffered bodies
+	// held the whole budget).
 	HeaderNotRetried = "Fusebox-Not-Retried"
 	// HeaderProbe is "1" on the attempt that is a half-open probe (sent
 	// upstream) and on the answer to a request whose first attempt was one.
@@ -53,8 +56,9 @@ const (
 	// HeaderError names what went wrong when the proxy answers itself:
 	// timeout, upstream (no answer), or what was wrong with the request
 	// (malformed-uri, bad-upstream, missing-upstream, invalid-dependency,
-	// headers-too-large, bad-timeout, bad-body, upgrade-unsupported), or
-	// why it is forbidden (own-listener, not-allowed).
+	// dependency-not-allowed, headers-too-large, bad-timeout, bad-body,
+	// upgrade-unsupported), or why it is forbidden (own-listener,
+	// not-allowed).
 	HeaderError = "Fusebox-Error"
 	// HeaderUntracked says that the proxy forwarded the request untracked
 	// (one attempt, no breaker, nothing counted): too-many-dependencies.
@@ -193,26 +197,39 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 	}
 	t.host, t.authority = host, authority
 	lower := strings.ToLower(host)
+	var routed string // the dependency of the route that matches the upstream
 	if rt, ok := p.rt.lookup(lower, cmpOr(port, defaultPort(t.scheme))); ok {
-		t.dep, t.route = rt.Dependency, rt.Dependency
+		routed = rt.Dependency
 		if rt.Scheme != "" && t.form != formConnect {
 			t.scheme = rt.Scheme
 		}
 	}
 	t.port = cmpOr(port, defaultPort(t.scheme))
-	if depHeader != "" {
-		t.dep = depHeader
-	}
-	if t.dep != t.route {
-		t.route = ""
-	}
-	if t.dep == "" {
-		t.dep = dependencyName(authority)
-	}
+	own := dependencyName(authority)
+	t.dep = cmpOr(routed, own)
 	if err := p.checkUpstream(lower, t.port); err != nil {
 		return t, err
 	}
+	if depHeader != "" && depHeader != t.dep && depHeader != own && !p.cfg.AllowAnyDependency {
+		return t, badRequest("dependency-not-allowed", "fusebox proxy: "+HeaderDependency+" "+quote(depHeader)+
+			": a request counts under its upstream's name ("+quote(own)+") or the --proxy-routes name of its upstream"+
+			routedName(routed)+"; the agent's --proxy-allow-any-dependency lets callers name any dependency")
+	}
+	if depHeader != "" {
+		t.dep = depHeader
+	}
+	if routed != "" && t.dep == routed {
+		t.route = routed // the default retry owner
+	}
 	return t, nil
+}
+
+// routedName is ", here "+quote(dep), or "" without a route.
+func routedName(dep string) string {
+	if dep == "" {
+		return ""
+	}
+	return ", here " + quote(dep)
 }
 
 // parseUpstream reads Fusebox-Upstream: scheme://host[:port] and nothing else.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/clientlib"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Defaults of the Deduper's options.
@@ -33,8 +34,9 @@ const (
 // Headers the Deduper writes.
 const (
 	// HeaderReplayed is set to "true" on a response replayed from the
-	// store (gRPC: header metadata "idempotent-replayed").
-	HeaderReplayed = "Idempotent-Replayed"
+	// store (gRPC: header metadata "idempotent-replayed"); clientlib's
+	// RoundTripper does not retry such an answer.
+	HeaderReplayed = clientlib.HeaderReplayed
 	// HeaderStatus says why the Deduper answered itself: "in-progress",
 	// "mismatch", "invalid-key", "not-stored", "store-unavailable",
 	// "request-too-large", or "panicked" (the stored answer of a handler
@@ -277,7 +279,7 @@ const (
 func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *Record, error) {
 	var (
 		giveUp  *time.Timer // MaxWait, started at the first wait
-		wait    = 5 * time.Millisecond
+		wait    = backoff.New(backoff.Policy{Base: 5 * time.Millisecond, Max: 100 * time.Millisecond, Jitter: backoff.None}, nil)
 		expired bool
 	)
 	defer func() {
@@ -305,7 +307,7 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 				d.m.waiting.Inc()
 				giveUp = time.NewTimer(d.cfg.maxWait)
 			}
-			timer := time.NewTimer(wait)
+			timer := time.NewTimer(wait.Next())
 			select {
 			case <-timer.C:
 			case <-giveUp.C:
@@ -319,7 +321,6 @@ func (d *Deduper) begin(ctx context.Context, key, fp string) (verdict, string, *
 				// still held the key: nothing more to learn in time.
 				return inProgress, "", rec, ctx.Err()
 			}
-			wait = min(2*wait, 100*time.Millisecond)
 			if rec, err = d.store.Get(ctx, key); err != nil {
 				return d.storeFailed(ctx, err)
 			}

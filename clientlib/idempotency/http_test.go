@@ -229,7 +229,11 @@ func TestHTTPSemantics(t *testing.T) {
 		var runs int
 		mw := newDeduper(t, memStore(t, MemoryConfig{})).Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			runs++
-			<-r.Context().Done() // the charge is made; the caller is gone
+			select { // the charge is made; the caller is gone
+			case <-r.Context().Done():
+			case <-time.After(10 * time.Second):
+				t.Error("the handler's context was not cancelled with its caller's")
+			}
 			http.Error(w, "cancelled: "+r.Context().Err().Error(), http.StatusServiceUnavailable)
 		}))
 		ctx, cancel := context.WithCancel(context.Background())

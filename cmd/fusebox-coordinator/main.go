@@ -3,12 +3,13 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/coordinator"
 )
@@ -21,7 +22,7 @@ func main() {
 // 2 bad configuration.
 func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	cfg, err := coordinator.LoadConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
+	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
 	if err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/coordinator"
 )
@@ -45,7 +46,7 @@ func TestFlags(t *testing.T) {
 	if _, err := load([]string{"extra"}, io.Discard); err == nil {
 		t.Fatal("a stray argument was accepted")
 	}
-	if _, err := load([]string{"--help"}, io.Discard); !errors.Is(err, flag.ErrHelp) {
+	if _, err := load([]string{"--help"}, io.Discard); !errors.Is(err, pflag.ErrHelp) {
 		t.Fatalf("--help: %v", err)
 	}
 }
@@ -156,8 +157,8 @@ http-addr: 127.0.0.1:7071
 	if code := run(nil, getenv, &stderr); code != 2 {
 		t.Errorf("a bad file: exit code %d, want 2", code)
 	}
-	for _, want := range []string{file + `: unknown key "history-fien"`, "has no flag --history-fien",
-		file + `: key "shutdown-timeout": "5"`} {
+	for _, want := range []string{file + `:2: unknown key "history-fien"`, "has no flag --history-fien",
+		file + `:3: key "shutdown-timeout": "5"`} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("a bad file: %q lacks %q", stderr.String(), want)
 		}
@@ -177,8 +178,8 @@ func TestHelp(t *testing.T) {
 	if code := run([]string{"--help"}, func(string) string { return "" }, &stderr); code != 0 {
 		t.Fatalf("--help: exit code %d", code)
 	}
-	for _, want := range []string{"FUSEBOX_GOSSIP_ADDR", "-config string", `-grpc-addr string
-    	address of the Admin gRPC API (default "127.0.0.1:7960")`, "(default: coordinator-<hostname>)", "-insecure-gossip\n"} {
+	for _, want := range []string{"FUSEBOX_GOSSIP_ADDR", "--config string ", "--grpc-addr string ",
+		`address of the Admin gRPC API (default "127.0.0.1:7960")`, "(default: coordinator-<hostname>)", "--insecure-gossip "} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("--help lacks %q:\n%s", want, stderr.String())
 		}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/cmd/fusebox-demo/internal/demo"
 )
@@ -25,7 +26,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stdout, stderr)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, pflag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, "fusebox-demo:", err)
@@ -70,28 +71,33 @@ func parseFlags(args []string, stdout, stderr io.Writer) (demo.Config, error) {
 	cfg := demo.DefaultConfig()
 	cfg.Out = stdout
 	logLevel := "warn"
-	fs := flag.NewFlagSet("fusebox-demo", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("fusebox-demo", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), `Usage: fusebox-demo [flags]
+		fmt.Fprint(fs.Output(), `Usage:
+  fusebox-demo [flags]
 
 Runs a demo fleet in one process: an embedded etcd with a demo policy, a
 coordinator (dashboard, JSON and Admin API), 3 agents gossiping on loopback
-in 3 zones, and 3 services calling two dependencies through clientlib.
-shipping-api cycles healthy -> failing -> slow -> recovering; catalog-api
-stays healthy (force it open from the dashboard with the printed token).
-Every breaker transition is logged; Ctrl-C (or --duration) stops the demo
-and prints a summary.
+in 3 zones, and 3 services calling two dependencies: checkout and orders
+through clientlib, returns (as a service in another language would)
+through agent-c's egress proxy. shipping-api cycles healthy -> failing ->
+slow -> recovering; catalog-api stays healthy (force it open from the
+dashboard with the printed token). Every breaker transition is logged;
+Ctrl-C (or --duration) stops the demo and prints a summary.
+
+The banner names each agent's FUSEBOX_AGENT, for a service of yours that
+links clientlib, and agent-c's egress proxy, for one in another language:
+`+"  "+strings.Join(demo.ProxyClients, "\n  ")+`
 
 With --agent ADDR (e.g. --agent unix:///run/fusebox/agent.sock, or
 --agent "$FUSEBOX_AGENT"), it starts no etcd, coordinator or agents: only
-the two dependencies and the 3 services, whose clientlib clients use the
-agent at ADDR and the policies it has. --http-addr then serves /healthz
+the two dependencies and the 3 services, all three through clientlib on
+the agent at ADDR and the policies it has. --http-addr then serves /healthz
 and /readyz; --grpc-addr and --token are not used.
 
 Flags:
-`)
-		fs.PrintDefaults()
+`+fs.FlagUsages())
 	}
 	fs.StringVar(&cfg.Agent, "agent", "", "run only the demo services, on the external agent at this address (unix:///path.sock, /path.sock or loopback host:port; default: a whole fleet in process)")
 	fs.DurationVar(&cfg.Duration, "duration", 0, "stop after this long (0: run until Ctrl-C)")

@@ -58,6 +58,15 @@ func TestUsage(t *testing.T) {
 	if !strings.Contains(errOut.String(), "-phase-duration") {
 		t.Errorf("--help does not list -phase-duration:\n%s", errOut.String())
 	}
+	// It says which service goes through the egress proxy and what common
+	// clients need to use one (TestBannerCommandsWork checks the claims).
+	help := strings.Join(strings.Fields(errOut.String()), " ")
+	for _, w := range []string{"checkout and orders through clientlib", "returns (as a service in another language would) through agent-c's egress proxy",
+		"curl reads only the lower-case http_proxy", "http.ProxyURL", "proxyTunnel: false"} {
+		if !strings.Contains(help, w) {
+			t.Errorf("--help does not say %q:\n%s", w, errOut.String())
+		}
+	}
 	// A usage error exits 2 before anything starts.
 	if code := run([]string{"--rate", "-1"}, &out, &errOut); code != 2 {
 		t.Errorf("--rate -1: exit code %d, want 2", code)

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,7 +25,7 @@ func newAuditCommand(g *globalOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "audit [--dependency NAME] [--limit N]",
 		Short: "Show who changed which policy or override, newest first",
-		Args:  cobra.NoArgs,
+		Args:  noArgs(),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 	cmd.Flags().StringVar(&o.dependency, "dependency", "", "only entries about this dependency (or _default)")
@@ -56,34 +59,58 @@ func (o *auditOptions) run(ctx context.Context) error {
 	return t.flush()
 }
 
-// changeSummary says in a few words what an audit entry changed.
+// changeSummary says what an audit entry changed: a policy write's field
+// changes (as the dashboard shows them), an override's state, expiry and
+// reason.
 func changeSummary(d auditDoc) string {
-	var after struct {
+	var before, after struct {
 		State   string    `json:"state"`
 		Reason  string    `json:"reason"`
 		Expires time.Time `json:"expires"`
 	}
+	_ = json.Unmarshal(d.Before, &before)
+	_ = json.Unmarshal(d.After, &after)
 	switch d.Action {
 	case "override.set":
-		if json.Unmarshal(d.After, &after) == nil {
-			s := after.State
-			if after.Reason != "" {
-				s += fmt.Sprintf(" %q", after.Reason)
-			}
-			if !after.Expires.IsZero() {
-				s += " until " + after.Expires.UTC().Format(time.RFC3339)
-			}
-			return s
+		s := dash(after.State)
+		if !after.Expires.IsZero() {
+			s += " until " + after.Expires.UTC().Format(time.RFC3339)
+		} else {
+			s += " until cleared"
 		}
+		if after.Reason != "" {
+			s += " " + strconv.Quote(after.Reason)
+		}
+		if before.State != "" {
+			s = "replaced " + before.State + ": " + s
+		}
+		return s
 	case "override.clear":
-		return "override removed"
-	case "policy.put":
-		if string(d.Before) == "null" {
-			return "created"
+		s := "cleared " + cmp.Or(before.State, "the override")
+		if before.Reason != "" {
+			s += " " + strconv.Quote(before.Reason)
 		}
-		return "updated"
+		return s
+	case "policy.put":
+		switch {
+		case len(d.Changes) == 0:
+			return "written, no field changed"
+		case string(d.Before) == "null":
+			return "created: " + changesText(d.Changes)
+		}
+		return changesText(d.Changes)
 	case "policy.delete":
-		return "deleted"
+		return "deleted: " + changesText(d.Changes)
 	}
-	return ""
+	return changesText(d.Changes)
+}
+
+// changesText is field changes in one line: "breaker.minimumRequests: 20 →
+// 50; retry.maxAttempts: - → 5".
+func changesText(cs []changeDoc) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.Field + ": " + showJSON(c.From) + " → " + showJSON(c.To)
+	}
+	return strings.Join(parts, "; ")
 }

@@ -19,7 +19,7 @@ func newClearCommand(g *globalOptions) *cobra.Command {
 		Use:               "clear NAME",
 		Short:             "Remove a dependency's override (the breaker decides again)",
 		Long:              "clear removes NAME's override. Clearing when there is none changes nothing and exits 0.",
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs("NAME, the dependency"),
 		ValidArgsFunction: completeDependencies(g),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -19,7 +21,7 @@ func newDepShowCommand(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:               "show NAME",
 		Short:             "Show a dependency's breaker, fleet counts, zones and every node",
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs("NAME, the dependency"),
 		ValidArgsFunction: completeDependencies(g),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}
@@ -52,19 +54,12 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 		}
 		state += ")"
 	}
-	fmt.Fprintf(w, "Dependency:   %s\n", doc.Dependency)
+	fmt.Fprintf(w, "Dependency:   %s\n", safeText(doc.Dependency))
 	fmt.Fprintf(w, "State:        %s\n", state)
 	if doc.Reason != "" {
-		fmt.Fprintf(w, "Reason:       %s\n", doc.Reason)
+		fmt.Fprintf(w, "Reason:       %s\n", safeText(doc.Reason))
 	}
-	override := "none"
-	if doc.Override != "" {
-		override = doc.Override
-		if doc.OverrideReason != "" {
-			override += fmt.Sprintf(" (%s)", doc.OverrideReason)
-		}
-	}
-	fmt.Fprintf(w, "Override:     %s\n", override)
+	fmt.Fprintf(w, "Override:     %s\n", overrideText(doc, snap.GetAt().AsTime()))
 	fmt.Fprintf(w, "Mode:         %s\n", dash(doc.Mode))
 	if doc.TripRule != nil {
 		fmt.Fprintf(w, "Trip rule:    %s\n", doc.TripRule)
@@ -75,8 +70,8 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 	fmt.Fprintf(w, "Retry budget: %s used\n", pct(doc.BudgetUsed))
 	fmt.Fprintf(w, "Throttle:     %s\n", throttleText(doc))
 	fmt.Fprintf(w, "In flight:    %s\n", inFlightText(doc))
-	fmt.Fprintf(w, "Probers:      %s\n", dash(strings.Join(doc.Probers, ", ")))
-	fmt.Fprintf(w, "Node-local:   %s\n", dash(strings.Join(doc.NodeLocalOpen, ", ")))
+	fmt.Fprintf(w, "Probers:      %s\n", safeText(dash(strings.Join(doc.Probers, ", "))))
+	fmt.Fprintf(w, "Node-local:   %s\n", safeText(dash(strings.Join(doc.NodeLocalOpen, ", "))))
 
 	if len(doc.Zones) > 0 {
 		fmt.Fprintln(w)
@@ -103,6 +98,27 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 			yesNo(n.NodeLocalOpen), yesNo(n.Prober))
 	}
 	return t.flush()
+}
+
+// overrideText describes the override in force: its state, until when
+// (with the time left at now, the snapshot's time), who set it and why, e.g.
+// `forced-open until 2026-12-01T10:12:00Z (9m12s left), set by alice
+// (ops-admin): "db failover"`.
+func overrideText(doc dependencyDoc, now time.Time) string {
+	if doc.Override == "" {
+		return "none"
+	}
+	s := doc.Override + " until cleared"
+	if e := doc.OverrideExpires; e != nil {
+		s = fmt.Sprintf("%s until %s (%s left)", doc.Override, e.Format(time.RFC3339), max(e.Sub(now), 0).Round(time.Second))
+	}
+	if doc.OverrideActor != "" {
+		s += ", set by " + safeText(doc.OverrideActor)
+	}
+	if doc.OverrideReason != "" {
+		s += ": " + strconv.Quote(doc.OverrideReason)
+	}
+	return s
 }
 
 // throttleText describes adaptive throttling: off, or the probability with

@@ -18,7 +18,7 @@ func newDepsCommand(g *globalOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "deps",
 		Short: "List every dependency with its breaker state, rates and budget use",
-		Args:  cobra.NoArgs,
+		Args:  noArgs(),
 		RunE:  func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 }

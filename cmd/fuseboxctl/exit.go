@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Exit codes a script can rely on (see doc.go).
+// Exit codes a script can rely on (coordinator/README.md, "fuseboxctl").
 const (
 	exitOK          = 0
 	exitError       = 1 // anything not below, usage errors included
@@ -88,6 +88,8 @@ func rpcError(err error, addr string, reachable bool) error {
 		}
 	case codes.NotFound:
 		return &cliError{code: exitError, lines: []string{st.Message()}, err: err}
+	case codes.Unimplemented:
+		return &cliError{code: exitError, lines: []string{fmt.Sprintf("coordinator %s does not serve this (%s): it is older than this fuseboxctl", addr, st.Message())}, err: err}
 	}
 	return &cliError{code: exitError, lines: []string{fmt.Sprintf("%s: %s", st.Code(), st.Message())}, err: err}
 }
@@ -118,6 +120,7 @@ func report(stderr io.Writer, err error) int {
 	if err == nil {
 		return exitOK
 	}
+	stderr = newSafeWriter(stderr) // messages quote what the coordinator said
 	var ce *cliError
 	if errors.As(err, &ce) {
 		for _, l := range ce.lines {

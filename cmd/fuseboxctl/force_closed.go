@@ -12,7 +12,7 @@ func newForceClosedCommand(g *globalOptions) *cobra.Command {
 		Long: `force-closed disables NAME's breaker on every agent (calls are never rejected
 by it; the retry budget still applies) until the override expires (--ttl)
 or is cleared. It replaces any override NAME had. Needs an admin token.`,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs("NAME, the dependency"),
 		ValidArgsFunction: completeDependencies(g),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.set(cmd.Context(), args[0], false) },
 	}

@@ -13,7 +13,7 @@ func newForceOpenCommand(g *globalOptions) *cobra.Command {
 whatever the breaker computes, until the override expires (--ttl) or is
 cleared (fuseboxctl clear NAME). It replaces any override NAME had. Needs an
 admin token.`,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs("NAME, the dependency"),
 		ValidArgsFunction: completeDependencies(g),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.set(cmd.Context(), args[0], true) },
 	}

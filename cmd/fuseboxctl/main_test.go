@@ -96,7 +96,7 @@ func startTestCoordinator(t *testing.T, cfg coordinator.Config, opts ...coordina
 		coordinator.WithGossip(func(g *gossip.Config) {
 			g.GossipInterval, g.ProbeInterval, g.PushPullInterval = 50*time.Millisecond, 200*time.Millisecond, 500*time.Millisecond
 		}),
-		coordinator.WithTickInterval(50*time.Millisecond, 100*time.Millisecond),
+		coordinator.WithTickInterval(50 * time.Millisecond),
 	}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
@@ -230,3 +230,14 @@ func waitLine(t *testing.T, r *bufio.Reader, s string, d time.Duration) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// grepLines returns the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}

@@ -22,7 +22,7 @@ func newMembersCommand(g *globalOptions) *cobra.Command {
 alive, suspect, dead or left; dead and departed members stay listed for five
 minutes) and the nodes registered in etcd that it does not see in the gossip
 (status registered).`,
-		Args: cobra.NoArgs,
+		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 }

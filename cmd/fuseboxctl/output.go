@@ -33,11 +33,17 @@ func checkFormat(f string) error {
 
 // printData writes v as JSON or YAML (the same document: YAML is converted
 // from the JSON, so field names match).
+//
+// Control and bidirectional formatting characters in strings are written as
+// \u escapes, and bytes that are not UTF-8 as \ufffd, in both (jsonSafe):
+// YAML's parser refuses a raw control character, and a terminal must not
+// obey one.
 func printData(w io.Writer, format string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}
+	b = jsonSafe(b)
 	if format == formatYAML {
 		y, err := yaml.JSONToYAML(b)
 		if err != nil {
@@ -63,11 +69,14 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
+// row adds a row; every cell is escaped (safeText): cells hold what the
+// coordinator sent.
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
 		if c == "" {
-			cells[i] = "-"
+			c = "-"
 		}
+		cells[i] = safeText(c)
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
@@ -143,7 +152,12 @@ type zoneDoc struct {
 }
 
 type dependencyDoc struct {
-	Dependency     string     `json:"dependency"`
+	Dependency string `json:"dependency"`
+	// Effective is what the agents do, as the dashboard's badge shows it:
+	// the override in force (forced-open, forced-closed), else "shadow" for
+	// a dependency in shadow mode (it refuses nothing), else the breaker's
+	// state (closed, open, half-open).
+	Effective      string     `json:"effective"`
 	State          string     `json:"state"`
 	Generation     uint64     `json:"generation"`
 	Since          *time.Time `json:"since,omitempty"`
@@ -151,11 +165,15 @@ type dependencyDoc struct {
 	Reason         string     `json:"reason,omitempty"`
 	Override       string     `json:"override,omitempty"`
 	OverrideReason string     `json:"overrideReason,omitempty"`
-	Mode           string     `json:"mode,omitempty"`
-	Fleet          countsDoc  `json:"fleet"`
-	FailureRate    float64    `json:"failureRate"`
-	SlowRate       float64    `json:"slowRate"`
-	BudgetUsed     float64    `json:"budgetUsed"`
+	// OverrideActor is who set the override (the audit's actor);
+	// OverrideExpires when it ends by itself (absent: until cleared).
+	OverrideActor   string     `json:"overrideActor,omitempty"`
+	OverrideExpires *time.Time `json:"overrideExpires,omitempty"`
+	Mode            string     `json:"mode,omitempty"`
+	Fleet           countsDoc  `json:"fleet"`
+	FailureRate     float64    `json:"failureRate"`
+	SlowRate        float64    `json:"slowRate"`
+	BudgetUsed      float64    `json:"budgetUsed"`
 	// Throttle is the fleet's adaptive throttling: enabled, and the
 	// probability its formula gives over the fleet's window.
 	ThrottleEnabled     bool    `json:"throttleEnabled"`
@@ -215,7 +233,9 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		BudgetUsed: d.GetBudgetUsed(), Probers: nonNil(d.GetProbers()), NodeLocalOpen: nonNil(d.GetNodeLocalOpen()),
 		ThrottleEnabled: d.GetThrottleEnabled(), ThrottleProbability: d.GetThrottleProbability(),
 		InFlight: d.GetInFlight(), MaxInFlight: d.GetMaxInFlight(),
+		OverrideActor: d.GetOverrideActor(), OverrideExpires: tsPtr(d.GetOverrideExpires()),
 	}
+	doc.Effective = effectiveState(doc)
 	if detail {
 		doc.TripRule = tripOf(d.GetBreaker())
 		doc.Zones = []zoneDoc{}
@@ -229,6 +249,19 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		}
 	}
 	return doc
+}
+
+// effectiveState is what the agents do about a dependency (see
+// dependencyDoc.Effective): an override first, then shadow mode, then the
+// breaker.
+func effectiveState(d dependencyDoc) string {
+	switch {
+	case d.Override != "":
+		return d.Override
+	case d.Mode == "shadow":
+		return "shadow"
+	}
+	return d.State
 }
 
 type memberDoc struct {
@@ -331,11 +364,47 @@ type auditDoc struct {
 	Dependency string          `json:"dependency"`
 	Before     json.RawMessage `json:"before"`
 	After      json.RawMessage `json:"after"`
+	// Changes are the fields that differ between before and after, as the
+	// coordinator computes them.
+	Changes []changeDoc `json:"changes"`
 }
 
 func auditOf(a *fuseboxv1.AuditEntry) auditDoc {
-	return auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
-		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter())}
+	d := auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
+		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter()), Changes: []changeDoc{}}
+	for _, c := range a.GetChanges() {
+		d.Changes = append(d.Changes, changeDoc{Field: c.GetField(), From: dash(c.GetFrom()), To: dash(c.GetTo())})
+	}
+	if len(a.GetChanges()) == 0 { // a coordinator older than AuditEntry.changes
+		d.Changes = changesOf(sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter()))
+	}
+	return d
+}
+
+// changeDoc is one field a write changes: its JSON values before and
+// after, "-" where there is none.
+type changeDoc struct {
+	Field string `json:"field"`
+	From  string `json:"from"`
+	To    string `json:"to"`
+}
+
+// changesOf converts sharedstate's field changes.
+func changesOf(cs []sharedstate.FieldChange) []changeDoc {
+	out := make([]changeDoc, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, changeDoc{Field: c.Field, From: dash(c.From), To: dash(c.To)})
+	}
+	return out
+}
+
+// showJSON shows a JSON value in text: a string without its quotes.
+func showJSON(v string) string {
+	var s string
+	if strings.HasPrefix(v, `"`) && json.Unmarshal([]byte(v), &s) == nil {
+		return s
+	}
+	return v
 }
 
 // rawJSON returns b when it is JSON, else b as a JSON string, and null for

@@ -56,6 +56,6 @@ func (o *overrideOptions) set(ctx context.Context, name string, open bool) error
 	if doc.Expires != nil {
 		until = "until " + doc.Expires.Format(time.RFC3339)
 	}
-	fmt.Fprintf(o.stdout, "%s %s %s (by %s)\n", name, doc.State, until, doc.Actor)
+	fmt.Fprintf(o.stdout, "%s %s %s (by %s)\n", name, safeText(doc.State), until, safeText(doc.Actor))
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
@@ -18,26 +19,41 @@ import (
 
 type policyEditOptions struct {
 	*globalOptions
+	yes   bool
+	since time.Duration
 }
 
 func newPolicyEditCommand(g *globalOptions) *cobra.Command {
 	o := &policyEditOptions{globalOptions: g}
-	return &cobra.Command{
-		Use:   "edit NAME",
+	cmd := &cobra.Command{
+		Use:   "edit NAME [--yes]",
 		Short: "Edit a policy in $EDITOR and write it back if nobody changed it meanwhile",
 		Long: `edit reads the policy of NAME (a skeleton when there is none), opens it in
 $EDITOR (else $VISUAL, else vi) and writes the result back with a
 compare-and-swap on the revision it read: if someone else changed the policy
 in between, nothing is written and it exits with 3. An invalid result exits
-with 2 and lists every violation. Either way your edit is kept in a file
+with 2 and lists every violation. Like "policy set", it shows what the
+edit changes and what it would have done over the last --since, and asks
+before writing: an answer other than "y" writes nothing (exit 6); --yes
+writes without asking, and without a terminal to ask on and without --yes
+it does not start. Whenever the edit is not written, it is kept in a file
 whose path is printed.`,
-		Args:              cobra.ExactArgs(1),
+		Args:              exactArgs("NAME, the dependency or _default"),
 		ValidArgsFunction: completePolicies(g),
 		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
 	}
+	cmd.Flags().BoolVarP(&o.yes, "yes", "y", false, "write without the preview and the question")
+	cmd.Flags().DurationVar(&o.since, "since", time.Hour, "how far back the preview replays the edited policy")
+	return cmd
 }
 
 func (o *policyEditOptions) run(ctx context.Context, name string) error {
+	if !o.yes {
+		// Asking comes after the editor: do not let anyone edit for nothing.
+		if err := o.requireTerminal("policy "+name, false); err != nil {
+			return err
+		}
+	}
 	c, err := o.dial()
 	if err != nil {
 		return err
@@ -93,6 +109,21 @@ func (o *policyEditOptions) run(ctx context.Context, name string) error {
 	if bytes.Equal(bytes.TrimSpace(edited), bytes.TrimSpace(original)) {
 		fmt.Fprintf(o.stdout, "policy %s unchanged\n", name)
 		return nil
+	}
+	if !o.yes {
+		if err := o.validate(ctx, c, name, edited); err != nil {
+			keep = true
+			return err
+		}
+		plan := writePlan{name: name, stored: entry, replay: edited, changes: policyChanges(entry.GetPolicyJson(), edited), since: o.since}
+		if err := o.showPlan(ctx, c, plan); err != nil {
+			keep = true
+			return err
+		}
+		if !o.confirm(fmt.Sprintf("Write policy %s?", name)) {
+			keep = true
+			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not written", name)}}
+		}
 	}
 	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: edited, Actor: o.actor, ExpectedRevision: &revision}
 	var e *fuseboxv1.PolicyEntry

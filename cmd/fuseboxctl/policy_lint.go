@@ -29,7 +29,7 @@ with --deadline, whether maxAttempts × perAttemptTimeout + worst-case backoff
 fits in the caller's deadline.
 
 Violations go to stderr and exit 2; warnings go to stderr and exit 0.`,
-		Args: cobra.MaximumNArgs(1),
+		Args: optionalArgs("FILE, the policy file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 1 {
 				if o.file != "" && o.file != args[0] {
@@ -47,6 +47,20 @@ Violations go to stderr and exit 2; warnings go to stderr and exit 0.`,
 	cmd.Flags().DurationVar(&o.deadline, "deadline", 0, "the callers' overall deadline, e.g. 2s: warn when the retries cannot fit in it")
 	_ = cmd.MarkFlagFilename("file", "json")
 	return cmd
+}
+
+// lintError is the exit-2 error of a policy document checked offline
+// (nil when it has no violation).
+func lintError(file string, data []byte) error {
+	svs, _ := sharedstate.CheckPolicyDocument(data, sharedstate.DefaultPolicy(), 0)
+	if len(svs) == 0 {
+		return nil
+	}
+	vs := make([]violation, 0, len(svs))
+	for _, v := range svs {
+		vs = append(vs, violation{Field: v.Field, Value: v.Value, Message: v.Message})
+	}
+	return invalidError(file+": invalid policy", vs, nil)
 }
 
 type lintDoc struct {

@@ -1,19 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
@@ -35,19 +31,21 @@ func newPolicySetCommand(g *globalOptions) *cobra.Command {
 its "dependency" field names. The coordinator validates it over the fleet
 default and refuses it with every violation (exit 2).
 
-Before writing it shows the fields the policy changes and what it would have
-done over the last --since (default 1h: "policy simulate"'s summary, when the
-coordinator keeps a history of the dependency), and asks for a confirmation
-on the terminal; the write is then a compare-and-swap on the revision it
-showed, so a policy someone changed meanwhile is not overwritten (exit 3).
---yes writes without asking (and without the preview), as scripts need. With
-stdin not a terminal (or the policy read from stdin, -f -) and no --yes,
-nothing is written: it exits with 6, and so does an answer other than "y".
+Before writing it has the coordinator check the policy for NAME (an invalid
+one exits 2 before any question), shows the fields the policy changes and
+what it would have done over the last --since (default 1h: "policy
+simulate"'s summary, when the coordinator keeps a history of the dependency),
+and asks for a confirmation on the terminal; the write is then a
+compare-and-swap on the revision it showed, so a policy someone changed
+meanwhile is not overwritten (exit 3). --yes writes without asking (and
+without the preview), as scripts need. With stdin not a terminal (or the
+policy read from stdin, -f -) and no --yes, nothing is written: it exits
+with 6, and so does an answer other than "y".
 
 With --expected-revision N the write happens only if the stored policy is at
 mod revision N (0: only if there is none yet); otherwise it exits with 3.
 Without it (and with --yes) the write is unconditional.`,
-		Args:              cobra.MaximumNArgs(1),
+		Args:              optionalArgs("NAME, the dependency or _default"),
 		ValidArgsFunction: completePolicies(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := ""
@@ -72,35 +70,52 @@ func (o *policySetOptions) run(ctx context.Context, name string, expect bool) er
 		return err
 	}
 	if name == "" {
+		if !json.Valid(data) { // say where, rather than that it names no dependency
+			return lintError(o.file, data)
+		}
 		if name = dependencyField(data); name == "" {
 			return usageError{errors.New(`no NAME given and the file has no "dependency" field`)}
 		}
 	}
+	c, err := o.dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: data, Actor: o.actor}
 	if expect {
 		rev := o.expectedRevision
 		req.ExpectedRevision = &rev
 	}
 	if !o.yes {
-		if o.file == "-" || !isTerminal(o.stdin) {
-			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf(
-				"policy %s not written: it asks for a confirmation on a terminal, and stdin is not one (or holds the policy); pass --yes to write without asking", name)}}
+		// Refusals first: an invalid policy is exit 2, asked or not.
+		if err := o.validate(ctx, c, name, data); err != nil {
+			return err
 		}
-		rev, err := o.preview(ctx, name, data)
+		if err := o.requireTerminal("policy "+name, o.file == "-"); err != nil {
+			return err
+		}
+		stored, err := storedPolicy(ctx, c, name)
 		if err != nil {
 			return err
 		}
-		if !o.confirm(name) {
+		if err := o.showPlan(ctx, c, writePlan{name: name, stored: stored, replay: data,
+			changes: policyChanges(stored.GetPolicyJson(), data), since: o.since}); err != nil {
+			return err
+		}
+		if !o.confirm(fmt.Sprintf("Write policy %s?", name)) {
 			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not written", name)}}
 		}
 		if !expect {
-			req.ExpectedRevision = &rev // what was shown is what is replaced
+			rev := stored.GetModRevision() // what was shown is what is replaced
+			req.ExpectedRevision = &rev
 		}
 	}
-	e, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.PolicyEntry, error) {
-		return a.PutPolicy(ctx, req)
-	})
-	if err != nil {
+	var e *fuseboxv1.PolicyEntry
+	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
+		e, err = a.PutPolicy(ctx, req)
+		return err
+	}); err != nil {
 		return err
 	}
 	if o.output != formatTable {
@@ -108,101 +123,6 @@ func (o *policySetOptions) run(ctx context.Context, name string, expect bool) er
 	}
 	fmt.Fprintf(o.stdout, "policy %s written at revision %d\n", e.GetDependency(), e.GetModRevision())
 	return nil
-}
-
-// preview prints, on stderr, what the policy changes and the simulation's
-// summary, and returns the stored policy's revision (0: none).
-func (o *policySetOptions) preview(ctx context.Context, name string, data []byte) (int64, error) {
-	c, err := o.dial()
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	var (
-		stored *fuseboxv1.PolicyEntry
-		sim    *fuseboxv1.SimulatePolicyResponse
-		simErr error
-	)
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		stored, err = a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-		if status.Code(err) == codes.NotFound {
-			stored, err = nil, nil
-		}
-		return err
-	}); err != nil {
-		return 0, err
-	}
-	if name != "_default" {
-		simErr = c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-			sim, err = a.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: name, PolicyJson: data, Since: durationPB(o.since)})
-			return err
-		})
-		var ce *cliError
-		if errors.As(simErr, &ce) && ce.code == exitInvalid {
-			return 0, simErr // the write would be refused just the same
-		}
-	}
-	w := o.stderr
-	rev := stored.GetModRevision()
-	if stored == nil {
-		fmt.Fprintf(w, "policy %s: none stored yet (the fleet default applies)\n", name)
-	} else {
-		fmt.Fprintf(w, "policy %s: stored at revision %d\n", name, rev)
-	}
-	if sim != nil {
-		doc := simulationOf(sim)
-		printChanges(w, doc.Changes)
-		fmt.Fprintf(w, "\nOver the last %v (%s to %s UTC), replayed:\n", doc.To.Sub(doc.From).Round(time.Second),
-			doc.From.Format("15:04:05"), doc.To.Format("15:04:05"))
-		_ = doc.print(w, false)
-	} else {
-		printChanges(w, policyChanges(stored.GetPolicyJson(), data))
-		if simErr != nil {
-			var ce *cliError
-			msg := simErr.Error()
-			if errors.As(simErr, &ce) {
-				msg = strings.Join(ce.lines, "; ")
-			}
-			fmt.Fprintf(w, "\nNo replay of the last %v: %s\n", o.since, msg)
-		}
-	}
-	return rev, nil
-}
-
-// confirm asks on the terminal whether to write.
-func (o *policySetOptions) confirm(name string) bool {
-	fmt.Fprintf(o.stderr, "\nWrite policy %s? [y/N] ", name)
-	line, err := bufio.NewReader(o.stdin).ReadString('\n')
-	if err != nil && line == "" {
-		fmt.Fprintln(o.stderr)
-		return false
-	}
-	switch strings.ToLower(strings.TrimSpace(line)) {
-	case "y", "yes":
-		return true
-	}
-	return false
-}
-
-// isTerminal reports whether r is a terminal someone can answer on: a
-// character device other than the null device (or a reader that says it
-// is one, as tests' are).
-func isTerminal(r io.Reader) bool {
-	if t, ok := r.(interface{ IsTerminal() bool }); ok {
-		return t.IsTerminal()
-	}
-	f, ok := r.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
-		return false
-	}
-	if null, err := os.Stat(os.DevNull); err == nil && os.SameFile(fi, null) {
-		return false
-	}
-	return true
 }
 
 // readInput reads a file, or stdin for "-".

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 type policySimulateOptions struct {
@@ -42,7 +41,7 @@ dependency the coordinator keeps no history of exits 1. Replaying hours of
 a busy fleet takes seconds: give --timeout room (default 10s). The replay's limits
 (per-node detail, node-local breakers, what half-open probes would have
 answered) are in its notes and in coordinator/README.md ("What-if: replaying a policy").`,
-		Args: cobra.NoArgs,
+		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 	cmd.Flags().StringVarP(&o.file, "file", "f", "", `proposed policy JSON file, "-" for stdin (required)`)
@@ -146,13 +145,6 @@ func simIntervalsOf(ivs []*fuseboxv1.SimulatedInterval) []simIntervalDoc {
 	return out
 }
 
-// changeDoc is one field the proposed policy changes.
-type changeDoc struct {
-	Field string `json:"field"`
-	From  string `json:"from"`
-	To    string `json:"to"`
-}
-
 type simTriple[T any] struct {
 	Fleet    T `json:"fleet"`
 	Current  T `json:"current"`
@@ -192,61 +184,9 @@ func simulationOf(r *fuseboxv1.SimulatePolicyResponse) simulationDoc {
 	return d
 }
 
-// policyChanges lists the leaves that differ between two policy documents,
-// by JSON path.
+// policyChanges lists the fields that differ between two policy documents.
 func policyChanges(from, to []byte) []changeDoc {
-	a, b := flattenJSON(from), flattenJSON(to)
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	out := []changeDoc{}
-	for _, k := range keys {
-		if k == "dependency" || k == "schema" || a[k] == b[k] {
-			continue
-		}
-		out = append(out, changeDoc{Field: k, From: dashIfEmpty(a[k]), To: dashIfEmpty(b[k])})
-	}
-	return out
-}
-
-func dashIfEmpty(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-// flattenJSON maps a JSON object's leaves to their dotted paths.
-func flattenJSON(b []byte) map[string]string {
-	out := map[string]string{}
-	var v any
-	if json.Unmarshal(b, &v) != nil {
-		return out
-	}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		if m, ok := v.(map[string]any); ok {
-			for k, x := range m {
-				p := k
-				if prefix != "" {
-					p = prefix + "." + k
-				}
-				walk(p, x)
-			}
-			return
-		}
-		s, _ := json.Marshal(v)
-		out[prefix] = string(s)
-	}
-	walk("", v)
-	return out
+	return changesOf(sharedstate.DiffDocuments(from, to))
 }
 
 // ---- the table ----
@@ -273,7 +213,7 @@ func (d simulationDoc) print(w io.Writer, full bool) error {
 		if d.FineFrom != nil && d.FineFrom.After(d.From) {
 			fine = fmt.Sprintf(", 1s slots before %s", d.FineFrom.UTC().Format("15:04:05"))
 		}
-		fmt.Fprintf(w, "Replay of %s from %s to %s UTC (%v, %s slots%s)\n", d.Dependency, d.From.Format("2006-01-02 15:04:05"),
+		fmt.Fprintf(w, "Replay of %s from %s to %s UTC (%v, %s slots%s)\n", safeText(d.Dependency), d.From.Format("2006-01-02 15:04:05"),
 			d.To.Format("15:04:05"), d.To.Sub(d.From).Round(time.Second), d.Resolution, fine)
 		rev := "the fleet default"
 		if d.CurrentRevision > 0 {
@@ -325,7 +265,7 @@ func (d simulationDoc) print(w io.Writer, full bool) error {
 	if full && len(d.Notes) > 0 {
 		fmt.Fprintln(w, "\nNotes:")
 		for _, n := range d.Notes {
-			fmt.Fprintf(w, "  - %s\n", n)
+			fmt.Fprintf(w, "  - %s\n", safeText(n))
 		}
 	}
 	return nil
@@ -339,7 +279,7 @@ func printChanges(w io.Writer, cs []changeDoc) {
 	fmt.Fprintln(w, "Changes:")
 	t := newTable(w)
 	for _, c := range cs {
-		t.row("  "+c.Field, strings.Trim(c.From, `"`), "→", strings.Trim(c.To, `"`))
+		t.row("  "+c.Field, showJSON(c.From), "→", showJSON(c.To))
 	}
 	_ = t.flush()
 }

@@ -44,8 +44,8 @@ func TestEveryWriteCommandNeedsAnAdmin(t *testing.T) {
 	editor := writeFile(t, "editor.sh", "#!/bin/sh\nsed -i 's/\"minimumRequests\": [0-9]*/\"minimumRequests\": 60/' \"$1\"\n")
 	writes := []ctlWrite{
 		{path: "policy set", args: []string{"--yes", "-f", policy}},
-		{path: "policy edit", args: []string{dep}, env: []string{"EDITOR=sh " + editor}},
-		{path: "policy rm", args: []string{dep}},
+		{path: "policy edit", args: []string{dep, "--yes"}, env: []string{"EDITOR=sh " + editor}},
+		{path: "policy rm", args: []string{dep, "--yes"}},
 		{path: "force-open", args: []string{dep, "--ttl", "1m", "--reason", "roles test"}},
 		{path: "force-closed", args: []string{dep, "--ttl", "1m"}},
 		{path: "clear", args: []string{dep}},

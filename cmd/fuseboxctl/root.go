@@ -32,6 +32,9 @@ type globalOptions struct {
 }
 
 func newRootCommand(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
+	// Every string printed may come from elsewhere: escape control
+	// characters on the way out (escape.go).
+	stdout, stderr = newSafeWriter(stdout), newSafeWriter(stderr)
 	opts := &globalOptions{stdin: stdin, stdout: stdout, stderr: stderr}
 	cmd := &cobra.Command{
 		Use:   "fuseboxctl",
@@ -41,7 +44,8 @@ open or closed through a coordinator's Admin API.
 
 Exit codes: 0 ok, 1 other error (usage errors included), 2 invalid policy
 (every violation on stderr), 3 revision conflict, 4 coordinator unreachable,
-5 credentials refused, 6 not written: "policy set" was not confirmed.`,
+5 credentials refused, 6 not written: "policy set", "edit" or "rm" was not
+confirmed.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(*cobra.Command, []string) error {

@@ -23,12 +23,14 @@ func newStatusCommand(g *globalOptions) *cobra.Command {
 		Use:   "status",
 		Short: "Show the fleet at a glance: members, breakers, overrides",
 		Long: `status summarises the fleet: the members the coordinator's observer sees,
-how many breakers are closed, open and half-open, the overrides in force, and
-every dependency that is not simply closed. It also says how the coordinator
+how many dependencies the agents treat as closed, open, half-open, forced
+open, forced closed or in shadow mode (each counted once, as the dashboard
+shows it: an override first, then shadow mode, then the breaker), the
+overrides in force, and every dependency that is not simply closed. It also says how the coordinator
 and the agents follow etcd: synced or not, and the last time etcd's history
 went back under them (a snapshot restore, a wiped etcd, another cluster), which
 they noticed and answered by listing policies and overrides again from scratch.`,
-		Args: cobra.NoArgs,
+		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
 	}
 }
@@ -41,7 +43,11 @@ type statusDoc struct {
 	Etcd         *etcdSyncDoc    `json:"etcd,omitempty"`
 	Members      []memberDoc     `json:"members"`
 	Dependencies []dependencyDoc `json:"dependencies"`
-	Overrides    []overrideDoc   `json:"overrides"`
+	// Counts is how many dependencies are in each effective state
+	// (dependencyDoc.Effective): closed, open, half-open, forced-open,
+	// forced-closed, shadow.
+	Counts    map[string]int `json:"counts"`
+	Overrides []overrideDoc  `json:"overrides"`
 }
 
 func (o *statusOptions) run(ctx context.Context) error {
@@ -78,14 +84,19 @@ func (o *statusOptions) run(ctx context.Context) error {
 		etcdOf[m.GetNode()] = m.GetEtcd()
 	}
 	doc := statusDoc{Coordinator: o.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()), Members: []memberDoc{},
-		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}}
+		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}, Counts: map[string]int{}}
+	for _, s := range effectiveStates {
+		doc.Counts[s] = 0
+	}
 	for _, m := range snap.GetMembers() {
 		d := memberOf(m)
 		d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
 		doc.Members = append(doc.Members, d)
 	}
 	for _, d := range snap.GetDependencies() {
-		doc.Dependencies = append(doc.Dependencies, dependencyOf(d, false))
+		dd := dependencyOf(d, false)
+		doc.Dependencies = append(doc.Dependencies, dd)
+		doc.Counts[dd.Effective]++
 	}
 	for _, ov := range ovs.GetOverrides() {
 		doc.Overrides = append(doc.Overrides, overrideOf(ov))
@@ -107,10 +118,8 @@ func (o *statusOptions) run(ctx context.Context) error {
 		statuses[m.Status]++
 	}
 	slices.Sort(zones)
-	states := map[string]int{}
 	var attention []dependencyDoc
 	for _, d := range doc.Dependencies {
-		states[d.State]++
 		if d.State != "closed" || d.Override != "" || len(d.NodeLocalOpen) > 0 {
 			attention = append(attention, d)
 		}
@@ -123,12 +132,15 @@ func (o *statusOptions) run(ctx context.Context) error {
 	fmt.Fprintf(w, "Coordinator:   %s\n", o.coordinator)
 	zoneText := ""
 	if len(zones) > 0 {
-		zoneText = " in zones " + strings.Join(zones, ", ")
+		zoneText = " in zones " + safeText(strings.Join(zones, ", "))
 	}
 	fmt.Fprintf(w, "Members:       %d agent(s) alive%s, %d observer(s); %d suspect, %d dead, %d left\n",
 		roles["agent"], zoneText, roles["observer"], statuses["suspect"], statuses["dead"], statuses["left"])
-	fmt.Fprintf(w, "Dependencies:  %d: %d closed, %d open, %d half-open\n",
-		len(doc.Dependencies), states["closed"], states["open"], states["half-open"])
+	counts := make([]string, 0, len(effectiveStates))
+	for _, s := range effectiveStates {
+		counts = append(counts, fmt.Sprintf("%d %s", doc.Counts[s], s))
+	}
+	fmt.Fprintf(w, "Dependencies:  %d: %s\n", len(doc.Dependencies), strings.Join(counts, ", "))
 	fmt.Fprintf(w, "Overrides:     %d forced-open, %d forced-closed\n", forced["forced-open"], forced["forced-closed"])
 	printEtcd(w, doc)
 	if len(attention) == 0 {
@@ -136,17 +148,21 @@ func (o *statusOptions) run(ctx context.Context) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	t := newTable(w, "DEPENDENCY", "STATE", "OVERRIDE", "GEN", "REQUESTS", "FAILURE", "SLOW", "NODE-LOCAL-OPEN", "REASON")
+	t := newTable(w, "DEPENDENCY", "EFFECTIVE", "BREAKER", "OVERRIDE", "GEN", "REQUESTS", "FAILURE", "SLOW", "NODE-LOCAL-OPEN", "REASON")
 	for _, d := range attention {
 		reason := d.Reason
 		if d.OverrideReason != "" {
 			reason = d.OverrideReason
 		}
-		t.row(d.Dependency, d.State, d.Override, fmt.Sprint(d.Generation), fmt.Sprint(d.Fleet.Successes+d.Fleet.Failures),
+		t.row(d.Dependency, d.Effective, d.State, d.Override, fmt.Sprint(d.Generation), fmt.Sprint(d.Fleet.Successes+d.Fleet.Failures),
 			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
 	}
 	return t.flush()
 }
+
+// effectiveStates are the values of dependencyDoc.Effective, in the order
+// status counts them.
+var effectiveStates = []string{"closed", "open", "half-open", "forced-open", "forced-closed", "shadow"}
 
 // printEtcd writes the status lines about etcd: how the coordinator follows
 // it, its last rewind, and how the alive agents follow it (from their
@@ -157,10 +173,10 @@ func printEtcd(w io.Writer, doc statusDoc) {
 		if !e.Synced {
 			synced = "NOT synced (listing or watching failed, or a rewind is being handled)"
 		}
-		fmt.Fprintf(w, "Etcd:          cluster %s at revision %d; the coordinator is %s\n", e.ClusterID, e.Revision, synced)
+		fmt.Fprintf(w, "Etcd:          cluster %s at revision %d; the coordinator is %s\n", safeText(e.ClusterID), e.Revision, synced)
 		if e.LastRewind != nil {
 			fmt.Fprintf(w, "Etcd rewind:   %s (%d since the coordinator started): etcd's history went back (a restore, a wipe?); the coordinator listed everything again\n",
-				e.LastRewind, e.Rewinds)
+				safeText(e.LastRewind.String()), e.Rewinds)
 		}
 	}
 	var synced, unsynced, unknown, rewound int
@@ -188,10 +204,10 @@ func printEtcd(w io.Writer, doc statusDoc) {
 	}
 	line := fmt.Sprintf("Agents' etcd:  %d synced, %d not synced, %d unknown (no registration)", synced, unsynced, unknown)
 	if len(notSynced) > 0 {
-		line += " — not synced: " + strings.Join(firstN(notSynced, 5), ", ")
+		line += " — not synced: " + safeText(strings.Join(firstN(notSynced, 5), ", "))
 	}
 	if rewound > 0 {
-		line += fmt.Sprintf("; %d saw a rewind, the last %s", rewound, last)
+		line += fmt.Sprintf("; %d saw a rewind, the last %s", rewound, safeText(last.String()))
 	}
 	fmt.Fprintln(w, line)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // Reconnection backoff of watch after a dropped stream.
@@ -52,7 +53,7 @@ longer has the events it missed (it keeps its last 512, and a restarted one
 has none of its predecessor's), watch says so on stderr and goes on with
 new events. A coordinator unreachable at the start, or for --timeout after
 a drop, is exit 4.`,
-		Args: cobra.NoArgs,
+		Args: noArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("interval") {
 				// Not MarkDeprecated: cobra would print the note on stdout,
@@ -97,7 +98,7 @@ func (o *watchOptions) run(ctx context.Context) error {
 	var (
 		st           watchState
 		failingSince time.Time
-		backoff      = watchMinBackoff
+		retry        = backoff.New(backoff.Policy{Base: watchMinBackoff, Max: watchMaxBackoff, Jitter: backoff.None}, nil)
 		timer        *time.Timer
 	)
 	defer func() {
@@ -112,7 +113,8 @@ func (o *watchOptions) run(ctx context.Context) error {
 			return nil
 		}
 		if st.streams > streamsBefore { // it was up: a drop, not a failed reconnect
-			failingSince, backoff = time.Time{}, watchMinBackoff
+			failingSince = time.Time{}
+			retry.Reset()
 		}
 		s, isStatus := status.FromError(err)
 		switch {
@@ -133,17 +135,16 @@ func (o *watchOptions) run(ctx context.Context) error {
 		} else if time.Since(failingSince) >= o.timeout {
 			return rpcError(err, c.addr, c.ready())
 		}
-		if timer == nil {
-			timer = time.NewTimer(backoff)
+		if wait := retry.Next(); timer == nil {
+			timer = time.NewTimer(wait)
 		} else {
-			timer.Reset(backoff)
+			timer.Reset(wait)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-timer.C:
 		}
-		backoff = min(2*backoff, watchMaxBackoff)
 	}
 }
 
@@ -215,16 +216,17 @@ func (o *watchOptions) stream(ctx context.Context, c *adminClient, st *watchStat
 
 func (o *watchOptions) print(e eventDoc) error {
 	switch o.output {
-	case formatJSON:
+	case formatJSON, formatYAML:
 		b, err := json.Marshal(e)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(o.stdout, "%s\n", b)
-		return err
-	case formatYAML:
-		b, err := yaml.Marshal(e)
-		if err != nil {
+		b = jsonSafe(b) // see printData
+		if o.output == formatJSON {
+			_, err = fmt.Fprintf(o.stdout, "%s\n", b)
+			return err
+		}
+		if b, err = yaml.JSONToYAML(b); err != nil {
 			return err
 		}
 		_, err = fmt.Fprintf(o.stdout, "---\n%s", b)
@@ -239,7 +241,12 @@ func (o *watchOptions) print(e eventDoc) error {
 //	2025-01-02T15:04:05Z  transition  shipping-api  closed -> open  generation 4  by web-1  "failure rate 75%"
 //	2025-01-02T15:04:07Z  override    shipping-api  forced-closed  until 2025-01-02T16:04:07Z  by alice (ops-admin)  "noisy"
 //	2025-01-02T15:04:09Z  policy      shipping-api  put  revision 42
+//
+// Every string of the event is escaped (safeText): the coordinator relays
+// what agents and operators wrote.
 func eventLine(e eventDoc) string {
+	e.Dependency, e.Zone, e.State, e.Previous = safeText(e.Dependency), safeText(e.Zone), safeText(e.State), safeText(e.Previous)
+	e.Origin, e.Actor = safeText(e.Origin), safeText(e.Actor)
 	dep := e.Dependency
 	if e.Zone != "" {
 		dep += " (zone " + e.Zone + ")"

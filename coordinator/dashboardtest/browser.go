@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 )
 
@@ -43,8 +44,8 @@ type BrowserOptions struct {
 // by NewBrowser and stopped at the test's cleanup. Every action has a
 // deadline; a failed Run or Wait leaves a screenshot (failure.png) and
 // fails the test. It collects what the page reports as a problem: uncaught
-// exceptions and Content Security Policy refusals (Problems). Use it from
-// the test's goroutine.
+// exceptions and Content Security Policy refusals (Problems), and the
+// requests the page sends (Requests). Use it from the test's goroutine.
 type Browser struct {
 	t       testing.TB
 	ctx     context.Context // the tab; actions run with deadlines derived from it
@@ -53,6 +54,15 @@ type Browser struct {
 
 	mu       sync.Mutex
 	problems []string
+	requests []Request
+}
+
+// Request is a request the page sent, as the browser's network layer saw
+// it before sending.
+type Request struct {
+	Method, URL string
+	// Authorization is the Authorization header the page set ("" when none).
+	Authorization string
 }
 
 // NewBrowser starts chromium (see Chromium) headless, with a fresh
@@ -83,6 +93,28 @@ func NewBrowser(t testing.TB, chromium string, opts BrowserOptions) *Browser {
 		t.Fatalf("starting %s: %v", chromium, err)
 	}
 	msgs := chromedp.Console(ctx)
+	reqs := chromedp.Events(ctx, network.RequestWillBeSent)
+	reqsDone := make(chan struct{})
+	go func() {
+		defer close(reqsDone)
+		for ev, err := range reqs {
+			if err != nil {
+				return
+			}
+			if ev.Request == nil {
+				continue
+			}
+			r := Request{Method: ev.Request.Method, URL: ev.Request.URL + ev.Request.URLFragment}
+			for k, v := range ev.Request.Headers {
+				if strings.EqualFold(k, "Authorization") {
+					r.Authorization = fmt.Sprint(v)
+				}
+			}
+			b.mu.Lock()
+			b.requests = append(b.requests, r)
+			b.mu.Unlock()
+		}
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -101,6 +133,7 @@ func NewBrowser(t testing.TB, chromium string, opts BrowserOptions) *Browser {
 		cancel()
 		cancelAlloc()
 		<-done
+		<-reqsDone
 	})
 	return b
 }
@@ -183,6 +216,13 @@ func (b *Browser) Problems() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]string(nil), b.problems...)
+}
+
+// Requests returns the requests the page sent so far, oldest first.
+func (b *Browser) Requests() []Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Request(nil), b.requests...)
 }
 
 // TypeInto replaces an input's value by typing, as a user does (the page

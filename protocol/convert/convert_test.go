@@ -37,8 +37,11 @@ func TestRecordRoundTripThroughTheWire(t *testing.T) {
 
 func TestRowRoundTripThroughTheWire(t *testing.T) {
 	r := sharedstate.NodeWindow{Node: "n", Zone: "z", Dependency: "d", Seq: 9, Generation: 4, LocalOpen: true, InFlight: 17,
+		ProbeSuccesses: 2, ProbeFailures: 1,
 		Counts: sharedstate.Counts{FirstAttempts: 1, Retries: 2, Successes: 3, Failures: 4, SlowCalls: 5, Rejected: 6},
-		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)}}
+		Recent: sharedstate.Recent{rc(0, 1, 0), rc(1, 1, 0), rc(1, 2, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1), rc(3, 4, 1)},
+		Cumulative: sharedstate.Cumulative{Counts: sharedstate.Counts{FirstAttempts: 100, Retries: 7, Successes: 90, Failures: 17, SlowCalls: 3, Rejected: 2},
+			Since: 1_790_000_000_000, At: 1_790_000_123_456}}
 	b, err := proto.Marshal(RowToProto(r))
 	if err != nil {
 		t.Fatal(err)
@@ -96,14 +99,12 @@ func TestRecentOnTheWire(t *testing.T) {
 }
 
 func TestSnapshotAndDecision(t *testing.T) {
+	p := sharedstate.DefaultPolicy()
 	s := &sharedstate.Snapshot{Dependency: "d", State: sharedstate.Closed, LocalState: sharedstate.HalfOpen, ProbePermit: true,
-		Generation: 2, Override: sharedstate.ForcedOpen, OverrideReason: "ops", Mode: sharedstate.ModeShadow,
-		SlowCallDuration: time.Second, Since: time.Unix(5, 0),
-		Retry: sharedstate.RetrySettings{MaxAttempts: 3, PerAttemptTimeout: time.Second, Jitter: sharedstate.JitterEqual, BudgetRatio: 0.1}}
+		Generation: 2, Override: sharedstate.ForcedOpen, OverrideReason: "ops", Policy: &p, Since: time.Unix(5, 0)}
 	m := SnapshotToProto(s)
 	if !m.GetNodeLocalOpen() || !m.GetProbePermit() || m.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN ||
-		m.GetMode() != fuseboxv1.Mode_MODE_SHADOW || m.GetRetry().GetJitter() != fuseboxv1.Jitter_JITTER_EQUAL ||
-		m.GetSince().AsTime().Unix() != 5 || m.GetSlowCallDuration().AsDuration() != time.Second {
+		m.GetSince().AsTime().Unix() != 5 || m.GetPolicyJson() != nil {
 		t.Errorf("snapshot: %v", m)
 	}
 	d := DecisionToProto(sharedstate.Decision{Verdict: sharedstate.Reject, Reason: sharedstate.ReasonBudgetExhausted}, nil)

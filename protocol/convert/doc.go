@@ -9,8 +9,9 @@
 //	msg := convert.RecordToProto(rec)          // for a GossipBatch
 //	rec, ok := convert.RecordFromProto(msg)    // ok is false for a state that never travels
 //	msg := convert.SnapshotToProto(engine.Snapshot("shipping-api"))
-//	msg.Breaker = convert.BreakerToProto(engine.Policy("shipping-api").Breaker)
+//	_, msg.PolicyJson = engine.PolicyJSON("shipping-api") // its policy, once
 //	…
-//	snap := convert.SnapshotFromProto(msg)                // decides exactly as the agent's
-//	pol := convert.PolicyWithBreaker(last, msg.Breaker)   // its trip rule and timings over last
+//	snap := convert.SnapshotFromProto(msg)
+//	pol, err := sharedstate.ParsePolicy(msg.GetPolicyJson())
+//	snap.Policy = &pol                                    // decides exactly as the agent's
 package convert

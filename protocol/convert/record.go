@@ -71,7 +71,40 @@ func RecordToProto(r sharedstate.BreakerRecord) *fuseboxv1.BreakerRecord {
 	if !r.Since.IsZero() {
 		m.SinceUnixNano = r.Since.UnixNano()
 	}
+	if !r.IncidentStart.IsZero() {
+		m.IncidentStartUnixNano = r.IncidentStart.UnixNano()
+	}
+	m.Trip = TripToProto(r.Trip)
 	return m
+}
+
+// TripToProto converts trip evidence for the wire (nil for nil).
+func TripToProto(t *sharedstate.TripEvidence) *fuseboxv1.TripEvidence {
+	if t == nil {
+		return nil
+	}
+	return &fuseboxv1.TripEvidence{
+		Requests: t.Requests, Failures: t.Failures, SlowCalls: t.SlowCalls, Nodes: t.Nodes, Slow: t.Slow,
+		FailureRateThreshold: t.FailureRateThreshold, SlowCallRateThreshold: t.SlowCallRateThreshold,
+		MinimumRequests: t.MinimumRequests, MinFailingNodes: t.MinFailingNodes,
+		Confidence: t.Confidence, LowerBound: t.LowerBound, HorizonNanos: int64(t.Horizon), FastPath: t.FastPath,
+		FailingNodes: t.FailingNodes, FailingNodeCount: t.FailingNodeCount,
+	}
+}
+
+// TripFromProto converts received trip evidence (nil for nil). It copies
+// the names; the record's Validate checks the rest.
+func TripFromProto(m *fuseboxv1.TripEvidence) *sharedstate.TripEvidence {
+	if m == nil {
+		return nil
+	}
+	return &sharedstate.TripEvidence{
+		Requests: m.GetRequests(), Failures: m.GetFailures(), SlowCalls: m.GetSlowCalls(), Nodes: m.GetNodes(), Slow: m.GetSlow(),
+		FailureRateThreshold: m.GetFailureRateThreshold(), SlowCallRateThreshold: m.GetSlowCallRateThreshold(),
+		MinimumRequests: m.GetMinimumRequests(), MinFailingNodes: m.GetMinFailingNodes(),
+		Confidence: m.GetConfidence(), LowerBound: m.GetLowerBound(), Horizon: time.Duration(m.GetHorizonNanos()), FastPath: m.GetFastPath(),
+		FailingNodes: append([]string(nil), m.GetFailingNodes()...), FailingNodeCount: m.GetFailingNodeCount(),
+	}
 }
 
 // RecordFromProto converts a received record. ok is false when the state is
@@ -90,6 +123,10 @@ func RecordFromProto(m *fuseboxv1.BreakerRecord) (r sharedstate.BreakerRecord, o
 	if ns := m.GetSinceUnixNano(); ns != 0 {
 		r.Since = time.Unix(0, ns).UTC()
 	}
+	if ns := m.GetIncidentStartUnixNano(); ns != 0 {
+		r.IncidentStart = time.Unix(0, ns).UTC()
+	}
+	r.Trip = TripFromProto(m.GetTrip())
 	st, ok := BreakerStateFromProto(m.GetState())
 	if !ok || st == sharedstate.HalfOpen {
 		r.State = sharedstate.HalfOpen

@@ -35,16 +35,19 @@ func CountsFromProto(m *fuseboxv1.Counts) sharedstate.Counts {
 // RowToProto converts a NodeWindow row for the wire.
 func RowToProto(r sharedstate.NodeWindow) *fuseboxv1.NodeWindow {
 	m := &fuseboxv1.NodeWindow{
-		Node:          r.Node,
-		Zone:          r.Zone,
-		Dependency:    r.Dependency,
-		Seq:           r.Seq,
-		Counts:        CountsToProto(r.Counts),
-		NodeLocalOpen: r.LocalOpen,
-		Generation:    r.Generation,
-		InFlight:      r.InFlight,
+		Node:           r.Node,
+		Zone:           r.Zone,
+		Dependency:     r.Dependency,
+		Seq:            r.Seq,
+		Counts:         CountsToProto(r.Counts),
+		NodeLocalOpen:  r.LocalOpen,
+		Generation:     r.Generation,
+		InFlight:       r.InFlight,
+		ProbeSuccesses: r.ProbeSuccesses,
+		ProbeFailures:  r.ProbeFailures,
 	}
 	m.RecentSuccesses, m.RecentFailures, m.RecentSlowCalls = RecentToProto(r.Recent)
+	cumulativeToProto(r.Cumulative, m)
 	return m
 }
 
@@ -113,14 +116,17 @@ func RowFromProto(m *fuseboxv1.NodeWindow) sharedstate.NodeWindow {
 		node = ""
 	}
 	return sharedstate.NodeWindow{
-		Node:       node,
-		Zone:       m.GetZone(),
-		Dependency: m.GetDependency(),
-		Seq:        m.GetSeq(),
-		Generation: m.GetGeneration(),
-		LocalOpen:  m.GetNodeLocalOpen(),
-		InFlight:   m.GetInFlight(),
-		Counts:     CountsFromProto(m.GetCounts()),
-		Recent:     recent,
+		Cumulative:     cumulativeFromProto(m),
+		Node:           node,
+		Zone:           m.GetZone(),
+		Dependency:     m.GetDependency(),
+		Seq:            m.GetSeq(),
+		Generation:     m.GetGeneration(),
+		LocalOpen:      m.GetNodeLocalOpen(),
+		InFlight:       m.GetInFlight(),
+		ProbeSuccesses: m.GetProbeSuccesses(),
+		ProbeFailures:  m.GetProbeFailures(),
+		Counts:         CountsFromProto(m.GetCounts()),
+		Recent:         recent,
 	}
 }

@@ -1,7 +1,6 @@
 package convert
 
 import (
-	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -9,9 +8,9 @@ import (
 )
 
 // SnapshotToProto converts a decision snapshot for a client. Every field of
-// the Snapshot travels, so SnapshotFromProto rebuilds it exactly (times to
-// the nanosecond, in UTC). The message's breaker settings are not part of a
-// Snapshot: the agent adds them with BreakerToProto(policy.Breaker).
+// the Snapshot but its Policy travels, so SnapshotFromProto rebuilds it
+// exactly (times to the nanosecond, in UTC). The Policy goes in policy_json
+// where the sender wants it (the agent's pushes, from Engine.PolicyJSON).
 // node_local_open is set when LocalState is not Closed.
 func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 	if s == nil {
@@ -29,11 +28,8 @@ func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 		NodeLocalOpen:       s.LocalOpen(),
 		Override:            OverrideState(s.Override),
 		OverrideReason:      s.OverrideReason,
-		Mode:                Mode(s.Mode),
-		Scope:               Scope(s.Scope),
-		SlowCallDuration:    durationpb.New(s.SlowCallDuration),
-		Retry:               RetryToProto(s.Retry),
 		ThrottleProbability: s.ThrottleProbability,
+		RampProbability:     s.RampProbability,
 		ConcurrencyLimit:    u32(s.ConcurrencyLimit),
 	}
 	if !s.Since.IsZero() {
@@ -46,8 +42,10 @@ func SnapshotToProto(s *sharedstate.Snapshot) *fuseboxv1.DecisionSnapshot {
 }
 
 // SnapshotFromProto rebuilds a Snapshot from the wire (nil for nil): the
-// inverse of SnapshotToProto, so the result decides (DecideFirst) exactly
-// as the agent's. Times come back in UTC without a monotonic reading. An
+// inverse of SnapshotToProto, so the result, under the policy in the
+// message's policy_json (or the one the receiver holds; the result's Policy
+// is left nil for the receiver to set), decides (DecideFirst) exactly as
+// the agent's. Times come back in UTC without a monotonic reading. An
 // unspecified or unknown state is Closed.
 func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 	if m == nil {
@@ -64,14 +62,13 @@ func SnapshotFromProto(m *fuseboxv1.DecisionSnapshot) *sharedstate.Snapshot {
 		LocalState:       snapshotState(m.GetLocalState()),
 		Override:         OverrideStateFromProto(m.GetOverride()),
 		OverrideReason:   m.GetOverrideReason(),
-		Mode:             ModeFromProto(m.GetMode()),
-		Scope:            ScopeFromProto(m.GetScope()),
-		SlowCallDuration: duration(m.GetSlowCallDuration()),
-		Retry:            RetryFromProto(m.GetRetry()),
 		ConcurrencyLimit: int(m.GetConcurrencyLimit()),
 	}
 	if p := m.GetThrottleProbability(); p > 0 && p <= 1 { // NaN and out-of-range values are dropped
 		s.ThrottleProbability = p
+	}
+	if p := m.GetRampProbability(); p > 0 && p <= s.ThrottleProbability { // likewise, and the ramp is part of it
+		s.RampProbability = p
 	}
 	if t := m.GetSince(); t != nil {
 		s.Since = t.AsTime()
@@ -130,6 +127,8 @@ func Reason(r sharedstate.Reason) fuseboxv1.RejectReason {
 		return fuseboxv1.RejectReason_REJECT_REASON_BUDGET_EXHAUSTED
 	case sharedstate.ReasonThrottled:
 		return fuseboxv1.RejectReason_REJECT_REASON_THROTTLED
+	case sharedstate.ReasonRamp:
+		return fuseboxv1.RejectReason_REJECT_REASON_RAMP
 	}
 	return fuseboxv1.RejectReason_REJECT_REASON_NONE
 }
@@ -147,6 +146,8 @@ func ReasonFromProto(r fuseboxv1.RejectReason) sharedstate.Reason {
 		return sharedstate.ReasonBudgetExhausted
 	case fuseboxv1.RejectReason_REJECT_REASON_THROTTLED:
 		return sharedstate.ReasonThrottled
+	case fuseboxv1.RejectReason_REJECT_REASON_RAMP:
+		return sharedstate.ReasonRamp
 	}
 	return sharedstate.ReasonNone
 }

@@ -1,6 +1,7 @@
 package convert
 
 import (
+	"encoding/json"
 	"math"
 	"testing"
 	"time"
@@ -23,27 +24,48 @@ type tb interface {
 	Fatalf(format string, args ...any)
 }
 
-// throughTheWire converts s to its message, marshals and unmarshals it, and
-// converts it back.
+// throughTheWire converts s to its message with its policy in policy_json,
+// as the agent pushes it, marshals and unmarshals it, and converts it back,
+// reading the policy with sharedstate.ParsePolicy.
 func throughTheWire(t tb, s *sharedstate.Snapshot) *sharedstate.Snapshot {
 	t.Helper()
-	b, err := proto.Marshal(SnapshotToProto(s))
+	m := SnapshotToProto(s)
+	if s.Policy != nil {
+		m.PolicyJson, _ = json.Marshal(s.Policy)
+	}
+	b, err := proto.Marshal(m)
 	if err != nil {
 		t.Fatalf("marshal: %v", err)
 	}
-	var m fuseboxv1.DecisionSnapshot
-	if err := proto.Unmarshal(b, &m); err != nil {
+	var back fuseboxv1.DecisionSnapshot
+	if err := proto.Unmarshal(b, &back); err != nil {
 		t.Fatalf("unmarshal: %v", err)
 	}
-	return SnapshotFromProto(&m)
+	got := SnapshotFromProto(&back)
+	if got.Policy != nil {
+		t.Fatalf("SnapshotFromProto set the policy: the receiver does")
+	}
+	if raw := back.GetPolicyJson(); raw != nil {
+		p, err := sharedstate.ParsePolicy(raw)
+		if err != nil {
+			t.Fatalf("policy_json %s: %v", raw, err)
+		}
+		got.Policy = &p
+	}
+	return got
 }
 
-// comparable returns s with its times in UTC without a monotonic reading,
-// so that == compares instants.
-func comparable(s sharedstate.Snapshot) sharedstate.Snapshot {
+// comparable returns s with its times in UTC without a monotonic reading
+// and its policy apart, so that == compares instants and policies.
+func comparable(s sharedstate.Snapshot) (sharedstate.Snapshot, sharedstate.Policy) {
 	s.Since = s.Since.Round(0).UTC()
 	s.OverrideExpires = s.OverrideExpires.Round(0).UTC()
-	return s
+	var p sharedstate.Policy
+	if s.Policy != nil {
+		p = *s.Policy
+	}
+	s.Policy = nil
+	return s, p
 }
 
 func checkRoundTrip(t tb, s *sharedstate.Snapshot) {
@@ -52,9 +74,19 @@ func checkRoundTrip(t tb, s *sharedstate.Snapshot) {
 	if got.DecideFirst() != s.DecideFirst() {
 		t.Errorf("DecideFirst after the round trip = %v, want %v (snapshot %+v)", got.DecideFirst(), s.DecideFirst(), *s)
 	}
-	if comparable(*got) != comparable(*s) {
-		t.Errorf("round trip changed the snapshot:\n got %+v\nwant %+v", *got, *s)
+	gs, gp := comparable(*got)
+	ws, wp := comparable(*s)
+	if gs != ws || gp != wp {
+		t.Errorf("round trip changed the snapshot:\n got %+v %+v\nwant %+v %+v", gs, gp, ws, wp)
 	}
+}
+
+// policyWith returns the default policy of dep changed by mutate.
+func policyWith(mutate func(*sharedstate.Policy)) *sharedstate.Policy {
+	p := sharedstate.DefaultPolicy()
+	p.Dependency = dep
+	mutate(&p)
+	return &p
 }
 
 // engineWith builds an engine on clock with the default policy changed by
@@ -259,8 +291,8 @@ func TestSnapshotRoundTripOfEveryCombination(t *testing.T) {
 				for _, ov := range []sharedstate.OverrideState{sharedstate.OverrideNone, sharedstate.ForcedOpen, sharedstate.ForcedClosed} {
 					for _, mode := range []sharedstate.Mode{sharedstate.ModeEnforce, sharedstate.ModeShadow} {
 						s := &sharedstate.Snapshot{Dependency: dep, Version: 9, State: state, LocalState: local,
-							ProbePermit: permit, Override: ov, Mode: mode, Scope: sharedstate.ScopeFleet,
-							Generation: 4, OpenCount: 2, ProbeRound: 3, Since: t0, SlowCallDuration: time.Second}
+							ProbePermit: permit, Override: ov, Policy: policyWith(func(p *sharedstate.Policy) { p.Breaker.Mode = mode }),
+							Generation: 4, OpenCount: 2, ProbeRound: 3, Since: t0}
 						checkRoundTrip(t, s)
 					}
 				}
@@ -302,100 +334,79 @@ func TestSnapshotRoundTripProperty(t *testing.T) {
 			return time.Time{}
 		}
 		s := &sharedstate.Snapshot{
-			Dependency:       rapid.StringMatching(`[A-Za-z0-9._:/-]{1,128}`).Draw(rt, "dependency"),
-			Version:          rapid.Uint64().Draw(rt, "version"),
-			State:            rapid.SampledFrom(states).Draw(rt, "state"),
-			Generation:       rapid.Uint64().Draw(rt, "generation"),
-			OpenCount:        rapid.Uint32().Draw(rt, "openCount"),
-			Since:            when("since"),
-			ProbeRound:       rapid.Uint64().Draw(rt, "probeRound"),
-			ProbePermit:      rapid.Bool().Draw(rt, "permit"),
-			LocalState:       rapid.SampledFrom(states).Draw(rt, "local"),
-			Override:         rapid.SampledFrom([]sharedstate.OverrideState{sharedstate.OverrideNone, sharedstate.ForcedOpen, sharedstate.ForcedClosed}).Draw(rt, "override"),
-			OverrideReason:   rapid.String().Draw(rt, "reason"),
-			OverrideExpires:  when("expires"),
-			Mode:             rapid.SampledFrom([]sharedstate.Mode{"", sharedstate.ModeEnforce, sharedstate.ModeShadow}).Draw(rt, "mode"),
-			Scope:            rapid.SampledFrom([]sharedstate.Scope{"", sharedstate.ScopeFleet, sharedstate.ScopeZone, sharedstate.ScopeNode}).Draw(rt, "scope"),
-			SlowCallDuration: time.Duration(rapid.Int64().Draw(rt, "slow")),
-			Retry: sharedstate.RetrySettings{
-				MaxAttempts:         rapid.IntRange(0, math.MaxUint32).Draw(rt, "maxAttempts"),
-				PerAttemptTimeout:   time.Duration(rapid.Int64().Draw(rt, "perAttempt")),
-				BackoffBase:         time.Duration(rapid.Int64().Draw(rt, "base")),
-				BackoffMax:          time.Duration(rapid.Int64().Draw(rt, "max")),
-				Jitter:              rapid.SampledFrom([]sharedstate.Jitter{"", sharedstate.JitterFull, sharedstate.JitterEqual, sharedstate.JitterDecorrelated, sharedstate.JitterNone}).Draw(rt, "jitter"),
-				BudgetRatio:         rapid.Float64Range(0, 1).Draw(rt, "ratio"),
-				MinRetriesPerSecond: rapid.Float64Range(0, 1e6).Draw(rt, "minRetries"),
-				HedgeDelay:          time.Duration(rapid.Int64().Draw(rt, "hedgeDelay")),
-				MaxHedges:           rapid.IntRange(0, math.MaxUint32).Draw(rt, "maxHedges"),
-			},
+			Dependency:      rapid.StringMatching(`[A-Za-z0-9._:/-]{1,128}`).Draw(rt, "dependency"),
+			Version:         rapid.Uint64().Draw(rt, "version"),
+			State:           rapid.SampledFrom(states).Draw(rt, "state"),
+			Generation:      rapid.Uint64().Draw(rt, "generation"),
+			OpenCount:       rapid.Uint32().Draw(rt, "openCount"),
+			Since:           when("since"),
+			ProbeRound:      rapid.Uint64().Draw(rt, "probeRound"),
+			ProbePermit:     rapid.Bool().Draw(rt, "permit"),
+			LocalState:      rapid.SampledFrom(states).Draw(rt, "local"),
+			Override:        rapid.SampledFrom([]sharedstate.OverrideState{sharedstate.OverrideNone, sharedstate.ForcedOpen, sharedstate.ForcedClosed}).Draw(rt, "override"),
+			OverrideReason:  rapid.String().Draw(rt, "reason"),
+			OverrideExpires: when("expires"),
+			Policy: policyWith(func(p *sharedstate.Policy) {
+				p.Breaker.Mode = rapid.SampledFrom([]sharedstate.Mode{sharedstate.ModeEnforce, sharedstate.ModeShadow}).Draw(rt, "mode")
+				p.Breaker.Scope = rapid.SampledFrom([]sharedstate.Scope{sharedstate.ScopeFleet, sharedstate.ScopeZone, sharedstate.ScopeNode}).Draw(rt, "scope")
+				p.Breaker.SlowCallDuration = sharedstate.Duration(rapid.Int64Range(1, int64(24*time.Hour)).Draw(rt, "slow"))
+				p.Retry.MaxAttempts = rapid.IntRange(1, 100).Draw(rt, "maxAttempts")
+				p.Retry.Backoff.Jitter = rapid.SampledFrom([]sharedstate.Jitter{sharedstate.JitterFull, sharedstate.JitterEqual, sharedstate.JitterDecorrelated, sharedstate.JitterNone}).Draw(rt, "jitter")
+				p.Retry.Budget.Ratio = rapid.Float64Range(0, 1).Draw(rt, "ratio")
+			}),
 			ThrottleProbability: rapid.SampledFrom([]float64{0, 0.005, 0.5, 1}).Draw(rt, "throttle"),
 			ConcurrencyLimit:    rapid.IntRange(0, math.MaxUint32).Draw(rt, "concurrency"),
 		}
+		// The ramp is part of the throttle probability.
+		s.RampProbability = s.ThrottleProbability * rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "ramp")
 		checkRoundTrip(rt, s)
 	})
 }
 
-// The breaker and retry settings of any valid policy survive the wire, each
-// carried once: the trip rule and timings in BreakerSettings; mode, scope,
-// slow-call duration and retry settings at the top of the snapshot.
+// A policy travels once, as its JSON document in policy_json, and comes
+// back as it was, its zeros (classic rule, no ramp, no budget, no backoff
+// base) included; the engine makes the document once per policy
+// (PolicyJSON), for the policy its snapshots carry.
 func TestPolicyRoundTrip(t *testing.T) {
 	p := sharedstate.DefaultPolicy()
-	p.Dependency = dep
 	p.Breaker = sharedstate.BreakerPolicy{
 		FailureRateThreshold: 0.25, SlowCallRateThreshold: 0.75, SlowCallDuration: sharedstate.Duration(1500 * time.Millisecond),
 		MinimumRequests: 5, MinFailingNodes: 3, Window: sharedstate.Duration(30 * time.Second),
 		OpenDuration: sharedstate.Duration(2 * time.Second), MaxOpenDuration: sharedstate.Duration(time.Minute),
 		HalfOpenProbes: 2, ProbeSuccessThreshold: 4, ProbeTimeout: sharedstate.Duration(3 * time.Second),
 		Scope: sharedstate.ScopeZone, Mode: sharedstate.ModeShadow,
-		FleetMaxOpenDuration: sharedstate.Duration(7 * time.Second), RampDuration: sharedstate.Duration(3 * time.Second), RampStart: 0.25,
+		FleetMaxOpenDuration: sharedstate.Duration(7 * time.Second), RampStart: 0.25,
 	}
 	p.Retry.MaxAttempts = 2
-	p.Retry.Backoff.Base = 0 // valid, and carried although zero
+	p.Retry.Backoff.Base = 0
 	p.Retry.Backoff.Jitter = sharedstate.JitterNone
 	p.Retry.Budget = sharedstate.BudgetPolicy{Ratio: 0, MinRetriesPerSecond: 0}
 	p.Retry.Hedge = sharedstate.HedgePolicy{Delay: sharedstate.Duration(40 * time.Millisecond), MaxHedges: 2}
+	p.Throttle = sharedstate.ThrottlePolicy{Enabled: true, K: 1.5, MinRequests: 7}
+	p.Concurrency.MaxInFlight = 9
+	e := engineWith(t, "a", "", sharedstate.NewManualClock(t0), func(d *sharedstate.Policy) { *d = p })
+	fail(t, e, 1)
+	p.Dependency = dep
 	if err := p.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	base := sharedstate.DefaultPolicy() // ratio 0.1, base 100ms, …: all replaced
-	m := SnapshotToProto(PolicySnapshot(dep, p))
-	m.Breaker = BreakerToProto(p.Breaker)
-	b, err := proto.Marshal(m)
-	if err != nil {
-		t.Fatal(err)
+	snap := e.Snapshot(dep)
+	pol, doc := e.PolicyJSON(dep)
+	if pol != snap.Policy || *pol != p {
+		t.Fatalf("PolicyJSON's policy %+v is not the snapshot's %+v", pol, snap.Policy)
 	}
-	var back fuseboxv1.DecisionSnapshot
-	if err := proto.Unmarshal(b, &back); err != nil {
-		t.Fatal(err)
+	if again, doc2 := e.PolicyJSON(dep); again != pol || &doc2[0] != &doc[0] {
+		t.Error("PolicyJSON made the document again for the same policy")
 	}
-	got := PolicyWithBreaker(base, back.GetBreaker())
-	s := SnapshotFromProto(&back)
-	if got.Breaker.Mode != base.Breaker.Mode || got.Breaker.Scope != base.Breaker.Scope ||
-		got.Breaker.SlowCallDuration != base.Breaker.SlowCallDuration {
-		t.Errorf("BreakerSettings carried mode, scope or slow-call duration: %+v", got.Breaker)
+	got := throughTheWire(t, snap)
+	if *got.Policy != p {
+		t.Errorf("policy from the snapshot:\n got %+v\nwant %+v", *got.Policy, p)
 	}
-	got.Breaker.Mode, got.Breaker.Scope, got.Breaker.SlowCallDuration = s.Mode, s.Scope, sharedstate.Duration(s.SlowCallDuration)
-	got.Retry = RetryPolicyFrom(s.Retry)
-	got.Dependency = s.Dependency
-	if got != p {
-		t.Errorf("policy from the snapshot:\n got %+v\nwant %+v", got, p)
+	if back, err := sharedstate.ParsePolicy(doc); err != nil || back != p {
+		t.Errorf("PolicyJSON's document reads back as %+v, %v", back, err)
 	}
-	if s.State != sharedstate.Closed || s.Override != sharedstate.OverrideNone || s.Dependency != dep {
-		t.Errorf("policy snapshot %+v: want closed, without override", *s)
-	}
-	if got := RetryFromProto(RetryToProto(RetryFromPolicy(p))); got != RetryFromPolicy(p) {
-		t.Errorf("retry round trip: %+v", got)
-	}
-	// The classic rule (confidence 0, no fast path) travels too: its zeros are not "unset".
-	classic := p.Breaker
-	classic.Confidence, classic.FastPath = 0, false
-	classic.RampDuration = 0 // no ramp: a zero that travels as well
-	if got := PolicyWithBreaker(p, BreakerToProto(classic)).Breaker; got != classic {
-		t.Errorf("classic breaker round trip:\n got %+v\nwant %+v", got, classic)
-	}
-	// Nothing carried: the base stays, whatever it is.
-	if got := PolicyWithBreaker(base, &fuseboxv1.BreakerSettings{}); got != base {
-		t.Errorf("empty breaker settings changed the base: %+v", got)
+	if s := PolicySnapshot(dep, p); s.State != sharedstate.Closed || s.Override != sharedstate.OverrideNone || *s.Policy != p {
+		t.Errorf("policy snapshot %+v: want closed, without override, under p", *s)
 	}
 }
 
@@ -411,7 +422,7 @@ func TestEnumsRoundTrip(t *testing.T) {
 		}
 	}
 	for _, r := range []sharedstate.Reason{sharedstate.ReasonNone, sharedstate.ReasonOpen, sharedstate.ReasonForcedOpen,
-		sharedstate.ReasonHalfOpenNoPermit, sharedstate.ReasonBudgetExhausted} {
+		sharedstate.ReasonHalfOpenNoPermit, sharedstate.ReasonBudgetExhausted, sharedstate.ReasonThrottled, sharedstate.ReasonRamp} {
 		if got := ReasonFromProto(Reason(r)); got != r {
 			t.Errorf("reason %v: %v", r, got)
 		}
@@ -423,5 +434,29 @@ func TestEnumsRoundTrip(t *testing.T) {
 	}
 	if _, ok := VerdictFromProto(fuseboxv1.Verdict_VERDICT_UNSPECIFIED); ok {
 		t.Error("unspecified verdict accepted")
+	}
+}
+
+// A probability from the wire outside [0,1], NaN, or a ramp part above the
+// throttle probability it is part of, is dropped: a client never refuses
+// more than the agent said.
+func TestThrottleProbabilitiesFromTheWire(t *testing.T) {
+	for _, tc := range []struct {
+		throttle, ramp         float64
+		wantThrottle, wantRamp float64
+	}{
+		{0.5, 0.25, 0.5, 0.25},
+		{0.5, 0.5, 0.5, 0.5},
+		{0.5, 0.75, 0.5, 0},
+		{math.NaN(), 0.25, 0, 0},
+		{1.5, 1.5, 0, 0},
+		{0.5, math.NaN(), 0.5, 0},
+		{0.5, -0.1, 0.5, 0},
+	} {
+		s := SnapshotFromProto(&fuseboxv1.DecisionSnapshot{Dependency: dep, ThrottleProbability: tc.throttle, RampProbability: tc.ramp})
+		if s.ThrottleProbability != tc.wantThrottle || s.RampProbability != tc.wantRamp {
+			t.Errorf("throttle %v, ramp %v from the wire: %v, %v; want %v, %v", tc.throttle, tc.ramp,
+				s.ThrottleProbability, s.RampProbability, tc.wantThrottle, tc.wantRamp)
+		}
 	}
 }

@@ -312,6 +312,10 @@ const (
 	RejectReason_REJECT_REASON_BUDGET_EXHAUSTED    RejectReason = 4
 	// Adaptive throttling refused a first attempt (policy "throttle").
 	RejectReason_REJECT_REASON_THROTTLED RejectReason = 24
+	// The ramp after a close refused a first attempt (breaker.rampDuration):
+	// the breaker lets the traffic back in gradually. A client that does not
+	// know this value treats it as a refusal (open).
+	RejectReason_REJECT_REASON_RAMP RejectReason = 25
 )
 
 // Enum value maps for RejectReason.
@@ -323,6 +327,7 @@ var (
 		3:  "REJECT_REASON_HALF_OPEN_NO_PERMIT",
 		4:  "REJECT_REASON_BUDGET_EXHAUSTED",
 		24: "REJECT_REASON_THROTTLED",
+		25: "REJECT_REASON_RAMP",
 	}
 	RejectReason_value = map[string]int32{
 		"REJECT_REASON_NONE":                0,
@@ -331,6 +336,7 @@ var (
 		"REJECT_REASON_HALF_OPEN_NO_PERMIT": 3,
 		"REJECT_REASON_BUDGET_EXHAUSTED":    4,
 		"REJECT_REASON_THROTTLED":           24,
+		"REJECT_REASON_RAMP":                25,
 	}
 )
 
@@ -536,6 +542,64 @@ func (Outcome) EnumDescriptor() ([]byte, []int) {
 	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{8}
 }
 
+// PolicySource is where the value of a field of an effective policy comes
+// from.
+type PolicySource int32
+
+const (
+	PolicySource_POLICY_SOURCE_UNSPECIFIED PolicySource = 0
+	// The built-in default of the coordinator's release: neither the
+	// dependency's policy nor the stored fleet default sets the field.
+	PolicySource_POLICY_SOURCE_BUILT_IN PolicySource = 1
+	// The stored fleet default (policies/_default).
+	PolicySource_POLICY_SOURCE_FLEET_DEFAULT PolicySource = 2
+	// The dependency's own policy (policies/<dependency>).
+	PolicySource_POLICY_SOURCE_OWN PolicySource = 3
+)
+
+// Enum value maps for PolicySource.
+var (
+	PolicySource_name = map[int32]string{
+		0: "POLICY_SOURCE_UNSPECIFIED",
+		1: "POLICY_SOURCE_BUILT_IN",
+		2: "POLICY_SOURCE_FLEET_DEFAULT",
+		3: "POLICY_SOURCE_OWN",
+	}
+	PolicySource_value = map[string]int32{
+		"POLICY_SOURCE_UNSPECIFIED":   0,
+		"POLICY_SOURCE_BUILT_IN":      1,
+		"POLICY_SOURCE_FLEET_DEFAULT": 2,
+		"POLICY_SOURCE_OWN":           3,
+	}
+)
+
+func (x PolicySource) Enum() *PolicySource {
+	p := new(PolicySource)
+	*p = x
+	return p
+}
+
+func (x PolicySource) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (PolicySource) Descriptor() protoreflect.EnumDescriptor {
+	return file_fusebox_v1_fusebox_proto_enumTypes[9].Descriptor()
+}
+
+func (PolicySource) Type() protoreflect.EnumType {
+	return &file_fusebox_v1_fusebox_proto_enumTypes[9]
+}
+
+func (x PolicySource) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use PolicySource.Descriptor instead.
+func (PolicySource) EnumDescriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+}
+
 // EventType is what a WatchEvent is about.
 type EventType int32
 
@@ -576,11 +640,11 @@ func (x EventType) String() string {
 }
 
 func (EventType) Descriptor() protoreflect.EnumDescriptor {
-	return file_fusebox_v1_fusebox_proto_enumTypes[9].Descriptor()
+	return file_fusebox_v1_fusebox_proto_enumTypes[10].Descriptor()
 }
 
 func (EventType) Type() protoreflect.EnumType {
-	return &file_fusebox_v1_fusebox_proto_enumTypes[9]
+	return &file_fusebox_v1_fusebox_proto_enumTypes[10]
 }
 
 func (x EventType) Number() protoreflect.EnumNumber {
@@ -589,7 +653,7 @@ func (x EventType) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EventType.Descriptor instead.
 func (EventType) EnumDescriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{9}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{10}
 }
 
 // Counts are the per-dependency tallies of a window (or a delta of them).
@@ -677,7 +741,9 @@ func (x *Counts) GetRejected() uint64 {
 	return 0
 }
 
-// RetrySettings are the retry part of the effective policy of a dependency.
+// RetrySettings were the retry part of a DecisionSnapshot, which now
+// carries the whole policy in policy_json. No field carries them any more;
+// the message stays because the last release's .proto has it.
 type RetrySettings struct {
 	state                     protoimpl.MessageState `protogen:"open.v1"`
 	MaxAttempts               uint32                 `protobuf:"varint,1,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"`
@@ -789,11 +855,10 @@ func (x *RetrySettings) GetMaxHedges() uint32 {
 }
 
 // BreakerSettings are the trip rule and timings of the breaker part of a
-// dependency's effective policy (policy "breaker" object). Its mode, scope
-// and slow-call duration are not here: they travel once, at the top of a
-// DecisionSnapshot (and of a DependencyView, the mode). Every valid value is
-// non-zero, so a zero field is one the sender left out and the receiver
-// keeps what it had.
+// dependency's effective policy (policy "breaker" object), as a
+// DependencyView shows them. Its mode is at the top of the DependencyView;
+// scope and slow-call duration are not shown. Every valid value is
+// non-zero, so a zero field is one the sender left out.
 type BreakerSettings struct {
 	state                 protoimpl.MessageState `protogen:"open.v1"`
 	FailureRateThreshold  float64                `protobuf:"fixed64,1,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
@@ -961,9 +1026,8 @@ func (x *BreakerSettings) GetRampStart() float64 {
 // DecisionSnapshot is everything a client needs to decide a first attempt in
 // process, without asking the agent. It carries every field of the engine's
 // snapshot (package sharedstate), so a client rebuilds it exactly and
-// decides as the agent would, plus the breaker settings of the effective
-// policy for the client's local fallback breaker. Each setting travels
-// once: mode, scope and slow-call duration here, the trip rule in breaker.
+// decides as the agent would, and the dependency's effective policy, once,
+// in policy_json.
 type DecisionSnapshot struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	Dependency     string                 `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
@@ -971,14 +1035,11 @@ type DecisionSnapshot struct {
 	Generation     uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
 	Override       OverrideState          `protobuf:"varint,4,opt,name=override,proto3,enum=fusebox.v1.OverrideState" json:"override,omitempty"`
 	OverrideReason string                 `protobuf:"bytes,5,opt,name=override_reason,json=overrideReason,proto3" json:"override_reason,omitempty"`
-	Mode           Mode                   `protobuf:"varint,6,opt,name=mode,proto3,enum=fusebox.v1.Mode" json:"mode,omitempty"`
 	// local_state is not CLOSED (this node's own traffic tripped its
 	// node-local breaker), as a flag for clients that need only that.
 	NodeLocalOpen bool `protobuf:"varint,7,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	// This node currently holds a half-open probe permit.
-	ProbePermit      bool                 `protobuf:"varint,8,opt,name=probe_permit,json=probePermit,proto3" json:"probe_permit,omitempty"`
-	Retry            *RetrySettings       `protobuf:"bytes,9,opt,name=retry,proto3" json:"retry,omitempty"`
-	SlowCallDuration *durationpb.Duration `protobuf:"bytes,10,opt,name=slow_call_duration,json=slowCallDuration,proto3" json:"slow_call_duration,omitempty"`
+	ProbePermit bool `protobuf:"varint,8,opt,name=probe_permit,json=probePermit,proto3" json:"probe_permit,omitempty"`
 	// When the breaker last changed state.
 	Since *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=since,proto3" json:"since,omitempty"`
 	// Increases by one with each snapshot the agent's engine publishes for
@@ -994,19 +1055,28 @@ type DecisionSnapshot struct {
 	LocalState BreakerState `protobuf:"varint,15,opt,name=local_state,json=localState,proto3,enum=fusebox.v1.BreakerState" json:"local_state,omitempty"`
 	// When the override expires; unset: until cleared (or no override).
 	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,16,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
-	Scope           Scope                  `protobuf:"varint,17,opt,name=scope,proto3,enum=fusebox.v1.Scope" json:"scope,omitempty"`
-	// The breaker settings of the effective policy, for the client's local
-	// fallback while the agent is away. Unset in Decision answers (the pushed
-	// snapshots carry them).
-	Breaker *BreakerSettings `protobuf:"bytes,18,opt,name=breaker,proto3" json:"breaker,omitempty"`
 	// The probability with which adaptive throttling refuses a first attempt
 	// now (0 unless throttling is enabled and the breaker closed).
 	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	// This node's share of concurrency.max_in_flight (0: no limit); the agent
 	// sends each session its process's part of it.
 	ConcurrencyLimit uint32 `protobuf:"varint,39,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The part of throttle_probability that is the ramp after a close
+	// (breaker.rampDuration), at most throttle_probability: a first attempt
+	// refused with a uniform draw u < ramp_probability is the ramp's refusal
+	// (REJECT_REASON_RAMP), one with ramp_probability <= u <
+	// throttle_probability the throttle's (REJECT_REASON_THROTTLED).
+	RampProbability float64 `protobuf:"fixed64,40,opt,name=ramp_probability,json=rampProbability,proto3" json:"ramp_probability,omitempty"`
+	// The dependency's effective policy as one complete JSON policy document
+	// (the form of policies/_default, every field set; sharedstate.Policy):
+	// the mode, scope, slow-call duration and retry settings the client
+	// decides by, and the policy of its local fallback breaker while the
+	// agent is away. Set in pushed snapshots and the Welcome's default; unset
+	// in Decision answers, whose snapshot keeps the policy of the one the
+	// client holds.
+	PolicyJson    []byte `protobuf:"bytes,41,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DecisionSnapshot) Reset() {
@@ -1074,13 +1144,6 @@ func (x *DecisionSnapshot) GetOverrideReason() string {
 	return ""
 }
 
-func (x *DecisionSnapshot) GetMode() Mode {
-	if x != nil {
-		return x.Mode
-	}
-	return Mode_MODE_UNSPECIFIED
-}
-
 func (x *DecisionSnapshot) GetNodeLocalOpen() bool {
 	if x != nil {
 		return x.NodeLocalOpen
@@ -1093,20 +1156,6 @@ func (x *DecisionSnapshot) GetProbePermit() bool {
 		return x.ProbePermit
 	}
 	return false
-}
-
-func (x *DecisionSnapshot) GetRetry() *RetrySettings {
-	if x != nil {
-		return x.Retry
-	}
-	return nil
-}
-
-func (x *DecisionSnapshot) GetSlowCallDuration() *durationpb.Duration {
-	if x != nil {
-		return x.SlowCallDuration
-	}
-	return nil
 }
 
 func (x *DecisionSnapshot) GetSince() *timestamppb.Timestamp {
@@ -1151,20 +1200,6 @@ func (x *DecisionSnapshot) GetOverrideExpires() *timestamppb.Timestamp {
 	return nil
 }
 
-func (x *DecisionSnapshot) GetScope() Scope {
-	if x != nil {
-		return x.Scope
-	}
-	return Scope_SCOPE_UNSPECIFIED
-}
-
-func (x *DecisionSnapshot) GetBreaker() *BreakerSettings {
-	if x != nil {
-		return x.Breaker
-	}
-	return nil
-}
-
 func (x *DecisionSnapshot) GetThrottleProbability() float64 {
 	if x != nil {
 		return x.ThrottleProbability
@@ -1177,6 +1212,20 @@ func (x *DecisionSnapshot) GetConcurrencyLimit() uint32 {
 		return x.ConcurrencyLimit
 	}
 	return 0
+}
+
+func (x *DecisionSnapshot) GetRampProbability() float64 {
+	if x != nil {
+		return x.RampProbability
+	}
+	return 0
+}
+
+func (x *DecisionSnapshot) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
 }
 
 // Decision is the agent's answer for one attempt.
@@ -1594,8 +1643,9 @@ type Welcome struct {
 	Zone         string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
 	AgentVersion string                 `protobuf:"bytes,3,opt,name=agent_version,json=agentVersion,proto3" json:"agent_version,omitempty"`
 	// The fleet default policy as a snapshot (dependency "_default", closed,
-	// with its breaker settings): what the client's local fallback decides a
-	// dependency by until the agent pushes the dependency's own snapshot.
+	// with the policy in policy_json): what the client's local fallback
+	// decides a dependency by until the agent pushes the dependency's own
+	// snapshot.
 	DefaultSnapshot *DecisionSnapshot `protobuf:"bytes,6,opt,name=default_snapshot,json=defaultSnapshot,proto3" json:"default_snapshot,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
@@ -2261,6 +2311,163 @@ func (x *GetPolicyRequest) GetDependency() string {
 	return ""
 }
 
+// PolicyField is one field of an effective policy.
+type PolicyField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its dotted JSON path, e.g. "breaker.minimumRequests".
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Its JSON value in the effective policy.
+	Value  string       `protobuf:"bytes,2,opt,name=value,proto3" json:"value,omitempty"`
+	Source PolicySource `protobuf:"varint,3,opt,name=source,proto3,enum=fusebox.v1.PolicySource" json:"source,omitempty"`
+	// The value it would have without its source: the fleet default's for
+	// OWN, the built-in default's for FLEET_DEFAULT; empty for BUILT_IN.
+	Inherited     string `protobuf:"bytes,4,opt,name=inherited,proto3" json:"inherited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyField) Reset() {
+	*x = PolicyField{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyField) ProtoMessage() {}
+
+func (x *PolicyField) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyField.ProtoReflect.Descriptor instead.
+func (*PolicyField) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *PolicyField) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *PolicyField) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *PolicyField) GetSource() PolicySource {
+	if x != nil {
+		return x.Source
+	}
+	return PolicySource_POLICY_SOURCE_UNSPECIFIED
+}
+
+func (x *PolicyField) GetInherited() string {
+	if x != nil {
+		return x.Inherited
+	}
+	return ""
+}
+
+type EffectivePolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The dependency, or "_default".
+	Dependency string `protobuf:"bytes,1,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	// The complete effective policy, as JSON.
+	PolicyJson []byte `protobuf:"bytes,2,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
+	// The dependency's own stored policy; unset when it has none (it runs
+	// on the fleet default) and for "_default".
+	Own *PolicyEntry `protobuf:"bytes,3,opt,name=own,proto3" json:"own,omitempty"`
+	// The stored fleet default; unset when none is stored (the built-in
+	// default is the fleet default).
+	FleetDefault *PolicyEntry `protobuf:"bytes,4,opt,name=fleet_default,json=fleetDefault,proto3" json:"fleet_default,omitempty"`
+	// Every field of policy_json (but schema and dependency), in the order
+	// of the policy's sections.
+	Fields        []*PolicyField `protobuf:"bytes,5,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EffectivePolicy) Reset() {
+	*x = EffectivePolicy{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EffectivePolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EffectivePolicy) ProtoMessage() {}
+
+func (x *EffectivePolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EffectivePolicy.ProtoReflect.Descriptor instead.
+func (*EffectivePolicy) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *EffectivePolicy) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
+func (x *EffectivePolicy) GetPolicyJson() []byte {
+	if x != nil {
+		return x.PolicyJson
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetOwn() *PolicyEntry {
+	if x != nil {
+		return x.Own
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetFleetDefault() *PolicyEntry {
+	if x != nil {
+		return x.FleetDefault
+	}
+	return nil
+}
+
+func (x *EffectivePolicy) GetFields() []*PolicyField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
 type ListPoliciesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2269,7 +2476,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2281,7 +2488,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[21]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2294,7 +2501,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{21}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
 }
 
 type ListPoliciesResponse struct {
@@ -2306,7 +2513,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2525,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[22]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2538,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{22}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*PolicyEntry {
@@ -2356,7 +2563,7 @@ type PutPolicyRequest struct {
 
 func (x *PutPolicyRequest) Reset() {
 	*x = PutPolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2368,7 +2575,7 @@ func (x *PutPolicyRequest) String() string {
 func (*PutPolicyRequest) ProtoMessage() {}
 
 func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[23]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2381,7 +2588,7 @@ func (x *PutPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPolicyRequest.ProtoReflect.Descriptor instead.
 func (*PutPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{23}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *PutPolicyRequest) GetDependency() string {
@@ -2423,7 +2630,7 @@ type DeletePolicyRequest struct {
 
 func (x *DeletePolicyRequest) Reset() {
 	*x = DeletePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2435,7 +2642,7 @@ func (x *DeletePolicyRequest) String() string {
 func (*DeletePolicyRequest) ProtoMessage() {}
 
 func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[24]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2448,7 +2655,7 @@ func (x *DeletePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyRequest.ProtoReflect.Descriptor instead.
 func (*DeletePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{24}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DeletePolicyRequest) GetDependency() string {
@@ -2481,7 +2688,7 @@ type DeletePolicyResponse struct {
 
 func (x *DeletePolicyResponse) Reset() {
 	*x = DeletePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2493,7 +2700,7 @@ func (x *DeletePolicyResponse) String() string {
 func (*DeletePolicyResponse) ProtoMessage() {}
 
 func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[25]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2506,7 +2713,7 @@ func (x *DeletePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePolicyResponse.ProtoReflect.Descriptor instead.
 func (*DeletePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{25}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DeletePolicyResponse) GetDeleted() bool {
@@ -2527,7 +2734,7 @@ type Violation struct {
 
 func (x *Violation) Reset() {
 	*x = Violation{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2539,7 +2746,7 @@ func (x *Violation) String() string {
 func (*Violation) ProtoMessage() {}
 
 func (x *Violation) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[26]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2552,7 +2759,7 @@ func (x *Violation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Violation.ProtoReflect.Descriptor instead.
 func (*Violation) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{26}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Violation) GetField() string {
@@ -2580,14 +2787,19 @@ type ValidatePolicyRequest struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	PolicyJson []byte                 `protobuf:"bytes,1,opt,name=policy_json,json=policyJson,proto3" json:"policy_json,omitempty"`
 	// If set, lint the retry arithmetic against this caller deadline.
-	Deadline      *durationpb.Duration `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	Deadline *durationpb.Duration `protobuf:"bytes,2,opt,name=deadline,proto3" json:"deadline,omitempty"`
+	// If set, the name the policy is to be written under (a dependency or
+	// "_default"), checked as PutPolicy checks it: a valid name, a
+	// "dependency" field (when present) equal to it, a complete policy for
+	// "_default".
+	Dependency    string `protobuf:"bytes,3,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ValidatePolicyRequest) Reset() {
 	*x = ValidatePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2599,7 +2811,7 @@ func (x *ValidatePolicyRequest) String() string {
 func (*ValidatePolicyRequest) ProtoMessage() {}
 
 func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[27]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2612,7 +2824,7 @@ func (x *ValidatePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyRequest.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{27}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ValidatePolicyRequest) GetPolicyJson() []byte {
@@ -2629,6 +2841,13 @@ func (x *ValidatePolicyRequest) GetDeadline() *durationpb.Duration {
 	return nil
 }
 
+func (x *ValidatePolicyRequest) GetDependency() string {
+	if x != nil {
+		return x.Dependency
+	}
+	return ""
+}
+
 type ValidatePolicyResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Violations    []*Violation           `protobuf:"bytes,1,rep,name=violations,proto3" json:"violations,omitempty"`
@@ -2639,7 +2858,7 @@ type ValidatePolicyResponse struct {
 
 func (x *ValidatePolicyResponse) Reset() {
 	*x = ValidatePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2651,7 +2870,7 @@ func (x *ValidatePolicyResponse) String() string {
 func (*ValidatePolicyResponse) ProtoMessage() {}
 
 func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[28]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2664,7 +2883,7 @@ func (x *ValidatePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ValidatePolicyResponse.ProtoReflect.Descriptor instead.
 func (*ValidatePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{28}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ValidatePolicyResponse) GetViolations() []*Violation {
@@ -2697,7 +2916,7 @@ type OverrideEntry struct {
 
 func (x *OverrideEntry) Reset() {
 	*x = OverrideEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2709,7 +2928,7 @@ func (x *OverrideEntry) String() string {
 func (*OverrideEntry) ProtoMessage() {}
 
 func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[29]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2722,7 +2941,7 @@ func (x *OverrideEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OverrideEntry.ProtoReflect.Descriptor instead.
 func (*OverrideEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{29}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *OverrideEntry) GetDependency() string {
@@ -2787,7 +3006,7 @@ type SetOverrideRequest struct {
 
 func (x *SetOverrideRequest) Reset() {
 	*x = SetOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +3018,7 @@ func (x *SetOverrideRequest) String() string {
 func (*SetOverrideRequest) ProtoMessage() {}
 
 func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[30]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +3031,7 @@ func (x *SetOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetOverrideRequest.ProtoReflect.Descriptor instead.
 func (*SetOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{30}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetOverrideRequest) GetDependency() string {
@@ -2853,7 +3072,7 @@ type ClearOverrideRequest struct {
 
 func (x *ClearOverrideRequest) Reset() {
 	*x = ClearOverrideRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +3084,7 @@ func (x *ClearOverrideRequest) String() string {
 func (*ClearOverrideRequest) ProtoMessage() {}
 
 func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[31]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +3097,7 @@ func (x *ClearOverrideRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideRequest.ProtoReflect.Descriptor instead.
 func (*ClearOverrideRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{31}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ClearOverrideRequest) GetDependency() string {
@@ -2904,7 +3123,7 @@ type ClearOverrideResponse struct {
 
 func (x *ClearOverrideResponse) Reset() {
 	*x = ClearOverrideResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3135,7 @@ func (x *ClearOverrideResponse) String() string {
 func (*ClearOverrideResponse) ProtoMessage() {}
 
 func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[32]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3148,7 @@ func (x *ClearOverrideResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClearOverrideResponse.ProtoReflect.Descriptor instead.
 func (*ClearOverrideResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{32}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ClearOverrideResponse) GetCleared() bool {
@@ -2947,7 +3166,7 @@ type ListOverridesRequest struct {
 
 func (x *ListOverridesRequest) Reset() {
 	*x = ListOverridesRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3178,7 @@ func (x *ListOverridesRequest) String() string {
 func (*ListOverridesRequest) ProtoMessage() {}
 
 func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[33]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3191,7 @@ func (x *ListOverridesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesRequest.ProtoReflect.Descriptor instead.
 func (*ListOverridesRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{33}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
 }
 
 type ListOverridesResponse struct {
@@ -2984,7 +3203,7 @@ type ListOverridesResponse struct {
 
 func (x *ListOverridesResponse) Reset() {
 	*x = ListOverridesResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2996,7 +3215,7 @@ func (x *ListOverridesResponse) String() string {
 func (*ListOverridesResponse) ProtoMessage() {}
 
 func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[34]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3009,7 +3228,7 @@ func (x *ListOverridesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListOverridesResponse.ProtoReflect.Descriptor instead.
 func (*ListOverridesResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{34}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListOverridesResponse) GetOverrides() []*OverrideEntry {
@@ -3020,21 +3239,25 @@ func (x *ListOverridesResponse) GetOverrides() []*OverrideEntry {
 }
 
 type AuditEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revision      int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
-	Actor         string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
-	Action        string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
-	Dependency    string                 `protobuf:"bytes,4,opt,name=dependency,proto3" json:"dependency,omitempty"`
-	Before        []byte                 `protobuf:"bytes,5,opt,name=before,proto3" json:"before,omitempty"`
-	After         []byte                 `protobuf:"bytes,6,opt,name=after,proto3" json:"after,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Revision   int64                  `protobuf:"varint,1,opt,name=revision,proto3" json:"revision,omitempty"`
+	Actor      string                 `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	Action     string                 `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	Dependency string                 `protobuf:"bytes,4,opt,name=dependency,proto3" json:"dependency,omitempty"`
+	Before     []byte                 `protobuf:"bytes,5,opt,name=before,proto3" json:"before,omitempty"`
+	After      []byte                 `protobuf:"bytes,6,opt,name=after,proto3" json:"after,omitempty"`
+	At         *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=at,proto3" json:"at,omitempty"`
+	// The leaves of the document that differ between before and after
+	// (schema and dependency left out): a policy's fields, an override's
+	// state, reason, expiry.
+	Changes       []*FieldChange `protobuf:"bytes,8,rep,name=changes,proto3" json:"changes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AuditEntry) Reset() {
 	*x = AuditEntry{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3046,7 +3269,7 @@ func (x *AuditEntry) String() string {
 func (*AuditEntry) ProtoMessage() {}
 
 func (x *AuditEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[35]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3059,7 +3282,7 @@ func (x *AuditEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEntry.ProtoReflect.Descriptor instead.
 func (*AuditEntry) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{35}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *AuditEntry) GetRevision() int64 {
@@ -3111,6 +3334,76 @@ func (x *AuditEntry) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AuditEntry) GetChanges() []*FieldChange {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// FieldChange is one leaf of a JSON document that changed.
+type FieldChange struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Its dotted JSON path, e.g. "breaker.minimumRequests".
+	Field string `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	// Its JSON values before and after; empty where the document lacked it.
+	From          string `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To            string `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FieldChange) Reset() {
+	*x = FieldChange{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FieldChange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FieldChange) ProtoMessage() {}
+
+func (x *FieldChange) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FieldChange.ProtoReflect.Descriptor instead.
+func (*FieldChange) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *FieldChange) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *FieldChange) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *FieldChange) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
 type ListAuditRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Empty for every dependency.
@@ -3123,7 +3416,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3135,7 +3428,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[36]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3148,7 +3441,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{36}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListAuditRequest) GetDependency() string {
@@ -3174,7 +3467,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3186,7 +3479,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[37]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3199,7 +3492,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{37}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListAuditResponse) GetEntries() []*AuditEntry {
@@ -3238,7 +3531,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3250,7 +3543,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[38]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3263,7 +3556,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{38}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Member) GetNode() string {
@@ -3356,7 +3649,7 @@ type EtcdSync struct {
 
 func (x *EtcdSync) Reset() {
 	*x = EtcdSync{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3368,7 +3661,7 @@ func (x *EtcdSync) String() string {
 func (*EtcdSync) ProtoMessage() {}
 
 func (x *EtcdSync) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[39]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3381,7 +3674,7 @@ func (x *EtcdSync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdSync.ProtoReflect.Descriptor instead.
 func (*EtcdSync) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{39}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *EtcdSync) GetSynced() bool {
@@ -3442,7 +3735,7 @@ type EtcdRewind struct {
 
 func (x *EtcdRewind) Reset() {
 	*x = EtcdRewind{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3454,7 +3747,7 @@ func (x *EtcdRewind) String() string {
 func (*EtcdRewind) ProtoMessage() {}
 
 func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[40]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3467,7 +3760,7 @@ func (x *EtcdRewind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EtcdRewind.ProtoReflect.Descriptor instead.
 func (*EtcdRewind) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{40}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *EtcdRewind) GetReason() string {
@@ -3520,7 +3813,7 @@ type ListMembersRequest struct {
 
 func (x *ListMembersRequest) Reset() {
 	*x = ListMembersRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3532,7 +3825,7 @@ func (x *ListMembersRequest) String() string {
 func (*ListMembersRequest) ProtoMessage() {}
 
 func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[41]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3545,7 +3838,7 @@ func (x *ListMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListMembersRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{41}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
 }
 
 type ListMembersResponse struct {
@@ -3557,7 +3850,7 @@ type ListMembersResponse struct {
 
 func (x *ListMembersResponse) Reset() {
 	*x = ListMembersResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3862,7 @@ func (x *ListMembersResponse) String() string {
 func (*ListMembersResponse) ProtoMessage() {}
 
 func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[42]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3875,7 @@ func (x *ListMembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListMembersResponse.ProtoReflect.Descriptor instead.
 func (*ListMembersResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{42}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListMembersResponse) GetMembers() []*Member {
@@ -3602,7 +3895,7 @@ type GetFleetRequest struct {
 
 func (x *GetFleetRequest) Reset() {
 	*x = GetFleetRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3614,7 +3907,7 @@ func (x *GetFleetRequest) String() string {
 func (*GetFleetRequest) ProtoMessage() {}
 
 func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[43]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3627,7 +3920,7 @@ func (x *GetFleetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFleetRequest.ProtoReflect.Descriptor instead.
 func (*GetFleetRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{43}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetFleetRequest) GetDependency() string {
@@ -3652,7 +3945,7 @@ type NodeView struct {
 
 func (x *NodeView) Reset() {
 	*x = NodeView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3664,7 +3957,7 @@ func (x *NodeView) String() string {
 func (*NodeView) ProtoMessage() {}
 
 func (x *NodeView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[44]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3677,7 +3970,7 @@ func (x *NodeView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeView.ProtoReflect.Descriptor instead.
 func (*NodeView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{44}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *NodeView) GetNode() string {
@@ -3732,7 +4025,7 @@ type ZoneView struct {
 
 func (x *ZoneView) Reset() {
 	*x = ZoneView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3744,7 +4037,7 @@ func (x *ZoneView) String() string {
 func (*ZoneView) ProtoMessage() {}
 
 func (x *ZoneView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[45]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3757,7 +4050,7 @@ func (x *ZoneView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ZoneView.ProtoReflect.Descriptor instead.
 func (*ZoneView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{45}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ZoneView) GetZone() string {
@@ -3805,15 +4098,35 @@ type DependencyView struct {
 	ThrottleProbability float64 `protobuf:"fixed64,38,opt,name=throttle_probability,json=throttleProbability,proto3" json:"throttle_probability,omitempty"`
 	// Calls in flight over the fleet's rows, and the policy's
 	// concurrency.max_in_flight (0: no limit).
-	InFlight      uint64 `protobuf:"varint,39,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	MaxInFlight   uint32 `protobuf:"varint,40,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	InFlight    uint64 `protobuf:"varint,39,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	MaxInFlight uint32 `protobuf:"varint,40,opt,name=max_in_flight,json=maxInFlight,proto3" json:"max_in_flight,omitempty"`
+	// The incident of the shown record while it is open or half-open: when
+	// its run of opens began (the trip) and what it tripped on. Unset when
+	// closed, or when its proposer does not say.
+	IncidentStart *timestamppb.Timestamp `protobuf:"bytes,41,opt,name=incident_start,json=incidentStart,proto3" json:"incident_start,omitempty"`
+	Trip          *TripEvidence          `protobuf:"bytes,42,opt,name=trip,proto3" json:"trip,omitempty"`
+	// The override in force: who set it, when, and when it expires (unset:
+	// until cleared).
+	OverrideActor   string                 `protobuf:"bytes,43,opt,name=override_actor,json=overrideActor,proto3" json:"override_actor,omitempty"`
+	OverrideCreated *timestamppb.Timestamp `protobuf:"bytes,44,opt,name=override_created,json=overrideCreated,proto3" json:"override_created,omitempty"`
+	OverrideExpires *timestamppb.Timestamp `protobuf:"bytes,45,opt,name=override_expires,json=overrideExpires,proto3" json:"override_expires,omitempty"`
+	// The ramp after the shown record's latest close, while it lasts: the
+	// share of first attempts it refuses now (breaker.rampStart rising to
+	// all admitted over breaker.rampDuration) and when it ends. Unset: no
+	// ramp in progress.
+	RampProbability float64                `protobuf:"fixed64,46,opt,name=ramp_probability,json=rampProbability,proto3" json:"ramp_probability,omitempty"`
+	RampUntil       *timestamppb.Timestamp `protobuf:"bytes,47,opt,name=ramp_until,json=rampUntil,proto3" json:"ramp_until,omitempty"`
+	// The fleet's retry budget over the window, in retries:
+	// max(minRetriesPerSecond × window, ratio × first attempts). budget_used
+	// is fleet.retries divided by it.
+	RetryBudget   float64 `protobuf:"fixed64,48,opt,name=retry_budget,json=retryBudget,proto3" json:"retry_budget,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DependencyView) Reset() {
 	*x = DependencyView{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +4138,7 @@ func (x *DependencyView) String() string {
 func (*DependencyView) ProtoMessage() {}
 
 func (x *DependencyView) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[46]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +4151,7 @@ func (x *DependencyView) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DependencyView.ProtoReflect.Descriptor instead.
 func (*DependencyView) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{46}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *DependencyView) GetDependency() string {
@@ -3995,6 +4308,62 @@ func (x *DependencyView) GetMaxInFlight() uint32 {
 	return 0
 }
 
+func (x *DependencyView) GetIncidentStart() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IncidentStart
+	}
+	return nil
+}
+
+func (x *DependencyView) GetTrip() *TripEvidence {
+	if x != nil {
+		return x.Trip
+	}
+	return nil
+}
+
+func (x *DependencyView) GetOverrideActor() string {
+	if x != nil {
+		return x.OverrideActor
+	}
+	return ""
+}
+
+func (x *DependencyView) GetOverrideCreated() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverrideCreated
+	}
+	return nil
+}
+
+func (x *DependencyView) GetOverrideExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.OverrideExpires
+	}
+	return nil
+}
+
+func (x *DependencyView) GetRampProbability() float64 {
+	if x != nil {
+		return x.RampProbability
+	}
+	return 0
+}
+
+func (x *DependencyView) GetRampUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RampUntil
+	}
+	return nil
+}
+
+func (x *DependencyView) GetRetryBudget() float64 {
+	if x != nil {
+		return x.RetryBudget
+	}
+	return 0
+}
+
 type FleetSnapshot struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	At           *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=at,proto3" json:"at,omitempty"`
@@ -4009,7 +4378,7 @@ type FleetSnapshot struct {
 
 func (x *FleetSnapshot) Reset() {
 	*x = FleetSnapshot{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4021,7 +4390,7 @@ func (x *FleetSnapshot) String() string {
 func (*FleetSnapshot) ProtoMessage() {}
 
 func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[47]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4034,7 +4403,7 @@ func (x *FleetSnapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FleetSnapshot.ProtoReflect.Descriptor instead.
 func (*FleetSnapshot) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{47}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FleetSnapshot) GetAt() *timestamppb.Timestamp {
@@ -4080,7 +4449,7 @@ type WatchRequest struct {
 
 func (x *WatchRequest) Reset() {
 	*x = WatchRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4092,7 +4461,7 @@ func (x *WatchRequest) String() string {
 func (*WatchRequest) ProtoMessage() {}
 
 func (x *WatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[48]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4105,7 +4474,7 @@ func (x *WatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
 func (*WatchRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{48}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchRequest) GetDependency() string {
@@ -4160,7 +4529,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4172,7 +4541,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[49]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4185,7 +4554,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{49}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WatchEvent) GetId() uint64 {
@@ -4295,7 +4664,7 @@ type SimulatePolicyRequest struct {
 
 func (x *SimulatePolicyRequest) Reset() {
 	*x = SimulatePolicyRequest{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4307,7 +4676,7 @@ func (x *SimulatePolicyRequest) String() string {
 func (*SimulatePolicyRequest) ProtoMessage() {}
 
 func (x *SimulatePolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[50]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4320,7 +4689,7 @@ func (x *SimulatePolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatePolicyRequest.ProtoReflect.Descriptor instead.
 func (*SimulatePolicyRequest) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{50}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SimulatePolicyRequest) GetDependency() string {
@@ -4360,7 +4729,7 @@ type SimulatedInterval struct {
 
 func (x *SimulatedInterval) Reset() {
 	*x = SimulatedInterval{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4372,7 +4741,7 @@ func (x *SimulatedInterval) String() string {
 func (*SimulatedInterval) ProtoMessage() {}
 
 func (x *SimulatedInterval) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[51]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4385,7 +4754,7 @@ func (x *SimulatedInterval) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedInterval.ProtoReflect.Descriptor instead.
 func (*SimulatedInterval) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{51}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *SimulatedInterval) GetState() string {
@@ -4453,7 +4822,7 @@ type SimulatedTotals struct {
 
 func (x *SimulatedTotals) Reset() {
 	*x = SimulatedTotals{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4465,7 +4834,7 @@ func (x *SimulatedTotals) String() string {
 func (*SimulatedTotals) ProtoMessage() {}
 
 func (x *SimulatedTotals) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[52]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4478,7 +4847,7 @@ func (x *SimulatedTotals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedTotals.ProtoReflect.Descriptor instead.
 func (*SimulatedTotals) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{52}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *SimulatedTotals) GetDemand() uint64 {
@@ -4566,7 +4935,7 @@ type SimulatedSide struct {
 
 func (x *SimulatedSide) Reset() {
 	*x = SimulatedSide{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4578,7 +4947,7 @@ func (x *SimulatedSide) String() string {
 func (*SimulatedSide) ProtoMessage() {}
 
 func (x *SimulatedSide) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[53]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4591,7 +4960,7 @@ func (x *SimulatedSide) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedSide.ProtoReflect.Descriptor instead.
 func (*SimulatedSide) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{53}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *SimulatedSide) GetOpened() *timestamppb.Timestamp {
@@ -4651,7 +5020,7 @@ type SimulatedIncident struct {
 
 func (x *SimulatedIncident) Reset() {
 	*x = SimulatedIncident{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4663,7 +5032,7 @@ func (x *SimulatedIncident) String() string {
 func (*SimulatedIncident) ProtoMessage() {}
 
 func (x *SimulatedIncident) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[54]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4676,7 +5045,7 @@ func (x *SimulatedIncident) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedIncident.ProtoReflect.Descriptor instead.
 func (*SimulatedIncident) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{54}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *SimulatedIncident) GetFrom() *timestamppb.Timestamp {
@@ -4727,7 +5096,7 @@ type SimulatedPolicy struct {
 
 func (x *SimulatedPolicy) Reset() {
 	*x = SimulatedPolicy{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4739,7 +5108,7 @@ func (x *SimulatedPolicy) String() string {
 func (*SimulatedPolicy) ProtoMessage() {}
 
 func (x *SimulatedPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[55]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4752,7 +5121,7 @@ func (x *SimulatedPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatedPolicy.ProtoReflect.Descriptor instead.
 func (*SimulatedPolicy) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{55}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *SimulatedPolicy) GetPolicyJson() []byte {
@@ -4804,7 +5173,7 @@ type SimulatePolicyResponse struct {
 
 func (x *SimulatePolicyResponse) Reset() {
 	*x = SimulatePolicyResponse{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4816,7 +5185,7 @@ func (x *SimulatePolicyResponse) String() string {
 func (*SimulatePolicyResponse) ProtoMessage() {}
 
 func (x *SimulatePolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[56]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4829,7 +5198,7 @@ func (x *SimulatePolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SimulatePolicyResponse.ProtoReflect.Descriptor instead.
 func (*SimulatePolicyResponse) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{56}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *SimulatePolicyResponse) GetDependency() string {
@@ -4925,6 +5294,16 @@ type NodeWindow struct {
 	Dependency string                 `protobuf:"bytes,3,opt,name=dependency,proto3" json:"dependency,omitempty"`
 	Seq        uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
 	Counts     *Counts                `protobuf:"bytes,5,opt,name=counts,proto3" json:"counts,omitempty"`
+	// The node's counts since it began counting the dependency (its start,
+	// or when it took the dependency up again after forgetting it idle):
+	// they never go back within one series, so sums over nodes are counters.
+	// cumulative_since_unix_ms names the series (another value: a new series
+	// from zero); cumulative_age_ms is when the node read the counts, in
+	// milliseconds after it. A row without them (0.1.x) has no cumulative
+	// counts: receivers add nothing for it.
+	Cumulative            *Counts `protobuf:"bytes,11,opt,name=cumulative,proto3" json:"cumulative,omitempty"`
+	CumulativeSinceUnixMs int64   `protobuf:"varint,12,opt,name=cumulative_since_unix_ms,json=cumulativeSinceUnixMs,proto3" json:"cumulative_since_unix_ms,omitempty"`
+	CumulativeAgeMs       uint64  `protobuf:"varint,13,opt,name=cumulative_age_ms,json=cumulativeAgeMs,proto3" json:"cumulative_age_ms,omitempty"`
 	// The node's own traffic tripped its node-local breaker.
 	NodeLocalOpen bool `protobuf:"varint,6,opt,name=node_local_open,json=nodeLocalOpen,proto3" json:"node_local_open,omitempty"`
 	// The breaker generation the counts belong to: a node starts a fresh
@@ -4941,14 +5320,20 @@ type NodeWindow struct {
 	RecentFailures  []uint64 `protobuf:"varint,9,rep,packed,name=recent_failures,json=recentFailures,proto3" json:"recent_failures,omitempty"`
 	RecentSlowCalls []uint64 `protobuf:"varint,10,rep,packed,name=recent_slow_calls,json=recentSlowCalls,proto3" json:"recent_slow_calls,omitempty"`
 	// The node's calls in flight when it sent the row (a gauge).
-	InFlight      uint64 `protobuf:"varint,27,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	InFlight uint64 `protobuf:"varint,27,opt,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"`
+	// While the breaker of `generation` is half-open: the node's probes that
+	// succeeded, and those that failed while other nodes' succeeded (its
+	// node-local breaker opened instead of the fleet's). The fleet closes on
+	// their sum; a build that does not know them counts its own probes only.
+	ProbeSuccesses uint32 `protobuf:"varint,28,opt,name=probe_successes,json=probeSuccesses,proto3" json:"probe_successes,omitempty"`
+	ProbeFailures  uint32 `protobuf:"varint,29,opt,name=probe_failures,json=probeFailures,proto3" json:"probe_failures,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeWindow) Reset() {
 	*x = NodeWindow{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4960,7 +5345,7 @@ func (x *NodeWindow) String() string {
 func (*NodeWindow) ProtoMessage() {}
 
 func (x *NodeWindow) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[57]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4973,7 +5358,7 @@ func (x *NodeWindow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeWindow.ProtoReflect.Descriptor instead.
 func (*NodeWindow) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{57}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *NodeWindow) GetNode() string {
@@ -5009,6 +5394,27 @@ func (x *NodeWindow) GetCounts() *Counts {
 		return x.Counts
 	}
 	return nil
+}
+
+func (x *NodeWindow) GetCumulative() *Counts {
+	if x != nil {
+		return x.Cumulative
+	}
+	return nil
+}
+
+func (x *NodeWindow) GetCumulativeSinceUnixMs() int64 {
+	if x != nil {
+		return x.CumulativeSinceUnixMs
+	}
+	return 0
+}
+
+func (x *NodeWindow) GetCumulativeAgeMs() uint64 {
+	if x != nil {
+		return x.CumulativeAgeMs
+	}
+	return 0
 }
 
 func (x *NodeWindow) GetNodeLocalOpen() bool {
@@ -5053,6 +5459,20 @@ func (x *NodeWindow) GetInFlight() uint64 {
 	return 0
 }
 
+func (x *NodeWindow) GetProbeSuccesses() uint32 {
+	if x != nil {
+		return x.ProbeSuccesses
+	}
+	return 0
+}
+
+func (x *NodeWindow) GetProbeFailures() uint32 {
+	if x != nil {
+		return x.ProbeFailures
+	}
+	return 0
+}
+
 // BreakerRecord is the replicated breaker decision of one dependency.
 type BreakerRecord struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -5065,14 +5485,21 @@ type BreakerRecord struct {
 	Origin        string       `protobuf:"bytes,6,opt,name=origin,proto3" json:"origin,omitempty"`
 	Reason        string       `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Set for `scope: zone` policies, which keep one record per zone.
-	Zone          string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	Zone string `protobuf:"bytes,8,opt,name=zone,proto3" json:"zone,omitempty"`
+	// An open record's incident start: when the run of opens it belongs to
+	// began (the trip; re-opens after failed probes keep it), Unix
+	// nanoseconds. 0: a closed record, or a proposer that does not say.
+	IncidentStartUnixNano int64 `protobuf:"varint,9,opt,name=incident_start_unix_nano,json=incidentStartUnixNano,proto3" json:"incident_start_unix_nano,omitempty"`
+	// An open record's trip evidence: what the trip rule decided that trip
+	// on (re-opens keep it). Unset: closed, or not known.
+	Trip          *TripEvidence `protobuf:"bytes,10,opt,name=trip,proto3" json:"trip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BreakerRecord) Reset() {
 	*x = BreakerRecord{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5084,7 +5511,7 @@ func (x *BreakerRecord) String() string {
 func (*BreakerRecord) ProtoMessage() {}
 
 func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[58]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5097,7 +5524,7 @@ func (x *BreakerRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BreakerRecord.ProtoReflect.Descriptor instead.
 func (*BreakerRecord) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{58}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *BreakerRecord) GetDependency() string {
@@ -5156,6 +5583,190 @@ func (x *BreakerRecord) GetZone() string {
 	return ""
 }
 
+func (x *BreakerRecord) GetIncidentStartUnixNano() int64 {
+	if x != nil {
+		return x.IncidentStartUnixNano
+	}
+	return 0
+}
+
+func (x *BreakerRecord) GetTrip() *TripEvidence {
+	if x != nil {
+		return x.Trip
+	}
+	return nil
+}
+
+// TripEvidence is what a breaker tripped on: the counts the trip rule
+// pooled over the horizon that tripped (the window, or a fast-path suffix
+// of it), the policy's trip rule it compared them with, and the nodes whose
+// own counts met a threshold there.
+type TripEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Requests (successes + failures), failures and slow calls pooled, from
+	// `nodes` nodes with requests.
+	Requests  uint64 `protobuf:"varint,1,opt,name=requests,proto3" json:"requests,omitempty"`
+	Failures  uint64 `protobuf:"varint,2,opt,name=failures,proto3" json:"failures,omitempty"`
+	SlowCalls uint64 `protobuf:"varint,3,opt,name=slow_calls,json=slowCalls,proto3" json:"slow_calls,omitempty"`
+	Nodes     uint32 `protobuf:"varint,4,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// The slow-call rate tripped it (else the failure rate).
+	Slow bool `protobuf:"varint,5,opt,name=slow,proto3" json:"slow,omitempty"`
+	// The trip rule of the policy at the trip.
+	FailureRateThreshold  float64 `protobuf:"fixed64,6,opt,name=failure_rate_threshold,json=failureRateThreshold,proto3" json:"failure_rate_threshold,omitempty"`
+	SlowCallRateThreshold float64 `protobuf:"fixed64,7,opt,name=slow_call_rate_threshold,json=slowCallRateThreshold,proto3" json:"slow_call_rate_threshold,omitempty"`
+	MinimumRequests       uint32  `protobuf:"varint,8,opt,name=minimum_requests,json=minimumRequests,proto3" json:"minimum_requests,omitempty"`
+	MinFailingNodes       uint32  `protobuf:"varint,9,opt,name=min_failing_nodes,json=minFailingNodes,proto3" json:"min_failing_nodes,omitempty"`
+	// 0: the classic rule (the rate itself was compared); else the lower
+	// bound of the rate at this confidence was.
+	Confidence float64 `protobuf:"fixed64,10,opt,name=confidence,proto3" json:"confidence,omitempty"`
+	LowerBound float64 `protobuf:"fixed64,11,opt,name=lower_bound,json=lowerBound,proto3" json:"lower_bound,omitempty"`
+	// How much of the window was counted (nanoseconds): the window, or the
+	// fast-path suffix that tripped (fast_path).
+	HorizonNanos int64 `protobuf:"varint,12,opt,name=horizon_nanos,json=horizonNanos,proto3" json:"horizon_nanos,omitempty"`
+	FastPath     bool  `protobuf:"varint,13,opt,name=fast_path,json=fastPath,proto3" json:"fast_path,omitempty"`
+	// The failing nodes that failed most (at most 8, 512 bytes of names),
+	// and how many there were.
+	FailingNodes     []string `protobuf:"bytes,14,rep,name=failing_nodes,json=failingNodes,proto3" json:"failing_nodes,omitempty"`
+	FailingNodeCount uint32   `protobuf:"varint,15,opt,name=failing_node_count,json=failingNodeCount,proto3" json:"failing_node_count,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TripEvidence) Reset() {
+	*x = TripEvidence{}
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TripEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TripEvidence) ProtoMessage() {}
+
+func (x *TripEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TripEvidence.ProtoReflect.Descriptor instead.
+func (*TripEvidence) Descriptor() ([]byte, []int) {
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *TripEvidence) GetRequests() uint64 {
+	if x != nil {
+		return x.Requests
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetFailures() uint64 {
+	if x != nil {
+		return x.Failures
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlowCalls() uint64 {
+	if x != nil {
+		return x.SlowCalls
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlow() bool {
+	if x != nil {
+		return x.Slow
+	}
+	return false
+}
+
+func (x *TripEvidence) GetFailureRateThreshold() float64 {
+	if x != nil {
+		return x.FailureRateThreshold
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetSlowCallRateThreshold() float64 {
+	if x != nil {
+		return x.SlowCallRateThreshold
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetMinimumRequests() uint32 {
+	if x != nil {
+		return x.MinimumRequests
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetMinFailingNodes() uint32 {
+	if x != nil {
+		return x.MinFailingNodes
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetConfidence() float64 {
+	if x != nil {
+		return x.Confidence
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetLowerBound() float64 {
+	if x != nil {
+		return x.LowerBound
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetHorizonNanos() int64 {
+	if x != nil {
+		return x.HorizonNanos
+	}
+	return 0
+}
+
+func (x *TripEvidence) GetFastPath() bool {
+	if x != nil {
+		return x.FastPath
+	}
+	return false
+}
+
+func (x *TripEvidence) GetFailingNodes() []string {
+	if x != nil {
+		return x.FailingNodes
+	}
+	return nil
+}
+
+func (x *TripEvidence) GetFailingNodeCount() uint32 {
+	if x != nil {
+		return x.FailingNodeCount
+	}
+	return 0
+}
+
 // SignedItem is what one origin signed: a RowBatch of its rows (in
 // signed_rows) or one BreakerRecord it proposed (in signed_records).
 // Relays forward it byte for byte, so a receiver verifies the origin's
@@ -5174,7 +5785,7 @@ type SignedItem struct {
 
 func (x *SignedItem) Reset() {
 	*x = SignedItem{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5186,7 +5797,7 @@ func (x *SignedItem) String() string {
 func (*SignedItem) ProtoMessage() {}
 
 func (x *SignedItem) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[59]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5199,7 +5810,7 @@ func (x *SignedItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedItem.ProtoReflect.Descriptor instead.
 func (*SignedItem) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{59}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *SignedItem) GetBody() []byte {
@@ -5228,7 +5839,7 @@ type RowBatch struct {
 
 func (x *RowBatch) Reset() {
 	*x = RowBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5240,7 +5851,7 @@ func (x *RowBatch) String() string {
 func (*RowBatch) ProtoMessage() {}
 
 func (x *RowBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[60]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5253,7 +5864,7 @@ func (x *RowBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RowBatch.ProtoReflect.Descriptor instead.
 func (*RowBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{60}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RowBatch) GetRows() []*NodeWindow {
@@ -5282,7 +5893,7 @@ type GossipBatch struct {
 
 func (x *GossipBatch) Reset() {
 	*x = GossipBatch{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5294,7 +5905,7 @@ func (x *GossipBatch) String() string {
 func (*GossipBatch) ProtoMessage() {}
 
 func (x *GossipBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[61]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5307,7 +5918,7 @@ func (x *GossipBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GossipBatch.ProtoReflect.Descriptor instead.
 func (*GossipBatch) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{61}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *GossipBatch) GetRows() []*NodeWindow {
@@ -5355,7 +5966,7 @@ type PushPullState struct {
 
 func (x *PushPullState) Reset() {
 	*x = PushPullState{}
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5367,7 +5978,7 @@ func (x *PushPullState) String() string {
 func (*PushPullState) ProtoMessage() {}
 
 func (x *PushPullState) ProtoReflect() protoreflect.Message {
-	mi := &file_fusebox_v1_fusebox_proto_msgTypes[62]
+	mi := &file_fusebox_v1_fusebox_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5380,7 +5991,7 @@ func (x *PushPullState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushPullState.ProtoReflect.Descriptor instead.
 func (*PushPullState) Descriptor() ([]byte, []int) {
-	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{62}
+	return file_fusebox_v1_fusebox_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *PushPullState) GetNode() string {
@@ -5474,7 +6085,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"ramp_start\x18* \x01(\x01R\trampStartB\r\n" +
 	"\v_confidenceB\f\n" +
 	"\n" +
-	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\x9b\a\n" +
+	"_fast_pathJ\x04\b\x03\x10\x04J\x04\b\f\x10\rJ\x04\b\r\x10\x0eR\x12slow_call_durationR\x05scopeR\x04mode\"\xb6\x06\n" +
 	"\x10DecisionSnapshot\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5484,13 +6095,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x125\n" +
 	"\boverride\x18\x04 \x01(\x0e2\x19.fusebox.v1.OverrideStateR\boverride\x12'\n" +
-	"\x0foverride_reason\x18\x05 \x01(\tR\x0eoverrideReason\x12$\n" +
-	"\x04mode\x18\x06 \x01(\x0e2\x10.fusebox.v1.ModeR\x04mode\x12&\n" +
+	"\x0foverride_reason\x18\x05 \x01(\tR\x0eoverrideReason\x12&\n" +
 	"\x0fnode_local_open\x18\a \x01(\bR\rnodeLocalOpen\x12!\n" +
-	"\fprobe_permit\x18\b \x01(\bR\vprobePermit\x12/\n" +
-	"\x05retry\x18\t \x01(\v2\x19.fusebox.v1.RetrySettingsR\x05retry\x12G\n" +
-	"\x12slow_call_duration\x18\n" +
-	" \x01(\v2\x19.google.protobuf.DurationR\x10slowCallDuration\x120\n" +
+	"\fprobe_permit\x18\b \x01(\bR\vprobePermit\x120\n" +
 	"\x05since\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x18\n" +
 	"\aversion\x18\f \x01(\x04R\aversion\x12\x1d\n" +
 	"\n" +
@@ -5499,11 +6106,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"probeRound\x129\n" +
 	"\vlocal_state\x18\x0f \x01(\x0e2\x18.fusebox.v1.BreakerStateR\n" +
 	"localState\x12E\n" +
-	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12'\n" +
-	"\x05scope\x18\x11 \x01(\x0e2\x11.fusebox.v1.ScopeR\x05scope\x125\n" +
-	"\abreaker\x18\x12 \x01(\v2\x1b.fusebox.v1.BreakerSettingsR\abreaker\x121\n" +
+	"\x10override_expires\x18\x10 \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12+\n" +
-	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\"\xa5\x01\n" +
+	"\x11concurrency_limit\x18' \x01(\rR\x10concurrencyLimit\x12)\n" +
+	"\x10ramp_probability\x18( \x01(\x01R\x0frampProbability\x12\x1f\n" +
+	"\vpolicy_json\x18) \x01(\fR\n" +
+	"policyJsonJ\x04\b\x06\x10\aJ\x04\b\t\x10\n" +
+	"J\x04\b\n" +
+	"\x10\vJ\x04\b\x11\x10\x12J\x04\b\x12\x10\x13R\x04modeR\x05retryR\x12slow_call_durationR\x05scopeR\abreaker\"\xa5\x01\n" +
 	"\bDecision\x12-\n" +
 	"\averdict\x18\x01 \x01(\x0e2\x13.fusebox.v1.VerdictR\averdict\x120\n" +
 	"\x06reason\x18\x02 \x01(\x0e2\x18.fusebox.v1.RejectReasonR\x06reason\x128\n" +
@@ -5591,7 +6201,21 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10GetPolicyRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
-	"dependency\"\x15\n" +
+	"dependency\"\x89\x01\n" +
+	"\vPolicyField\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\x120\n" +
+	"\x06source\x18\x03 \x01(\x0e2\x18.fusebox.v1.PolicySourceR\x06source\x12\x1c\n" +
+	"\tinherited\x18\x04 \x01(\tR\tinherited\"\xec\x01\n" +
+	"\x0fEffectivePolicy\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x01 \x01(\tR\n" +
+	"dependency\x12\x1f\n" +
+	"\vpolicy_json\x18\x02 \x01(\fR\n" +
+	"policyJson\x12)\n" +
+	"\x03own\x18\x03 \x01(\v2\x17.fusebox.v1.PolicyEntryR\x03own\x12<\n" +
+	"\rfleet_default\x18\x04 \x01(\v2\x17.fusebox.v1.PolicyEntryR\ffleetDefault\x12/\n" +
+	"\x06fields\x18\x05 \x03(\v2\x17.fusebox.v1.PolicyFieldR\x06fields\"\x15\n" +
 	"\x13ListPoliciesRequest\"K\n" +
 	"\x14ListPoliciesResponse\x123\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x17.fusebox.v1.PolicyEntryR\bpolicies\"\xb1\x01\n" +
@@ -5616,11 +6240,14 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tViolation\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\x12\x18\n" +
-	"\amessage\x18\x03 \x01(\tR\amessage\"o\n" +
+	"\amessage\x18\x03 \x01(\tR\amessage\"\x8f\x01\n" +
 	"\x15ValidatePolicyRequest\x12\x1f\n" +
 	"\vpolicy_json\x18\x01 \x01(\fR\n" +
 	"policyJson\x125\n" +
-	"\bdeadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\"k\n" +
+	"\bdeadline\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bdeadline\x12\x1e\n" +
+	"\n" +
+	"dependency\x18\x03 \x01(\tR\n" +
+	"dependency\"k\n" +
 	"\x16ValidatePolicyResponse\x125\n" +
 	"\n" +
 	"violations\x18\x01 \x03(\v2\x15.fusebox.v1.ViolationR\n" +
@@ -5652,7 +6279,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\acleared\x18\x01 \x01(\bR\acleared\"\x16\n" +
 	"\x14ListOverridesRequest\"P\n" +
 	"\x15ListOverridesResponse\x127\n" +
-	"\toverrides\x18\x01 \x03(\v2\x19.fusebox.v1.OverrideEntryR\toverrides\"\xd0\x01\n" +
+	"\toverrides\x18\x01 \x03(\v2\x19.fusebox.v1.OverrideEntryR\toverrides\"\x83\x02\n" +
 	"\n" +
 	"AuditEntry\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\x03R\brevision\x12\x14\n" +
@@ -5663,7 +6290,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x12\x16\n" +
 	"\x06before\x18\x05 \x01(\fR\x06before\x12\x14\n" +
 	"\x05after\x18\x06 \x01(\fR\x05after\x12*\n" +
-	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"H\n" +
+	"\x02at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x121\n" +
+	"\achanges\x18\b \x03(\v2\x17.fusebox.v1.FieldChangeR\achanges\"G\n" +
+	"\vFieldChange\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\"H\n" +
 	"\x10ListAuditRequest\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5717,7 +6349,8 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tin_flight\x18\x19 \x01(\x04R\binFlight\"J\n" +
 	"\bZoneView\x12\x12\n" +
 	"\x04zone\x18\x01 \x01(\tR\x04zone\x12*\n" +
-	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\xea\x06\n" +
+	"\x06counts\x18\x02 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\"\x99\n" +
+	"\n" +
 	"\x0eDependencyView\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5747,7 +6380,16 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x10throttle_enabled\x18% \x01(\bR\x0fthrottleEnabled\x121\n" +
 	"\x14throttle_probability\x18& \x01(\x01R\x13throttleProbability\x12\x1b\n" +
 	"\tin_flight\x18' \x01(\x04R\binFlight\x12\"\n" +
-	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\"\xd3\x01\n" +
+	"\rmax_in_flight\x18( \x01(\rR\vmaxInFlight\x12A\n" +
+	"\x0eincident_start\x18) \x01(\v2\x1a.google.protobuf.TimestampR\rincidentStart\x12,\n" +
+	"\x04trip\x18* \x01(\v2\x18.fusebox.v1.TripEvidenceR\x04trip\x12%\n" +
+	"\x0eoverride_actor\x18+ \x01(\tR\roverrideActor\x12E\n" +
+	"\x10override_created\x18, \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideCreated\x12E\n" +
+	"\x10override_expires\x18- \x01(\v2\x1a.google.protobuf.TimestampR\x0foverrideExpires\x12)\n" +
+	"\x10ramp_probability\x18. \x01(\x01R\x0frampProbability\x129\n" +
+	"\n" +
+	"ramp_until\x18/ \x01(\v2\x1a.google.protobuf.TimestampR\trampUntil\x12!\n" +
+	"\fretry_budget\x180 \x01(\x01R\vretryBudget\"\xd3\x01\n" +
 	"\rFleetSnapshot\x12*\n" +
 	"\x02at\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12>\n" +
 	"\fdependencies\x18\x02 \x03(\v2\x1a.fusebox.v1.DependencyViewR\fdependencies\x12,\n" +
@@ -5841,7 +6483,7 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\tincidents\x18\n" +
 	" \x03(\v2\x1d.fusebox.v1.SimulatedIncidentR\tincidents\x12\x14\n" +
 	"\x05notes\x18\v \x03(\tR\x05notes\x12)\n" +
-	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xf7\x02\n" +
+	"\x10current_revision\x18\f \x01(\x03R\x0fcurrentRevision\"\xe0\x04\n" +
 	"\n" +
 	"NodeWindow\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
@@ -5850,7 +6492,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"dependency\x18\x03 \x01(\tR\n" +
 	"dependency\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12*\n" +
-	"\x06counts\x18\x05 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x12&\n" +
+	"\x06counts\x18\x05 \x01(\v2\x12.fusebox.v1.CountsR\x06counts\x122\n" +
+	"\n" +
+	"cumulative\x18\v \x01(\v2\x12.fusebox.v1.CountsR\n" +
+	"cumulative\x127\n" +
+	"\x18cumulative_since_unix_ms\x18\f \x01(\x03R\x15cumulativeSinceUnixMs\x12*\n" +
+	"\x11cumulative_age_ms\x18\r \x01(\x04R\x0fcumulativeAgeMs\x12&\n" +
 	"\x0fnode_local_open\x18\x06 \x01(\bR\rnodeLocalOpen\x12\x1e\n" +
 	"\n" +
 	"generation\x18\a \x01(\x04R\n" +
@@ -5859,7 +6506,9 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x0frecent_failures\x18\t \x03(\x04R\x0erecentFailures\x12*\n" +
 	"\x11recent_slow_calls\x18\n" +
 	" \x03(\x04R\x0frecentSlowCalls\x12\x1b\n" +
-	"\tin_flight\x18\x1b \x01(\x04R\binFlight\"\x8a\x02\n" +
+	"\tin_flight\x18\x1b \x01(\x04R\binFlight\x12'\n" +
+	"\x0fprobe_successes\x18\x1c \x01(\rR\x0eprobeSuccesses\x12%\n" +
+	"\x0eprobe_failures\x18\x1d \x01(\rR\rprobeFailures\"\xf1\x02\n" +
 	"\rBreakerRecord\x12\x1e\n" +
 	"\n" +
 	"dependency\x18\x01 \x01(\tR\n" +
@@ -5873,7 +6522,31 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"open_count\x18\x05 \x01(\rR\topenCount\x12\x16\n" +
 	"\x06origin\x18\x06 \x01(\tR\x06origin\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x12\n" +
-	"\x04zone\x18\b \x01(\tR\x04zone\">\n" +
+	"\x04zone\x18\b \x01(\tR\x04zone\x127\n" +
+	"\x18incident_start_unix_nano\x18\t \x01(\x03R\x15incidentStartUnixNano\x12,\n" +
+	"\x04trip\x18\n" +
+	" \x01(\v2\x18.fusebox.v1.TripEvidenceR\x04trip\"\xab\x04\n" +
+	"\fTripEvidence\x12\x1a\n" +
+	"\brequests\x18\x01 \x01(\x04R\brequests\x12\x1a\n" +
+	"\bfailures\x18\x02 \x01(\x04R\bfailures\x12\x1d\n" +
+	"\n" +
+	"slow_calls\x18\x03 \x01(\x04R\tslowCalls\x12\x14\n" +
+	"\x05nodes\x18\x04 \x01(\rR\x05nodes\x12\x12\n" +
+	"\x04slow\x18\x05 \x01(\bR\x04slow\x124\n" +
+	"\x16failure_rate_threshold\x18\x06 \x01(\x01R\x14failureRateThreshold\x127\n" +
+	"\x18slow_call_rate_threshold\x18\a \x01(\x01R\x15slowCallRateThreshold\x12)\n" +
+	"\x10minimum_requests\x18\b \x01(\rR\x0fminimumRequests\x12*\n" +
+	"\x11min_failing_nodes\x18\t \x01(\rR\x0fminFailingNodes\x12\x1e\n" +
+	"\n" +
+	"confidence\x18\n" +
+	" \x01(\x01R\n" +
+	"confidence\x12\x1f\n" +
+	"\vlower_bound\x18\v \x01(\x01R\n" +
+	"lowerBound\x12#\n" +
+	"\rhorizon_nanos\x18\f \x01(\x03R\fhorizonNanos\x12\x1b\n" +
+	"\tfast_path\x18\r \x01(\bR\bfastPath\x12#\n" +
+	"\rfailing_nodes\x18\x0e \x03(\tR\ffailingNodes\x12,\n" +
+	"\x12failing_node_count\x18\x0f \x01(\rR\x10failingNodeCount\">\n" +
 	"\n" +
 	"SignedItem\x12\x12\n" +
 	"\x04body\x18\x01 \x01(\fR\x04body\x12\x1c\n" +
@@ -5916,14 +6589,15 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rVERDICT_ALLOW\x10\x01\x12\x17\n" +
 	"\x13VERDICT_ALLOW_PROBE\x10\x02\x12\x12\n" +
-	"\x0eVERDICT_REJECT\x10\x03*\xc5\x01\n" +
+	"\x0eVERDICT_REJECT\x10\x03*\xdd\x01\n" +
 	"\fRejectReason\x12\x16\n" +
 	"\x12REJECT_REASON_NONE\x10\x00\x12\x16\n" +
 	"\x12REJECT_REASON_OPEN\x10\x01\x12\x1d\n" +
 	"\x19REJECT_REASON_FORCED_OPEN\x10\x02\x12%\n" +
 	"!REJECT_REASON_HALF_OPEN_NO_PERMIT\x10\x03\x12\"\n" +
 	"\x1eREJECT_REASON_BUDGET_EXHAUSTED\x10\x04\x12\x1b\n" +
-	"\x17REJECT_REASON_THROTTLED\x10\x18*O\n" +
+	"\x17REJECT_REASON_THROTTLED\x10\x18\x12\x16\n" +
+	"\x12REJECT_REASON_RAMP\x10\x19*O\n" +
 	"\x05Scope\x12\x15\n" +
 	"\x11SCOPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vSCOPE_FLEET\x10\x01\x12\x0e\n" +
@@ -5944,7 +6618,12 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\x14OUTCOME_SLOW_SUCCESS\x10\x03\x12\x18\n" +
 	"\x14OUTCOME_SLOW_FAILURE\x10\x04\x12\x13\n" +
 	"\x0fOUTCOME_TIMEOUT\x10\x05\x12\x14\n" +
-	"\x10OUTCOME_REJECTED\x10\x06*r\n" +
+	"\x10OUTCOME_REJECTED\x10\x06*\x81\x01\n" +
+	"\fPolicySource\x12\x1d\n" +
+	"\x19POLICY_SOURCE_UNSPECIFIED\x10\x00\x12\x1a\n" +
+	"\x16POLICY_SOURCE_BUILT_IN\x10\x01\x12\x1f\n" +
+	"\x1bPOLICY_SOURCE_FLEET_DEFAULT\x10\x02\x12\x15\n" +
+	"\x11POLICY_SOURCE_OWN\x10\x03*r\n" +
 	"\tEventType\x12\x1a\n" +
 	"\x16EVENT_TYPE_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15EVENT_TYPE_TRANSITION\x10\x01\x12\x17\n" +
@@ -5955,9 +6634,10 @@ const file_fusebox_v1_fusebox_proto_rawDesc = "" +
 	"\fAcquireRetry\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x12@\n" +
 	"\fAcquireProbe\x12\x1a.fusebox.v1.AcquireRequest\x1a\x14.fusebox.v1.Decision\x127\n" +
 	"\x05Check\x12\x18.fusebox.v1.CheckRequest\x1a\x14.fusebox.v1.Decision\x12?\n" +
-	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\xc0\b\n" +
+	"\x06Report\x12\x19.fusebox.v1.ReportRequest\x1a\x1a.fusebox.v1.ReportResponse2\x91\t\n" +
 	"\x05Admin\x12B\n" +
-	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
+	"\tGetPolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12O\n" +
+	"\x12GetEffectivePolicy\x12\x1c.fusebox.v1.GetPolicyRequest\x1a\x1b.fusebox.v1.EffectivePolicy\x12Q\n" +
 	"\fListPolicies\x12\x1f.fusebox.v1.ListPoliciesRequest\x1a .fusebox.v1.ListPoliciesResponse\x12B\n" +
 	"\tPutPolicy\x12\x1c.fusebox.v1.PutPolicyRequest\x1a\x17.fusebox.v1.PolicyEntry\x12Q\n" +
 	"\fDeletePolicy\x12\x1f.fusebox.v1.DeletePolicyRequest\x1a .fusebox.v1.DeletePolicyResponse\x12W\n" +
@@ -5984,8 +6664,8 @@ func file_fusebox_v1_fusebox_proto_rawDescGZIP() []byte {
 	return file_fusebox_v1_fusebox_proto_rawDescData
 }
 
-var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
-var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
+var file_fusebox_v1_fusebox_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_fusebox_v1_fusebox_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(BreakerState)(0),              // 0: fusebox.v1.BreakerState
 	(OverrideState)(0),             // 1: fusebox.v1.OverrideState
@@ -5996,222 +6676,236 @@ var file_fusebox_v1_fusebox_proto_goTypes = []any{
 	(Scope)(0),                     // 6: fusebox.v1.Scope
 	(Jitter)(0),                    // 7: fusebox.v1.Jitter
 	(Outcome)(0),                   // 8: fusebox.v1.Outcome
-	(EventType)(0),                 // 9: fusebox.v1.EventType
-	(*Counts)(nil),                 // 10: fusebox.v1.Counts
-	(*RetrySettings)(nil),          // 11: fusebox.v1.RetrySettings
-	(*BreakerSettings)(nil),        // 12: fusebox.v1.BreakerSettings
-	(*DecisionSnapshot)(nil),       // 13: fusebox.v1.DecisionSnapshot
-	(*Decision)(nil),               // 14: fusebox.v1.Decision
-	(*Hello)(nil),                  // 15: fusebox.v1.Hello
-	(*DependencyCounts)(nil),       // 16: fusebox.v1.DependencyCounts
-	(*ProbeResult)(nil),            // 17: fusebox.v1.ProbeResult
-	(*CountDeltas)(nil),            // 18: fusebox.v1.CountDeltas
-	(*SessionRequest)(nil),         // 19: fusebox.v1.SessionRequest
-	(*Welcome)(nil),                // 20: fusebox.v1.Welcome
-	(*SnapshotUpdate)(nil),         // 21: fusebox.v1.SnapshotUpdate
-	(*DependencyError)(nil),        // 22: fusebox.v1.DependencyError
-	(*SessionResponse)(nil),        // 23: fusebox.v1.SessionResponse
-	(*AcquireRequest)(nil),         // 24: fusebox.v1.AcquireRequest
-	(*CheckRequest)(nil),           // 25: fusebox.v1.CheckRequest
-	(*OutcomeReport)(nil),          // 26: fusebox.v1.OutcomeReport
-	(*ReportRequest)(nil),          // 27: fusebox.v1.ReportRequest
-	(*ReportResponse)(nil),         // 28: fusebox.v1.ReportResponse
-	(*PolicyEntry)(nil),            // 29: fusebox.v1.PolicyEntry
-	(*GetPolicyRequest)(nil),       // 30: fusebox.v1.GetPolicyRequest
-	(*ListPoliciesRequest)(nil),    // 31: fusebox.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),   // 32: fusebox.v1.ListPoliciesResponse
-	(*PutPolicyRequest)(nil),       // 33: fusebox.v1.PutPolicyRequest
-	(*DeletePolicyRequest)(nil),    // 34: fusebox.v1.DeletePolicyRequest
-	(*DeletePolicyResponse)(nil),   // 35: fusebox.v1.DeletePolicyResponse
-	(*Violation)(nil),              // 36: fusebox.v1.Violation
-	(*ValidatePolicyRequest)(nil),  // 37: fusebox.v1.ValidatePolicyRequest
-	(*ValidatePolicyResponse)(nil), // 38: fusebox.v1.ValidatePolicyResponse
-	(*OverrideEntry)(nil),          // 39: fusebox.v1.OverrideEntry
-	(*SetOverrideRequest)(nil),     // 40: fusebox.v1.SetOverrideRequest
-	(*ClearOverrideRequest)(nil),   // 41: fusebox.v1.ClearOverrideRequest
-	(*ClearOverrideResponse)(nil),  // 42: fusebox.v1.ClearOverrideResponse
-	(*ListOverridesRequest)(nil),   // 43: fusebox.v1.ListOverridesRequest
-	(*ListOverridesResponse)(nil),  // 44: fusebox.v1.ListOverridesResponse
-	(*AuditEntry)(nil),             // 45: fusebox.v1.AuditEntry
-	(*ListAuditRequest)(nil),       // 46: fusebox.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),      // 47: fusebox.v1.ListAuditResponse
-	(*Member)(nil),                 // 48: fusebox.v1.Member
-	(*EtcdSync)(nil),               // 49: fusebox.v1.EtcdSync
-	(*EtcdRewind)(nil),             // 50: fusebox.v1.EtcdRewind
-	(*ListMembersRequest)(nil),     // 51: fusebox.v1.ListMembersRequest
-	(*ListMembersResponse)(nil),    // 52: fusebox.v1.ListMembersResponse
-	(*GetFleetRequest)(nil),        // 53: fusebox.v1.GetFleetRequest
-	(*NodeView)(nil),               // 54: fusebox.v1.NodeView
-	(*ZoneView)(nil),               // 55: fusebox.v1.ZoneView
-	(*DependencyView)(nil),         // 56: fusebox.v1.DependencyView
-	(*FleetSnapshot)(nil),          // 57: fusebox.v1.FleetSnapshot
-	(*WatchRequest)(nil),           // 58: fusebox.v1.WatchRequest
-	(*WatchEvent)(nil),             // 59: fusebox.v1.WatchEvent
-	(*SimulatePolicyRequest)(nil),  // 60: fusebox.v1.SimulatePolicyRequest
-	(*SimulatedInterval)(nil),      // 61: fusebox.v1.SimulatedInterval
-	(*SimulatedTotals)(nil),        // 62: fusebox.v1.SimulatedTotals
-	(*SimulatedSide)(nil),          // 63: fusebox.v1.SimulatedSide
-	(*SimulatedIncident)(nil),      // 64: fusebox.v1.SimulatedIncident
-	(*SimulatedPolicy)(nil),        // 65: fusebox.v1.SimulatedPolicy
-	(*SimulatePolicyResponse)(nil), // 66: fusebox.v1.SimulatePolicyResponse
-	(*NodeWindow)(nil),             // 67: fusebox.v1.NodeWindow
-	(*BreakerRecord)(nil),          // 68: fusebox.v1.BreakerRecord
-	(*SignedItem)(nil),             // 69: fusebox.v1.SignedItem
-	(*RowBatch)(nil),               // 70: fusebox.v1.RowBatch
-	(*GossipBatch)(nil),            // 71: fusebox.v1.GossipBatch
-	(*PushPullState)(nil),          // 72: fusebox.v1.PushPullState
-	(*durationpb.Duration)(nil),    // 73: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil),  // 74: google.protobuf.Timestamp
+	(PolicySource)(0),              // 9: fusebox.v1.PolicySource
+	(EventType)(0),                 // 10: fusebox.v1.EventType
+	(*Counts)(nil),                 // 11: fusebox.v1.Counts
+	(*RetrySettings)(nil),          // 12: fusebox.v1.RetrySettings
+	(*BreakerSettings)(nil),        // 13: fusebox.v1.BreakerSettings
+	(*DecisionSnapshot)(nil),       // 14: fusebox.v1.DecisionSnapshot
+	(*Decision)(nil),               // 15: fusebox.v1.Decision
+	(*Hello)(nil),                  // 16: fusebox.v1.Hello
+	(*DependencyCounts)(nil),       // 17: fusebox.v1.DependencyCounts
+	(*ProbeResult)(nil),            // 18: fusebox.v1.ProbeResult
+	(*CountDeltas)(nil),            // 19: fusebox.v1.CountDeltas
+	(*SessionRequest)(nil),         // 20: fusebox.v1.SessionRequest
+	(*Welcome)(nil),                // 21: fusebox.v1.Welcome
+	(*SnapshotUpdate)(nil),         // 22: fusebox.v1.SnapshotUpdate
+	(*DependencyError)(nil),        // 23: fusebox.v1.DependencyError
+	(*SessionResponse)(nil),        // 24: fusebox.v1.SessionResponse
+	(*AcquireRequest)(nil),         // 25: fusebox.v1.AcquireRequest
+	(*CheckRequest)(nil),           // 26: fusebox.v1.CheckRequest
+	(*OutcomeReport)(nil),          // 27: fusebox.v1.OutcomeReport
+	(*ReportRequest)(nil),          // 28: fusebox.v1.ReportRequest
+	(*ReportResponse)(nil),         // 29: fusebox.v1.ReportResponse
+	(*PolicyEntry)(nil),            // 30: fusebox.v1.PolicyEntry
+	(*GetPolicyRequest)(nil),       // 31: fusebox.v1.GetPolicyRequest
+	(*PolicyField)(nil),            // 32: fusebox.v1.PolicyField
+	(*EffectivePolicy)(nil),        // 33: fusebox.v1.EffectivePolicy
+	(*ListPoliciesRequest)(nil),    // 34: fusebox.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),   // 35: fusebox.v1.ListPoliciesResponse
+	(*PutPolicyRequest)(nil),       // 36: fusebox.v1.PutPolicyRequest
+	(*DeletePolicyRequest)(nil),    // 37: fusebox.v1.DeletePolicyRequest
+	(*DeletePolicyResponse)(nil),   // 38: fusebox.v1.DeletePolicyResponse
+	(*Violation)(nil),              // 39: fusebox.v1.Violation
+	(*ValidatePolicyRequest)(nil),  // 40: fusebox.v1.ValidatePolicyRequest
+	(*ValidatePolicyResponse)(nil), // 41: fusebox.v1.ValidatePolicyResponse
+	(*OverrideEntry)(nil),          // 42: fusebox.v1.OverrideEntry
+	(*SetOverrideRequest)(nil),     // 43: fusebox.v1.SetOverrideRequest
+	(*ClearOverrideRequest)(nil),   // 44: fusebox.v1.ClearOverrideRequest
+	(*ClearOverrideResponse)(nil),  // 45: fusebox.v1.ClearOverrideResponse
+	(*ListOverridesRequest)(nil),   // 46: fusebox.v1.ListOverridesRequest
+	(*ListOverridesResponse)(nil),  // 47: fusebox.v1.ListOverridesResponse
+	(*AuditEntry)(nil),             // 48: fusebox.v1.AuditEntry
+	(*FieldChange)(nil),            // 49: fusebox.v1.FieldChange
+	(*ListAuditRequest)(nil),       // 50: fusebox.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),      // 51: fusebox.v1.ListAuditResponse
+	(*Member)(nil),                 // 52: fusebox.v1.Member
+	(*EtcdSync)(nil),               // 53: fusebox.v1.EtcdSync
+	(*EtcdRewind)(nil),             // 54: fusebox.v1.EtcdRewind
+	(*ListMembersRequest)(nil),     // 55: fusebox.v1.ListMembersRequest
+	(*ListMembersResponse)(nil),    // 56: fusebox.v1.ListMembersResponse
+	(*GetFleetRequest)(nil),        // 57: fusebox.v1.GetFleetRequest
+	(*NodeView)(nil),               // 58: fusebox.v1.NodeView
+	(*ZoneView)(nil),               // 59: fusebox.v1.ZoneView
+	(*DependencyView)(nil),         // 60: fusebox.v1.DependencyView
+	(*FleetSnapshot)(nil),          // 61: fusebox.v1.FleetSnapshot
+	(*WatchRequest)(nil),           // 62: fusebox.v1.WatchRequest
+	(*WatchEvent)(nil),             // 63: fusebox.v1.WatchEvent
+	(*SimulatePolicyRequest)(nil),  // 64: fusebox.v1.SimulatePolicyRequest
+	(*SimulatedInterval)(nil),      // 65: fusebox.v1.SimulatedInterval
+	(*SimulatedTotals)(nil),        // 66: fusebox.v1.SimulatedTotals
+	(*SimulatedSide)(nil),          // 67: fusebox.v1.SimulatedSide
+	(*SimulatedIncident)(nil),      // 68: fusebox.v1.SimulatedIncident
+	(*SimulatedPolicy)(nil),        // 69: fusebox.v1.SimulatedPolicy
+	(*SimulatePolicyResponse)(nil), // 70: fusebox.v1.SimulatePolicyResponse
+	(*NodeWindow)(nil),             // 71: fusebox.v1.NodeWindow
+	(*BreakerRecord)(nil),          // 72: fusebox.v1.BreakerRecord
+	(*TripEvidence)(nil),           // 73: fusebox.v1.TripEvidence
+	(*SignedItem)(nil),             // 74: fusebox.v1.SignedItem
+	(*RowBatch)(nil),               // 75: fusebox.v1.RowBatch
+	(*GossipBatch)(nil),            // 76: fusebox.v1.GossipBatch
+	(*PushPullState)(nil),          // 77: fusebox.v1.PushPullState
+	(*durationpb.Duration)(nil),    // 78: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil),  // 79: google.protobuf.Timestamp
 }
 var file_fusebox_v1_fusebox_proto_depIdxs = []int32{
-	73,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
-	73,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
-	73,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
+	78,  // 0: fusebox.v1.RetrySettings.per_attempt_timeout:type_name -> google.protobuf.Duration
+	78,  // 1: fusebox.v1.RetrySettings.backoff_base:type_name -> google.protobuf.Duration
+	78,  // 2: fusebox.v1.RetrySettings.backoff_max:type_name -> google.protobuf.Duration
 	7,   // 3: fusebox.v1.RetrySettings.jitter:type_name -> fusebox.v1.Jitter
-	73,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
-	73,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
-	73,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
-	73,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
-	73,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
-	73,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
-	73,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
+	78,  // 4: fusebox.v1.RetrySettings.hedge_delay:type_name -> google.protobuf.Duration
+	78,  // 5: fusebox.v1.BreakerSettings.window:type_name -> google.protobuf.Duration
+	78,  // 6: fusebox.v1.BreakerSettings.open_duration:type_name -> google.protobuf.Duration
+	78,  // 7: fusebox.v1.BreakerSettings.max_open_duration:type_name -> google.protobuf.Duration
+	78,  // 8: fusebox.v1.BreakerSettings.probe_timeout:type_name -> google.protobuf.Duration
+	78,  // 9: fusebox.v1.BreakerSettings.fleet_max_open_duration:type_name -> google.protobuf.Duration
+	78,  // 10: fusebox.v1.BreakerSettings.ramp_duration:type_name -> google.protobuf.Duration
 	0,   // 11: fusebox.v1.DecisionSnapshot.state:type_name -> fusebox.v1.BreakerState
 	1,   // 12: fusebox.v1.DecisionSnapshot.override:type_name -> fusebox.v1.OverrideState
-	2,   // 13: fusebox.v1.DecisionSnapshot.mode:type_name -> fusebox.v1.Mode
-	11,  // 14: fusebox.v1.DecisionSnapshot.retry:type_name -> fusebox.v1.RetrySettings
-	73,  // 15: fusebox.v1.DecisionSnapshot.slow_call_duration:type_name -> google.protobuf.Duration
-	74,  // 16: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
-	0,   // 17: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
-	74,  // 18: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
-	6,   // 19: fusebox.v1.DecisionSnapshot.scope:type_name -> fusebox.v1.Scope
-	12,  // 20: fusebox.v1.DecisionSnapshot.breaker:type_name -> fusebox.v1.BreakerSettings
-	4,   // 21: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
-	5,   // 22: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
-	13,  // 23: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	10,  // 24: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
-	16,  // 25: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
-	17,  // 26: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
-	15,  // 27: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
-	18,  // 28: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
-	13,  // 29: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
-	13,  // 30: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
-	20,  // 31: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
-	21,  // 32: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
-	22,  // 33: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
-	3,   // 34: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
-	3,   // 35: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
-	8,   // 36: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
-	26,  // 37: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
-	17,  // 38: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
-	22,  // 39: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
-	29,  // 40: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
-	73,  // 41: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
-	36,  // 42: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
-	1,   // 43: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
-	74,  // 44: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
-	74,  // 45: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
-	73,  // 46: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
-	39,  // 47: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
-	74,  // 48: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
-	45,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
-	49,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
-	50,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
-	74,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
-	48,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
-	10,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
-	10,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
+	79,  // 13: fusebox.v1.DecisionSnapshot.since:type_name -> google.protobuf.Timestamp
+	0,   // 14: fusebox.v1.DecisionSnapshot.local_state:type_name -> fusebox.v1.BreakerState
+	79,  // 15: fusebox.v1.DecisionSnapshot.override_expires:type_name -> google.protobuf.Timestamp
+	4,   // 16: fusebox.v1.Decision.verdict:type_name -> fusebox.v1.Verdict
+	5,   // 17: fusebox.v1.Decision.reason:type_name -> fusebox.v1.RejectReason
+	14,  // 18: fusebox.v1.Decision.snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	11,  // 19: fusebox.v1.DependencyCounts.counts:type_name -> fusebox.v1.Counts
+	17,  // 20: fusebox.v1.CountDeltas.deltas:type_name -> fusebox.v1.DependencyCounts
+	18,  // 21: fusebox.v1.CountDeltas.probe_results:type_name -> fusebox.v1.ProbeResult
+	16,  // 22: fusebox.v1.SessionRequest.hello:type_name -> fusebox.v1.Hello
+	19,  // 23: fusebox.v1.SessionRequest.deltas:type_name -> fusebox.v1.CountDeltas
+	14,  // 24: fusebox.v1.Welcome.default_snapshot:type_name -> fusebox.v1.DecisionSnapshot
+	14,  // 25: fusebox.v1.SnapshotUpdate.snapshots:type_name -> fusebox.v1.DecisionSnapshot
+	21,  // 26: fusebox.v1.SessionResponse.welcome:type_name -> fusebox.v1.Welcome
+	22,  // 27: fusebox.v1.SessionResponse.update:type_name -> fusebox.v1.SnapshotUpdate
+	23,  // 28: fusebox.v1.SessionResponse.error:type_name -> fusebox.v1.DependencyError
+	3,   // 29: fusebox.v1.CheckRequest.kind:type_name -> fusebox.v1.AttemptKind
+	3,   // 30: fusebox.v1.OutcomeReport.kind:type_name -> fusebox.v1.AttemptKind
+	8,   // 31: fusebox.v1.OutcomeReport.outcome:type_name -> fusebox.v1.Outcome
+	27,  // 32: fusebox.v1.ReportRequest.outcomes:type_name -> fusebox.v1.OutcomeReport
+	18,  // 33: fusebox.v1.ReportRequest.probe_results:type_name -> fusebox.v1.ProbeResult
+	23,  // 34: fusebox.v1.ReportResponse.errors:type_name -> fusebox.v1.DependencyError
+	9,   // 35: fusebox.v1.PolicyField.source:type_name -> fusebox.v1.PolicySource
+	30,  // 36: fusebox.v1.EffectivePolicy.own:type_name -> fusebox.v1.PolicyEntry
+	30,  // 37: fusebox.v1.EffectivePolicy.fleet_default:type_name -> fusebox.v1.PolicyEntry
+	32,  // 38: fusebox.v1.EffectivePolicy.fields:type_name -> fusebox.v1.PolicyField
+	30,  // 39: fusebox.v1.ListPoliciesResponse.policies:type_name -> fusebox.v1.PolicyEntry
+	78,  // 40: fusebox.v1.ValidatePolicyRequest.deadline:type_name -> google.protobuf.Duration
+	39,  // 41: fusebox.v1.ValidatePolicyResponse.violations:type_name -> fusebox.v1.Violation
+	1,   // 42: fusebox.v1.OverrideEntry.state:type_name -> fusebox.v1.OverrideState
+	79,  // 43: fusebox.v1.OverrideEntry.created:type_name -> google.protobuf.Timestamp
+	79,  // 44: fusebox.v1.OverrideEntry.expires:type_name -> google.protobuf.Timestamp
+	78,  // 45: fusebox.v1.SetOverrideRequest.ttl:type_name -> google.protobuf.Duration
+	42,  // 46: fusebox.v1.ListOverridesResponse.overrides:type_name -> fusebox.v1.OverrideEntry
+	79,  // 47: fusebox.v1.AuditEntry.at:type_name -> google.protobuf.Timestamp
+	49,  // 48: fusebox.v1.AuditEntry.changes:type_name -> fusebox.v1.FieldChange
+	48,  // 49: fusebox.v1.ListAuditResponse.entries:type_name -> fusebox.v1.AuditEntry
+	53,  // 50: fusebox.v1.Member.etcd:type_name -> fusebox.v1.EtcdSync
+	54,  // 51: fusebox.v1.EtcdSync.last_rewind:type_name -> fusebox.v1.EtcdRewind
+	79,  // 52: fusebox.v1.EtcdRewind.at:type_name -> google.protobuf.Timestamp
+	52,  // 53: fusebox.v1.ListMembersResponse.members:type_name -> fusebox.v1.Member
+	11,  // 54: fusebox.v1.NodeView.counts:type_name -> fusebox.v1.Counts
+	11,  // 55: fusebox.v1.ZoneView.counts:type_name -> fusebox.v1.Counts
 	0,   // 56: fusebox.v1.DependencyView.state:type_name -> fusebox.v1.BreakerState
 	1,   // 57: fusebox.v1.DependencyView.override:type_name -> fusebox.v1.OverrideState
 	2,   // 58: fusebox.v1.DependencyView.mode:type_name -> fusebox.v1.Mode
-	10,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
-	55,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
-	54,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
-	74,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
-	12,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
-	74,  // 64: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
-	56,  // 65: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
-	48,  // 66: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
-	49,  // 67: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
-	9,   // 68: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
-	74,  // 69: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
-	74,  // 70: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
-	73,  // 71: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
-	74,  // 72: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
-	74,  // 73: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
-	74,  // 74: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
-	74,  // 75: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
-	74,  // 76: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
-	62,  // 77: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 78: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
-	74,  // 79: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
-	63,  // 80: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
-	63,  // 81: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
-	63,  // 82: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
-	61,  // 83: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 84: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
-	74,  // 85: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
-	74,  // 86: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
-	73,  // 87: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
-	74,  // 88: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
-	65,  // 89: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
-	65,  // 90: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
-	61,  // 91: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
-	62,  // 92: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
-	64,  // 93: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
-	10,  // 94: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
-	0,   // 95: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
-	67,  // 96: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
-	67,  // 97: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
-	68,  // 98: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
-	69,  // 99: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
-	69,  // 100: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
-	68,  // 101: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
-	67,  // 102: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
-	69,  // 103: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
-	69,  // 104: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
-	19,  // 105: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
-	24,  // 106: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
-	24,  // 107: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
-	25,  // 108: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
-	27,  // 109: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
-	30,  // 110: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
-	31,  // 111: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
-	33,  // 112: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
-	34,  // 113: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
-	37,  // 114: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
-	40,  // 115: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
-	40,  // 116: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
-	41,  // 117: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
-	43,  // 118: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
-	46,  // 119: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
-	51,  // 120: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
-	53,  // 121: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
-	58,  // 122: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
-	60,  // 123: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
-	23,  // 124: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
-	14,  // 125: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
-	14,  // 126: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
-	14,  // 127: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
-	28,  // 128: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
-	29,  // 129: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
-	32,  // 130: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
-	29,  // 131: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
-	35,  // 132: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
-	38,  // 133: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
-	39,  // 134: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
-	39,  // 135: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
-	42,  // 136: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
-	44,  // 137: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
-	47,  // 138: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
-	52,  // 139: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
-	57,  // 140: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
-	59,  // 141: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
-	66,  // 142: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
-	124, // [124:143] is the sub-list for method output_type
-	105, // [105:124] is the sub-list for method input_type
-	105, // [105:105] is the sub-list for extension type_name
-	105, // [105:105] is the sub-list for extension extendee
-	0,   // [0:105] is the sub-list for field type_name
+	11,  // 59: fusebox.v1.DependencyView.fleet:type_name -> fusebox.v1.Counts
+	59,  // 60: fusebox.v1.DependencyView.zones:type_name -> fusebox.v1.ZoneView
+	58,  // 61: fusebox.v1.DependencyView.nodes:type_name -> fusebox.v1.NodeView
+	79,  // 62: fusebox.v1.DependencyView.since:type_name -> google.protobuf.Timestamp
+	13,  // 63: fusebox.v1.DependencyView.breaker:type_name -> fusebox.v1.BreakerSettings
+	79,  // 64: fusebox.v1.DependencyView.incident_start:type_name -> google.protobuf.Timestamp
+	73,  // 65: fusebox.v1.DependencyView.trip:type_name -> fusebox.v1.TripEvidence
+	79,  // 66: fusebox.v1.DependencyView.override_created:type_name -> google.protobuf.Timestamp
+	79,  // 67: fusebox.v1.DependencyView.override_expires:type_name -> google.protobuf.Timestamp
+	79,  // 68: fusebox.v1.DependencyView.ramp_until:type_name -> google.protobuf.Timestamp
+	79,  // 69: fusebox.v1.FleetSnapshot.at:type_name -> google.protobuf.Timestamp
+	60,  // 70: fusebox.v1.FleetSnapshot.dependencies:type_name -> fusebox.v1.DependencyView
+	52,  // 71: fusebox.v1.FleetSnapshot.members:type_name -> fusebox.v1.Member
+	53,  // 72: fusebox.v1.FleetSnapshot.etcd:type_name -> fusebox.v1.EtcdSync
+	10,  // 73: fusebox.v1.WatchEvent.type:type_name -> fusebox.v1.EventType
+	79,  // 74: fusebox.v1.WatchEvent.at:type_name -> google.protobuf.Timestamp
+	79,  // 75: fusebox.v1.WatchEvent.expires:type_name -> google.protobuf.Timestamp
+	78,  // 76: fusebox.v1.SimulatePolicyRequest.since:type_name -> google.protobuf.Duration
+	79,  // 77: fusebox.v1.SimulatedInterval.from:type_name -> google.protobuf.Timestamp
+	79,  // 78: fusebox.v1.SimulatedInterval.to:type_name -> google.protobuf.Timestamp
+	79,  // 79: fusebox.v1.SimulatedSide.opened:type_name -> google.protobuf.Timestamp
+	79,  // 80: fusebox.v1.SimulatedSide.closed:type_name -> google.protobuf.Timestamp
+	79,  // 81: fusebox.v1.SimulatedSide.over_threshold:type_name -> google.protobuf.Timestamp
+	66,  // 82: fusebox.v1.SimulatedSide.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 83: fusebox.v1.SimulatedIncident.from:type_name -> google.protobuf.Timestamp
+	79,  // 84: fusebox.v1.SimulatedIncident.to:type_name -> google.protobuf.Timestamp
+	67,  // 85: fusebox.v1.SimulatedIncident.fleet:type_name -> fusebox.v1.SimulatedSide
+	67,  // 86: fusebox.v1.SimulatedIncident.current:type_name -> fusebox.v1.SimulatedSide
+	67,  // 87: fusebox.v1.SimulatedIncident.proposed:type_name -> fusebox.v1.SimulatedSide
+	65,  // 88: fusebox.v1.SimulatedPolicy.states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 89: fusebox.v1.SimulatedPolicy.totals:type_name -> fusebox.v1.SimulatedTotals
+	79,  // 90: fusebox.v1.SimulatePolicyResponse.from:type_name -> google.protobuf.Timestamp
+	79,  // 91: fusebox.v1.SimulatePolicyResponse.to:type_name -> google.protobuf.Timestamp
+	78,  // 92: fusebox.v1.SimulatePolicyResponse.resolution:type_name -> google.protobuf.Duration
+	79,  // 93: fusebox.v1.SimulatePolicyResponse.fine_from:type_name -> google.protobuf.Timestamp
+	69,  // 94: fusebox.v1.SimulatePolicyResponse.current:type_name -> fusebox.v1.SimulatedPolicy
+	69,  // 95: fusebox.v1.SimulatePolicyResponse.proposed:type_name -> fusebox.v1.SimulatedPolicy
+	65,  // 96: fusebox.v1.SimulatePolicyResponse.fleet_states:type_name -> fusebox.v1.SimulatedInterval
+	66,  // 97: fusebox.v1.SimulatePolicyResponse.fleet_totals:type_name -> fusebox.v1.SimulatedTotals
+	68,  // 98: fusebox.v1.SimulatePolicyResponse.incidents:type_name -> fusebox.v1.SimulatedIncident
+	11,  // 99: fusebox.v1.NodeWindow.counts:type_name -> fusebox.v1.Counts
+	11,  // 100: fusebox.v1.NodeWindow.cumulative:type_name -> fusebox.v1.Counts
+	0,   // 101: fusebox.v1.BreakerRecord.state:type_name -> fusebox.v1.BreakerState
+	73,  // 102: fusebox.v1.BreakerRecord.trip:type_name -> fusebox.v1.TripEvidence
+	71,  // 103: fusebox.v1.RowBatch.rows:type_name -> fusebox.v1.NodeWindow
+	71,  // 104: fusebox.v1.GossipBatch.rows:type_name -> fusebox.v1.NodeWindow
+	72,  // 105: fusebox.v1.GossipBatch.records:type_name -> fusebox.v1.BreakerRecord
+	74,  // 106: fusebox.v1.GossipBatch.signed_rows:type_name -> fusebox.v1.SignedItem
+	74,  // 107: fusebox.v1.GossipBatch.signed_records:type_name -> fusebox.v1.SignedItem
+	72,  // 108: fusebox.v1.PushPullState.records:type_name -> fusebox.v1.BreakerRecord
+	71,  // 109: fusebox.v1.PushPullState.rows:type_name -> fusebox.v1.NodeWindow
+	74,  // 110: fusebox.v1.PushPullState.signed_records:type_name -> fusebox.v1.SignedItem
+	74,  // 111: fusebox.v1.PushPullState.signed_rows:type_name -> fusebox.v1.SignedItem
+	20,  // 112: fusebox.v1.Agent.Session:input_type -> fusebox.v1.SessionRequest
+	25,  // 113: fusebox.v1.Agent.AcquireRetry:input_type -> fusebox.v1.AcquireRequest
+	25,  // 114: fusebox.v1.Agent.AcquireProbe:input_type -> fusebox.v1.AcquireRequest
+	26,  // 115: fusebox.v1.Agent.Check:input_type -> fusebox.v1.CheckRequest
+	28,  // 116: fusebox.v1.Agent.Report:input_type -> fusebox.v1.ReportRequest
+	31,  // 117: fusebox.v1.Admin.GetPolicy:input_type -> fusebox.v1.GetPolicyRequest
+	31,  // 118: fusebox.v1.Admin.GetEffectivePolicy:input_type -> fusebox.v1.GetPolicyRequest
+	34,  // 119: fusebox.v1.Admin.ListPolicies:input_type -> fusebox.v1.ListPoliciesRequest
+	36,  // 120: fusebox.v1.Admin.PutPolicy:input_type -> fusebox.v1.PutPolicyRequest
+	37,  // 121: fusebox.v1.Admin.DeletePolicy:input_type -> fusebox.v1.DeletePolicyRequest
+	40,  // 122: fusebox.v1.Admin.ValidatePolicy:input_type -> fusebox.v1.ValidatePolicyRequest
+	43,  // 123: fusebox.v1.Admin.ForceOpen:input_type -> fusebox.v1.SetOverrideRequest
+	43,  // 124: fusebox.v1.Admin.ForceClosed:input_type -> fusebox.v1.SetOverrideRequest
+	44,  // 125: fusebox.v1.Admin.ClearOverride:input_type -> fusebox.v1.ClearOverrideRequest
+	46,  // 126: fusebox.v1.Admin.ListOverrides:input_type -> fusebox.v1.ListOverridesRequest
+	50,  // 127: fusebox.v1.Admin.ListAudit:input_type -> fusebox.v1.ListAuditRequest
+	55,  // 128: fusebox.v1.Admin.ListMembers:input_type -> fusebox.v1.ListMembersRequest
+	57,  // 129: fusebox.v1.Admin.GetFleet:input_type -> fusebox.v1.GetFleetRequest
+	62,  // 130: fusebox.v1.Admin.Watch:input_type -> fusebox.v1.WatchRequest
+	64,  // 131: fusebox.v1.Admin.SimulatePolicy:input_type -> fusebox.v1.SimulatePolicyRequest
+	24,  // 132: fusebox.v1.Agent.Session:output_type -> fusebox.v1.SessionResponse
+	15,  // 133: fusebox.v1.Agent.AcquireRetry:output_type -> fusebox.v1.Decision
+	15,  // 134: fusebox.v1.Agent.AcquireProbe:output_type -> fusebox.v1.Decision
+	15,  // 135: fusebox.v1.Agent.Check:output_type -> fusebox.v1.Decision
+	29,  // 136: fusebox.v1.Agent.Report:output_type -> fusebox.v1.ReportResponse
+	30,  // 137: fusebox.v1.Admin.GetPolicy:output_type -> fusebox.v1.PolicyEntry
+	33,  // 138: fusebox.v1.Admin.GetEffectivePolicy:output_type -> fusebox.v1.EffectivePolicy
+	35,  // 139: fusebox.v1.Admin.ListPolicies:output_type -> fusebox.v1.ListPoliciesResponse
+	30,  // 140: fusebox.v1.Admin.PutPolicy:output_type -> fusebox.v1.PolicyEntry
+	38,  // 141: fusebox.v1.Admin.DeletePolicy:output_type -> fusebox.v1.DeletePolicyResponse
+	41,  // 142: fusebox.v1.Admin.ValidatePolicy:output_type -> fusebox.v1.ValidatePolicyResponse
+	42,  // 143: fusebox.v1.Admin.ForceOpen:output_type -> fusebox.v1.OverrideEntry
+	42,  // 144: fusebox.v1.Admin.ForceClosed:output_type -> fusebox.v1.OverrideEntry
+	45,  // 145: fusebox.v1.Admin.ClearOverride:output_type -> fusebox.v1.ClearOverrideResponse
+	47,  // 146: fusebox.v1.Admin.ListOverrides:output_type -> fusebox.v1.ListOverridesResponse
+	51,  // 147: fusebox.v1.Admin.ListAudit:output_type -> fusebox.v1.ListAuditResponse
+	56,  // 148: fusebox.v1.Admin.ListMembers:output_type -> fusebox.v1.ListMembersResponse
+	61,  // 149: fusebox.v1.Admin.GetFleet:output_type -> fusebox.v1.FleetSnapshot
+	63,  // 150: fusebox.v1.Admin.Watch:output_type -> fusebox.v1.WatchEvent
+	70,  // 151: fusebox.v1.Admin.SimulatePolicy:output_type -> fusebox.v1.SimulatePolicyResponse
+	132, // [132:152] is the sub-list for method output_type
+	112, // [112:132] is the sub-list for method input_type
+	112, // [112:112] is the sub-list for extension type_name
+	112, // [112:112] is the sub-list for extension extendee
+	0,   // [0:112] is the sub-list for field type_name
 }
 
 func init() { file_fusebox_v1_fusebox_proto_init() }
@@ -6230,16 +6924,16 @@ func file_fusebox_v1_fusebox_proto_init() {
 		(*SessionResponse_Update)(nil),
 		(*SessionResponse_Error)(nil),
 	}
-	file_fusebox_v1_fusebox_proto_msgTypes[23].OneofWrappers = []any{}
-	file_fusebox_v1_fusebox_proto_msgTypes[24].OneofWrappers = []any{}
-	file_fusebox_v1_fusebox_proto_msgTypes[53].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[25].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[26].OneofWrappers = []any{}
+	file_fusebox_v1_fusebox_proto_msgTypes[56].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fusebox_v1_fusebox_proto_rawDesc), len(file_fusebox_v1_fusebox_proto_rawDesc)),
-			NumEnums:      10,
-			NumMessages:   63,
+			NumEnums:      11,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

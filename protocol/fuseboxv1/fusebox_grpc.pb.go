@@ -302,20 +302,21 @@ var Agent_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Admin_GetPolicy_FullMethodName      = "/fusebox.v1.Admin/GetPolicy"
-	Admin_ListPolicies_FullMethodName   = "/fusebox.v1.Admin/ListPolicies"
-	Admin_PutPolicy_FullMethodName      = "/fusebox.v1.Admin/PutPolicy"
-	Admin_DeletePolicy_FullMethodName   = "/fusebox.v1.Admin/DeletePolicy"
-	Admin_ValidatePolicy_FullMethodName = "/fusebox.v1.Admin/ValidatePolicy"
-	Admin_ForceOpen_FullMethodName      = "/fusebox.v1.Admin/ForceOpen"
-	Admin_ForceClosed_FullMethodName    = "/fusebox.v1.Admin/ForceClosed"
-	Admin_ClearOverride_FullMethodName  = "/fusebox.v1.Admin/ClearOverride"
-	Admin_ListOverrides_FullMethodName  = "/fusebox.v1.Admin/ListOverrides"
-	Admin_ListAudit_FullMethodName      = "/fusebox.v1.Admin/ListAudit"
-	Admin_ListMembers_FullMethodName    = "/fusebox.v1.Admin/ListMembers"
-	Admin_GetFleet_FullMethodName       = "/fusebox.v1.Admin/GetFleet"
-	Admin_Watch_FullMethodName          = "/fusebox.v1.Admin/Watch"
-	Admin_SimulatePolicy_FullMethodName = "/fusebox.v1.Admin/SimulatePolicy"
+	Admin_GetPolicy_FullMethodName          = "/fusebox.v1.Admin/GetPolicy"
+	Admin_GetEffectivePolicy_FullMethodName = "/fusebox.v1.Admin/GetEffectivePolicy"
+	Admin_ListPolicies_FullMethodName       = "/fusebox.v1.Admin/ListPolicies"
+	Admin_PutPolicy_FullMethodName          = "/fusebox.v1.Admin/PutPolicy"
+	Admin_DeletePolicy_FullMethodName       = "/fusebox.v1.Admin/DeletePolicy"
+	Admin_ValidatePolicy_FullMethodName     = "/fusebox.v1.Admin/ValidatePolicy"
+	Admin_ForceOpen_FullMethodName          = "/fusebox.v1.Admin/ForceOpen"
+	Admin_ForceClosed_FullMethodName        = "/fusebox.v1.Admin/ForceClosed"
+	Admin_ClearOverride_FullMethodName      = "/fusebox.v1.Admin/ClearOverride"
+	Admin_ListOverrides_FullMethodName      = "/fusebox.v1.Admin/ListOverrides"
+	Admin_ListAudit_FullMethodName          = "/fusebox.v1.Admin/ListAudit"
+	Admin_ListMembers_FullMethodName        = "/fusebox.v1.Admin/ListMembers"
+	Admin_GetFleet_FullMethodName           = "/fusebox.v1.Admin/GetFleet"
+	Admin_Watch_FullMethodName              = "/fusebox.v1.Admin/Watch"
+	Admin_SimulatePolicy_FullMethodName     = "/fusebox.v1.Admin/SimulatePolicy"
 )
 
 // AdminClient is the client API for Admin service.
@@ -323,6 +324,12 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type AdminClient interface {
 	GetPolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*PolicyEntry, error)
+	// GetEffectivePolicy answers with the policy a dependency runs on (the
+	// built-in default, the stored fleet default over it, the dependency's
+	// own policy over that) and where each field's value comes from. A
+	// dependency without a policy of its own is no error: it runs on the
+	// fleet default. "_default" explains the fleet default itself.
+	GetEffectivePolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*EffectivePolicy, error)
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
 	PutPolicy(ctx context.Context, in *PutPolicyRequest, opts ...grpc.CallOption) (*PolicyEntry, error)
 	DeletePolicy(ctx context.Context, in *DeletePolicyRequest, opts ...grpc.CallOption) (*DeletePolicyResponse, error)
@@ -372,6 +379,16 @@ func (c *adminClient) GetPolicy(ctx context.Context, in *GetPolicyRequest, opts 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PolicyEntry)
 	err := c.cc.Invoke(ctx, Admin_GetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) GetEffectivePolicy(ctx context.Context, in *GetPolicyRequest, opts ...grpc.CallOption) (*EffectivePolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EffectivePolicy)
+	err := c.cc.Invoke(ctx, Admin_GetEffectivePolicy_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -522,6 +539,12 @@ func (c *adminClient) SimulatePolicy(ctx context.Context, in *SimulatePolicyRequ
 // for forward compatibility.
 type AdminServer interface {
 	GetPolicy(context.Context, *GetPolicyRequest) (*PolicyEntry, error)
+	// GetEffectivePolicy answers with the policy a dependency runs on (the
+	// built-in default, the stored fleet default over it, the dependency's
+	// own policy over that) and where each field's value comes from. A
+	// dependency without a policy of its own is no error: it runs on the
+	// fleet default. "_default" explains the fleet default itself.
+	GetEffectivePolicy(context.Context, *GetPolicyRequest) (*EffectivePolicy, error)
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
 	PutPolicy(context.Context, *PutPolicyRequest) (*PolicyEntry, error)
 	DeletePolicy(context.Context, *DeletePolicyRequest) (*DeletePolicyResponse, error)
@@ -569,6 +592,9 @@ type UnimplementedAdminServer struct{}
 
 func (UnimplementedAdminServer) GetPolicy(context.Context, *GetPolicyRequest) (*PolicyEntry, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicy not implemented")
+}
+func (UnimplementedAdminServer) GetEffectivePolicy(context.Context, *GetPolicyRequest) (*EffectivePolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetEffectivePolicy not implemented")
 }
 func (UnimplementedAdminServer) ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPolicies not implemented")
@@ -644,6 +670,24 @@ func _Admin_GetPolicy_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(AdminServer).GetPolicy(ctx, req.(*GetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_GetEffectivePolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetEffectivePolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetEffectivePolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetEffectivePolicy(ctx, req.(*GetPolicyRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -885,6 +929,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPolicy",
 			Handler:    _Admin_GetPolicy_Handler,
+		},
+		{
+			MethodName: "GetEffectivePolicy",
+			Handler:    _Admin_GetEffectivePolicy_Handler,
 		},
 		{
 			MethodName: "ListPolicies",

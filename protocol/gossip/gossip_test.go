@@ -39,12 +39,13 @@ func TestMain(m *testing.M) {
 type recorder struct {
 	mu      sync.Mutex
 	rows    map[string]uint64 // node/dependency -> seq
+	calls   map[string]uint64 // node/dependency -> cumulative first attempts
 	records map[string]uint64 // dependency -> generation
 	state   *fuseboxv1.PushPullState
 }
 
 func newRecorder() *recorder {
-	return &recorder{rows: map[string]uint64{}, records: map[string]uint64{}}
+	return &recorder{rows: map[string]uint64{}, calls: map[string]uint64{}, records: map[string]uint64{}}
 }
 
 func (r *recorder) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch, int) {
@@ -57,6 +58,7 @@ func (r *recorder) ApplyBatch(b *fuseboxv1.GossipBatch) (*fuseboxv1.GossipBatch,
 			continue
 		}
 		r.rows[w.GetNode()+"/"+w.GetDependency()] = w.GetSeq()
+		r.calls[w.GetNode()+"/"+w.GetDependency()] = w.GetCumulative().GetFirstAttempts()
 	}
 	for _, m := range b.GetRecords() {
 		rec, ok := convert.RecordFromProto(m)
@@ -162,7 +164,8 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 	})
 
 	row := convert.RowToProto(sharedstate.NodeWindow{Node: "a", Zone: "z1", Dependency: "dep", Seq: 3,
-		Counts: sharedstate.Counts{FirstAttempts: 1, Successes: 1}})
+		Counts:     sharedstate.Counts{FirstAttempts: 1, Successes: 1},
+		Cumulative: sharedstate.Cumulative{Counts: sharedstate.Counts{FirstAttempts: 1234, Successes: 1234}, Since: 1_790_000_000_000, At: 1_790_000_000_100}})
 	a.Broadcast(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{row}})
 	a.SendDirect([]*fuseboxv1.BreakerRecord{convert.RecordToProto(sharedstate.BreakerRecord{Dependency: "dep",
 		Zone: "z1", Generation: 1, State: sharedstate.Open, OpenCount: 1, Origin: "a"})})
@@ -170,6 +173,11 @@ func TestMembersBroadcastAndPushPull(t *testing.T) {
 		rows, recs := hb.seen()
 		return rows == 1 && recs == 1
 	})
+	hb.mu.Lock()
+	if n := hb.calls["a/dep"]; n != 1234 {
+		t.Errorf("b reads a's cumulative first attempts as %d, want 1234", n)
+	}
+	hb.mu.Unlock()
 
 	// A late observer learns b's state by push-pull on join.
 	hb.mu.Lock()

@@ -476,7 +476,9 @@ func BenchmarkVerifyRow(b *testing.B) {
 func benchRow() *fuseboxv1.NodeWindow {
 	return &fuseboxv1.NodeWindow{Node: "agent-17", Zone: "eu-1a", Dependency: "shipping-api", Seq: 1_764_633_600_000_000_123,
 		Generation: 3, Counts: &fuseboxv1.Counts{FirstAttempts: 1200, Retries: 40, Successes: 1180, Failures: 60, SlowCalls: 4},
-		RecentSuccesses: []uint64{12, 11, 25, 48, 95, 190, 380}, RecentFailures: []uint64{0, 1, 0, 2, 4, 9, 19}, InFlight: 7}
+		RecentSuccesses: []uint64{12, 11, 25, 48, 95, 190, 380}, RecentFailures: []uint64{0, 1, 0, 2, 4, 9, 19}, InFlight: 7,
+		Cumulative:            &fuseboxv1.Counts{FirstAttempts: 8_640_000, Retries: 43_000, Successes: 8_596_000, Failures: 87_000, SlowCalls: 9_000},
+		CumulativeSinceUnixMs: 1_764_547_200_000, CumulativeAgeMs: 86_400_000}
 }
 
 func newKeyB(b *testing.B) ed25519.PrivateKey {

@@ -1,21 +1,6 @@
 package cliflag
 
-import (
-	"net"
-	"strings"
-)
-
-// SplitList splits a comma-separated flag value ("a, b,,c") into its
-// non-empty, trimmed items (["a" "b" "c"]); nil when there are none.
-func SplitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
-}
+import "net"
 
 // IsLoopback reports whether a listen address, host:port, names a loopback
 // host: "localhost" or an IP in 127.0.0.0/8 or ::1. An empty host (all

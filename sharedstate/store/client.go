@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/url"
@@ -64,8 +63,11 @@ type EtcdAuth struct {
 // RegisterFlags registers the etcd TLS and authentication flags both
 // daemons take, bound to a (each flag's default is a's current value):
 // --etcd-ca, --etcd-cert, --etcd-key, --etcd-user, --etcd-password and
-// --etcd-password-file, the names Violations reports.
-func (a *EtcdAuth) RegisterFlags(fs *flag.FlagSet) {
+// --etcd-password-file, the names Violations reports. fs is a daemon's
+// *pflag.FlagSet (package daemonflag), or any flag set alike.
+func (a *EtcdAuth) RegisterFlags(fs interface {
+	StringVar(p *string, name, value, usage string)
+}) {
 	fs.StringVar(&a.EtcdCA, "etcd-ca", a.EtcdCA, "CA bundle to verify etcd's TLS certificate (default: the system's CAs)")
 	fs.StringVar(&a.EtcdCert, "etcd-cert", a.EtcdCert, "client certificate for etcd TLS (default: none)")
 	fs.StringVar(&a.EtcdKey, "etcd-key", a.EtcdKey, "client key for etcd TLS (default: none)")

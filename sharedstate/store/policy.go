@@ -13,19 +13,16 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// PolicyEntry is a policy as stored under policies/<name>.
+// PolicyEntry is a policy document as stored under policies/<name>.
 //
 // policies/_default holds the fleet default: a complete policy. Every other
-// key holds a dependency's policy as a patch over the default (the fields it
-// sets replace the default's, field by field); sharedstate.MergePolicy
-// computes the effective policy.
+// key holds a dependency's policy document, which may set only some fields:
+// it is read over the default (the fields it sets replace the default's,
+// the others keep them); PolicyEntry.Policy computes the effective policy.
 type PolicyEntry struct {
 	// Name is the dependency, or sharedstate.DefaultPolicyName.
 	Name string
-	// Patch is the stored policy. For the default it sets every field, and
-	// sharedstate.MergePolicy(sharedstate.Policy{}, Patch) is the policy.
-	Patch sharedstate.PolicyPatch
-	// Value is the stored JSON (with "schema": 1).
+	// Value is the stored JSON document (with "schema": 1 and "dependency").
 	Value json.RawMessage
 
 	ModRevision    int64
@@ -40,13 +37,9 @@ func (e PolicyEntry) IsDefault() bool { return e.Name == sharedstate.DefaultPoli
 // (ignored when e is the default itself), validated.
 func (e PolicyEntry) Policy(def sharedstate.Policy) (sharedstate.Policy, error) {
 	if e.IsDefault() {
-		def = sharedstate.Policy{}
+		return sharedstate.ParsePolicy(e.Value)
 	}
-	p := sharedstate.MergePolicy(def, e.Patch)
-	if err := p.Validate(); err != nil {
-		return sharedstate.Policy{}, err
-	}
-	return p, nil
+	return sharedstate.ParsePolicyOver(def, e.Name, e.Value)
 }
 
 // checkPolicyName accepts sharedstate.DefaultPolicyName and dependency names.
@@ -57,49 +50,25 @@ func checkPolicyName(name string) error {
 	return sharedstate.ValidateDependencyName(name)
 }
 
-// parsePolicyValue decodes the value of policies/<name> and checks it on its
-// own: strict JSON, schema 1, a "dependency" field (when present) equal to
-// name, and for the default a complete, valid policy. It does not check a
-// dependency's patch against a default: see checkMerged.
-func parsePolicyValue(name string, data []byte) (sharedstate.PolicyPatch, error) {
+// parsePolicyValue checks the value of policies/<name> on its own: strict
+// JSON, schema 1, a "dependency" field (when present) equal to name, and for
+// the default a complete, valid policy. It does not check a dependency's
+// document against a default: see PolicyEntry.Policy.
+func parsePolicyValue(name string, data []byte) error {
+	var p sharedstate.Policy
+	var err error
 	if name == sharedstate.DefaultPolicyName {
-		p, err := sharedstate.ParsePolicy(data)
-		if err != nil {
-			return sharedstate.PolicyPatch{}, err
-		}
-		if p.Dependency != name {
-			return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
-				Field: "dependency", Value: fmt.Sprintf("%q", p.Dependency), Message: "must be " + name + " in policies/" + name,
-			}}}
-		}
-		return p.Patch(), nil
+		p, err = sharedstate.ParsePolicy(data)
+	} else {
+		p, err = sharedstate.DecodePolicy(sharedstate.Policy{}, data) // its own "dependency", if any
 	}
-	patch, err := sharedstate.ParsePolicyPatch(data)
 	if err != nil {
-		return sharedstate.PolicyPatch{}, err
+		return err
 	}
-	if patch.Dependency != "" && patch.Dependency != name {
-		return sharedstate.PolicyPatch{}, &sharedstate.ValidationError{Violations: []sharedstate.Violation{{
-			Field: "dependency", Value: fmt.Sprintf("%q", patch.Dependency), Message: "must be " + name + " in policies/" + name,
-		}}}
+	if v := sharedstate.PolicyNameViolation(name, p.Dependency); v != nil {
+		return &sharedstate.ValidationError{Violations: []sharedstate.Violation{*v}}
 	}
-	return patch, nil
-}
-
-// checkMerged validates the policy a dependency's patch yields over def.
-func checkMerged(def sharedstate.Policy, name string, patch sharedstate.PolicyPatch) error {
-	p := sharedstate.MergePolicy(def, patch)
-	p.Dependency = name
-	return p.Validate()
-}
-
-// canonicalPolicy returns the JSON to store for name: schema 1 and the
-// dependency name always set, nothing else added.
-func canonicalPolicy(name string, patch sharedstate.PolicyPatch) ([]byte, error) {
-	schema := sharedstate.PolicySchema
-	patch.Schema = &schema
-	patch.Dependency = name
-	return json.Marshal(patch)
+	return nil
 }
 
 // defaultFrom returns the fleet default stored in kv, or the built-in
@@ -128,65 +97,65 @@ func defaultFrom(kv *mvccpb.KeyValue) (sharedstate.Policy, error) {
 // The write compares the revisions of what it validated against (the
 // default, or every dependency policy), so a concurrent change cannot slip
 // an invalid combination in: the write is retried against the new state.
-// The stored value is data re-encoded with "schema": 1 and "dependency" set.
-// w.Expect is checked against policies/<name>'s mod revision.
+// The stored value is data re-encoded with "schema": 1 and "dependency" set
+// (sharedstate.PolicyDocument; the default with every field, the optional
+// ones it leaves out filled in). w.Expect is checked against
+// policies/<name>'s mod revision.
 func (s *Store) PutPolicy(ctx context.Context, name string, data []byte, w WriteOptions) (PolicyEntry, error) {
 	if err := checkPolicyName(name); err != nil {
 		return PolicyEntry{}, fmt.Errorf("store: put policy: %w", err)
 	}
-	patch, err := parsePolicyValue(name, data)
-	if err != nil {
+	if err := parsePolicyValue(name, data); err != nil {
 		var verr *sharedstate.ValidationError
 		if name != sharedstate.DefaultPolicyName && errors.As(err, &verr) {
 			// One refusal names every problem: the fields that decoded are
 			// also checked against the default in force.
 			if def, _, derr := s.readDefault(ctx, 0); derr == nil {
 				var more *sharedstate.ValidationError
-				if _, _, all := sharedstate.ParsePolicyPatchOver(def, name, data); errors.As(all, &more) {
+				if _, all := sharedstate.ParsePolicyOver(def, name, data); errors.As(all, &more) {
 					err = sharedstate.JoinViolations(verr, more)
 				}
 			}
 		}
 		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
 	}
-	value, err := canonicalPolicy(name, patch)
-	if err != nil {
-		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
-	}
+	e := PolicyEntry{Name: name}
 	c := change{action: ActionPolicyPut, dependency: name, key: s.PolicyKey(name), opts: w}
 	if name == sharedstate.DefaultPolicyName {
-		def := sharedstate.MergePolicy(sharedstate.Policy{}, patch)
+		def, _ := sharedstate.ParsePolicy(data) // parsePolicyValue checked it
+		e.Value, _ = json.Marshal(def)          // every field, the optional ones filled in
 		c.prepare = func(ctx context.Context, rev int64, _ *mvccpb.KeyValue) ([]byte, []clientv3.Cmp, error) {
-			cmps, err := s.checkPatchesAgainst(ctx, rev, def)
-			return value, cmps, err
+			cmps, err := s.checkPoliciesAgainst(ctx, rev, def)
+			return e.Value, cmps, err
 		}
 	} else {
+		e.Value, _ = sharedstate.PolicyDocument(name, data) // parsePolicyValue checked it
 		c.prepare = func(ctx context.Context, rev int64, _ *mvccpb.KeyValue) ([]byte, []clientv3.Cmp, error) {
 			def, cmp, err := s.readDefault(ctx, rev)
 			if err != nil {
 				return nil, nil, err
 			}
-			if err := checkMerged(def, name, patch); err != nil {
+			if _, err := e.Policy(def); err != nil {
 				return nil, nil, fmt.Errorf("store: put policy %q (merged with the default): %w", name, err)
 			}
-			return value, []clientv3.Cmp{cmp}, nil
+			return e.Value, []clientv3.Cmp{cmp}, nil
 		}
 	}
 	rev, prev, err := s.apply(ctx, c)
 	if err != nil {
 		return PolicyEntry{}, err
 	}
-	e := PolicyEntry{Name: name, Patch: patch, Value: value, ModRevision: rev, CreateRevision: rev, Version: 1}
+	e.ModRevision, e.CreateRevision, e.Version = rev, rev, 1
 	if prev != nil {
 		e.CreateRevision, e.Version = prev.CreateRevision, prev.Version+1
 	}
 	return e, nil
 }
 
-// PutPolicyPatch is PutPolicy for a typed patch (sharedstate.Policy.Patch
-// turns a complete policy into one).
-func (s *Store) PutPolicyPatch(ctx context.Context, name string, patch sharedstate.PolicyPatch, w WriteOptions) (PolicyEntry, error) {
-	data, err := json.Marshal(patch)
+// PutPolicyOf is PutPolicy for a complete policy p: its JSON document sets
+// every field.
+func (s *Store) PutPolicyOf(ctx context.Context, name string, p sharedstate.Policy, w WriteOptions) (PolicyEntry, error) {
+	data, err := json.Marshal(p)
 	if err != nil {
 		return PolicyEntry{}, fmt.Errorf("store: put policy %q: %w", name, err)
 	}
@@ -209,7 +178,7 @@ func (s *Store) DeletePolicy(ctx context.Context, name string, w WriteOptions) (
 			if prev == nil {
 				return nil, nil, nil // apply reports ErrNotFound
 			}
-			cmps, err := s.checkPatchesAgainst(ctx, rev, sharedstate.DefaultPolicy())
+			cmps, err := s.checkPoliciesAgainst(ctx, rev, sharedstate.DefaultPolicy())
 			return nil, cmps, err
 		}
 	}
@@ -239,13 +208,13 @@ func (s *Store) readDefault(ctx context.Context, rev int64) (sharedstate.Policy,
 	return def, clientv3.Compare(clientv3.ModRevision(key), "=", modRev), nil
 }
 
-// checkPatchesAgainst reads every dependency policy at rev and checks that
+// checkPoliciesAgainst reads every dependency policy at rev and checks that
 // each yields a valid policy over def. It returns a compare that holds while
 // no key under policies/ has changed since rev, or a
 // *sharedstate.ValidationError listing every violation, each field prefixed
 // with its dependency. Values that do not parse on their own are ignored
 // here: readers skip them whatever the default.
-func (s *Store) checkPatchesAgainst(ctx context.Context, rev int64, def sharedstate.Policy) ([]clientv3.Cmp, error) {
+func (s *Store) checkPoliciesAgainst(ctx context.Context, rev int64, def sharedstate.Policy) ([]clientv3.Cmp, error) {
 	prefix := s.prefix + policiesDir
 	var vs []sharedstate.Violation
 	_, err := s.rangeAll(ctx, prefix, rev, func(kv *mvccpb.KeyValue) {
@@ -253,12 +222,11 @@ func (s *Store) checkPatchesAgainst(ctx context.Context, rev int64, def sharedst
 		if name == sharedstate.DefaultPolicyName || checkPolicyName(name) != nil {
 			return
 		}
-		patch, err := parsePolicyValue(name, kv.Value)
-		if err != nil {
+		if parsePolicyValue(name, kv.Value) != nil {
 			return
 		}
 		var verr *sharedstate.ValidationError
-		if err := checkMerged(def, name, patch); errors.As(err, &verr) {
+		if _, err := (PolicyEntry{Name: name, Value: kv.Value}).Policy(def); errors.As(err, &verr) {
 			for _, v := range verr.Violations {
 				v.Field = name + ": " + v.Field
 				vs = append(vs, v)
@@ -304,13 +272,13 @@ func (s *Store) GetPolicy(ctx context.Context, name string) (PolicyEntry, error)
 	}
 	def, err := defaultFrom(defKV)
 	if err != nil {
-		def = sharedstate.DefaultPolicy() // the default's own problem; judge the patch alone
+		def = sharedstate.DefaultPolicy() // the default's own problem; judge the document alone
 	}
 	return s.decodePolicy(kvs[0], def)
 }
 
 // EffectivePolicy returns the policy in force for dependency: its stored
-// policy merged over the stored default (the built-in default when none is
+// document read over the stored default (the built-in default when none is
 // stored), validated, and the revision read at. A dependency without a
 // policy of its own gets the default. An invalid stored value is an
 // *InvalidValueError.
@@ -404,17 +372,17 @@ func (s *Store) decodePolicy(kv *mvccpb.KeyValue, def sharedstate.Policy) (Polic
 	if err := checkPolicyName(name); err != nil {
 		return fail(err)
 	}
-	patch, err := parsePolicyValue(name, kv.Value)
-	if err != nil {
+	if err := parsePolicyValue(name, kv.Value); err != nil {
 		return fail(err)
 	}
+	e := PolicyEntry{
+		Name: name, Value: json.RawMessage(kv.Value),
+		ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version,
+	}
 	if name != sharedstate.DefaultPolicyName {
-		if err := checkMerged(def, name, patch); err != nil {
+		if _, err := e.Policy(def); err != nil {
 			return fail(fmt.Errorf("merged with the default: %w", err))
 		}
 	}
-	return PolicyEntry{
-		Name: name, Patch: patch, Value: json.RawMessage(kv.Value),
-		ModRevision: kv.ModRevision, CreateRevision: kv.CreateRevision, Version: kv.Version,
-	}, nil
+	return e, nil
 }

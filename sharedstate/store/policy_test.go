@@ -57,7 +57,7 @@ func TestPolicyPutGetListDelete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.ModRevision != put.ModRevision || *got.Patch.Breaker.MinimumRequests != 50 {
+	if p, _ := got.Policy(sharedstate.DefaultPolicy()); got.ModRevision != put.ModRevision || p.Breaker.MinimumRequests != 50 {
 		t.Fatalf("get = %+v, want mod revision %d and minimumRequests 50", got, put.ModRevision)
 	}
 	eff, _, err := e.st.EffectivePolicy(ctx, "shipping-api")

@@ -7,6 +7,8 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // rangePage is how many keys one range request of rangeAll reads, so that
@@ -68,19 +70,18 @@ func rangePages(ctx context.Context, kv clientv3.KV, from, end string, rev int64
 //
 // Retry label: idempotent by nature (it only reads).
 func (s *Store) readTxn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
-	wait := 25 * time.Millisecond
+	wait := backoff.New(backoff.Policy{Base: 25 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: backoff.None}, nil)
 	for {
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 		if err == nil || !IsUnavailable(err) || ctx.Err() != nil {
 			return resp, err
 		}
-		t := time.NewTimer(wait)
+		t := time.NewTimer(wait.Next())
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, err
 		case <-t.C:
 		}
-		wait = min(2*wait, 500*time.Millisecond)
 	}
 }

@@ -255,8 +255,8 @@ func TestWatchNoticesSnapshotRestore(t *testing.T) {
 	if _, ok := rec.state.Overrides["p-02"]; ok {
 		t.Errorf("the override set after the snapshot survived the restore")
 	}
-	if got := *rec.state.Policies["p-01"].Patch.Breaker.MinimumRequests; got != 120 {
-		t.Errorf("p-01 minimumRequests %d after the restore, want the snapshot's 120", got)
+	if got, _ := rec.state.Policies["p-01"].Policy(sharedstate.DefaultPolicy()); got.Breaker.MinimumRequests != 120 {
+		t.Errorf("p-01 minimumRequests %d after the restore, want the snapshot's 120", got.Breaker.MinimumRequests)
 	}
 }
 

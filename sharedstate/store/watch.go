@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 // State is the watched part of the store, policies and overrides, as of one
@@ -50,8 +51,8 @@ func (st State) Default() sharedstate.Policy {
 	return sharedstate.DefaultPolicy()
 }
 
-// Effective returns the policy in force for dependency: its own policy
-// merged over Default, validated. The watcher checks each dependency policy
+// Effective returns the policy in force for dependency: its own document
+// read over Default, validated. The watcher checks each dependency policy
 // against the default in force when the policy arrives, but does not
 // re-check every policy when the default changes: an error here means the
 // combination is invalid, and the caller keeps its last good policy.
@@ -207,14 +208,10 @@ type WatchOptions struct {
 const DefaultCheckInterval = 5 * time.Second
 
 // DefaultBackoff waits 100ms × 2^(attempt-1), capped at 10s, with full
-// jitter.
+// jitter (sharedstate/backoff), and at least 1ns.
 func DefaultBackoff(attempt int) time.Duration {
-	d := 100 * time.Millisecond
-	for i := 1; i < attempt && d < 10*time.Second; i++ {
-		d *= 2
-	}
-	d = min(d, 10*time.Second)
-	return time.Duration(rand.Int64N(int64(d)) + 1)
+	p := backoff.Policy{Base: 100 * time.Millisecond, Max: 10 * time.Second, Jitter: backoff.Full}
+	return p.Wait(attempt-1, 0, backoff.Uniform(rand.Uint64())) + 1
 }
 
 // Watcher follows the store's policies and overrides: it lists them at a

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -68,7 +69,7 @@ func TestWatchSyncsThenDeliversChanges(t *testing.T) {
 			t.Fatalf("event %d = %v, want %v (all: %+v)", i, rec.events[i].Kind, k, rec.events)
 		}
 	}
-	if ev := rec.events[0]; ev.Name != "dep" || ev.Revision != put.ModRevision || *ev.Policy.Patch.Retry.MaxAttempts != 5 {
+	if ev := rec.events[0]; ev.Name != "dep" || ev.Revision != put.ModRevision || !strings.Contains(string(ev.Policy.Value), `"maxAttempts":5`) {
 		t.Fatalf("policy event = %+v", ev)
 	}
 	if len(rec.syncs) != 1 || len(rec.invalid) != 0 {
@@ -324,5 +325,29 @@ func TestWatcherCloseAndContext(t *testing.T) {
 	w3.Close()
 	if !errors.Is(w3.Err(), store.ErrClosed) {
 		t.Fatalf("Err() = %v, want ErrClosed", w3.Err())
+	}
+}
+
+// TestDefaultBackoff checks DefaultBackoff's range for each retry: at least
+// 1ns, at most 100ms × 2^(attempt-1) capped at 10s.
+func TestDefaultBackoff(t *testing.T) {
+	for _, tc := range []struct {
+		attempt int
+		ceiling time.Duration
+	}{
+		{1, 100 * time.Millisecond}, {2, 200 * time.Millisecond}, {7, 6400 * time.Millisecond},
+		{8, 10 * time.Second}, {1000, 10 * time.Second},
+	} {
+		var longest time.Duration
+		for range 200 {
+			d := store.DefaultBackoff(tc.attempt)
+			if d < 1 || d > tc.ceiling {
+				t.Fatalf("DefaultBackoff(%d) = %v, want in [1ns, %v]", tc.attempt, d, tc.ceiling)
+			}
+			longest = max(longest, d)
+		}
+		if longest < tc.ceiling/2 { // P = 2^-200 for a full jitter
+			t.Errorf("DefaultBackoff(%d): 200 waits all below %v: not full jitter up to %v", tc.attempt, tc.ceiling/2, tc.ceiling)
+		}
 	}
 }

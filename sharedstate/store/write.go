@@ -77,7 +77,7 @@ type change struct {
 //
 // The first compare implements the caller's Expect and makes the audit
 // entry's "before" exact; the second makes audit keys unique and ordered by
-// commit (see the package doc). A failed compare that the caller did not ask
+// commit (sharedstate/DESIGN.md, "etcd key layout"). A failed compare that the caller did not ask
 // for (Expect unset, or only the audit race lost) is retried with a fresh
 // read, up to maxWriteAttempts times.
 //

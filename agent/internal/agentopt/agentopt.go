@@ -2,11 +2,13 @@ package agentopt
 
 import (
 	"log/slog"
+	"net"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/protocol/serverlimits"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -21,6 +23,9 @@ type Options struct {
 	DefaultPolicy *sharedstate.Policy
 	EtcdClient    *store.Client
 	HTTPTimeouts  *serverlimits.HTTPTimeouts
+	// ProxyListener is the socket the egress proxy serves instead of
+	// binding Config.Proxy.Addr (agent.WithProxyListener).
+	ProxyListener net.Listener
 	// Sim are the hooks of a simulated agent (zero: none).
 	Sim Sim
 }
@@ -59,6 +64,17 @@ type Inside struct {
 	// PushPullState returns the state the agent sends in a push-pull right
 	// now: its records and its own rows.
 	PushPullState func() *fuseboxv1.PushPullState
+	// Crash stops the agent as a kill -9 would, for a member that vanished:
+	// Close without leaving the gossip, so the others find it dead. Like
+	// Close it is idempotent and returns when the agent has stopped.
+	Crash func()
+	// GossipKeys returns the gossip encryption keys in use, the primary
+	// (the one the agent sends with) first; nil without a keyring.
+	GossipKeys func() [][]byte
+	// PeerKey says what the agent knows of node's signing key from the etcd
+	// member registry (gossip.KeyKnown: it takes node's items only signed
+	// with it); gossip.KeyUnknown without etcd.
+	PeerKey func(node string) gossip.KeyStatus
 }
 
 // WithSim returns an agent.Option (a func(*Options)) that sets the hooks.

@@ -309,7 +309,7 @@ func snapshotRejecting(s *sharedstate.Snapshot) bool {
 	switch {
 	case s.Override == sharedstate.ForcedOpen:
 		return true
-	case s.Override == sharedstate.ForcedClosed || s.Mode == sharedstate.ModeShadow:
+	case s.Override == sharedstate.ForcedClosed || s.Shadow():
 		return false
 	}
 	return s.State != sharedstate.Closed || s.LocalState != sharedstate.Closed

@@ -21,6 +21,9 @@
 //   - a mixed fleet trips as one: each caller alone sends fewer failures
 //     than the trip rule wants, together they trip the breaker, and every
 //     caller is refused;
+//   - the agent killed after an incident ended: the Go and Python
+//     clients' local fallback starts from the fleet's closed breaker and
+//     refuses nothing;
 //   - the agent killed: the Go and Python clients keep working on their
 //     local fallback and keep a force-open; the proxy goes with its agent
 //     (connection refused).

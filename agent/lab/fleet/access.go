@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/agent/internal/agentopt"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
 // Size returns how many agents the fleet has (running or being restarted).
@@ -80,6 +82,16 @@ func (f *Fleet) Addr(i int) string {
 	return f.addrs[i]
 }
 
+// Inside returns what in-process agent i hands the lab beyond its API
+// (agentopt.Inside: its push-pull state, a crash, its keys); the zero
+// Inside for a process, or while it is stopped.
+func (f *Fleet) Inside(i int) agentopt.Inside {
+	if m := f.member(i); m != nil {
+		return m.inside
+	}
+	return agentopt.Inside{}
+}
+
 // PushPullState returns the state in-process agent i sends in a push-pull
 // right now (nil for a process, or while it is being restarted).
 func (f *Fleet) PushPullState(i int) *fuseboxv1.PushPullState {
@@ -95,14 +107,19 @@ func (f *Fleet) Net() *simnet.Network { return f.net }
 // Coordinator returns the coordinator (nil without Config.Coordinator).
 func (f *Fleet) Coordinator() *coordinator.Coordinator { return f.coord }
 
-// Etcd returns the embedded etcd's client endpoints (nil without
-// Config.Etcd).
+// Etcd returns the etcd's client endpoints: the embedded one's, or
+// Config.EtcdEndpoints (nil without etcd).
 func (f *Fleet) Etcd() []string {
 	if f.etcd == nil {
-		return nil
+		return f.cfg.EtcdEndpoints
 	}
 	return f.etcd.Endpoints()
 }
+
+// EtcdServer returns the embedded etcd (nil without Config.Etcd), to stop,
+// restart, wipe or restore it under the agents (embeddedtest's Wipe,
+// Snapshot and Restore).
+func (f *Fleet) EtcdServer() *embedded.Server { return f.etcd }
 
 // Started returns when the first agent started.
 func (f *Fleet) Started() time.Time {
@@ -127,7 +144,7 @@ func (f *Fleet) Metrics(ctx context.Context, i int) (Metrics, error) {
 	case m.proc.HTTPAddr() == "":
 		return nil, fmt.Errorf("fleet: %s serves no /metrics (its HTTP is off)", Name(i))
 	}
-	mt, err := Scrape(ctx, f.hc, "http://"+m.proc.HTTPAddr()+"/metrics")
+	mt, err := Scrape(ctx, f.httpClient(i), "http://"+m.proc.HTTPAddr()+"/metrics")
 	if err != nil {
 		return nil, fmt.Errorf("fleet: %s: %w", Name(i), err)
 	}

@@ -39,12 +39,18 @@ const (
 // level info unless it is debug. On error (the process exited, ctx ended)
 // the process is stopped and the error holds the log's tail.
 func StartAgentProcess(ctx context.Context, bin string, cfg agent.Config, logPath string) (*AgentProcess, error) {
+	return startAgentProcess(ctx, bin, "", cfg, logPath)
+}
+
+// startAgentProcess is StartAgentProcess in network namespace netns ("":
+// this process's).
+func startAgentProcess(ctx context.Context, bin, netns string, cfg agent.Config, logPath string) (*AgentProcess, error) {
 	cfg.LogFormat = "json"
 	if cfg.LogLevel != "debug" {
 		cfg.LogLevel = "info"
 	}
 	p := &AgentProcess{cfg: cfg, inc: -1, changed: make(chan struct{})}
-	proc, err := NewProcess(ProcessConfig{Name: cfg.Name, Argv: append([]string{bin}, Args(cfg)...), Log: logPath, Line: p.line})
+	proc, err := NewProcess(ProcessConfig{Name: cfg.Name, Argv: append([]string{bin}, Args(cfg)...), NetNS: netns, Log: logPath, Line: p.line})
 	if err != nil {
 		return nil, err
 	}

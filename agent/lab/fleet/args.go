@@ -1,7 +1,7 @@
 package fleet
 
 import (
-	"flag"
+	"github.com/spf13/pflag"
 
 	"github.com/fusebox-dev/fusebox/agent"
 )
@@ -15,7 +15,7 @@ func Args(cfg agent.Config) []string {
 	def := agent.DefaultConfig()
 	defaults := agent.NewFlagSet(&def)
 	var args []string
-	agent.NewFlagSet(&cfg).VisitAll(func(f *flag.Flag) {
+	agent.NewFlagSet(&cfg).VisitAll(func(f *pflag.Flag) {
 		if d := defaults.Lookup(f.Name); d != nil && d.Value.String() == f.Value.String() {
 			return
 		}

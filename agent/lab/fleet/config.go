@@ -9,6 +9,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -30,18 +31,37 @@ type Config struct {
 	// Etcd starts an embedded etcd (optional): the agents register in it,
 	// find each other there and follow policies and overrides from it.
 	Etcd bool
+	// EtcdEndpoints are the client URLs of an etcd the caller runs (a
+	// multi-member cluster of embeddedtest.StartCluster, etcd in network
+	// namespaces), used as Etcd uses its own (optional; not with Etcd or
+	// Sim).
+	EtcdEndpoints []string
 	// Coordinator starts a coordinator on the etcd, in process, with short
-	// gossip and tick intervals (optional; needs Etcd).
+	// gossip and tick intervals (optional; needs Etcd or EtcdEndpoints).
 	Coordinator bool
-	// Policy is the fleet default policy (optional). With Etcd it is
-	// written to etcd (policies/_default) before any agent starts; without,
-	// every agent starts with it in place of etcd (default
-	// sharedstate.DefaultPolicy()).
+	// CoordinatorTune changes the coordinator's configuration before it
+	// starts (optional): its base is coordinator.DefaultConfig() named
+	// "coordinator", every listener on 127.0.0.1 port 0, no data directory.
+	CoordinatorTune func(cfg *coordinator.Config)
+	// CoordinatorOptions are added to the coordinator's own options
+	// (optional).
+	CoordinatorOptions []coordinator.Option
+	// Policy is the fleet default policy (optional). With etcd (Etcd or
+	// EtcdEndpoints) it is written there (policies/_default) before any
+	// agent starts; without, every agent starts with it in place of etcd
+	// (default sharedstate.DefaultPolicy()). An agent.WithDefaultPolicy in
+	// Options sets the agents' own default instead, which etcd's overrides.
 	Policy *sharedstate.Policy
 	// Binary runs every agent as a process of this fusebox-agent binary,
 	// its flags rendered from the agent.Config the fleet would start in
 	// process (Args), its log in Dir/NAME.log (optional; not with Sim).
 	Binary string
+	// BinaryOf names the fusebox-agent binary agent i runs, when not Binary
+	// (optional; needs Binary; "" means Binary): another build beside this
+	// one, e.g. the last release in a rolling upgrade. Its flags are
+	// Args(cfg) too, so only flags that build knows may differ from
+	// agent.DefaultConfig()'s.
+	BinaryOf func(i int) string
 	// Seeds is how many agents (the first ones) every other agent joins
 	// through (optional, default 3). The seeds start one after the other,
 	// each joining those before it; the others start StartParallel at a
@@ -53,6 +73,17 @@ type Config struct {
 	// endpoints and local API (a socket, or none on the simulated network;
 	// HTTP for processes only).
 	Tune func(i int, cfg *agent.Config)
+	// Options returns more options for in-process agent i, applied after
+	// the fleet's own (logger, clock, default policy) so that they win
+	// (optional; not with Binary: a process takes flags only).
+	Options func(i int) []agent.Option
+	// Namespaces runs each agent process in a network namespace the caller
+	// built (soak.Lab builds them): agent i in NS(i), its gossip on
+	// Addr(i):7946 and its HTTP on Addr(i):7951 (optional; needs Binary,
+	// root and iproute2; not with Etcd or Coordinator, which listen on the
+	// host's loopback). The agents' sockets are files, reached from here;
+	// their /metrics is read from inside their namespace.
+	Namespaces Namespaces
 	// Clock is the engines' clock of in-process agents (optional, default
 	// the system clock).
 	Clock sharedstate.Clock
@@ -73,7 +104,8 @@ func Name(i int) string { return fmt.Sprintf("agent-%03d", i) }
 // Validate names every problem of the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if c.N < 0 || (c.N == 0 && !c.Etcd) {
+	etcd := c.Etcd || len(c.EtcdEndpoints) > 0
+	if c.N < 0 || (c.N == 0 && !etcd) {
 		errs = append(errs, fmt.Errorf("fleet: N must be at least 1 (0 only with Etcd), got %d", c.N))
 	}
 	if c.Dir == "" {
@@ -89,15 +121,32 @@ func (c Config) Validate() error {
 		if err := c.Sim.Validate(); err != nil {
 			errs = append(errs, err)
 		}
-		if c.Etcd {
+		if etcd {
 			errs = append(errs, errors.New("fleet: Sim and Etcd: the simulated network has no etcd"))
 		}
 		if c.Binary != "" {
 			errs = append(errs, errors.New("fleet: Sim and Binary: processes cannot join the simulated network"))
 		}
 	}
-	if c.Coordinator && !c.Etcd {
+	if c.Etcd && len(c.EtcdEndpoints) > 0 {
+		errs = append(errs, errors.New("fleet: Etcd and EtcdEndpoints: one etcd, started here or run by the caller"))
+	}
+	if c.Coordinator && !etcd {
 		errs = append(errs, errors.New("fleet: Coordinator needs Etcd"))
+	}
+	if c.BinaryOf != nil && c.Binary == "" {
+		errs = append(errs, errors.New("fleet: BinaryOf needs Binary"))
+	}
+	if c.Options != nil && c.Binary != "" {
+		errs = append(errs, errors.New("fleet: Options with Binary: a process takes flags only"))
+	}
+	if c.Namespaces != nil {
+		if c.Binary == "" {
+			errs = append(errs, errors.New("fleet: Namespaces needs Binary: only processes run in a namespace"))
+		}
+		if c.Etcd || c.Coordinator {
+			errs = append(errs, errors.New("fleet: Namespaces with Etcd or Coordinator: they listen on the host's loopback, which no namespace reaches"))
+		}
 	}
 	if c.Binary != "" {
 		if st, err := os.Stat(c.Binary); err != nil {
@@ -105,7 +154,7 @@ func (c Config) Validate() error {
 		} else if st.IsDir() || st.Mode()&0o111 == 0 {
 			errs = append(errs, fmt.Errorf("fleet: Binary: %s is not an executable file", c.Binary))
 		}
-		if c.Policy != nil && !c.Etcd {
+		if c.Policy != nil && !etcd {
 			errs = append(errs, errors.New("fleet: Policy with Binary needs Etcd: a process takes its policy from etcd"))
 		}
 	}

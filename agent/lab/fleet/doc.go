@@ -11,9 +11,18 @@
 //     the same agent.Config (Args): `make scale-procs`, and the conformance
 //     test that kills an agent.
 //
+// The etcd is an embedded one (Config.Etcd) or one the caller runs
+// (Config.EtcdEndpoints: a multi-member cluster of embeddedtest). Processes
+// run in network namespaces a caller built when Config.Namespaces places
+// them (soak.Lab builds namespaces); the fleet reads their /metrics from
+// inside. Stop, Crash and Start take one agent down (leaving the gossip,
+// or as kill -9 would) and bring it back under its name.
+//
 // The soak (package soak) builds its own topology of network namespaces,
 // but runs its processes with this package's Process, renders its agents'
-// flags with Args and reads their /metrics with Scrape.
+// flags with Args and reads their /metrics with Scrape. Tests start their
+// fleets through package fleettest, which closes them at the test's end
+// and keeps each agent's log.
 //
 //	f, err := fleet.New(ctx, fleet.Config{N: 3, Dir: t.TempDir(), Etcd: true, Coordinator: true,
 //		Tune: func(i int, c *agent.Config) { fleet.Quick(c) }})

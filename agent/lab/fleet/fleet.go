@@ -37,6 +37,7 @@ type Fleet struct {
 	coord   *coordinator.Coordinator
 	sockDir string       // the agents' unix sockets ("" on the simulated network)
 	hc      *http.Client // reads the processes' /metrics
+	nsHTTP  sync.Map     // namespace -> *http.Client that dials inside it
 
 	mu        sync.Mutex
 	members   []*member // nil while one is being (re)started
@@ -83,13 +84,15 @@ func New(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 		if f.etcd, err = startEtcd(ctx, filepath.Join(cfg.Dir, "etcd")); err != nil {
 			return nil, err
 		}
+	}
+	if eps := f.Etcd(); eps != nil {
 		if cfg.Policy != nil {
-			if err := writePolicy(ctx, f.etcd, *cfg.Policy); err != nil {
+			if err := writePolicy(ctx, eps, *cfg.Policy); err != nil {
 				return nil, err
 			}
 		}
 		if cfg.Coordinator {
-			if f.coord, err = startCoordinator(ctx, f.etcd.Endpoints()); err != nil {
+			if f.coord, err = startCoordinator(ctx, eps, cfg.CoordinatorTune, cfg.CoordinatorOptions); err != nil {
 				return nil, err
 			}
 		}
@@ -145,10 +148,11 @@ func (f *Fleet) agentConfig(i int, gossipAddr string) agent.Config {
 		if f.cfg.Binary != "" {
 			cfg.HTTPAddr = "127.0.0.1:0" // WaitMembership reads /metrics
 		}
+		if ns := f.cfg.Namespaces; ns != nil {
+			cfg.GossipAddr, cfg.HTTPAddr = ns.Addr(i)+":7946", ns.Addr(i)+":7951"
+		}
 	}
-	if f.etcd != nil {
-		cfg.Etcd = f.etcd.Endpoints()
-	}
+	cfg.Etcd = f.Etcd()
 	f.mu.Lock()
 	for s := range min(f.cfg.Seeds, len(f.members)) {
 		if s != i && f.members[s] != nil {
@@ -213,8 +217,11 @@ func (f *Fleet) startInProcess(ctx context.Context, i int, addr string) (*member
 	if f.cfg.Clock != nil {
 		opts = append(opts, agent.WithClock(f.cfg.Clock))
 	}
-	if f.cfg.Policy != nil && f.etcd == nil {
+	if f.cfg.Policy != nil && f.Etcd() == nil {
 		opts = append(opts, agent.WithDefaultPolicy(*f.cfg.Policy))
+	}
+	if f.cfg.Options != nil {
+		opts = append(opts, f.cfg.Options(i)...)
 	}
 	if tr != nil {
 		sim.Transport, sim.Peers, sim.InProcessAPI = tr, f.registry, true
@@ -244,7 +251,17 @@ func (f *Fleet) startInProcess(ctx context.Context, i int, addr string) (*member
 
 func (f *Fleet) startProcess(ctx context.Context, i int) (*member, error) {
 	cfg := f.agentConfig(i, "127.0.0.1:0")
-	p, err := StartAgentProcess(ctx, f.cfg.Binary, cfg, filepath.Join(f.cfg.Dir, cfg.Name+".log"))
+	netns := ""
+	if f.cfg.Namespaces != nil {
+		netns = f.cfg.Namespaces.NS(i)
+	}
+	bin := f.cfg.Binary
+	if f.cfg.BinaryOf != nil {
+		if b := f.cfg.BinaryOf(i); b != "" {
+			bin = b
+		}
+	}
+	p, err := startAgentProcess(ctx, bin, netns, cfg, filepath.Join(f.cfg.Dir, cfg.Name+".log"))
 	if err != nil {
 		return nil, err
 	}
@@ -365,6 +382,7 @@ func (f *Fleet) Close() {
 		if f.hc != nil {
 			f.hc.CloseIdleConnections()
 		}
+		f.closeNSClients()
 		if f.sockDir != "" {
 			os.RemoveAll(f.sockDir)
 		}

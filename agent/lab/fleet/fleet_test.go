@@ -11,15 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
+	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
+	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded/embeddedtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -53,6 +56,11 @@ func TestConfigValidate(t *testing.T) {
 		{Config{N: 2, Dir: "d", Sim: &simnet.Config{QueueLen: -1}, Etcd: true, Binary: "/nonexistent"},
 			[]string{"QueueLen must be >= 0", "Sim and Etcd", "Sim and Binary", "Binary: stat /nonexistent"}},
 		{Config{N: 2, Dir: "d", Coordinator: true}, []string{"Coordinator needs Etcd"}},
+		{Config{N: 2, Dir: "d", Etcd: true, EtcdEndpoints: []string{"http://127.0.0.1:1"}, Namespaces: lab{}},
+			[]string{"Etcd and EtcdEndpoints", "Namespaces needs Binary", "Namespaces with Etcd"}},
+		{Config{N: 2, Dir: "d", Binary: "/bin/true", Options: func(int) []agent.Option { return nil }},
+			[]string{"Options with Binary"}},
+		{Config{N: 2, Dir: "d", BinaryOf: func(int) string { return "/bin/true" }}, []string{"BinaryOf needs Binary"}},
 		{Config{N: 2, Dir: "d", Binary: "/", Policy: &p}, []string{"/ is not an executable file", "Policy with Binary needs Etcd", "Policy:"}},
 	}
 	for _, c := range cases {
@@ -65,6 +73,102 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{N: 0, Dir: "d", Etcd: true}).Validate(); err != nil {
 		t.Errorf("an etcd-only fleet refused: %v", err)
+	}
+	if err := (Config{N: 1, Dir: "d", EtcdEndpoints: []string{"http://127.0.0.1:1"}, Coordinator: true}).Validate(); err != nil {
+		t.Errorf("a fleet on the caller's etcd refused: %v", err)
+	}
+}
+
+// lab is a Namespaces for Validate's cases.
+type lab struct{}
+
+func (lab) NS(int) string   { return "none" }
+func (lab) Addr(int) string { return "10.0.0.1" }
+
+// Agents stopped, crashed and started again: a stopped agent leaves (its
+// peers count it gone at once), a crashed one does not (they find it dead
+// by probing), and each comes back under its name, data directory and
+// socket, counted again; the fleet's options reach every agent.
+func TestStopCrashStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f, err := New(timeout(t, 2*time.Minute), Config{N: 3, Dir: t.TempDir(),
+		Options: func(i int) []agent.Option {
+			if i == 0 {
+				return []agent.Option{agent.WithRegisterer(reg)}
+			}
+			return nil
+		},
+		Tune: func(_ int, c *agent.Config) { Quick(c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeAtCleanup(t, f)
+	if mfs, err := reg.Gather(); err != nil || len(mfs) == 0 {
+		t.Errorf("agent-000's registerer (an option) gathered %d families, %v", len(mfs), err)
+	}
+	ctx := timeout(t, time.Minute)
+	counts := func(i, n int) func() bool {
+		return func() bool { return f.Agent(i).Gossip().NumAgents() == n }
+	}
+	sock := f.Config(2).Socket
+	f.Stop(2)
+	if f.Agent(2) != nil || f.Client(2) != nil || f.Inside(2).Crash != nil {
+		t.Fatal("a stopped agent is still in the fleet's running members")
+	}
+	sstest.Eventually(t, 10*time.Second, "agent-000 counts agent-002 gone", counts(0, 2))
+	if err := f.Start(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Start(ctx, 2); err == nil || !strings.Contains(err.Error(), "running") {
+		t.Errorf("starting a running agent: %v", err)
+	}
+	if f.Config(2).Socket != sock || f.Agent(2).Name() != Name(2) {
+		t.Errorf("agent-002 came back as %s on %s, was on %s", f.Agent(2).Name(), f.Config(2).Socket, sock)
+	}
+	if err := f.WaitMembership(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.Crash(1)
+	sstest.Eventually(t, 20*time.Second, "agent-000 finds the crashed agent-001 dead", counts(0, 2))
+	if err := f.Start(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.WaitMembership(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A fleet on an etcd cluster the caller runs (EtcdEndpoints), with a
+// coordinator tuned by the caller: the policy is written there, the agents
+// run it and register, and the coordinator's configuration is the
+// caller's.
+func TestFleetOnTheCallersEtcd(t *testing.T) {
+	// Registered first, so it runs last: after the fleet and the cluster
+	// closed.
+	t.Cleanup(func() {
+		sstest.EventuallyNoError(t, 30*time.Second, "no goroutine left after the fleet and etcd closed", func() error { return goleak.Find() })
+	})
+	cl := embeddedtest.StartCluster(t, 3)
+	p := sharedstate.DefaultPolicy()
+	p.Breaker.MinimumRequests = 9
+	var tuned bool
+	f, err := New(timeout(t, 2*time.Minute), Config{N: 2, Dir: t.TempDir(), EtcdEndpoints: cl.Endpoints(), Coordinator: true, Policy: &p,
+		CoordinatorTune: func(c *coordinator.Config) { tuned = c.Name == "coordinator"; c.Name = "tuned" },
+		Tune:            func(_ int, c *agent.Config) { Quick(c) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Close)
+	if !tuned || f.EtcdServer() != nil || strings.Join(f.Etcd(), ",") != strings.Join(cl.Endpoints(), ",") {
+		t.Fatalf("tuned %v, embedded etcd %v, endpoints %v", tuned, f.EtcdServer(), f.Etcd())
+	}
+	for i, a := range f.Agents() {
+		if got := a.Engine().Policy("any-dep").Breaker.MinimumRequests; got != 9 {
+			t.Errorf("%s runs minimumRequests %d, want the 9 written to the cluster", Name(i), got)
+		}
+		if eps := f.Config(i).Etcd; strings.Join(eps, ",") != strings.Join(cl.Endpoints(), ",") {
+			t.Errorf("%s's etcd endpoints %v", Name(i), eps)
+		}
 	}
 }
 

@@ -31,8 +31,9 @@ type ProcessConfig struct {
 	// in order, from one goroutine per incarnation (optional). It must not
 	// keep the slice. The line is in the log either way.
 	Line func(incarnation int, line []byte)
-	// Exited is called when an incarnation exits, from its waiter goroutine
-	// (optional); expected says Stop asked for it.
+	// Exited is called when an incarnation exits, from its waiter goroutine,
+	// before Done is closed (so Stop returns after it): it must not call
+	// Stop or wait for Done (optional); expected says Stop asked for it.
 	Exited func(p *Process, incarnation int, expected bool, err error)
 }
 
@@ -156,10 +157,10 @@ func (p *Process) wait(cmd *exec.Cmd, inc int, logf *os.File, stderr io.Reader, 
 	expected := p.stopping
 	p.cmd, p.exit = nil, err
 	p.mu.Unlock()
-	close(done)
 	if p.cfg.Exited != nil {
 		p.cfg.Exited(p, inc, expected, err)
 	}
+	close(done)
 }
 
 // Running returns the pid, incarnation and start of the running process

@@ -84,8 +84,9 @@ func follow(ctx context.Context, m *monitor, a *fleet.Process, api fuseboxv1.Age
 
 // breakerOf reads a pushed snapshot.
 func breakerOf(s *fuseboxv1.DecisionSnapshot) Breaker {
+	p, _ := sharedstate.ParsePolicy(s.GetPolicyJson()) // every push carries it
 	b := Breaker{State: "closed", LocalOpen: s.GetNodeLocalOpen(), Reason: s.GetOverrideReason(),
-		MinimumRequests: s.GetBreaker().GetMinimumRequests(), Generation: s.GetGeneration()}
+		MinimumRequests: uint32(p.Breaker.MinimumRequests), Generation: s.GetGeneration()}
 	switch s.GetState() {
 	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
 		b.State = "open"

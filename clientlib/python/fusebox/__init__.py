@@ -63,7 +63,7 @@ Attempt functions run on the caller's thread.
 """
 
 from ._client import (  # noqa: F401
-    HEADER_IDEMPOTENCY_KEY, HEADER_RETRY_OWNER, HEADER_TIMEOUT_MS, IDEMPOTENT, IDEMPOTENT_WITH_KEY,
+    HEADER_IDEMPOTENCY_KEY, HEADER_REPLAYED, HEADER_RETRY_OWNER, HEADER_TIMEOUT_MS, IDEMPOTENT, IDEMPOTENT_WITH_KEY,
     NON_RETRYABLE, VERSION, AgentEvent, Attempt, Client, Dependency, Idempotency, StateChange, Status,
     deadline, retry_owner, wsgi_middleware,
 )

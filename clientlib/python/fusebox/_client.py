@@ -30,6 +30,7 @@ DEFAULT_AGENT_ADDRESS = "unix:///run/fusebox/agent.sock"
 HEADER_RETRY_OWNER = "Fusebox-Retry-Owner"
 HEADER_TIMEOUT_MS = "Fusebox-Timeout-Ms"
 HEADER_IDEMPOTENCY_KEY = "Idempotency-Key"
+HEADER_REPLAYED = E.HEADER_REPLAYED
 
 _MAX_FLUSH_INTERVAL = 0.05
 _MAX_PROPAGATED_TIMEOUT = 86400.0
@@ -190,7 +191,8 @@ class StateChange:
 class _Decision:
     """What the hot path reads: an immutable snapshot and what is derived
     from it once. Replaced (one attribute store) whenever it changes."""
-    __slots__ = ("snap", "verdict", "reason", "retry", "slow", "from_agent", "throttle", "shadow_throttle", "limit")
+    __slots__ = ("snap", "verdict", "reason", "retry", "slow", "from_agent", "throttle", "shadow_throttle", "ramp",
+                 "limit")
 
     def __init__(self, snap, from_agent):
         self.snap = snap
@@ -200,6 +202,8 @@ class _Decision:
         self.slow = snap.slow_call_duration
         self.from_agent = from_agent
         p = snap.throttle_probability if 0 < snap.throttle_probability <= 1 else 0.0
+        # The ramp's part: a draw below it is the ramp's refusal, not the throttle's.
+        self.ramp = min(snap.ramp_probability, p) if snap.ramp_probability > 0 else 0.0
         if snap.mode != P.SHADOW:  # shadow mode reports, never refuses
             self.throttle, self.shadow_throttle, self.limit = p, 0.0, max(snap.concurrency_limit, 0)
         else:
@@ -256,6 +260,7 @@ class Dependency:
         self._refused_msg = ""
         pol = client._default_policy
         self._policy_seen = False
+        self._policy_json = b""  # the policy_json last applied
         self._local = LocalBreaker(name, pol, clock=client._clock, wall=client._wall)
         self._dec = _Decision(self._local.snapshot(), False)
         # Owned by the flusher.
@@ -447,8 +452,9 @@ class Dependency:
         if verdict == P.ALLOW:
             if not strict:
                 if dec.throttle > 0:
-                    if self._c._random() < dec.throttle:
-                        raise self._reject(P.REASON_THROTTLED)
+                    u = self._c._random()
+                    if u < dec.throttle:
+                        raise self._reject(P.REASON_RAMP if u < dec.ramp else P.REASON_THROTTLED)
                 elif dec.shadow_throttle > 0 and self._c._random() < dec.shadow_throttle:
                     with self._mu:
                         self._shadow_throttled += 1
@@ -600,7 +606,9 @@ class Dependency:
         if k.concurrency_limit:
             kw["concurrency_limit"] = k.concurrency_limit
         until = self._kept_throttle_until
-        if k.throttle_probability and not kw.get("override") and s.state == P.CLOSED and \
+        # The throttle's probability, not the ramp's after a close (a ramp
+        # lasts rampDuration, not a window).
+        if k.throttle_probability > k.ramp_probability and not kw.get("override") and s.state == P.CLOSED and \
                 (until is None or self._c._clock() < until):
             kw["throttle_probability"] = k.throttle_probability
         return dataclasses.replace(s, **kw) if kw else s
@@ -631,8 +639,9 @@ class Dependency:
 
     def _apply_agent_snapshot(self, m, pushed):
         """Install a snapshot from the agent and give its policy to the
-        local breaker. A pushed one is the agent's latest unless an answer's
-        newer one was installed meanwhile; an answer's only when newer."""
+        local breaker (an answer's snapshot is under the policy last pushed).
+        A pushed one is the agent's latest unless an answer's newer one was
+        installed meanwhile; an answer's only when newer."""
         with self._smu:
             held = self._agent_snap
             if pushed:
@@ -640,11 +649,24 @@ class Dependency:
                     return
             elif held is None or m.version <= held.version:
                 return
-            pol = P.policy_from_snapshot(self._local.policy, m)
-            if pol != self._local.policy and not pol.problems():
-                self._local.set_policy(pol)
-            self._policy_seen = True
+            if m.policy_json and m.policy_json != self._policy_json:  # pushed ones carry it, answers not
+                try:
+                    pol = P.policy_from_json(m.policy_json)
+                except ValueError:
+                    pol = None  # the last one stays
+                if pol is not None:
+                    self._policy_json = m.policy_json
+                    if pol != self._local.policy:
+                        self._local.set_policy(pol)
+                    self._policy_seen = True
             snap = P.snapshot_from_proto(m, self._local.policy)
+            # The local breaker follows the agent's breaker while the agent
+            # decides, so that it starts from it when the agent goes (a
+            # snapshot given with no session is where it starts from now).
+            self._local.follow(snap)
+            s = self._c._session
+            if s is None or not s.connected:
+                self._local.unfollow()
             self._agent_snap = snap
             self._agent_snap_answer = not pushed
             if pushed:
@@ -661,6 +683,7 @@ class Dependency:
 
     def _disconnected(self):
         with self._smu:
+            self._local.unfollow()  # it goes on from the agent's last breaker state
             self._agent_snap = None
             self._refused = False
             self._keep_throttle_locked()
@@ -669,6 +692,7 @@ class Dependency:
     def _agent_refused(self, message):
         with self._smu:
             self._refused, self._refused_msg = True, message
+            self._local.unfollow()
             self._agent_snap = None
             self._keep_throttle_locked()
             self._publish_locked()

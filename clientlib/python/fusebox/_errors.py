@@ -11,6 +11,12 @@ import urllib.error
 import grpc
 
 
+# On an answer a server's deduplication replayed from its store (the Go
+# tree's clientlib/idempotency): the answer of an earlier attempt under the
+# same Idempotency-Key, which every retry would get again.
+HEADER_REPLAYED = "Idempotent-Replayed"
+
+
 class FuseboxError(Exception):
     """Base of the exceptions this package raises."""
 
@@ -31,7 +37,7 @@ class RejectedError(FuseboxError):
     """Fusebox refused an attempt: it was not made.
 
     dependency and reason ("open", "forced-open", "half-open-no-permit",
-    "budget-exhausted", "throttled" or "concurrency-limit") say which and
+    "budget-exhausted", "throttled", "ramp" or "concurrency-limit") say which and
     why; for a refused retry, last_error is the previous attempt's exception
     (also the __cause__)."""
 
@@ -63,7 +69,8 @@ class ForcedOpenError(OpenError):
 
 
 class ThrottledError(OpenError):
-    """Fleet-wide adaptive throttling refused a first attempt."""
+    """Fleet-wide adaptive throttling (reason "throttled"), or the ramp
+    after the breaker closed (reason "ramp"), refused a first attempt."""
     message = "fusebox: throttled"
 
 
@@ -81,7 +88,7 @@ class ConcurrencyLimitError(RejectedError):
 
 REJECTIONS = {
     "open": OpenError, "half-open-no-permit": OpenError, "forced-open": ForcedOpenError,
-    "throttled": ThrottledError, "budget-exhausted": BudgetExhaustedError,
+    "throttled": ThrottledError, "ramp": ThrottledError, "budget-exhausted": BudgetExhaustedError,
     "concurrency-limit": ConcurrencyLimitError,
 }
 
@@ -127,11 +134,13 @@ class RetryAfter(FuseboxError):
 class HTTPStatusError(FuseboxError):
     """An HTTP answer whose status the caller treats as an error: 408, 429
     and 502-504 are retried (honouring retry_after), other 5xx count as
-    failures, other 4xx as answers."""
+    failures, other 4xx as answers. A replayed answer (Idempotent-Replayed:
+    true, a server's deduplication answering a repeated key from its store)
+    is never retried: every retry would get it again."""
 
-    def __init__(self, status, reason="", retry_after=0.0):
+    def __init__(self, status, reason="", retry_after=0.0, replayed=False):
         super().__init__(status, reason)
-        self.status, self.reason, self.retry_after = status, reason, retry_after
+        self.status, self.reason, self.retry_after, self.replayed = status, reason, retry_after, replayed
 
     def __str__(self):
         return "fusebox: http status %d %s" % (self.status, self.reason) if self.reason else \
@@ -181,8 +190,16 @@ def parse_retry_after(value, now=None):
     return min(d, 86400.0) if d > 0 else 0.0
 
 
-def classify_status(status, retry_after=0.0):
+def replayed(headers):
+    """Whether the headers of an answer say a server's deduplication
+    replayed it (HEADER_REPLAYED)."""
+    return headers is not None and headers.get(HEADER_REPLAYED) == "true"
+
+
+def classify_status(status, retry_after=0.0, replayed=False):
     if status in (408, 429, 502, 503, 504):
+        if replayed:  # a retry would get the same stored answer
+            return _FAILURE
         return Classification(retryable=True, failure=True, retry_after=retry_after)
     if status >= 500:
         return _FAILURE
@@ -193,7 +210,7 @@ def _base(exc):
     if isinstance(exc, RejectedError):  # a nested dependency's breaker
         return _FAILURE
     if isinstance(exc, HTTPStatusError):
-        return classify_status(exc.status, exc.retry_after)
+        return classify_status(exc.status, exc.retry_after, exc.replayed)
     if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
         code = exc.code()
         if code in _RETRYABLE_CODES:
@@ -202,11 +219,12 @@ def _base(exc):
             return _FAILURE
         return _ANSWER
     if isinstance(exc, urllib.error.HTTPError):
-        return classify_status(exc.code, parse_retry_after(exc.headers.get("Retry-After") if exc.headers else None))
+        return classify_status(exc.code, parse_retry_after(exc.headers.get("Retry-After") if exc.headers else None),
+                               replayed(exc.headers))
     if _rexc is not None:
         if isinstance(exc, _rexc.HTTPError) and exc.response is not None:
             r = exc.response
-            return classify_status(r.status_code, parse_retry_after(r.headers.get("Retry-After")))
+            return classify_status(r.status_code, parse_retry_after(r.headers.get("Retry-After")), replayed(r.headers))
         if isinstance(exc, (_rexc.Timeout, _rexc.ConnectionError, _rexc.ChunkedEncodingError)):
             return _RETRYABLE_FAILURE
     if isinstance(exc, (TimeoutError, ConnectionError, http.client.IncompleteRead)):
@@ -225,7 +243,9 @@ def default_classifier(exc):
       requests' Timeout), connection errors (refused, reset, aborted, broken
       pipe, unreachable, incomplete reads), HTTP 408, 429, 502, 503, 504,
       gRPC UNAVAILABLE, RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED;
-    - failures, not retried: other HTTP 5xx, gRPC INTERNAL, UNKNOWN,
+    - failures, not retried: other HTTP 5xx, any of those statuses on an
+      answer a server's deduplication replayed (Idempotent-Replayed:
+      true), gRPC INTERNAL, UNKNOWN,
       DATA_LOSS, a nested dependency's refusal (RejectedError) and any
       exception it does not recognise;
     - neither (the dependency answered): other HTTP 4xx and gRPC codes.

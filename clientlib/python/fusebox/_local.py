@@ -2,8 +2,11 @@
 for one dependency with this process as the only node.
 
 It is fed the same counts as the agent (every flush, while the agent is
-there too, so that it is warm when the agent goes away) and decides while
-the agent is away: the trip rule on the whole window and, with fastPath,
+there too, so that it is warm when the agent goes away). While the agent
+decides, it follows the agent's breaker (follow): its state, generation,
+since and open count, with no trip of its own, so that when the agent goes
+away it starts from the fleet's present state. It decides while the agent
+is away: the trip rule on the whole window and, with fastPath,
 on its freshest suffixes (Wilson lower bounds at the policy's confidence),
 open for openDuration doubling per open in a row up to maxOpenDuration,
 half-open probes one at a time in rounds of probeTimeout, closed after
@@ -160,6 +163,11 @@ class LocalBreaker:
         self._probe_in_flight = False
         self._probe_round = 0
         self._probe_successes = 0
+        # While the agent decides, the breaker follows the agent's (follow):
+        # no trip rule of its own, and the open duration is the followed
+        # breaker's (None: the policy's for _open_count).
+        self._followed = False
+        self._open_for = None
         self._snap = None
         self._publish(clock())
 
@@ -188,17 +196,22 @@ class LocalBreaker:
 
     # --- state ---
 
+    def _open_duration(self):
+        if self._open_for is not None:
+            return self._open_for
+        return self._pol.breaker.open_duration_for(self._open_count)
+
     def _state_at(self, now):
         if self._state != P.OPEN:
             return P.CLOSED
-        if now < self._since + self._pol.breaker.open_duration_for(self._open_count):
+        if now < self._since + self._open_duration():
             return P.OPEN
         return P.HALF_OPEN
 
     def _round(self, now):
         """The probe round at now and when it ends."""
         b = self._pol.breaker
-        start = self._since + b.open_duration_for(self._open_count)
+        start = self._since + self._open_duration()
         if now < start:
             return 0, start + b.probe_timeout
         n = int((now - start) // b.probe_timeout)
@@ -208,6 +221,7 @@ class LocalBreaker:
         self._state, self._open_count = state, open_count
         self._since, self._since_wall = now, self._wall()
         self._generation += 1
+        self._open_for = None
         self._probe_in_flight, self._probe_successes = False, 0
         if state == P.CLOSED:
             # Start afresh, so that the failures that opened the breaker do
@@ -225,11 +239,51 @@ class LocalBreaker:
         with self._mu:
             now = self._clock()
             self._refresh(now)
-            if self._state_at(now) == P.CLOSED:
+            if not self._followed and self._state_at(now) == P.CLOSED:
                 t = self._win.totals(now)
                 if trips(self._pol.breaker, self._z, (t[SUCCESSES], t[FAILURES], t[SLOW]), self._win.recent(now)):
                     self._transition(now, P.OPEN, 1)
             return self._publish(now)
+
+    def follow(self, snap):
+        """Take the breaker state of snap, a Snapshot from the agent, and
+        keep it: until unfollow, tick applies no trip rule. The breaker
+        becomes snap's state (half-open is open whose open duration has
+        passed), generation, since (one in the future counts from now) and
+        open count, open for the fleet's open duration under scope fleet
+        or zone (the policy's fleet_max_open_duration caps its doubling).
+        When it is closed anew (another generation, or it was not closed)
+        less than one window ago, the window starts afresh: the failures
+        it holds are the ones the fleet closed on. The agent's node-local
+        state is not followed (this breaker has none). True when the
+        snapshot changed."""
+        with self._mu:
+            now, wall = self._clock(), self._wall()
+            self._followed = True
+            b = self._pol.breaker
+            state = P.CLOSED if snap.state == P.CLOSED else P.OPEN
+            open_count = snap.open_count if state == P.OPEN else 0
+            since_wall = min(snap.since, wall)
+            if (state, snap.generation, open_count, since_wall) == \
+                    (self._state, self._generation, self._open_count, self._since_wall):
+                return self._publish(now)
+            closed_anew = state == P.CLOSED and (self._state != P.CLOSED or self._generation != snap.generation)
+            self._state, self._generation, self._open_count = state, snap.generation, open_count
+            self._since, self._since_wall = now - (wall - since_wall), since_wall
+            self._open_for = None
+            if state == P.OPEN:
+                self._open_for = b.open_duration_for(open_count) if snap.scope == P.SCOPE_NODE \
+                    else b.fleet_open_duration_for(open_count)
+            self._probe_in_flight, self._probe_successes = False, 0
+            if closed_anew and wall - since_wall < b.window:
+                self._win = _Window(b.window)
+            return self._publish(now)
+
+    def unfollow(self):
+        """End follow: the breaker goes on by its own rules from the state
+        it followed last."""
+        with self._mu:
+            self._followed = False
 
     def _publish(self, now):
         st = self._state_at(now)

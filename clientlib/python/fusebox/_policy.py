@@ -1,10 +1,12 @@
-"""Policy settings, decision snapshots and their conversion from the wire.
+"""Policy settings, decision snapshots and their conversion from the wire
+(a snapshot carries its policy as one JSON policy document, policy_json).
 
 Durations are float seconds. The defaults are the fleet default policy's
 (sharedstate.DefaultPolicy in the Go tree).
 """
 
 import dataclasses
+import json
 import re
 
 from . import _backoff
@@ -35,6 +37,7 @@ REASON_FORCED_OPEN = "forced-open"
 REASON_NO_PERMIT = "half-open-no-permit"
 REASON_BUDGET = "budget-exhausted"
 REASON_THROTTLED = "throttled"
+REASON_RAMP = "ramp"
 REASON_CONCURRENCY = "concurrency-limit"
 
 _NAME = re.compile(r"[A-Za-z0-9._:/-]{1,128}\Z")
@@ -58,6 +61,7 @@ class BreakerSettings:
     half_open_probes: int = 3
     probe_success_threshold: int = 3
     probe_timeout: float = 5.0
+    fleet_max_open_duration: float = 5.0
     scope: str = SCOPE_FLEET
     mode: str = ENFORCE
     confidence: float = 0.95
@@ -74,6 +78,12 @@ class BreakerSettings:
             d = self.max_open_duration
         return d
 
+    def fleet_open_duration_for(self, open_count):
+        """How long the fleet's (or a zone's) breaker stays open:
+        open_duration_for, its doubling capped at fleetMaxOpenDuration (or
+        openDuration, when longer)."""
+        return min(self.open_duration_for(open_count), max(self.fleet_max_open_duration, self.open_duration))
+
     def problems(self):
         """What makes these settings unusable (empty when they are fine)."""
         out = []
@@ -83,7 +93,7 @@ class BreakerSettings:
             out.append("slow_call_rate_threshold must be in (0, 1]")
         if self.minimum_requests < 1:
             out.append("minimum_requests must be at least 1")
-        for f in ("window", "open_duration", "probe_timeout", "slow_call_duration"):
+        for f in ("window", "open_duration", "probe_timeout", "slow_call_duration", "fleet_max_open_duration"):
             if not getattr(self, f) > 0:
                 out.append(f + " must be positive")
         if self.max_open_duration < self.open_duration:
@@ -156,6 +166,7 @@ class Snapshot:
     slow_call_duration: float = 2.0
     retry: RetrySettings = RetrySettings()
     throttle_probability: float = 0.0
+    ramp_probability: float = 0.0  # the ramp after a close: part of throttle_probability
     concurrency_limit: int = 0
 
     def decide_first(self):
@@ -185,17 +196,51 @@ class Snapshot:
 
 _STATES = {pb.BREAKER_STATE_CLOSED: CLOSED, pb.BREAKER_STATE_OPEN: OPEN, pb.BREAKER_STATE_HALF_OPEN: HALF_OPEN}
 _OVERRIDES = {pb.OVERRIDE_STATE_FORCED_OPEN: FORCED_OPEN, pb.OVERRIDE_STATE_FORCED_CLOSED: FORCED_CLOSED}
-_MODES = {pb.MODE_ENFORCE: ENFORCE, pb.MODE_SHADOW: SHADOW}
-_SCOPES = {pb.SCOPE_FLEET: SCOPE_FLEET, pb.SCOPE_ZONE: SCOPE_ZONE, pb.SCOPE_NODE: SCOPE_NODE}
-_JITTERS = {pb.JITTER_FULL: _backoff.FULL, pb.JITTER_EQUAL: _backoff.EQUAL,
-            pb.JITTER_DECORRELATED: _backoff.DECORRELATED, pb.JITTER_NONE: _backoff.NONE}
 REASONS = {pb.REJECT_REASON_OPEN: REASON_OPEN, pb.REJECT_REASON_FORCED_OPEN: REASON_FORCED_OPEN,
            pb.REJECT_REASON_HALF_OPEN_NO_PERMIT: REASON_NO_PERMIT,
-           pb.REJECT_REASON_BUDGET_EXHAUSTED: REASON_BUDGET, pb.REJECT_REASON_THROTTLED: REASON_THROTTLED}
+           pb.REJECT_REASON_BUDGET_EXHAUSTED: REASON_BUDGET, pb.REJECT_REASON_THROTTLED: REASON_THROTTLED,
+           pb.REJECT_REASON_RAMP: REASON_RAMP}
+
+_DURATION_PART = re.compile(r"([0-9]*\.?[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
+_UNIT = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
 
 
-def _seconds(d):
-    return d.seconds + d.nanos / 1e9
+def go_duration(text):
+    """Seconds in a Go duration string, as a policy document writes
+    durations ("500ms", "1m30s", "0s"). ValueError for anything else."""
+    body = text[1:] if text[:1] in "+-" else text
+    parts = _DURATION_PART.findall(body)
+    if body != "0" and (not parts or "".join(n + u for n, u in parts) != body):
+        raise ValueError("not a Go duration: %r" % text)
+    d = sum(float(n) * _UNIT[u] for n, u in parts)
+    return -d if text.startswith("-") else d
+
+
+# Where a leaf of a policy document goes when the flattened snake_case
+# name of its path in its section ("backoff.base": backoff_base) is not
+# the name of a field here.
+_RENAMED = {"backoff_jitter": "jitter", "hedge_max_hedges": "max_hedges"}
+
+
+def _leaves(obj, prefix=""):
+    for key, v in obj.items():
+        name = prefix + re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+        if isinstance(v, dict):
+            yield from _leaves(v, name + "_")
+        else:
+            yield _RENAMED.get(name, name), v
+
+
+def _settings(base, section):
+    """base (BreakerSettings or RetrySettings) with every field the policy
+    document's section sets; the others (ramp, for one) are the agent's."""
+    kw = {}
+    for name, v in _leaves(section):
+        if not hasattr(base, name):
+            continue
+        want = type(getattr(base, name))
+        kw[name] = go_duration(v) if want is float and isinstance(v, str) else want(v)
+    return dataclasses.replace(base, **kw)
 
 
 def _timestamp(m, field):
@@ -205,82 +250,37 @@ def _timestamp(m, field):
     return t.seconds + t.nanos / 1e9
 
 
-def breaker_from_proto(base, m):
-    """base with the breaker settings m carries (a zero field is "not sent").
-    Mode, scope and slow-call duration are not read from here: they come
-    with the snapshot's own fields."""
-    if m is None:
-        return base
-    kw = {}
-    for f in ("failure_rate_threshold", "slow_call_rate_threshold", "minimum_requests",
-              "min_failing_nodes", "half_open_probes", "probe_success_threshold"):
-        v = getattr(m, f)
-        if v:
-            kw[f] = v
-    for f in ("window", "open_duration", "max_open_duration", "probe_timeout"):
-        if m.HasField(f) and _seconds(getattr(m, f)) > 0:
-            kw[f] = _seconds(getattr(m, f))
-    if m.HasField("confidence"):
-        kw["confidence"] = m.confidence
-    if m.HasField("fast_path"):
-        kw["fast_path"] = m.fast_path
-    return dataclasses.replace(base, **kw)
-
-
-def retry_from_proto(base, m):
-    """base with the retry settings m carries: the budget (zero is a value),
-    every duration it sets; max_attempts 0 and an unspecified jitter are not
-    carried. Hedging is off unless carried."""
-    if m is None:
-        return base
-    kw = {"budget_ratio": m.budget_ratio, "budget_min_retries_per_second": m.budget_min_retries_per_second,
-          "hedge_delay": _seconds(m.hedge_delay) if m.HasField("hedge_delay") else 0.0,
-          "max_hedges": m.max_hedges}
-    if m.max_attempts:
-        kw["max_attempts"] = m.max_attempts
-    for f in ("per_attempt_timeout", "backoff_base", "backoff_max"):
-        if m.HasField(f):
-            kw[f] = _seconds(getattr(m, f))
-    if m.jitter in _JITTERS:
-        kw["jitter"] = _JITTERS[m.jitter]
-    return dataclasses.replace(base, **kw)
-
-
-def policy_from_snapshot(base, m):
-    """The policy a pushed snapshot describes, over base for what it does
-    not carry. Mode, scope and slow-call duration come from the snapshot's
-    top-level fields."""
-    b = breaker_from_proto(base.breaker, m.breaker if m.HasField("breaker") else None)
-    kw = {}
-    if m.mode in _MODES:
-        kw["mode"] = _MODES[m.mode]
-    if m.scope in _SCOPES:
-        kw["scope"] = _SCOPES[m.scope]
-    if m.HasField("slow_call_duration") and _seconds(m.slow_call_duration) > 0:
-        kw["slow_call_duration"] = _seconds(m.slow_call_duration)
-    b = dataclasses.replace(b, **kw)
-    r = retry_from_proto(base.retry, m.retry if m.HasField("retry") else None)
-    return Policy(breaker=b, retry=r)
+def policy_from_json(raw):
+    """The policy of a snapshot's policy_json: the effective policy as one
+    complete JSON policy document. ValueError when it is not one, or the
+    settings it gives are unusable."""
+    try:
+        doc = json.loads(raw)
+        pol = Policy(breaker=_settings(BreakerSettings(), doc["breaker"]), retry=_settings(RetrySettings(), doc["retry"]))
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise ValueError("not a policy document: %s" % e) from e
+    if pol.problems():
+        raise ValueError("; ".join(pol.problems()))
+    return pol
 
 
 def snapshot_from_proto(m, pol):
-    """A Snapshot from the wire; pol (the policy it describes) fills what an
-    older agent leaves out."""
+    """A Snapshot from the wire, under pol (the policy in its policy_json, or
+    the one held when it carries none)."""
     state = _STATES.get(m.state, CLOSED)
     local = _STATES.get(m.local_state, CLOSED)
     if m.local_state == pb.BREAKER_STATE_UNSPECIFIED and m.node_local_open:
         local = HALF_OPEN if state == CLOSED and m.probe_permit else OPEN
-    p = m.throttle_probability
+    p = m.throttle_probability if 0 < m.throttle_probability <= 1 else 0.0  # NaN and out-of-range values are dropped
+    ramp = m.ramp_probability if 0 < m.ramp_probability <= p else 0.0  # likewise, and the ramp is part of it
     return Snapshot(
         dependency=m.dependency, state=state, local_state=local, generation=m.generation,
         version=m.version, open_count=m.open_count, probe_round=m.probe_round,
         probe_permit=m.probe_permit, since=_timestamp(m, "since"),
         override=_OVERRIDES.get(m.override, OVERRIDE_NONE), override_reason=m.override_reason,
         override_expires=_timestamp(m, "override_expires"),
-        mode=_MODES.get(m.mode, pol.breaker.mode), scope=_SCOPES.get(m.scope, pol.breaker.scope),
-        slow_call_duration=(_seconds(m.slow_call_duration) if m.HasField("slow_call_duration")
-                            else pol.breaker.slow_call_duration),
+        mode=pol.breaker.mode, scope=pol.breaker.scope, slow_call_duration=pol.breaker.slow_call_duration,
         retry=pol.retry,
-        throttle_probability=p if 0 < p <= 1 else 0.0,  # NaN and out-of-range values are dropped
+        throttle_probability=p, ramp_probability=ramp,
         concurrency_limit=m.concurrency_limit,
     )

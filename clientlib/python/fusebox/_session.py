@@ -233,8 +233,9 @@ class Session:
         c = self.c
         if not w.HasField("default_snapshot"):
             return
-        pol = P.policy_from_snapshot(c._default_policy, w.default_snapshot)
-        if pol.problems():
+        try:
+            pol = P.policy_from_json(w.default_snapshot.policy_json)
+        except ValueError:
             return  # an invalid default is ignored: the previous one stays
         c._default_policy = pol
         for d in c._deps.values():

@@ -25,7 +25,10 @@ Like the Go client's RoundTripper:
   any other method, and a body that cannot be replayed (a file, a
   generator), is NON_RETRYABLE;
 - statuses 408, 429, 502, 503 and 504 are retried (honouring
-  Retry-After), 5xx count as failures; the bodies of failed attempts are
+  Retry-After), unless the answer carries Idempotent-Replayed: true (a
+  server's deduplication replaying the stored answer of an earlier attempt,
+  which every retry would get again): that answer is final; 5xx count as
+  failures; the bodies of failed attempts are
   read (up to 64 KiB) and closed, and when retries end the last response
   is returned as a normal response;
 - each attempt carries Fusebox-Retry-Owner, Fusebox-Timeout-Ms and, when
@@ -173,7 +176,8 @@ class FuseboxAdapter(requests.adapters.HTTPAdapter):
             code = resp.status_code
             if code >= 500 or code in (408, 429):
                 _keep_prefix(resp)
-                raise E.HTTPStatusError(code, resp.reason or "", E.parse_retry_after(resp.headers.get("Retry-After")))
+                raise E.HTTPStatusError(code, resp.reason or "", E.parse_retry_after(resp.headers.get("Retry-After")),
+                                        E.replayed(resp.headers))
             return resp
 
         opts = dict(self.call_options)

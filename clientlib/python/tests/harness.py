@@ -192,9 +192,10 @@ class Agent:
         return None
 
     def window(self, dependency, kind, scope="local"):
-        """fusebox_agent_window_<scope>{dependency, kind}: this node's
-        ("local") or the fleet's counts over the window."""
-        return self.metric("fusebox_agent_window_" + scope, dependency=dependency, kind=kind) or 0
+        """fusebox_agent_<scope>_calls_total{dependency, kind}: the calls
+        this node's clients reported ("local") or the fleet's, counted
+        since the agent began tracking the dependency."""
+        return self.metric("fusebox_agent_%s_calls_total" % scope, dependency=dependency, kind=kind) or 0
 
     def breaker_open(self, dependency):
         return self.metric("fusebox_agent_breaker_state", dependency=dependency, state="open") == 1

@@ -3,6 +3,7 @@ classification, deadlines, headers, and decisions from snapshots given to
 the client directly (a pushed snapshot kept for the local mode, or a fake
 agent session)."""
 
+import json
 import threading
 import unittest
 
@@ -221,9 +222,38 @@ class ClassesTest(unittest.TestCase):
         self.assertEqual(C.agent_target("127.0.0.1:7950"), "127.0.0.1:7950")
 
 
-def pushed(dep="dep", **kw):
+# The built-in default policy as an agent pushes it: sharedstate.DefaultPolicy
+# as its JSON document.
+DEFAULT_POLICY_DOC = {
+    "schema": 1, "dependency": "_default",
+    "breaker": {"failureRateThreshold": 0.5, "slowCallRateThreshold": 1, "slowCallDuration": "2s",
+                "minimumRequests": 20, "minFailingNodes": 2, "window": "10s", "openDuration": "2s",
+                "maxOpenDuration": "2m0s", "halfOpenProbes": 3, "probeSuccessThreshold": 3, "probeTimeout": "5s",
+                "scope": "fleet", "mode": "enforce", "confidence": 0.95, "fastPath": True,
+                "fleetMaxOpenDuration": "2s", "rampDuration": "500ms", "rampStart": 0.1},
+    "retry": {"maxAttempts": 3, "perAttemptTimeout": "500ms",
+              "backoff": {"base": "100ms", "max": "5s", "jitter": "full"},
+              "budget": {"ratio": 0.1, "minRetriesPerSecond": 10}, "hedge": {"delay": "0s", "maxHedges": 0}},
+    "throttle": {"enabled": False, "k": 2, "minRequests": 20},
+    "concurrency": {"maxInFlight": 0},
+}
+
+
+def policy_json(dep="dep", **sections):
+    """The default policy's JSON document for dep, with the fields each
+    section names (breaker={"mode": "shadow"}) replaced."""
+    doc = json.loads(json.dumps(DEFAULT_POLICY_DOC))
+    doc["dependency"] = dep
+    for name, fields in sections.items():
+        doc[name].update(fields)
+    return json.dumps(doc).encode()
+
+
+def pushed(dep="dep", policy=None, **kw):
+    """A snapshot of dep as the agent pushes it, under the default policy
+    changed by policy ({"breaker": {"mode": "shadow"}})."""
     m = pb.DecisionSnapshot(dependency=dep, state=pb.BREAKER_STATE_CLOSED, local_state=pb.BREAKER_STATE_CLOSED,
-                            mode=pb.MODE_ENFORCE, scope=pb.SCOPE_FLEET, version=kw.pop("version", 1))
+                            version=kw.pop("version", 1), policy_json=policy_json(dep, **(policy or {})))
     for k, v in kw.items():
         if hasattr(v, "CopyFrom"):
             getattr(m, k).CopyFrom(v)
@@ -266,7 +296,7 @@ class LocalModeTest(unittest.TestCase):
             self.d.call(Flaky())
 
     def test_forced_closed_beats_the_local_breaker(self):
-        self.d._apply_agent_snapshot(pushed(override=pb.OVERRIDE_STATE_FORCED_CLOSED, breaker=pb.BreakerSettings(minimum_requests=5)), True)
+        self.d._apply_agent_snapshot(pushed(override=pb.OVERRIDE_STATE_FORCED_CLOSED, policy={"breaker": {"minimumRequests": 5}}), True)
         for _ in range(10):
             with self.assertRaises(ConnectionRefusedError):
                 self.d.call(Flaky(ConnectionRefusedError()))
@@ -281,9 +311,15 @@ class LocalModeTest(unittest.TestCase):
         self.assertIsInstance(cm.exception, fusebox.OpenError)
         self.d._apply_agent_snapshot(pushed(throttle_probability=0.4, version=2), True)
         self.assertEqual(self.d.call(Flaky()), "ok")
-        self.d._apply_agent_snapshot(pushed(throttle_probability=0.9, mode=pb.MODE_SHADOW, version=3), True)
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.9, policy={"breaker": {"mode": "shadow"}}, version=3), True)
         self.assertEqual(self.d.call(Flaky()), "ok")
         self.assertEqual(self.d.stats()["shadow_throttled"], 1)
+
+    def test_the_ramps_probability_is_not_kept(self):
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.6), True)
+        self.d._disconnected()
+        self.d._publish()
+        self.assertEqual(self.d.call(Flaky()), "ok", "a ramp lasts rampDuration, not a window")
 
     def test_a_throttle_probability_holds_one_window_after_the_agent_went_away(self):
         self.d._apply_agent_snapshot(pushed(throttle_probability=0.6), True)
@@ -396,6 +432,23 @@ class AgentPathTest(unittest.TestCase):
         with self.assertRaises(fusebox.OpenError) as cm:
             self.d.call(f)
         self.assertEqual(cm.exception.reason, "half-open-no-permit")
+
+    def test_the_ramps_refusals_are_named_as_the_ramps(self):
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.55, version=2), True)
+        with self.assertRaises(fusebox.ThrottledError) as cm:  # draw 0.5 < 0.55: the ramp alone refuses it
+            self.d.call(Flaky())
+        self.assertEqual(cm.exception.reason, "ramp")
+        self.assertIsInstance(cm.exception, fusebox.OpenError)
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.6, ramp_probability=0.3, version=3), True)
+        with self.assertRaises(fusebox.ThrottledError) as cm:  # 0.3 <= 0.5 < 0.6: the throttle's
+            self.d.call(Flaky())
+        self.assertEqual(cm.exception.reason, "throttled")
+        self.d._apply_agent_snapshot(pushed(throttle_probability=0.4, ramp_probability=0.9, version=4), True)
+        self.assertEqual(self.d.call(Flaky()), "ok", "a ramp above the throttle probability is dropped")
+        self.s.answers["check"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_RAMP)
+        with self.assertRaises(fusebox.ThrottledError) as cm:
+            self.d.call(Flaky(), strict=True)
+        self.assertEqual(cm.exception.reason, "ramp")
 
     def test_strict_asks_check(self):
         self.s.answers["check"] = pb.Decision(verdict=pb.VERDICT_REJECT, reason=pb.REJECT_REASON_FORCED_OPEN)

@@ -183,19 +183,28 @@ class SnapshotTest(unittest.TestCase):
         b = P.BreakerSettings(open_duration=5, max_open_duration=120)
         self.assertEqual([b.open_duration_for(n) for n in (0, 1, 2, 3, 6, 7, 100)], [5, 5, 10, 20, 120, 120, 120])
 
-    def test_policy_from_snapshot_reads_mode_scope_slow_from_the_top(self):
-        from fusebox.v1 import fusebox_pb2 as pb
-        m = pb.DecisionSnapshot(dependency="d", mode=pb.MODE_SHADOW, scope=pb.SCOPE_NODE)
-        m.slow_call_duration.FromMilliseconds(300)
-        m.breaker.minimum_requests = 7
-        m.breaker.window.FromSeconds(30)
-        m.breaker.confidence = 0
-        m.retry.max_attempts = 5
-        m.retry.per_attempt_timeout.FromMilliseconds(250)
-        m.retry.jitter = pb.JITTER_NONE
-        p = P.policy_from_snapshot(P.DEFAULT_POLICY, m)
+    def test_policy_from_json_reads_the_pushed_document(self):
+        from .test_calls import policy_json
+        p = P.policy_from_json(policy_json(
+            breaker={"mode": "shadow", "scope": "node", "slowCallDuration": "300ms", "minimumRequests": 7,
+                     "window": "1m30s", "confidence": 0},
+            retry={"maxAttempts": 5, "perAttemptTimeout": "250ms", "budget": {"ratio": 0, "minRetriesPerSecond": 1},
+                   "backoff": {"base": "1.5s", "max": "2h0m0s", "jitter": "none"}, "hedge": {"delay": "20ms", "maxHedges": 2}}))
         self.assertEqual((p.breaker.mode, p.breaker.scope, p.breaker.slow_call_duration), (P.SHADOW, P.SCOPE_NODE, 0.3))
-        self.assertEqual((p.breaker.minimum_requests, p.breaker.window, p.breaker.confidence), (7, 30.0, 0.0))
-        self.assertEqual(p.breaker.failure_rate_threshold, 0.5, "a zero field keeps what was there")
+        self.assertEqual((p.breaker.minimum_requests, p.breaker.window, p.breaker.confidence), (7, 90.0, 0.0))
+        self.assertEqual((p.breaker.failure_rate_threshold, p.breaker.open_duration, p.breaker.fast_path), (0.5, 2.0, True))
         self.assertEqual((p.retry.max_attempts, p.retry.per_attempt_timeout, p.retry.jitter), (5, 0.25, "none"))
-        self.assertEqual(p.retry.budget_ratio, 0, "the budget travels: zero is a value")
+        self.assertEqual((p.retry.backoff_base, p.retry.backoff_max), (1.5, 7200.0))
+        self.assertEqual((p.retry.budget_ratio, p.retry.budget_min_retries_per_second), (0, 1), "zero is a value")
+        self.assertEqual((p.retry.hedge_delay, p.retry.max_hedges), (0.02, 2))
+        for bad in (b"", b"[]", b"{}", policy_json(breaker={"minimumRequests": 0})):
+            with self.subTest(doc=bad), self.assertRaises(ValueError):
+                P.policy_from_json(bad)
+
+    def test_go_duration(self):
+        for text, want in (("0s", 0), ("0", 0), ("500ms", 0.5), ("1m30s", 90), ("2h0m0s", 7200), ("1.5µs", 1.5e-6),
+                           ("100ns", 1e-7), ("-1s", -1)):
+            self.assertAlmostEqual(P.go_duration(text), want, msg=text)
+        for bad in ("", "1", "s", "1x", "1s2"):
+            with self.subTest(text=bad), self.assertRaises(ValueError):
+                P.go_duration(bad)

@@ -37,6 +37,24 @@ class ReadmeTest(unittest.TestCase):
         for opt in re.findall(r"`(\w+)`", re.sub(r"\(.*?\)", "", opts)):
             self.assertIn(opt, params, "the README lists a call option %s that does not exist" % opt)
 
+    def test_dependency_snippet_runs(self):
+        # The README shows how to get a Dependency (client.dependency) before
+        # calling its status(): the snippet runs on a client without an agent.
+        blocks = re.findall(r"```python\n(.*?)```", python_section(), re.S)
+        snippet = [b for b in blocks if "client.dependency(" in b and ".status()" in b]
+        self.assertEqual(len(snippet), 1, "the README has no snippet getting a Dependency and its status()")
+        client = fusebox.Client(no_agent=True, service="readme")
+        try:
+            env = {"fusebox": fusebox, "client": client, "order": {}, "print": lambda *a: None,
+                   "get_rate": lambda order, timeout: 42}
+            exec(snippet[0], env)
+            self.assertEqual(env["rate"], 42)
+            self.assertIsInstance(env["shipping"], fusebox.Dependency)
+            self.assertIsInstance(env["st"], fusebox.Status)
+            self.assertFalse(env["st"].from_agent)
+        finally:
+            client.close()
+
     def test_make_targets_exist(self):
         with open(os.path.join(REPO, "Makefile"), encoding="utf-8") as f:
             mk = f.read()

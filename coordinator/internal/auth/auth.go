@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 
+	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/secretfile"
 )
 
@@ -76,7 +77,9 @@ func (t *Tokens) Len() int { return len(t.byHash) }
 
 // ParseTokens reads a tokens file: one "ROLE TOKEN [NAME]" per line, ROLE
 // viewer or admin, NAME optional (the identity written into the audit);
-// blank lines and lines starting with '#' are ignored. It reports every bad
+// blank lines and lines starting with '#' are ignored. A NAME holding a
+// control character is refused (it is printed in the audit and on
+// terminals: sharedstate.ValidateText). It reports every bad
 // line at once, naming line numbers (never the token). A file without a
 // single token is an error: it would lock everyone out.
 func ParseTokens(r io.Reader) (*Tokens, error) {
@@ -108,6 +111,10 @@ func ParseTokens(r io.Reader) (*Tokens, error) {
 		h := sha256.Sum256([]byte(f[1]))
 		name := role.String() + ":" + hex.EncodeToString(h[:4])
 		if len(f) == 3 {
+			if err := sharedstate.ValidateText("NAME", f[2]); err != nil {
+				errs = append(errs, fmt.Errorf("line %d: %w", line, err))
+				continue
+			}
 			name = f[2]
 		}
 		if _, dup := t.byHash[h]; dup {

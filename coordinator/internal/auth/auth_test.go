@@ -20,6 +20,11 @@ func TestParseTokens(t *testing.T) {
 			input: "root aaaaaaaaaaaaaaaa\nadmin short\nviewer\nadmin cccccccccccccccc x y\nadmin dddddddddddddddd\nviewer dddddddddddddddd\n",
 			want:  []string{`line 1: unknown role "root"`, "line 2: token too short", "line 3: want", "line 4: want", "line 6: duplicate token"},
 		},
+		{
+			name:  "a name with a control character",
+			input: "admin aaaaaaaaaaaaaaaa alice\x1b[31m\nviewer bbbbbbbbbbbbbbbb bob\u202e\n",
+			want:  []string{"line 1: fusebox: text holds a control character: NAME: control character U+001B at byte 5", "line 2:", "U+202E"},
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -80,7 +80,7 @@ func New() *Handler {
 // ServeHTTP serves GET and HEAD of the page and its files, with an ETag
 // (so a reload costs a 304) and headers that keep the page to its own
 // origin: the Content-Security-Policy above, no framing, no sniffing, and
-// no Referer (a URL carrying ?access_token= must not travel).
+// no Referer (the coordinator's address stays with its users).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")

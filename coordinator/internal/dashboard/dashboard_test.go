@@ -82,7 +82,7 @@ func TestNothingComesFromElsewhere(t *testing.T) {
 	}
 }
 
-// The DOM contract of doc.go: the ids and classes other tests rely on.
+// The DOM contract of README.md: the ids and classes other tests rely on.
 func TestDOMContractIsInThePage(t *testing.T) {
 	page, err := static.ReadFile("static/index.html")
 	if err != nil {

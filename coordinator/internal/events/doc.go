@@ -9,12 +9,15 @@
 // never misses an event without knowing. The broker keeps the last few
 // events so a reconnecting client that sends Last-Event-ID (SSE) or an
 // after ID (Watch) gets what it missed, when it is still there; Watch
-// refuses with a *ReplayError when it is not.
+// refuses with a *ReplayError when it is not. Limits bound the live
+// subscriptions in all and per key (the subscriber's identity): past them
+// Subscribe and Watch refuse with a *LimitError.
 //
 // Usage:
 //
 //	b := events.NewBroker(256, 512, 0, droppedCounter.Inc) // IDs from 1
-//	sub, ok := b.Subscribe(lastEventID) // replays what it still keeps
+//	b.Limit(events.Limits{Total: 1000, PerKey: 100}, refusedCounter) // optional
+//	sub, err := b.Subscribe(identity, lastEventID) // replays what it still keeps
 //	defer sub.Close()
 //	b.Publish(events.Event{Type: events.TypeOverride, Dependency: "db", State: "forced-open"})
 //	for e := range sub.C { … } // until sub.Close or b.Close

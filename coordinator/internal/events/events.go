@@ -27,7 +27,44 @@ var (
 	// ErrFellBehind: a Watch subscription's queue was full when an event
 	// came, so the broker ended it rather than lose the event silently.
 	ErrFellBehind = errors.New("events: subscriber fell behind")
+	// ErrTooManySubscribers is matched (errors.Is) by *LimitError.
+	ErrTooManySubscribers = errors.New("events: too many subscribers")
 )
+
+// Limits bound a broker's live subscriptions, in all and per key (the
+// subscriber's identity), so that clients who open streams and never
+// close them cannot take the server's memory and file descriptors.
+type Limits struct {
+	// Total bounds the live subscriptions (optional, 0: no limit).
+	Total int
+	// PerKey bounds the live subscriptions of one key (optional, 0: no
+	// limit).
+	PerKey int
+}
+
+// Scopes of a LimitError, also the values its callback is called with.
+const (
+	ScopeTotal = "total"
+	ScopeKey   = "key"
+)
+
+// LimitError is the error of Subscribe and Watch past a limit. It matches
+// ErrTooManySubscribers.
+type LimitError struct {
+	Scope string // ScopeTotal or ScopeKey
+	Limit int    // the limit reached
+	Key   string // the subscriber's key
+}
+
+func (e *LimitError) Error() string {
+	if e.Scope == ScopeKey {
+		return fmt.Sprintf("events: %d streams open for %q, the most one identity may have", e.Limit, e.Key)
+	}
+	return fmt.Sprintf("events: %d streams open, the most the coordinator serves", e.Limit)
+}
+
+// Is reports whether target is ErrTooManySubscribers.
+func (e *LimitError) Is(target error) bool { return target == ErrTooManySubscribers }
 
 // ReplayError is Watch's error when it cannot replay every event after
 // After: the broker no longer keeps them all, or it never published After
@@ -59,11 +96,14 @@ type Broker struct {
 	first   uint64 // the first event's ID
 	dropped func() // called once per event a subscriber lost (optional)
 
-	mu     sync.Mutex
-	nextID uint64  // the last ID assigned (first-1: none yet)
-	recent []Event // ring of the last keep events, oldest first
-	subs   map[*Subscription]struct{}
-	closed bool
+	mu      sync.Mutex
+	nextID  uint64  // the last ID assigned (first-1: none yet)
+	recent  []Event // ring of the last keep events, oldest first
+	subs    map[*Subscription]struct{}
+	perKey  map[string]int // live subscriptions by key
+	limits  Limits
+	refused func(scope string)
+	closed  bool
 }
 
 // NewBroker returns a broker whose subscribers queue up to queue events and
@@ -79,7 +119,47 @@ func NewBroker(queue, keep int, after uint64, dropped func()) *Broker {
 	if keep < 0 {
 		keep = 0
 	}
-	return &Broker{queue: queue, keep: keep, first: after + 1, nextID: after, dropped: dropped, subs: map[*Subscription]struct{}{}}
+	return &Broker{queue: queue, keep: keep, first: after + 1, nextID: after, dropped: dropped,
+		subs: map[*Subscription]struct{}{}, perKey: map[string]int{}}
+}
+
+// Limit sets the limits of live subscriptions; refused, if not nil, is
+// called (under the broker's lock: keep it cheap) with the scope of each
+// refusal. Subscriptions already live stay.
+func (b *Broker) Limit(l Limits, refused func(scope string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.limits, b.refused = l, refused
+}
+
+// admitLocked checks the limits for a new subscription of key.
+func (b *Broker) admitLocked(key string) error {
+	var err *LimitError
+	switch {
+	case b.limits.Total > 0 && len(b.subs) >= b.limits.Total:
+		err = &LimitError{Scope: ScopeTotal, Limit: b.limits.Total, Key: key}
+	case b.limits.PerKey > 0 && b.perKey[key] >= b.limits.PerKey:
+		err = &LimitError{Scope: ScopeKey, Limit: b.limits.PerKey, Key: key}
+	default:
+		return nil
+	}
+	if b.refused != nil {
+		b.refused(err.Scope)
+	}
+	return err
+}
+
+// addLocked and removeLocked keep subs and perKey together.
+func (b *Broker) addLocked(s *Subscription) {
+	b.subs[s] = struct{}{}
+	b.perKey[s.key]++
+}
+
+func (b *Broker) removeLocked(s *Subscription) {
+	delete(b.subs, s)
+	if b.perKey[s.key]--; b.perKey[s.key] <= 0 {
+		delete(b.perKey, s.key)
+	}
 }
 
 // Subscription is one subscriber's stream. Read C until it is closed (by
@@ -91,6 +171,7 @@ type Subscription struct {
 
 	b      *Broker
 	c      chan Event
+	key    string
 	once   sync.Once
 	filter func(Event) bool // nil: every event
 	strict bool             // a Watch subscription: ended, not thinned, when full
@@ -99,6 +180,8 @@ type Subscription struct {
 
 // WatchOptions configure a Watch subscription.
 type WatchOptions struct {
+	// Key is the subscriber's identity, for Limits.PerKey (optional).
+	Key string
 	// After replays the kept events with a larger ID first (optional,
 	// default 0: only new events).
 	After uint64
@@ -136,7 +219,7 @@ func (b *Broker) Publish(e Event) Event {
 				b.dropped()
 			}
 			if s.strict {
-				delete(b.subs, s)
+				b.removeLocked(s)
 				s.err = ErrFellBehind
 				close(s.c)
 			}
@@ -145,17 +228,21 @@ func (b *Broker) Publish(e Event) Event {
 	return e
 }
 
-// Subscribe starts a subscription. When after is non-zero, the kept events
-// with a larger ID are queued first (as many as fit). The second result is
-// false after Close.
-func (b *Broker) Subscribe(after uint64) (*Subscription, bool) {
+// Subscribe starts a subscription for key (the subscriber's identity,
+// for Limits.PerKey). When after is non-zero, the kept events with a
+// larger ID are queued first (as many as fit). It fails with ErrClosed
+// after Close, and with a *LimitError past a limit.
+func (b *Broker) Subscribe(key string, after uint64) (*Subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
-		return nil, false
+		return nil, ErrClosed
+	}
+	if err := b.admitLocked(key); err != nil {
+		return nil, err
 	}
 	c := make(chan Event, b.queue)
-	s := &Subscription{C: c, b: b, c: c}
+	s := &Subscription{C: c, b: b, c: c, key: key}
 	if after > 0 {
 		for _, e := range b.recent {
 			if e.ID > after && len(c) < cap(c) {
@@ -163,8 +250,8 @@ func (b *Broker) Subscribe(after uint64) (*Subscription, bool) {
 			}
 		}
 	}
-	b.subs[s] = struct{}{}
-	return s, true
+	b.addLocked(s)
+	return s, nil
 }
 
 // Watch starts a subscription that never loses an event silently, for
@@ -174,13 +261,17 @@ func (b *Broker) Subscribe(after uint64) (*Subscription, bool) {
 // instead of dropping the event: C is closed after what is queued, Err
 // returns ErrFellBehind, and the Dropped callback runs once.
 //
-// It fails with ErrClosed after Close, and with a *ReplayError when it
-// cannot replay everything after opts.After.
+// It fails with ErrClosed after Close, with a *LimitError past a limit,
+// and with a *ReplayError when it cannot replay everything after
+// opts.After.
 func (b *Broker) Watch(opts WatchOptions) (*Subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, ErrClosed
+	}
+	if err := b.admitLocked(opts.Key); err != nil {
+		return nil, err
 	}
 	var replay []Event
 	if after := opts.After; after > 0 {
@@ -207,8 +298,8 @@ func (b *Broker) Watch(opts WatchOptions) (*Subscription, error) {
 	for _, e := range replay {
 		c <- e
 	}
-	s := &Subscription{C: c, b: b, c: c, filter: opts.Filter, strict: true}
-	b.subs[s] = struct{}{}
+	s := &Subscription{C: c, b: b, c: c, key: opts.Key, filter: opts.Filter, strict: true}
+	b.addLocked(s)
 	return s, nil
 }
 
@@ -241,7 +332,7 @@ func (s *Subscription) Close() {
 		s.b.mu.Lock()
 		defer s.b.mu.Unlock()
 		if _, ok := s.b.subs[s]; ok {
-			delete(s.b.subs, s)
+			s.b.removeLocked(s)
 			close(s.c)
 		}
 	})
@@ -257,7 +348,7 @@ func (b *Broker) Close() {
 	}
 	b.closed = true
 	for s := range b.subs {
-		delete(b.subs, s)
+		b.removeLocked(s)
 		s.err = ErrClosed
 		close(s.c)
 	}

@@ -10,11 +10,11 @@ import (
 func TestBrokerDeliversDropsAndReplays(t *testing.T) {
 	dropped := 0
 	b := NewBroker(2, 3, 0, func() { dropped++ })
-	fast, ok := b.Subscribe(0)
-	if !ok {
-		t.Fatal("Subscribe failed")
+	fast, err := b.Subscribe("a", 0)
+	if err != nil {
+		t.Fatal(err)
 	}
-	slow, _ := b.Subscribe(0)
+	slow, _ := b.Subscribe("b", 0)
 	for i := 0; i < 2; i++ {
 		b.Publish(Event{Type: TypePolicy, Dependency: "d"})
 		if e := <-fast.C; e.ID != uint64(i+1) {
@@ -34,7 +34,7 @@ func TestBrokerDeliversDropsAndReplays(t *testing.T) {
 	}
 	// Replay: a new subscriber after ID 1 gets 2 and 3 (kept: the last 3).
 	b.Publish(Event{Type: TypeTransition}) // ID 4; keep holds 2, 3, 4
-	re, _ := b.Subscribe(1)
+	re, _ := b.Subscribe("a", 1)
 	if got := []uint64{(<-re.C).ID, (<-re.C).ID}; got[0] != 2 || got[1] != 3 {
 		t.Fatalf("replay got %v, want [2 3] (queue of 2)", got)
 	}
@@ -59,8 +59,8 @@ func TestBrokerDeliversDropsAndReplays(t *testing.T) {
 		}
 		s.Close()
 	}
-	if _, ok := b.Subscribe(0); ok {
-		t.Fatal("Subscribe after Close succeeded")
+	if _, err := b.Subscribe("a", 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v, want ErrClosed", err)
 	}
 	if e := b.Publish(Event{}); e.ID != 0 {
 		t.Fatal("Publish after Close assigned an ID")
@@ -144,7 +144,7 @@ func TestWatchFallsBehindAndEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sse, _ := b.Subscribe(0)
+	sse, _ := b.Subscribe("", 0)
 	b.Publish(Event{Dependency: "a"}) // 1
 	b.Publish(Event{Dependency: "b"}) // 2: filtered out, takes no room
 	b.Publish(Event{Dependency: "a"}) // 3
@@ -188,4 +188,53 @@ func TestWatchFallsBehindAndEnds(t *testing.T) {
 		t.Fatalf("Watch after Close = %v, want ErrClosed", err)
 	}
 	sse.Close()
+}
+
+// More subscribers than the limits allow: the broker refuses past the total
+// and past one key's share, names the scope, counts each refusal, and
+// admits again once a subscription closes.
+func TestSubscriberLimits(t *testing.T) {
+	b := NewBroker(2, 4, 0, nil)
+	refused := map[string]int{}
+	b.Limit(Limits{Total: 5, PerKey: 3}, func(scope string) { refused[scope]++ })
+	var alice []*Subscription
+	for i := range 3 {
+		s, err := b.Subscribe("alice", 0)
+		if err != nil {
+			t.Fatalf("alice's stream %d: %v", i+1, err)
+		}
+		alice = append(alice, s)
+	}
+	_, err := b.Subscribe("alice", 0)
+	var le *LimitError
+	if !errors.As(err, &le) || !errors.Is(err, ErrTooManySubscribers) || le.Scope != ScopeKey || le.Limit != 3 || le.Key != "alice" ||
+		!strings.Contains(err.Error(), `3 streams open for "alice"`) {
+		t.Fatalf("alice's 4th stream: %v, want a per-key LimitError", err)
+	}
+	if _, err := b.Watch(WatchOptions{Key: "alice"}); !errors.As(err, &le) || le.Scope != ScopeKey {
+		t.Fatalf("alice's Watch past her limit: %v", err)
+	}
+	for i := range 2 {
+		if _, err := b.Watch(WatchOptions{Key: "bob"}); err != nil {
+			t.Fatalf("bob's stream %d: %v", i+1, err)
+		}
+	}
+	if _, err := b.Subscribe("carol", 0); !errors.As(err, &le) || le.Scope != ScopeTotal || le.Limit != 5 {
+		t.Fatalf("a 6th stream: %v, want the total LimitError", err)
+	}
+	if refused[ScopeKey] != 2 || refused[ScopeTotal] != 1 || b.Subscribers() != 5 {
+		t.Fatalf("refusals %v, subscribers %d; want 2 per key, 1 total, 5 live", refused, b.Subscribers())
+	}
+	alice[0].Close()
+	alice[0].Close() // idempotent: frees one slot, once
+	if _, err := b.Subscribe("carol", 0); err != nil {
+		t.Fatalf("after a close: %v", err)
+	}
+	if _, err := b.Subscribe("alice", 0); !errors.As(err, &le) || le.Scope != ScopeTotal {
+		t.Fatalf("alice after carol took the freed slot: %v, want the total limit", err)
+	}
+	b.Close()
+	if _, err := b.Subscribe("dave", 0); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
 }

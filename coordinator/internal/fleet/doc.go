@@ -1,13 +1,13 @@
 // Package fleet is the coordinator's in-memory view of the fleet, fed by a
 // gossip member in role "observer": the latest NodeWindow row of every
 // (dependency, node), the merged breaker record of every dependency, the
-// gossip membership, and five minutes of history per dependency.
+// gossip membership. (The history of the counts is package history's.)
 //
 // A View is decode-only: it implements gossip.Handler (recording what
 // it hears, relaying nothing, sending no state of its own) and
 // gossip.MemberEvents. Everything it holds is bounded: at most
-// MaxDependencies dependencies, MaxRows rows, MaxDeparted departed members
-// and History/HistoryInterval samples per dependency. Rows expire
+// MaxDependencies dependencies, MaxRows rows and MaxDeparted departed
+// members. Rows expire
 // 2×window after receipt and with their member's departure, as on agents.
 //
 // Snapshot combines the view with the policies and overrides of a Source

@@ -18,8 +18,6 @@ const (
 	DefaultMaxDependencies = sharedstate.DefaultMaxDependencies
 	DefaultMaxRows         = 500_000
 	DefaultMaxDeparted     = 1000
-	DefaultHistory         = 5 * time.Minute
-	DefaultHistoryInterval = 5 * time.Second
 	// DepartedRetention is how long a dead or departed member stays listed.
 	DepartedRetention = 5 * time.Minute
 	// MaxZonesPerDependency bounds the per-zone breaker records (scope
@@ -57,10 +55,6 @@ type Config struct {
 	MaxRows int
 	// MaxDeparted bounds the dead/left members kept for display (optional, default 1000).
 	MaxDeparted int
-	// History is how much history is kept per dependency (optional, default 5m).
-	History time.Duration
-	// HistoryInterval is the spacing of history samples (optional, default 5s).
-	HistoryInterval time.Duration
 	// Clock stamps receipts (optional, default sharedstate.SystemClock).
 	Clock sharedstate.Clock
 	// OnTransition is called for every derived state change, outside the
@@ -98,6 +92,7 @@ type Override struct {
 	State   sharedstate.OverrideState
 	Reason  string
 	Actor   string
+	Created time.Time
 	Expires time.Time // zero: no expiry
 }
 
@@ -126,14 +121,12 @@ type memberInfo struct {
 type View struct {
 	cfg Config
 
-	mu       sync.Mutex
-	rows     map[string]map[string]*row // dependency → node → row
-	nrows    int
-	records  map[string]map[string]sharedstate.BreakerRecord // dependency → zone ("" fleet-wide) → merged record
-	derived  map[recKey]derivedState                         // last derived state, for transitions
-	members  map[string]*memberInfo                          // alive, suspect, dead, left
-	history  map[string]*ring
-	lastTick time.Time
+	mu      sync.Mutex
+	rows    map[string]map[string]*row // dependency → node → row
+	nrows   int
+	records map[string]map[string]sharedstate.BreakerRecord // dependency → zone ("" fleet-wide) → merged record
+	derived map[recKey]derivedState                         // last derived state, for transitions
+	members map[string]*memberInfo                          // alive, suspect, dead, left
 }
 
 // New returns an empty View.
@@ -147,12 +140,6 @@ func New(cfg Config) *View {
 	if cfg.MaxDeparted <= 0 {
 		cfg.MaxDeparted = DefaultMaxDeparted
 	}
-	if cfg.History <= 0 {
-		cfg.History = DefaultHistory
-	}
-	if cfg.HistoryInterval <= 0 {
-		cfg.HistoryInterval = DefaultHistoryInterval
-	}
 	if cfg.Clock == nil {
 		cfg.Clock = sharedstate.SystemClock{}
 	}
@@ -162,7 +149,6 @@ func New(cfg Config) *View {
 		records: map[string]map[string]sharedstate.BreakerRecord{},
 		derived: map[recKey]derivedState{},
 		members: map[string]*memberInfo{},
-		history: map[string]*ring{},
 	}
 }
 
@@ -242,8 +228,12 @@ func (v *View) apply(rows []*fuseboxv1.NodeWindow, records []*fuseboxv1.BreakerR
 		byZone[rec.Zone] = m
 		if !ok || !sharedstate.SameRecord(old, m) {
 			merged = append(merged, m)
+			key := recKey{rec.Dependency, rec.Zone}
+			if t, passed := v.passedHalfOpenLocked(key, old, m, now); passed {
+				transitions = append(transitions, t)
+			}
 			// The policy is not at hand here: Tick derives half-open.
-			if t, changed := v.deriveLocked(recKey{rec.Dependency, rec.Zone}, m, m.State, now); changed {
+			if t, changed := v.deriveLocked(key, m, m.State, now); changed {
 				transitions = append(transitions, t)
 			}
 		}
@@ -282,6 +272,25 @@ func (v *View) deriveLocked(key recKey, rec sharedstate.BreakerRecord, state sha
 	}
 	return Transition{Dependency: key.dep, Zone: key.zone, Previous: prev.state, State: state, Generation: rec.Generation,
 		Origin: rec.Origin, Reason: rec.Reason, At: now}, true
+}
+
+// passedHalfOpenLocked reports the half-open state the agents went
+// through between the open record old and its successor m, when the view
+// has not derived it yet. Only a half-open breaker proposes the next
+// generation of an open one (a failed probe reopens it, enough successful
+// ones close it), but half-open travels in no record: Tick derives it once
+// the open duration has passed, and a probe that fails within a tick (the
+// usual case: it is the first call allowed) leaves it underived. Without
+// this the view would report "open -> open" where every agent logged
+// "half-open -> open".
+func (v *View) passedHalfOpenLocked(key recKey, old, m sharedstate.BreakerRecord, now time.Time) (Transition, bool) {
+	prev, seen := v.derived[key]
+	if !seen || prev.state != sharedstate.Open || old.State != sharedstate.Open || m.Generation <= prev.generation {
+		return Transition{}, false
+	}
+	v.derived[key] = derivedState{state: sharedstate.HalfOpen, generation: prev.generation}
+	return Transition{Dependency: key.dep, Zone: key.zone, Previous: sharedstate.Open, State: sharedstate.HalfOpen,
+		Generation: prev.generation, Origin: old.Origin, Reason: old.Reason, At: now}, true
 }
 
 // applyRowLocked takes one row: it returns the reason of a refusal, or

@@ -198,6 +198,48 @@ func TestRecordsMergeAndTransitions(t *testing.T) {
 	}
 }
 
+// TestHalfOpenBetweenTicks: the agents go half-open and a probe fails (or
+// succeeds) before the view's Tick derived half-open. The successor record
+// still shows the half-open the agents went through: open -> half-open,
+// then half-open -> open (or closed), as every agent logged it.
+func TestHalfOpenBetweenTicks(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	var r recorder
+	v := New(r.config(Config{Clock: clock}))
+	src := staticSource{}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 1, true, t0, "n1")}})
+	if got := r.take(); len(got) != 1 || got[0].State != sharedstate.Open {
+		t.Fatalf("transitions = %+v, want closed -> open", got)
+	}
+	clock.Advance(5*time.Second + 10*time.Millisecond) // past openDuration; no Tick ran
+	reopen := rec("db", 2, true, clock.Now(), "n2")
+	reopen.OpenCount, reopen.Reason = 2, "probe failed"
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{reopen}})
+	got := r.take()
+	want := []string{"open -> half-open generation 1", "half-open -> open generation 2"}
+	if len(got) != len(want) {
+		t.Fatalf("transitions = %+v, want %v", got, want)
+	}
+	for i, tr := range got {
+		if s := fmt.Sprintf("%s -> %s generation %d", tr.Previous, tr.State, tr.Generation); s != want[i] {
+			t.Errorf("transition %d = %s, want %s", i, s, want[i])
+		}
+	}
+	// A Tick after the fact reports nothing more; the close that follows
+	// the next half-open, again missed by the ticks, shows it too.
+	v.Tick(clock.Now(), src)
+	if got := r.take(); len(got) != 0 {
+		t.Fatalf("Tick reported %+v", got)
+	}
+	clock.Advance(20 * time.Second)
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{rec("db", 3, false, clock.Now(), "n1")}})
+	got = r.take()
+	if len(got) != 2 || got[0].State != sharedstate.HalfOpen || got[0].Generation != 2 ||
+		got[1].Previous != sharedstate.HalfOpen || got[1].State != sharedstate.Closed || got[1].Generation != 3 {
+		t.Fatalf("transitions = %+v, want open -> half-open (2), half-open -> closed (3)", got)
+	}
+}
+
 func TestProbersAndBudget(t *testing.T) {
 	clock := sharedstate.NewManualClock(t0)
 	v := New(Config{Clock: clock})
@@ -237,28 +279,6 @@ func TestProbersAndBudget(t *testing.T) {
 	}
 }
 
-func TestHistoryIsBounded(t *testing.T) {
-	clock := sharedstate.NewManualClock(t0)
-	v := New(Config{Clock: clock, History: time.Second, HistoryInterval: 100 * time.Millisecond})
-	src := staticSource{policies: map[string]sharedstate.Policy{"db": sharedstate.DefaultPolicy()}}
-	for i := range 25 {
-		v.ApplyBatch(&fuseboxv1.GossipBatch{Rows: []*fuseboxv1.NodeWindow{mkRow("n1", "", "db", uint64(i+1), uint64(i%10))}})
-		v.Tick(clock.Now(), src)
-		v.Tick(clock.Now(), src) // within the interval: no sample
-		clock.Advance(100 * time.Millisecond)
-	}
-	h := v.History("db")
-	if len(h) != 10 {
-		t.Fatalf("history has %d samples, want 10", len(h))
-	}
-	if !h[0].At.Before(h[9].At) || h[9].Fleet.Failures != 24%10 || h[9].Nodes != 1 {
-		t.Fatalf("history %+v", h)
-	}
-	if v.History("unknown") != nil {
-		t.Fatal("history of an unknown dependency")
-	}
-}
-
 // TestViewStaysBounded: whatever the gossip says, the view never holds
 // more than its caps, and every row kept is the highest seq heard.
 func TestViewStaysBounded(t *testing.T) {
@@ -266,7 +286,7 @@ func TestViewStaysBounded(t *testing.T) {
 		clock := sharedstate.NewManualClock(t0)
 		maxDeps := rapid.IntRange(1, 5).Draw(rt, "maxDeps")
 		maxRows := rapid.IntRange(1, 12).Draw(rt, "maxRows")
-		v := New(Config{Clock: clock, MaxDependencies: maxDeps, MaxRows: maxRows, History: time.Second, HistoryInterval: 200 * time.Millisecond})
+		v := New(Config{Clock: clock, MaxDependencies: maxDeps, MaxRows: maxRows})
 		src := staticSource{}
 		best := map[[2]string]uint64{}
 		steps := rapid.IntRange(1, 60).Draw(rt, "steps")
@@ -310,11 +330,6 @@ func TestViewStaysBounded(t *testing.T) {
 					if r.seq != best[[2]string{dep, node}] {
 						rt.Fatalf("row %s/%s has seq %d, the highest heard is %d", dep, node, r.seq, best[[2]string{dep, node}])
 					}
-				}
-			}
-			for _, h := range v.history {
-				if h.n > 5 {
-					rt.Fatalf("history of %d samples, cap 5", h.n)
 				}
 			}
 			v.mu.Unlock()
@@ -407,5 +422,73 @@ func TestThrottleAndInFlight(t *testing.T) {
 	src.policies["db"] = pol
 	if d := v.Snapshot(clock.Now(), src, "db").GetDependencies()[0]; d.GetThrottleEnabled() || d.GetThrottleProbability() != 0 {
 		t.Errorf("throttling off: %v %v", d.GetThrottleEnabled(), d.GetThrottleProbability())
+	}
+}
+
+// What an operator reads of an incident: an open record's trip evidence
+// and incident start (the first open of a run of re-opens, not the latest
+// re-open), the override's author, creation and expiry, the ramp after a
+// close, and the retry budget in retries beside the share used.
+func TestIncidentOverrideRampAndBudget(t *testing.T) {
+	clock := sharedstate.NewManualClock(t0)
+	v := New(Config{Clock: clock})
+	pol := sharedstate.DefaultPolicy()
+	pol.Breaker.RampDuration = sharedstate.Duration(time.Minute)
+	src := staticSource{
+		policies: map[string]sharedstate.Policy{"inventory-api": pol},
+		overrides: map[string]Override{"ledger": {State: sharedstate.ForcedOpen, Reason: "failover drill", Actor: "alice (ops-admin)",
+			Created: t0, Expires: t0.Add(10 * time.Minute)}},
+	}
+	trip := &sharedstate.TripEvidence{Requests: 40, Failures: 32, Nodes: 3, FailureRateThreshold: 0.5, SlowCallRateThreshold: 1,
+		MinimumRequests: 20, MinFailingNodes: 2, Horizon: 10 * time.Second, FailingNodes: []string{"agent-1", "agent-2"}, FailingNodeCount: 2}
+	reopen := sharedstate.BreakerRecord{Dependency: "inventory-api", Generation: 4, State: sharedstate.Open, Since: t0.Add(45 * time.Second),
+		OpenCount: 4, Origin: "agent-3", Reason: "probe failed", IncidentStart: t0, Trip: trip}
+	// Halfway through the fourth open, however long the policy keeps it open.
+	clock.Advance(reopen.Since.Add(reopen.HalfOpenAt(pol.Breaker).Sub(reopen.Since) / 2).Sub(clock.Now()))
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(reopen)},
+		Rows: []*fuseboxv1.NodeWindow{{Node: "agent-3", Dependency: "inventory-api", Seq: 1,
+			Counts: &fuseboxv1.Counts{FirstAttempts: 1000, Retries: 106, Successes: 900, Failures: 100}}}})
+
+	snap := v.Snapshot(clock.Now(), src, "")
+	byName := map[string]*fuseboxv1.DependencyView{}
+	for _, d := range snap.GetDependencies() {
+		byName[d.GetDependency()] = d
+	}
+	inv := byName["inventory-api"]
+	if inv.GetState() != fuseboxv1.BreakerState_BREAKER_STATE_OPEN || !inv.GetIncidentStart().AsTime().Equal(t0) ||
+		!inv.GetSince().AsTime().Equal(reopen.Since) || inv.GetOpenCount() != 4 {
+		t.Errorf("inventory-api: state %v, incident start %v, since %v, opens %d; want open since %v, incident from %v",
+			inv.GetState(), inv.GetIncidentStart().AsTime(), inv.GetSince().AsTime(), inv.GetOpenCount(), reopen.Since, t0)
+	}
+	if got := convert.TripFromProto(inv.GetTrip()); got == nil || got.String() != trip.String() {
+		t.Errorf("inventory-api's trip evidence %v, want %v", got, trip)
+	}
+	// 106 retries against max(10/s × 10 s, 10% × 1000) = 100.
+	if inv.GetRetryBudget() != 100 || math.Abs(inv.GetBudgetUsed()-1.06) > 1e-9 {
+		t.Errorf("retry budget %v, used %v; want 100 retries, 1.06", inv.GetRetryBudget(), inv.GetBudgetUsed())
+	}
+	led := byName["ledger"]
+	if led.GetOverride() != fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN || led.GetOverrideActor() != "alice (ops-admin)" ||
+		led.GetOverrideReason() != "failover drill" || !led.GetOverrideCreated().AsTime().Equal(t0) ||
+		!led.GetOverrideExpires().AsTime().Equal(t0.Add(10*time.Minute)) {
+		t.Errorf("ledger's override: %v by %q (%q), created %v, expires %v", led.GetOverride(), led.GetOverrideActor(),
+			led.GetOverrideReason(), led.GetOverrideCreated(), led.GetOverrideExpires())
+	}
+
+	// The close: no incident any more, the ramp for rampDuration.
+	closed := sharedstate.BreakerRecord{Dependency: "inventory-api", Generation: 5, State: sharedstate.Closed, Since: clock.Now(), Origin: "agent-3"}
+	v.ApplyBatch(&fuseboxv1.GossipBatch{Records: []*fuseboxv1.BreakerRecord{convert.RecordToProto(closed)}})
+	clock.Advance(15 * time.Second)
+	inv = v.Snapshot(clock.Now(), src, "inventory-api").GetDependencies()[0]
+	if inv.GetIncidentStart() != nil || inv.GetTrip() != nil {
+		t.Errorf("closed: incident %v, trip %v; want neither", inv.GetIncidentStart(), inv.GetTrip())
+	}
+	// rampStart 0.1: refuses 90% at the close, 67.5% a quarter in.
+	if math.Abs(inv.GetRampProbability()-0.675) > 1e-9 || !inv.GetRampUntil().AsTime().Equal(closed.Since.Add(time.Minute)) {
+		t.Errorf("ramp %v until %v, want 0.675 until %v", inv.GetRampProbability(), inv.GetRampUntil().AsTime(), closed.Since.Add(time.Minute))
+	}
+	clock.Advance(45 * time.Second)
+	if inv = v.Snapshot(clock.Now(), src, "inventory-api").GetDependencies()[0]; inv.GetRampUntil() != nil || inv.GetRampProbability() != 0 {
+		t.Errorf("after the ramp: %v until %v, want none", inv.GetRampProbability(), inv.GetRampUntil())
 	}
 }

@@ -11,56 +11,11 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// Sample is one point of a dependency's history.
-type Sample struct {
-	At          time.Time          `json:"at"`
-	State       string             `json:"state"`
-	Override    string             `json:"override,omitempty"`
-	Generation  uint64             `json:"generation"`
-	Fleet       sharedstate.Counts `json:"fleet"`
-	FailureRate float64            `json:"failureRate"`
-	SlowRate    float64            `json:"slowRate"`
-	BudgetUsed  float64            `json:"budgetUsed"`
-	Nodes       int                `json:"nodes"`
-	// Throttle is the fleet's throttle probability (0 when throttling is
-	// off); InFlight the fleet's calls in flight.
-	Throttle float64 `json:"throttle,omitempty"`
-	InFlight uint64  `json:"inFlight,omitempty"`
-}
-
-// ring is a bounded history, oldest first.
-type ring struct {
-	buf   []Sample
-	start int
-	n     int
-}
-
-func newRing(size int) *ring { return &ring{buf: make([]Sample, size)} }
-
-func (r *ring) add(s Sample) {
-	if r.n < len(r.buf) {
-		r.buf[(r.start+r.n)%len(r.buf)] = s
-		r.n++
-		return
-	}
-	r.buf[r.start] = s
-	r.start = (r.start + 1) % len(r.buf)
-}
-
-func (r *ring) samples() []Sample {
-	out := make([]Sample, r.n)
-	for i := range r.n {
-		out[i] = r.buf[(r.start+i)%len(r.buf)]
-	}
-	return out
-}
-
 // Tick does the view's periodic work at now: it drops rows older than
 // 2×window (of each dependency's policy) and departed members past
-// DepartedRetention, derives half-open states (reporting transitions), and
-// adds a history sample per dependency when HistoryInterval has passed
-// since the last one. The coordinator calls it about once a second; tests
-// call it with a moved clock.
+// DepartedRetention, and derives half-open states (reporting transitions).
+// The coordinator calls it about once a second; tests call it with a moved
+// clock.
 func (v *View) Tick(now time.Time, src Source) {
 	var transitions []Transition
 	v.mu.Lock()
@@ -85,73 +40,8 @@ func (v *View) Tick(now time.Time, src Source) {
 		}
 	}
 	v.trimDepartedLocked(now)
-	if v.lastTick.IsZero() || now.Sub(v.lastTick) >= v.cfg.HistoryInterval {
-		v.lastTick = now
-		size := max(1, int(v.cfg.History/v.cfg.HistoryInterval))
-		names := v.namesLocked(src)
-		keep := make(map[string]bool, len(names))
-		for _, dep := range names {
-			keep[dep] = true
-			h, ok := v.history[dep]
-			if !ok {
-				if len(v.history) >= v.cfg.MaxDependencies {
-					continue
-				}
-				h = newRing(size)
-				v.history[dep] = h
-			}
-			d, nodes := v.dependencyLocked(dep, now, src, false)
-			h.add(sampleOf(d, nodes, now))
-		}
-		for dep := range v.history {
-			if !keep[dep] {
-				delete(v.history, dep)
-			}
-		}
-	}
 	v.mu.Unlock()
 	v.emit(transitions)
-}
-
-func sampleOf(d *fuseboxv1.DependencyView, nodes int, now time.Time) Sample {
-	return Sample{
-		At: now, State: sharedstateName(d.GetState()), Override: overrideName(d.GetOverride()),
-		Generation: d.GetGeneration(), Fleet: convert.CountsFromProto(d.GetFleet()),
-		FailureRate: d.GetFailureRate(), SlowRate: d.GetSlowRate(), BudgetUsed: d.GetBudgetUsed(),
-		Nodes: nodes, Throttle: d.GetThrottleProbability(), InFlight: d.GetInFlight(),
-	}
-}
-
-func sharedstateName(s fuseboxv1.BreakerState) string {
-	switch s {
-	case fuseboxv1.BreakerState_BREAKER_STATE_OPEN:
-		return sharedstate.Open.String()
-	case fuseboxv1.BreakerState_BREAKER_STATE_HALF_OPEN:
-		return sharedstate.HalfOpen.String()
-	}
-	return sharedstate.Closed.String()
-}
-
-func overrideName(s fuseboxv1.OverrideState) string {
-	switch s {
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN:
-		return sharedstate.ForcedOpen.String()
-	case fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED:
-		return sharedstate.ForcedClosed.String()
-	}
-	return ""
-}
-
-// History returns the samples of a dependency, oldest first (nil when there
-// are none).
-func (v *View) History(dependency string) []Sample {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	h, ok := v.history[dependency]
-	if !ok {
-		return nil
-	}
-	return h.samples()
 }
 
 // namesLocked returns every dependency the view knows of, from gossip and
@@ -192,7 +82,7 @@ func (v *View) Snapshot(now time.Time, src Source, only string) *fuseboxv1.Fleet
 		names = []string{only}
 	}
 	for _, dep := range names {
-		d, _ := v.dependencyLocked(dep, now, src, true)
+		d := v.dependencyLocked(dep, now, src)
 		snap.Dependencies = append(snap.Dependencies, d)
 	}
 	return snap
@@ -203,10 +93,8 @@ func (v *View) Snapshot(now time.Time, src Source, only string) *fuseboxv1.Fleet
 // policy); an override, which beats it, is reported beside it. With scope
 // "zone" (one record per zone) it shows the most severe zone's record,
 // its reason prefixed with the zone, and the probers of every half-open
-// zone. Without
-// detail, zones and nodes are left out (history samples). It also returns
-// the number of nodes with live rows.
-func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bool) (*fuseboxv1.DependencyView, int) {
+// zone.
+func (v *View) dependencyLocked(dep string, now time.Time, src Source) *fuseboxv1.DependencyView {
 	pol := src.Policy(dep)
 	window := pol.Breaker.Window.Std()
 	d := &fuseboxv1.DependencyView{
@@ -214,9 +102,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		State:      fuseboxv1.BreakerState_BREAKER_STATE_CLOSED,
 		Mode:       convert.Mode(pol.Breaker.Mode),
 	}
-	if detail {
-		d.Breaker = convert.BreakerToProto(pol.Breaker)
-	}
+	d.Breaker = convert.BreakerToProto(pol.Breaker)
 	if rec, state, ok := shownRecord(v.records[dep], pol.Breaker, now); ok {
 		d.State = convert.BreakerState(state)
 		d.Generation = rec.Generation
@@ -228,10 +114,25 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		if !rec.Since.IsZero() && rec.Since.Unix() > 0 {
 			d.Since = timestamppb.New(rec.Since)
 		}
+		if state != sharedstate.Closed {
+			if !rec.IncidentStart.IsZero() && rec.IncidentStart.Unix() > 0 {
+				d.IncidentStart = timestamppb.New(rec.IncidentStart)
+			}
+			d.Trip = convert.TripToProto(rec.Trip)
+		} else if p, until, ok := ramp(rec, pol.Breaker, now); ok {
+			d.RampProbability, d.RampUntil = p, timestamppb.New(until)
+		}
 	}
 	if o, ok := src.Override(dep, now); ok {
 		d.Override = convert.OverrideState(o.State)
 		d.OverrideReason = o.Reason
+		d.OverrideActor = o.Actor
+		if !o.Created.IsZero() {
+			d.OverrideCreated = timestamppb.New(o.Created)
+		}
+		if !o.Expires.IsZero() {
+			d.OverrideExpires = timestamppb.New(o.Expires)
+		}
 	}
 
 	var (
@@ -263,6 +164,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	d.Fleet = convert.CountsToProto(fleet)
 	d.FailureRate = fleet.FailureRate()
 	d.SlowRate = fleet.SlowCallRate()
+	d.RetryBudget = retryBudget(pol, fleet)
 	d.BudgetUsed = budgetUsed(pol, fleet)
 	// Throttling and the concurrency limit over the fleet's rows (for scope
 	// zone the agents apply them per zone; this is the fleet-wide figure).
@@ -285,9 +187,6 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 		d.Probers = append(d.Probers, Probers(dep, rec, pol.Breaker, now, candidates)...)
 	}
 	slices.Sort(d.Probers)
-	if !detail {
-		return d, len(nodes)
-	}
 	probers := map[string]bool{}
 	for _, p := range d.Probers {
 		probers[p] = true
@@ -305,7 +204,7 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source, detail bo
 	for _, z := range zoneNames {
 		d.Zones = append(d.Zones, &fuseboxv1.ZoneView{Zone: z, Counts: convert.CountsToProto(zones[z])})
 	}
-	return d, len(nodes)
+	return d
 }
 
 // shownRecord picks the record a dependency's view shows: the most severe
@@ -342,11 +241,19 @@ func compare(a, b string) int {
 	return 0
 }
 
-// budgetUsed is the fleet's retries over the window divided by the fleet
-// retry budget max(minRetriesPerSecond × window, ratio × firstAttempts).
-func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
+// retryBudget is the fleet's retry budget over the window, in retries:
+// max(minRetriesPerSecond × window, ratio × firstAttempts).
+func retryBudget(p sharedstate.Policy, c sharedstate.Counts) float64 {
 	b := p.Retry.Budget
-	budget := max(b.MinRetriesPerSecond*p.Breaker.Window.Std().Seconds(), b.Ratio*float64(c.FirstAttempts))
+	return max(b.MinRetriesPerSecond*p.Breaker.Window.Std().Seconds(), b.Ratio*float64(c.FirstAttempts))
+}
+
+// budgetUsed is the fleet's retries over the window divided by the fleet
+// retry budget (retryBudget). It exceeds 1 when the fleet retried more than
+// the budget the coordinator computes from its own view of the window:
+// each agent admits retries by its own share of what it saw.
+func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
+	budget := retryBudget(p, c)
 	if budget <= 0 {
 		if c.Retries > 0 {
 			return 1
@@ -354,6 +261,23 @@ func budgetUsed(p sharedstate.Policy, c sharedstate.Counts) float64 {
 		return 0
 	}
 	return float64(c.Retries) / budget
+}
+
+// ramp is the ramp after a close as the agents apply it: for
+// breaker.rampDuration after the close of a record (generation > 0), the
+// share of first attempts refused (BreakerPolicy.RampRefusal) and when the
+// ramp ends. Each agent ramps from when it learned of the close, a gossip
+// round or so after the record's since.
+func ramp(rec sharedstate.BreakerRecord, b sharedstate.BreakerPolicy, now time.Time) (float64, time.Time, bool) {
+	if rec.State != sharedstate.Closed || rec.Generation == 0 || rec.Since.IsZero() {
+		return 0, time.Time{}, false
+	}
+	elapsed := now.Sub(rec.Since)
+	p := b.RampRefusal(max(0, elapsed))
+	if p <= 0 {
+		return 0, time.Time{}, false
+	}
+	return p, rec.Since.Add(b.RampDuration.Std()), true
 }
 
 // Probers returns the members holding probe permits of a half-open

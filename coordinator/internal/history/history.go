@@ -39,22 +39,24 @@ const (
 
 // Reasons passed to Config.OnDrop.
 const (
-	// DropTooManyDependencies: a row or record of a dependency past
-	// MaxDependencies (the dependency has no history).
+	// DropTooManyDependencies: a row or record of a dependency that got no
+	// history: MaxDependencies are kept, and none may give its place to it
+	// (the room rule: coordinator/README.md, "The history").
 	DropTooManyDependencies = "too_many_dependencies"
+	// DropEvicted: a dependency's history gave its place to a busier or a
+	// pinned one.
+	DropEvicted = "evicted"
 	// DropTooManyNodes: a row of a node past MaxNodes for its dependency.
 	DropTooManyNodes = "too_many_nodes"
 	// DropTooManyRecords: the oldest record of a dependency made room.
 	DropTooManyRecords = "too_many_records"
-	// DropGap: a node's row came more than 64 sub-buckets after its previous
-	// one; what it counted in between is lost.
-	DropGap = "gap"
-	// DropLate: counts dated before the fine horizon (a clock that went back).
-	DropLate = "late"
+	// DropNoTotals: a row without cumulative counts (a node of 0.1.x): the
+	// history counts nothing of that node.
+	DropNoTotals = "no_totals"
 )
 
 // DropReasons lists the reasons of Config.OnDrop.
-var DropReasons = []string{DropTooManyDependencies, DropTooManyNodes, DropTooManyRecords, DropGap, DropLate}
+var DropReasons = []string{DropTooManyDependencies, DropEvicted, DropTooManyNodes, DropTooManyRecords, DropNoTotals}
 
 // ErrNoHistory is wrapped by Range for a dependency the history does not
 // keep.
@@ -68,13 +70,23 @@ type Config struct {
 	// least FineHorizon).
 	CoarseHorizon time.Duration
 	// MaxDependencies bounds the dependencies with a history (optional,
-	// default 64). A dependency that had no traffic and no record for its
-	// coarse horizon gives its place back.
+	// default 64); the room rule decides who keeps one.
 	MaxDependencies int
 	// MaxNodes bounds the nodes tracked per dependency (optional, default 1000).
 	MaxNodes int
 	// MaxRecords bounds the records kept per dependency (optional, default 1000).
 	MaxRecords int
+	// Start is when the history began watching (the coordinator's start): a
+	// node's series first seen that began before is a baseline, one that
+	// began after counts from zero, however late its first row arrives
+	// (optional; zero: the first Observe or Tick).
+	Start time.Time
+	// Pinned reports whether a dependency keeps its history whatever its
+	// traffic: the coordinator pins those with a stored policy or an
+	// override in force (optional; the history pins those whose breaker is
+	// open itself). Called under the History's lock: it must not call the
+	// History, and must be cheap.
+	Pinned func(dep string) bool
 	// OnDrop is called, possibly under the History's lock, whenever data is
 	// not kept, with one of the Drop* reasons (optional; keep it cheap: a
 	// counter).
@@ -113,7 +125,7 @@ type Slot struct {
 	FailingZones uint32
 	// ActiveNodes has a bit per node that counted anything in the slot,
 	// FailingNodes one per node that counted failures or slow calls (see
-	// the package documentation for how nodes get bits).
+	// coordinator/README.md, "The history", for how nodes get bits).
 	ActiveNodes  uint64
 	FailingNodes uint64
 }
@@ -194,7 +206,10 @@ type History struct {
 
 	mu      sync.Mutex
 	deps    map[string]*depHistory
-	started time.Time // the first Observe or Tick
+	started time.Time // Config.Start, else the first Observe or Tick
+	// forgot is when the history last let a dependency's history go: a
+	// series that began before is a baseline in a history made later.
+	forgot time.Time
 }
 
 // New returns an empty History; cfg must pass Validate (New applies the
@@ -218,7 +233,7 @@ func New(cfg Config) *History {
 	if cfg.MaxRecords == 0 {
 		cfg.MaxRecords = DefaultMaxRecords
 	}
-	return &History{cfg: cfg, deps: map[string]*depHistory{}}
+	return &History{cfg: cfg, deps: map[string]*depHistory{}, started: cfg.Start}
 }
 
 // Config returns the configuration in force (defaults applied).
@@ -231,37 +246,17 @@ func (h *History) drop(reason string) {
 }
 
 type depHistory struct {
-	fine, coarse  tier
-	nodes         map[string]*tracker
-	usedBits      uint64 // node bits held by trackers
-	records       []Record
-	maxClosedGen  uint64 // highest generation of a closed fleet-wide record seen
-	lastActivity  time.Time
+	fine, coarse tier
+	nodes        map[string]*tracker
+	usedBits     uint64 // node bits held by trackers
+	records      []Record
+	open         map[string]bool // zone ("" fleet-wide) -> the last record seen is open
+	lastActivity time.Time
+	// watched (Unix ms): a node's series first seen that began before is a
+	// baseline (see sharedstate.Increase).
+	watched       int64
 	windowAtStart time.Duration
-}
-
-func (h *History) depLocked(dep string, now time.Time, window time.Duration) *depHistory {
-	d, ok := h.deps[dep]
-	if ok {
-		return d
-	}
-	if len(h.deps) >= h.cfg.MaxDependencies {
-		h.drop(DropTooManyDependencies)
-		return nil
-	}
-	if window <= 0 {
-		window = sharedstate.DefaultPolicy().Breaker.Window.Std()
-	}
-	step := max(window/sharedstate.FastSubBuckets, MinFineStep)
-	d = &depHistory{
-		fine:          newTier(step, h.cfg.FineHorizon),
-		coarse:        newTier(CoarseStep, h.cfg.CoarseHorizon),
-		nodes:         map[string]*tracker{},
-		lastActivity:  now,
-		windowAtStart: window,
-	}
-	h.deps[dep] = d
-	return d
+	use           use
 }
 
 func (h *History) touch(now time.Time) {
@@ -270,8 +265,30 @@ func (h *History) touch(now time.Time) {
 	}
 }
 
+// newDepLocked makes dep's history (the caller made room).
+func (h *History) newDepLocked(dep string, now time.Time, window time.Duration) *depHistory {
+	if window <= 0 {
+		window = sharedstate.DefaultPolicy().Breaker.Window.Std()
+	}
+	step := max(window/sharedstate.FastSubBuckets, MinFineStep)
+	d := &depHistory{
+		fine:          newTier(step, h.cfg.FineHorizon),
+		coarse:        newTier(CoarseStep, h.cfg.CoarseHorizon),
+		nodes:         map[string]*tracker{},
+		open:          map[string]bool{},
+		lastActivity:  now,
+		watched:       maxTime(h.started, h.forgot).UnixMilli(),
+		windowAtStart: window,
+	}
+	h.deps[dep] = d
+	return d
+}
+
 // ObserveRow takes a row the observer accepted, received at now, of a
-// dependency whose policy has the given window.
+// dependency whose policy has the given window: what the node's cumulative
+// counts grew by since its previous row goes into the slot of the node's
+// reading, kept between Settle before now and now, and never before the
+// node's previous reading.
 func (h *History) ObserveRow(now time.Time, r sharedstate.NodeWindow, window time.Duration) {
 	if window <= 0 {
 		return
@@ -279,30 +296,77 @@ func (h *History) ObserveRow(now time.Time, r sharedstate.NodeWindow, window tim
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.touch(now)
-	d := h.depLocked(r.Dependency, now, window)
+	d := h.roomLocked(r.Dependency, now, window, traffic(r.Counts), false)
 	if d == nil {
 		return
 	}
-	tr, ok := d.nodes[r.Node]
-	if !ok {
-		if len(d.nodes) >= h.cfg.MaxNodes {
-			h.drop(DropTooManyNodes)
+	tr := d.nodes[r.Node]
+	first := tr == nil
+	if first {
+		if tr = h.newTrackerLocked(d, r.Node, now, window); tr == nil {
 			return
 		}
-		b, owned := d.takeBit(r.Node)
-		tr = &tracker{bit: b, ownsBit: owned, zoneBit: zoneBit(r.Zone)}
-		d.nodes[r.Node] = tr
 	} else if r.Seq <= tr.seq {
 		return
 	}
-	warm := now.Sub(h.started) >= 2*window
-	if tr.attribute(h, d, &r, now, window, warm) {
+	tr.seq, tr.seen = r.Seq, now
+	if !tr.hasBit {
+		tr.bit, tr.ownsBit = d.takeBit(r.Node)
+		tr.hasBit = true
+	}
+	tr.zoneBit = zoneBit(r.Zone)
+	if !r.Cumulative.Known() {
+		h.drop(DropNoTotals)
+		return
+	}
+	switch {
+	case tr.credit(h, d, r.Cumulative, now):
 		d.lastActivity = now
+	case first:
+		// A baseline: what its window holds ranks the dependency, uncredited.
+		d.use.add(now, h.cfg.FineHorizon, traffic(r.Counts))
 	}
 }
 
-// takeBit gives a new node the lowest free bit, or one by hash when all
-// are held.
+// newTrackerLocked starts tracking a node of d; past MaxNodes it makes room
+// by forgetting the node silent longest, if silent for two windows.
+func (h *History) newTrackerLocked(d *depHistory, node string, now time.Time, window time.Duration) *tracker {
+	if len(d.nodes) >= h.cfg.MaxNodes {
+		var quiet string
+		for n, tr := range d.nodes {
+			if quiet == "" || tr.seen.Before(d.nodes[quiet].seen) {
+				quiet = n
+			}
+		}
+		if quiet == "" || now.Sub(d.nodes[quiet].seen) <= 2*window {
+			h.drop(DropTooManyNodes)
+			return nil
+		}
+		d.forget(quiet)
+	}
+	tr := &tracker{}
+	d.nodes[node] = tr
+	return tr
+}
+
+// forget stops tracking node: a series of it that began before its last
+// reading is a baseline from then on.
+func (d *depHistory) forget(node string) {
+	tr := d.nodes[node]
+	d.releaseBit(tr)
+	d.watched = max(d.watched, tr.last.At)
+	delete(d.nodes, node)
+}
+
+func (d *depHistory) releaseBit(tr *tracker) {
+	if tr.hasBit && tr.ownsBit {
+		d.usedBits &^= 1 << tr.bit
+	}
+	tr.hasBit = false
+}
+
+// takeBit gives a node the lowest free bit, or one by hash when all are
+// held.
 func (d *depHistory) takeBit(node string) (bit uint8, owned bool) {
 	if free := ^d.usedBits; free != 0 {
 		b := uint8(bits.TrailingZeros64(free))
@@ -321,18 +385,17 @@ func zoneBit(zone string) uint8 {
 }
 
 // ObserveRecord takes a breaker record the observer merged (it changed the
-// observer's state), at now.
+// observer's state), at now. An open record pins its dependency's history
+// until a closed one follows.
 func (h *History) ObserveRecord(now time.Time, r sharedstate.BreakerRecord) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.touch(now)
-	d := h.depLocked(r.Dependency, now, 0)
+	d := h.roomLocked(r.Dependency, now, 0, 0, r.State == sharedstate.Open)
 	if d == nil {
 		return
 	}
-	if r.Zone == "" && r.State == sharedstate.Closed && r.Generation > d.maxClosedGen {
-		d.maxClosedGen = r.Generation
-	}
+	d.open[r.Zone] = r.State == sharedstate.Open
 	h.addRecordLocked(d, Record{Kind: KindBreaker, At: now, Breaker: r})
 }
 
@@ -342,7 +405,7 @@ func (h *History) ObserveOverride(now time.Time, dep string, state sharedstate.O
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.touch(now)
-	d := h.depLocked(dep, now, 0)
+	d := h.roomLocked(dep, now, 0, 0, state != sharedstate.OverrideNone)
 	if d == nil {
 		return
 	}
@@ -375,9 +438,10 @@ func (h *History) addRecordLocked(d *depHistory, r Record) {
 	d.lastActivity = r.At
 }
 
-// Tick drops what left the horizons at now: slots, trackers of nodes
+// Tick drops what left the horizons at now: slots, the node bits of nodes
 // silent for two windows (window gives each dependency's), records older
-// than the coarse horizon, and dependencies with nothing left.
+// than the coarse horizon, and dependencies with nothing left for the
+// coarse horizon.
 func (h *History) Tick(now time.Time, window func(dep string) time.Duration) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -387,12 +451,9 @@ func (h *History) Tick(now time.Time, window func(dep string) time.Duration) {
 		if w <= 0 {
 			w = d.windowAtStart
 		}
-		for node, tr := range d.nodes {
-			if now.Sub(tr.last) > 2*w {
-				if tr.ownsBit {
-					d.usedBits &^= 1 << tr.bit
-				}
-				delete(d.nodes, node)
+		for _, tr := range d.nodes {
+			if tr.hasBit && now.Sub(tr.seen) > 2*w {
+				d.releaseBit(tr)
 			}
 		}
 		d.fine.trim(now)
@@ -405,8 +466,9 @@ func (h *History) Tick(now time.Time, window func(dep string) time.Duration) {
 		if k > 0 {
 			d.records = slices.Delete(d.records, 0, k)
 		}
-		if len(d.nodes) == 0 && d.fine.empty() && d.coarse.empty() && now.Sub(d.lastActivity) > h.cfg.CoarseHorizon {
+		if d.fine.empty() && d.coarse.empty() && now.Sub(d.lastActivity) > h.cfg.CoarseHorizon {
 			delete(h.deps, name)
+			h.forgot = now
 		}
 	}
 }
@@ -419,7 +481,7 @@ func (h *History) Range(dep string, from, to time.Time) ([]Segment, error) {
 	defer h.mu.Unlock()
 	d, ok := h.deps[dep]
 	if !ok {
-		return nil, fmt.Errorf("%w for %q: the coordinator saw no traffic or record of it in the last %v, or it keeps a history of %d dependencies at most (--history-max-dependencies)",
+		return nil, fmt.Errorf("%w for %q: the coordinator saw no traffic or record of it in the last %v, or %d busier or pinned dependencies hold every history (--history-max-dependencies)",
 			ErrNoHistory, dep, h.cfg.CoarseHorizon, h.cfg.MaxDependencies)
 	}
 	if !from.Before(to) {

@@ -59,8 +59,10 @@ func describe(ts []replay.Transition) string {
 
 // TestReplayMatchesTheFleet: the fleet's own policy, replayed on the history
 // the simulated fleet left, opens, reopens and closes as the fleet did: the
-// same sequence of records, each within 500 ms (rows reach the history up
-// to 450 ms late, and the replay steps in 100 ms slots).
+// same sequence of records, each within 500 ms (the history dates counts
+// at the reading of the row that carried them, and a row superseded before
+// its gossip round went out hands them to the next, up to 300 ms later;
+// the replay steps in 100 ms slots).
 func TestReplayMatchesTheFleet(t *testing.T) {
 	for seed := range uint64(3) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) {
@@ -203,5 +205,66 @@ func BenchmarkReplayMostlyIdle(b *testing.B) {
 		if _, err := replay.Run(in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestReplayCannotCloseWhereTheFleetStayedOpen is coordinator/README.md's
+// what-if walkthrough: the fleet's policy trips on slow calls (80% of calls
+// at least slowCallDuration), the dependency fails from 12 s to 17 s, then
+// answers slowly until 22 s. The fleet's breaker opens on the failures and
+// stays open through the slow stretch, its slow probes failing. A proposed
+// policy that no longer trips on slow calls (slowCallRateThreshold 1) would
+// have taken a slow probe as a success, but the replay knows the slow
+// stretch only from the fleet's probes, and counts them as the reopens they
+// caused: the proposed policy, too, reopens on "probe failed" until the
+// dependency is fast again, and closes only then.
+func TestReplayCannotCloseWhereTheFleetStayedOpen(t *testing.T) {
+	fleetPol := incidentPolicy()
+	fleetPol.Breaker.SlowCallRateThreshold = 0.8
+	fleetPol.Breaker.SlowCallDuration = sharedstate.Duration(200 * time.Millisecond)
+	h := history.New(history.Config{})
+	f := historytest.Run(t, h, historytest.Config{Dependency: dep, Nodes: 3, Seed: 4, Policy: fleetPol,
+		Rate:  func(int) float64 { return 50 },
+		Fails: func(_ int, el time.Duration) bool { return el >= 12*time.Second && el < 17*time.Second },
+		Slow:  func(_ int, el time.Duration) bool { return el >= 17*time.Second && el < 22*time.Second },
+		Start: t0, Retries: true}, 30*time.Second)
+	slowReopens := 0
+	for _, r := range f.Records {
+		if strings.HasPrefix(r.Reason, "probe slow") {
+			slowReopens++
+		}
+	}
+	if slowReopens == 0 {
+		t.Fatalf("the fleet never reopened on a slow probe: the scenario needs its breaker open through the slow stretch")
+	}
+
+	proposed := fleetPol
+	proposed.Breaker.FailureRateThreshold = 0.9
+	proposed.Breaker.SlowCallRateThreshold = 1
+	in := input(t, h, proposed)
+	in.Fleet = &fleetPol
+	res, err := replay.Run(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("proposed: %s", describe(res.Transitions))
+	var opened, closed time.Duration
+	for _, tr := range res.Transitions {
+		el := tr.At.Sub(t0)
+		switch {
+		case tr.State == sharedstate.Open && opened == 0:
+			opened = el
+		case tr.State == sharedstate.Closed && opened > 0 && closed == 0:
+			closed = el
+		}
+		if strings.HasPrefix(tr.Reason, "probe slow") {
+			t.Errorf("at %v the proposed policy reopened on %q: it does not trip on slow calls", el, tr.Reason)
+		}
+	}
+	if opened < 12*time.Second || opened > 17*time.Second {
+		t.Errorf("the proposed policy opened at %v, want during the failures (12s to 17s)", opened)
+	}
+	if closed < 22*time.Second {
+		t.Errorf("the proposed policy closed at %v, before the slow stretch ended at 22s: the replay no longer counts the fleet's open stretch as failed (update coordinator/README.md's walkthrough)", closed)
 	}
 }

@@ -240,6 +240,11 @@ class AdminStub(object):
                 request_serializer=fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.SerializeToString,
                 response_deserializer=fusebox_dot_v1_dot_fusebox__pb2.PolicyEntry.FromString,
                 )
+        self.GetEffectivePolicy = channel.unary_unary(
+                '/fusebox.v1.Admin/GetEffectivePolicy',
+                request_serializer=fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.SerializeToString,
+                response_deserializer=fusebox_dot_v1_dot_fusebox__pb2.EffectivePolicy.FromString,
+                )
         self.ListPolicies = channel.unary_unary(
                 '/fusebox.v1.Admin/ListPolicies',
                 request_serializer=fusebox_dot_v1_dot_fusebox__pb2.ListPoliciesRequest.SerializeToString,
@@ -317,6 +322,17 @@ class AdminServicer(object):
 
     def GetPolicy(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetEffectivePolicy(self, request, context):
+        """GetEffectivePolicy answers with the policy a dependency runs on (the
+        built-in default, the stored fleet default over it, the dependency's
+        own policy over that) and where each field's value comes from. A
+        dependency without a policy of its own is no error: it runs on the
+        fleet default. "_default" explains the fleet default itself.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -429,6 +445,11 @@ def add_AdminServicer_to_server(servicer, server):
                     request_deserializer=fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.FromString,
                     response_serializer=fusebox_dot_v1_dot_fusebox__pb2.PolicyEntry.SerializeToString,
             ),
+            'GetEffectivePolicy': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetEffectivePolicy,
+                    request_deserializer=fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.FromString,
+                    response_serializer=fusebox_dot_v1_dot_fusebox__pb2.EffectivePolicy.SerializeToString,
+            ),
             'ListPolicies': grpc.unary_unary_rpc_method_handler(
                     servicer.ListPolicies,
                     request_deserializer=fusebox_dot_v1_dot_fusebox__pb2.ListPoliciesRequest.FromString,
@@ -523,6 +544,23 @@ class Admin(object):
         return grpc.experimental.unary_unary(request, target, '/fusebox.v1.Admin/GetPolicy',
             fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.SerializeToString,
             fusebox_dot_v1_dot_fusebox__pb2.PolicyEntry.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetEffectivePolicy(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/fusebox.v1.Admin/GetEffectivePolicy',
+            fusebox_dot_v1_dot_fusebox__pb2.GetPolicyRequest.SerializeToString,
+            fusebox_dot_v1_dot_fusebox__pb2.EffectivePolicy.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -11,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/agent/proxy"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
@@ -19,7 +23,8 @@ import (
 // it): the banner's first fuseboxctl line, run by a shell as printed in
 // that directory with no FUSEBOX_* variable of the test's, exits 0; the
 // banner lists each agent's socket as a FUSEBOX_AGENT=unix://… line, and
-// each socket answers. Ctrl-C then stops the demo with exit code 0, no
+// each socket answers; agent-c's egress proxy line works as the note under
+// it says (see checkProxyLine). Ctrl-C then stops the demo with exit code 0, no
 // error and no warning about dropped gossip (the agents' leaving drops
 // some, and fails memberlist's probes in flight, quietly).
 func TestBannerCommandsWork(t *testing.T) {
@@ -68,6 +73,7 @@ func TestBannerCommandsWork(t *testing.T) {
 		}
 		c.Close()
 	}
+	checkProxyLine(ctx, t, out)
 
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
@@ -79,5 +85,78 @@ func TestBannerCommandsWork(t *testing.T) {
 		if strings.Contains(l, "level=WARN") && strings.Contains(l, "gossip items dropped") || strings.Contains(l, "level=ERROR") {
 			t.Errorf("the demo logs a warning of dropped gossip or an error: %s", l)
 		}
+	}
+}
+
+// checkProxyLine: the banner names agent-c's egress proxy as
+// http_proxy=… HTTP_PROXY=…, and what the note under it says holds
+// against a loopback upstream: a Go client whose transport names the proxy
+// goes through it, and so does curl with http_proxy, but not curl with
+// HTTP_PROXY alone (curl reads only the lower-case name). The curl checks
+// are skipped, saying so, where curl is not installed.
+func checkProxyLine(ctx context.Context, t *testing.T, out *lines) {
+	t.Helper()
+	m := out.find(regexp.MustCompile(`^  Egress proxy   agent-c's: http_proxy=(http://127\.0\.0\.1:\d+) HTTP_PROXY=(\S+)$`))
+	if m == nil {
+		t.Error("the banner has no egress proxy line for agent-c")
+		return
+	}
+	if m[2] != m[1] {
+		t.Errorf("the banner's http_proxy=%s and HTTP_PROXY=%s differ", m[1], m[2])
+	}
+	for _, w := range []string{"http_proxy", "http.ProxyURL", "proxyTunnel: false"} {
+		if out.find(regexp.MustCompile(regexp.QuoteMeta(w))) == nil {
+			t.Errorf("the banner's note on proxy clients does not mention %s", w)
+		}
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer upstream.Close()
+
+	u, err := url.Parse(m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{Proxy: http.ProxyURL(u)}
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, upstream.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := (&http.Client{Transport: tr, Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("a Go client through %s: %v", m[1], err)
+	}
+	resp.Body.Close()
+	if resp.Header.Get(proxy.HeaderAttempts) == "" {
+		t.Errorf("a Go client whose transport names %s: no %s header, the call did not go through the proxy", m[1], proxy.HeaderAttempts)
+	}
+
+	curl, err := exec.LookPath("curl")
+	if err != nil {
+		t.Logf("curl is not installed: its http_proxy and HTTP_PROXY are not checked")
+		return
+	}
+	viaCurl := func(env ...string) bool {
+		cmd := exec.CommandContext(ctx, curl, "-s", "-o", "/dev/null", "-D", "-", "--max-time", "10", upstream.URL)
+		for _, kv := range cleanEnv() {
+			name, _, _ := strings.Cut(kv, "=")
+			switch strings.ToLower(name) {
+			case "http_proxy", "https_proxy", "all_proxy", "no_proxy":
+				continue
+			}
+			cmd.Env = append(cmd.Env, kv)
+		}
+		cmd.Env = append(cmd.Env, env...)
+		got, err := cmd.Output()
+		if err != nil {
+			t.Errorf("curl with %q: %v", env, err)
+		}
+		return strings.Contains(strings.ToLower(string(got)), strings.ToLower(proxy.HeaderAttempts)+":")
+	}
+	if !viaCurl("http_proxy=" + m[1]) {
+		t.Errorf("curl with http_proxy=%s did not go through the proxy", m[1])
+	}
+	if viaCurl("HTTP_PROXY=" + m[2]) {
+		t.Errorf("curl with HTTP_PROXY=%s alone went through the proxy: the note says curl reads only http_proxy", m[2])
 	}
 }

@@ -207,7 +207,7 @@ func (c Config) Validate() error {
 // a 5s window, 20 requests, 50% failures or 80% calls slower than 200ms
 // from 2 nodes trip it; it stays open 2s, and 2s again after each failed
 // (or slow) probe; 2 probes fleet-wide, 3 fast successes close it, and the
-// traffic comes back over the default 1s ramp; 3 attempts of 600ms,
+// traffic comes back over the default 500ms ramp; 3 attempts of 600ms,
 // retries at most 10% of first attempts (plus 5 per second fleet-wide).
 // Shorter phases scale the window and open durations down.
 func DemoPolicy(phase time.Duration) sharedstate.Policy {

@@ -31,8 +31,18 @@ var (
 
 // proxiedService is the demo fleet's service that links no clientlib, as
 // one in another language: it calls both dependencies through its agent's
-// egress proxy (HTTP_PROXY). With Config.Agent every service uses clientlib.
+// egress proxy. With Config.Agent every service uses clientlib.
 const proxiedService = "returns"
+
+// ProxyClients says, one line each, what common HTTP clients need to send
+// their calls through an egress proxy (agent/README.md, "The egress
+// proxy"); the banner and fusebox-demo -h print it.
+var ProxyClients = []string{
+	"curl reads only the lower-case http_proxy; Python's requests and urllib read either;",
+	"Go's net/http reads either, but never proxies a localhost or 127.0.0.1 upstream: give",
+	"its http.Transport Proxy: http.ProxyURL(u); Node's fetch reads neither: pass undici's",
+	"new ProxyAgent({uri, proxyTunnel: false}) as its dispatcher (agent/README.md).",
+}
 
 // AdminIdentity is the name of the demo's admin token in the coordinator's
 // audit log.

@@ -177,7 +177,7 @@ func (d *Demo) clientChanged(c clientlib.StateChange) {
 func clientStateName(s clientlib.Status) string {
 	snap := &sharedstate.Snapshot{State: s.State, LocalState: s.LocalState, Override: s.Override}
 	if s.Shadow {
-		snap.Mode = sharedstate.ModeShadow
+		snap.Policy = &sharedstate.Policy{Breaker: sharedstate.BreakerPolicy{Mode: sharedstate.ModeShadow}}
 	}
 	name := stateName(snap)
 	if !s.FromAgent {

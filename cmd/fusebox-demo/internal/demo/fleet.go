@@ -54,7 +54,7 @@ func (d *Demo) startEtcd(ctx context.Context) error {
 	if d.store, err = store.New(store.Config{Client: d.etcdCli}); err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if _, err := d.store.PutPolicyPatch(ctx, sharedstate.DefaultPolicyName, d.policy.Patch(),
+	if _, err := d.store.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
 		store.WriteOptions{Actor: "fusebox-demo"}); err != nil {
 		return fmt.Errorf("demo: write the demo policy: %w", err)
 	}
@@ -83,7 +83,7 @@ func (d *Demo) startCoordinator(ctx context.Context) error {
 		}),
 		// Derive half-open states and keep history often enough for a
 		// dashboard watching breakers that change within seconds.
-		coordinator.WithTickInterval(250*time.Millisecond, time.Second),
+		coordinator.WithTickInterval(250*time.Millisecond),
 	)
 	if err != nil {
 		return fmt.Errorf("demo: %w", err)
@@ -112,7 +112,8 @@ func (d *Demo) startAgents(ctx context.Context) error {
 		ac.PushPullInterval = 5 * time.Second
 		ac.ShutdownTimeout = 3 * time.Second
 		ac.MemberTTL = 5 * time.Second
-		ac.Proxy.Addr = "127.0.0.1:0" // the egress proxy, for proxiedService
+		ac.Proxy.Addr = "127.0.0.1:0"      // the egress proxy, for proxiedService
+		ac.Proxy.AllowAnyDependency = true // its calls name their dependencies (Fusebox-Dependency)
 		a, err := agent.New(ac,
 			agent.WithLogger(d.cfg.Logger.With("component", "agent")),
 			agent.WithDefaultPolicy(d.policy))

@@ -51,7 +51,7 @@ func TestStateName(t *testing.T) {
 		{&sharedstate.Snapshot{State: sharedstate.Open, LocalState: sharedstate.Open}, "open"},
 		{&sharedstate.Snapshot{State: sharedstate.Open, Override: sharedstate.ForcedClosed}, "forced-closed"},
 		{&sharedstate.Snapshot{State: sharedstate.Closed, Override: sharedstate.ForcedOpen}, "forced-open"},
-		{&sharedstate.Snapshot{State: sharedstate.Open, Mode: sharedstate.ModeShadow}, "shadow:open"},
+		{&sharedstate.Snapshot{State: sharedstate.Open, Policy: &sharedstate.Policy{Breaker: sharedstate.BreakerPolicy{Mode: sharedstate.ModeShadow}}}, "shadow:open"},
 	}
 	for _, c := range cases {
 		if got := stateName(c.snap); got != c.want {

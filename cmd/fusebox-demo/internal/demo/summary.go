@@ -232,14 +232,17 @@ func (d *Demo) printBanner() {
 		if i == 0 {
 			label = "Agents"
 		}
-		fmt.Fprintf(&b, "  %-14s %s (%s)  FUSEBOX_AGENT=%s", label, a.Name(), agentZones[i], shellWord("unix://"+a.SocketPath()))
-		if serviceNames[i] == proxiedService {
-			fmt.Fprintf(&b, "  HTTP_PROXY=http://%s", a.ProxyAddr())
-		}
-		b.WriteString("\n")
+		fmt.Fprintf(&b, "  %-14s %s (%s)  FUSEBOX_AGENT=%s\n", label, a.Name(), agentZones[i], shellWord("unix://"+a.SocketPath()))
 	}
-	fmt.Fprintf(&b, "                 (a service of yours that links clientlib runs with one of these FUSEBOX_AGENT=… set;\n")
-	fmt.Fprintf(&b, "                 one in another language with the HTTP_PROXY=… of an agent's egress proxy)\n")
+	fmt.Fprintf(&b, "                 (a service of yours that links clientlib runs with one of these FUSEBOX_AGENT=… set)\n")
+	for i, a := range d.agents {
+		if serviceNames[i] == proxiedService {
+			fmt.Fprintf(&b, "  Egress proxy   %s's: http_proxy=http://%s HTTP_PROXY=http://%s\n", a.Name(), a.ProxyAddr(), a.ProxyAddr())
+		}
+	}
+	for _, l := range ProxyClients {
+		fmt.Fprintf(&b, "                 %s\n", l)
+	}
 	fmt.Fprintf(&b, "  Metrics        http://%s/metrics (coordinator)", d.HTTPAddr())
 	for _, a := range d.agents {
 		fmt.Fprintf(&b, ", http://%s/metrics (%s)", a.HTTPAddr(), a.Name())
@@ -247,7 +250,7 @@ func (d *Demo) printBanner() {
 	fmt.Fprintf(&b, "\n\n  %s cycles every %v: healthy -> failing -> slow -> recovering (%v each);\n",
 		ShippingAPI, 4*d.cfg.PhaseDuration, d.cfg.PhaseDuration)
 	fmt.Fprintf(&b, "  %s stays healthy. Services: checkout@agent-a, orders@agent-b (clientlib), %s@agent-c\n", CatalogAPI, proxiedService)
-	fmt.Fprintf(&b, "  (no clientlib: through its agent's egress proxy).\n")
+	fmt.Fprintf(&b, "  (no clientlib: through its agent's egress proxy, as a service in another language would).\n")
 	b2 := d.policy.Breaker
 	r := d.policy.Retry
 	fmt.Fprintf(&b, "  Policy: window %v, trips at %d requests with %.0f%% failures or %.0f%% calls over %v from %d nodes;\n",

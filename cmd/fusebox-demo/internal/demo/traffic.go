@@ -79,12 +79,13 @@ type service struct {
 	client *clientlib.Client    // nil for a service behind the proxy
 	reg    *prometheus.Registry // the client's metrics
 	http   *http.Client
-	proxy  string // the agent's egress proxy (HTTP_PROXY), for a service without clientlib
+	proxy  string // the agent's egress proxy, for a service without clientlib
 }
 
 // newProxiedService is a service that links no clientlib: its requests go
-// through the egress proxy at addr (host:port) as HTTP_PROXY, which
-// applies the agent's breaker, budget and retries to them.
+// through the egress proxy at addr (host:port), which applies the agent's
+// breaker, budget and retries to them. The proxy is set on the transport:
+// http.ProxyFromEnvironment never proxies a loopback upstream.
 func newProxiedService(name, agentName, addr string) *service {
 	u := &url.URL{Scheme: "http", Host: addr}
 	tr := &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}

@@ -60,7 +60,7 @@ func stateName(s *sharedstate.Snapshot) string {
 	if s.State == sharedstate.Closed && s.LocalState != sharedstate.Closed {
 		name = "local-" + s.LocalState.String()
 	}
-	if s.Mode == sharedstate.ModeShadow {
+	if s.Shadow() {
 		name = "shadow:" + name
 	}
 	return name

@@ -4,12 +4,14 @@
 // Data flow (see doc.go):
 //   - GET /api/v1/fleet?compact=1 every 2 s (10 s while the tab is hidden),
 //     and soon after every event: counts, rates, nodes, zones, probers.
-//   - GET /api/v1/events (EventSource): transitions and overrides change the
+//   - GET /api/v1/events, read with fetch (the token in the Authorization
+//     header, never in the URL): transitions and overrides change the
 //     badges at once, without waiting for the next poll.
-//   - GET /api/v1/history?dependency=NAME seeds a row's sparkline when the row
-//     first scrolls into view (at most 3 requests in flight); each poll and
-//     each event then adds a point, client-side, and points older than 5
-//     minutes fall off.
+//   - GET /api/v1/series?dependency=NAME&since=5m (the coordinator's history)
+//     seeds a row's sparkline when the row first scrolls into view (at most
+//     3 requests in flight; a dependency without a history seeds nothing);
+//     each poll and each event then adds a point, client-side, and points
+//     older than 5 minutes fall off.
 //   - GET /api/v1/policies: windows (requests/s) and thresholds.
 //   - The dependency page (#/dep/NAME) adds /api/v1/audit and /api/v1/overrides.
 //
@@ -54,6 +56,11 @@
       shadow: false,
       shown: 'closed', // what the badge says
       fr: 0, sr: 0, rps: 0, budget: 0,
+      retries: 0, allowed: 0, // the fleet's retries over the window, and its retry budget
+      incident: 0, // server time (ms) the incident began: the first open of a run of re-opens; 0: closed or not known
+      trip: null, // the trip's evidence (protojson TripEvidence), while open or half-open
+      ov: null, // the override in force: {actor, reason, created, expires} (ms; 0: none)
+      ramp: null, // the ramp after a close: {p: the share refused, until: ms}
       failing: [], // [{node, failures}] nodes whose window has failures, most first
       zones: [], // [{zone, nodes, requests, failures, fr, sr, rejected}]
       probers: [],
@@ -137,6 +144,18 @@
     d.fr = num(v.failureRate);
     d.sr = num(v.slowRate);
     d.budget = num(v.budgetUsed);
+    d.retries = num(f.retries);
+    d.allowed = num(v.retryBudget);
+    d.incident = v.incidentStart ? Date.parse(v.incidentStart) || 0 : 0;
+    d.trip = v.trip || null;
+    if (d.eventAt <= at) { // else an event's override is newer than this snapshot: keep what it said
+      d.ov = d.override ? {
+        actor: v.overrideActor || '', reason: v.overrideReason || '',
+        created: v.overrideCreated ? Date.parse(v.overrideCreated) || 0 : 0,
+        expires: v.overrideExpires ? Date.parse(v.overrideExpires) || 0 : 0,
+      } : null;
+    }
+    d.ramp = num(v.rampProbability) > 0 && v.rampUntil ? { p: num(v.rampProbability), until: Date.parse(v.rampUntil) || 0 } : null;
     d.rps = (num(f.successes) + num(f.failures)) / windowSeconds(d.name);
     const nodes = v.nodes || [];
     d.failing = nodes
@@ -185,16 +204,19 @@
     }
   }
 
-  // seedSeries puts the server's history (5 s samples) before the points
-  // this page collected itself.
-  function seedSeries(d, samples) {
+  // seedSeries puts the server's history (GET /api/v1/series: points and
+  // the breaker's states as bands) before the points this page collected
+  // itself.
+  function seedSeries(d, series) {
     const first = d.t.length ? d.t[0] : Infinity;
+    const bands = ((series && series.states) || []).map((b) => ({ state: b.state, from: Date.parse(b.from), to: Date.parse(b.to) }));
     const t = [], y = [], s = [];
-    for (const x of samples) {
+    for (const x of (series && series.points) || []) {
       const at = Date.parse(x.at);
       if (!(at < first)) break;
-      let st = x.override || x.state || 'closed';
-      if (!x.override && d.shadow) st = 'shadow';
+      const b = bands.find((b) => b.from <= at && at < b.to);
+      let st = b ? b.state : 'closed';
+      if (d.shadow && !st.startsWith('forced')) st = 'shadow';
       t.push(at); y.push(num(x.failureRate)); s.push(st);
     }
     d.t = t.concat(d.t); d.y = y.concat(d.y); d.s = s.concat(d.s);
@@ -349,8 +371,15 @@
   }
 
   // ---- live events ----
+  //
+  // The event stream is read with fetch, not EventSource: EventSource
+  // cannot send the Authorization header, and a token never goes in a URL
+  // (proxies log URLs; the coordinator refuses a token in the query). The body is
+  // parsed as server-sent events; a reconnect sends Last-Event-ID, so the
+  // coordinator replays what it still keeps.
 
-  let es = null, esTimer = 0, esBackoff = 1000;
+  const MAX_EVENT_BYTES = 1 << 20; // an event larger than this ends the stream
+  let stream = null, esTimer = 0, esBackoff = 1000, lastEventId = '';
 
   function setConn(state, title) {
     const c = $('conn');
@@ -359,43 +388,81 @@
     c.title = title || 'The live event stream (/api/v1/events)';
   }
 
-  function connect() {
+  // retryStream says why the stream is down and tries again, backing off.
+  function retryStream(ctrl, state, title) {
+    if (stream !== ctrl) return;
+    stream = null;
+    setConn(state, title);
     clearTimeout(esTimer);
-    if (es) {
-      es.close();
-      es = null;
-    }
+    esTimer = setTimeout(connect, esBackoff);
+    esBackoff = Math.min(esBackoff * 2, 30000);
+  }
+
+  async function connect() {
+    clearTimeout(esTimer);
+    if (stream) stream.abort();
+    const ctrl = new AbortController();
+    stream = ctrl;
     setConn('connecting');
+    const headers = { 'Accept': 'text/event-stream' };
     const tok = token();
-    // EventSource cannot send an Authorization header: the coordinator
-    // takes the token from ?access_token= for this endpoint only, as a
-    // viewer, and this page sends no Referer.
-    const src = new EventSource('/api/v1/events' + (tok ? '?access_token=' + encodeURIComponent(tok) : ''));
-    es = src;
-    src.onopen = () => {
-      if (es !== src) return;
-      esBackoff = 1000;
-      setConn('live');
-      refreshSoon(0); // whatever happened while we were away
-    };
-    src.onerror = () => {
-      if (es !== src) return;
-      if (src.readyState === EventSource.CONNECTING) {
-        setConn('reconnecting'); // the browser retries by itself
-        return;
+    if (tok) headers['Authorization'] = 'Bearer ' + tok;
+    if (lastEventId) headers['Last-Event-ID'] = lastEventId;
+    let resp;
+    try {
+      resp = await fetch('/api/v1/events', { headers: headers, cache: 'no-store', credentials: 'omit', signal: ctrl.signal });
+    } catch (e) {
+      retryStream(ctrl, 'offline', 'The coordinator is unreachable; retrying');
+      return;
+    }
+    if (stream !== ctrl) return;
+    if (!resp.ok) {
+      let msg = resp.status + ' ' + resp.statusText;
+      try { msg = (await resp.json()).error || msg; } catch (e) { /* not JSON */ }
+      if (resp.status === 401) authProblem(msg);
+      // 429/503: past the coordinator's stream caps (named in msg).
+      retryStream(ctrl, resp.status === 401 ? 'unauthorized' : (resp.status === 429 || resp.status === 503) ? 'refused' : 'offline', msg);
+      return;
+    }
+    esBackoff = 1000;
+    setConn('live');
+    refreshSoon(0); // whatever happened while we were away
+    const reader = resp.body.getReader();
+    const decoder = new TextDecoder();
+    let buf = '';
+    try {
+      for (;;) {
+        const r = await reader.read();
+        if (r.done) break;
+        buf += decoder.decode(r.value, { stream: true }).replace(/\r\n?/g, '\n');
+        let end;
+        while ((end = buf.indexOf('\n\n')) >= 0) {
+          const block = buf.slice(0, end);
+          buf = buf.slice(end + 2);
+          sseBlock(block);
+        }
+        if (buf.length > MAX_EVENT_BYTES) break;
       }
-      src.close();
-      es = null;
-      api('/api/v1/whoami').then(() => {
-        setConn('offline', 'The event stream failed; retrying');
-      }, (e) => {
-        setConn(e.status === 401 ? 'unauthorized' : 'offline', e.message);
-      }).finally(() => {
-        esTimer = setTimeout(connect, esBackoff);
-        esBackoff = Math.min(esBackoff * 2, 30000);
-      });
-    };
-    for (const type of ['transition', 'override', 'policy']) src.addEventListener(type, onEvent);
+    } catch (e) { /* aborted, or the connection broke */ }
+    retryStream(ctrl, 'reconnecting', 'The event stream ended; reconnecting');
+  }
+
+  // sseBlock handles one server-sent event: "id:", "event:" and "data:"
+  // lines; comments (keep-alives) start with ':'.
+  function sseBlock(block) {
+    let type = 'message', data = '', id = null;
+    for (const line of block.split('\n')) {
+      if (!line || line[0] === ':') continue;
+      const i = line.indexOf(':');
+      const field = i < 0 ? line : line.slice(0, i);
+      let value = i < 0 ? '' : line.slice(i + 1);
+      if (value[0] === ' ') value = value.slice(1);
+      if (field === 'event') type = value;
+      else if (field === 'data') data += (data ? '\n' : '') + value;
+      else if (field === 'id') id = value;
+    }
+    if (id !== null) lastEventId = id;
+    if (data && (type === 'transition' || type === 'override' || type === 'policy')) onEvent({ data: data });
   }
 
   function onEvent(msg) {
@@ -420,9 +487,14 @@
         refreshSoon(0);
         return;
       }
+      if (e.state === 'closed') {
+        d.incident = 0;
+        d.trip = null;
+      }
       d.breaker = e.state;
     } else if (e.type === 'override') {
       d.override = (e.state === 'forced-open' || e.state === 'forced-closed') ? e.state : '';
+      d.ov = d.override ? { actor: e.actor || '', reason: e.reason || '', created: at, expires: e.expires ? Date.parse(e.expires) || 0 : 0 } : null;
       if (route.dep === d.name) loadDepExtras();
     } else {
       return;
@@ -475,7 +547,7 @@
         const o = await api('/api/v1/overrides/' + depPath(dep), {
           method: 'POST', body: JSON.stringify({ state: kind, ttl: ttl, reason: reason }),
         });
-        actionStatus('ok', 'ok: ' + dep + ' is ' + o.state + (o.expires ? ' until ' + fmtTime(o.expires) : ' until cleared') + ' (by ' + o.actor + ')');
+        actionStatus('ok', 'ok: ' + dep + ' is ' + o.state + (o.expires ? ' until ' + fmtTime(o.expires) : ' until cleared') + ' (by ' + printable(o.actor) + ')');
         const d = model.deps.get(dep) || addDep(dep);
         d.override = o.state;
         markEvent(d, serverNow());
@@ -519,6 +591,34 @@
     return isNaN(d) ? '—' : d.toLocaleDateString([], { month: 'short', day: 'numeric' }) + ' ' + d.toLocaleTimeString([], { hour12: false });
   }
 
+  // fmtDur writes a span in ms the way Go does, roughly: "800ms", "10s", "2m30s".
+  function fmtDur(ms) {
+    if (!isFinite(ms) || ms <= 0) return '0s';
+    if (ms < 1000) return Math.round(ms) + 'ms';
+    if (ms < 10000) return Math.round(ms / 100) / 10 + 's';
+    const s = Math.round(ms / 1000);
+    if (s < 60) return s + 's';
+    const m = Math.floor(s / 60);
+    return m + 'm' + (s % 60 ? (s % 60) + 's' : '');
+  }
+
+  function fmtCount(x) {
+    return isFinite(x) ? String(Math.round(x)) : '—';
+  }
+
+  // printable shows text others wrote (actors, reasons) as the coordinator
+  // prints it (sharedstate.PrintableText): control characters, line
+  // separators and direction marks become escapes such as \x1b and \u202e.
+  function printable(s) {
+    return String(s || '').replace(/[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufffd]/g, (c) => {
+      const n = c.charCodeAt(0);
+      if (c === '\n') return '\\n';
+      if (c === '\r') return '\\r';
+      if (c === '\t') return '\\t';
+      return n < 0x100 ? '\\x' + n.toString(16).padStart(2, '0') : '\\u' + n.toString(16).padStart(4, '0');
+    });
+  }
+
   function fmtAgo(ms) {
     if (!isFinite(ms)) return '';
     const s = Math.max(0, Math.round(ms / 1000));
@@ -549,24 +649,117 @@
   function stateTitle(d) {
     const v = d.v || {};
     const parts = ['breaker ' + d.breaker];
-    if (v.reason) parts.push(v.reason);
-    if (d.override) parts.push(d.override + (v.overrideReason ? ': ' + v.overrideReason : ''));
+    if (v.reason) parts.push('last change: ' + printable(v.reason));
+    if (d.override) parts.push(d.override + (d.ov && d.ov.reason ? ': ' + printable(d.ov.reason) : ''));
     if (d.shadow) parts.push('shadow mode: computes and reports, never rejects');
     return parts.join(' · ');
   }
 
   // whyOf names what holds a breaker open: "forced" (an operator), "slow
-  // calls" or "failures" (the trip's or the failed probe's reason); '' while
-  // it is closed.
+  // calls" or "failures" (what tripped it); '' while it is closed.
   function whyOf(d) {
     if (d.override === 'forced-open') return 'forced';
     if (d.breaker === 'closed' || d.override === 'forced-closed') return '';
+    if (d.trip) return d.trip.slow ? 'slow calls' : 'failures';
     const r = (d.v && d.v.reason) || '';
     if (/slow/i.test(r)) return 'slow calls';
     return r ? 'failures' : '';
   }
 
-  const nodeList = (xs, n) => xs.length <= n ? xs.join(', ') : xs.slice(0, n).join(', ') + ' +' + (xs.length - n);
+  // tripFacts reads a TripEvidence: what tripped, at what rate against
+  // which threshold, over how many requests and nodes.
+  function tripFacts(t) {
+    const slow = !!t.slow;
+    const req = num(t.requests);
+    const n = slow ? num(t.slowCalls) : num(t.failures);
+    return {
+      slow: slow, what: slow ? 'slow calls' : 'failures', n: n, req: req, rate: req ? n / req : 0,
+      thr: slow ? num(t.slowCallRateThreshold) : num(t.failureRateThreshold),
+      nodes: num(t.failingNodeCount), withRequests: num(t.nodes), names: t.failingNodes || [],
+      horizon: (t.fastPath ? 'the last ' : 'the window of ') + fmtDur(num(t.horizonNanos) / 1e6),
+    };
+  }
+
+  // tripText is the evidence in a cell: "failures 80% ≥ 50% of 40 req · 2 nodes".
+  function tripText(t) {
+    const f = tripFacts(t);
+    return f.what + ' ' + pct(f.rate) + ' ≥ ' + pct(f.thr) + ' of ' + f.req + ' req · ' + f.nodes + (f.nodes === 1 ? ' node' : ' nodes');
+  }
+
+  function tripTitle(t) {
+    const f = tripFacts(t);
+    const conf = num(t.confidence);
+    let s = 'Tripped on ' + f.n + ' ' + f.what + ' of ' + f.req + ' requests (' + pct(f.rate) + ') over ' + f.horizon +
+      ', from ' + f.nodes + ' failing of ' + f.withRequests + ' nodes with requests' + (f.names.length ? ': ' + f.names.join(', ') +
+      (f.nodes > f.names.length ? ' and ' + (f.nodes - f.names.length) + ' more' : '') : '') + '.';
+    s += conf > 0 ? ' Lower bound of the rate ' + pct(num(t.lowerBound)) + ' at ' + Math.round(conf * 1000) / 10 + '% confidence ≥ ' + pct(f.thr) + '.'
+      : ' Classic rule: the rate itself ≥ ' + pct(f.thr) + '.';
+    return s + ' The policy wants at least ' + num(t.minimumRequests) + ' requests from ' + num(t.minFailingNodes) + ' failing nodes.';
+  }
+
+  function overrideText(d) {
+    const o = d.ov || {};
+    let s = (o.actor ? printable(o.actor) : 'an operator') + (o.reason ? ': ' + printable(o.reason) : '');
+    s += o.expires ? ' · until ' + fmtTime(o.expires) + ' (' + fmtAgo(o.expires - serverNow()) + ' left)' : ' · until cleared';
+    return s;
+  }
+
+  function rampText(d) {
+    return 'Ramp: admitting ' + pct(1 - d.ramp.p) + ' of first attempts until ' + fmtTime(d.ramp.until);
+  }
+
+  // whyCell is the Why · who column: what holds the breaker where it is
+  // (the trip's evidence, the override's author, reason and expiry, the
+  // ramp after a close), and its tooltip.
+  function whyCell(d) {
+    const v = d.v || {};
+    if (d.override) return [overrideText(d), d.override + ' by ' + overrideText(d) + (d.ov && d.ov.created ? ' (set ' + fmtDateTime(d.ov.created) + ')' : '')];
+    if (d.breaker !== 'closed') {
+      const pre = d.shadow ? 'would: ' : '';
+      if (d.trip) return [pre + tripText(d.trip), tripTitle(d.trip) + (v.reason ? '\nLast change: ' + printable(v.reason) : '')];
+      return [pre + (v.reason ? printable(v.reason) : '—'), 'The node that opened it did not say what it tripped on.'];
+    }
+    if (d.ramp) return [rampText(d), 'After the close, first attempts are admitted at a share rising from breaker.rampStart to all over breaker.rampDuration; the rest are refused as throttled.'];
+    return ['—', ''];
+  }
+
+  // sinceOf is the incident's start under the badge: "since 12:03:04 (5m)
+  // · 4 opens" (the first open of the run of re-opens, kept until the
+  // breaker closes), or when an override was set.
+  function sinceOf(d) {
+    const v = d.v || {};
+    const now = model.at || serverNow();
+    if (d.override && d.ov && d.ov.created) return ['set ' + fmtTime(d.ov.created) + ' (' + fmtAgo(now - d.ov.created) + ')', 'override set ' + fmtDateTime(d.ov.created)];
+    const cur = v.since ? Date.parse(v.since) : 0;
+    if (d.breaker === 'closed') {
+      return d.ramp && cur ? ['closed ' + fmtTime(cur) + ' (' + fmtAgo(now - cur) + ')', 'closed ' + fmtDateTime(cur) + ', ramping up until ' + fmtDateTime(d.ramp.until)] : ['', ''];
+    }
+    const start = d.incident || cur;
+    if (!start) return ['', ''];
+    const opens = num(v.openCount);
+    const text = 'since ' + fmtTime(start) + ' (' + fmtAgo(now - start) + ')' + (opens > 1 ? ' · ' + opens + ' opens' : '');
+    const title = (d.incident ? 'Incident since ' + fmtDateTime(d.incident) + ': the trip, the first of ' + Math.max(1, opens) + ' opens in a row'
+      : 'Open since ' + fmtDateTime(cur) + ' (the node that opened it did not say when the incident began)') +
+      (cur && cur !== start ? '; ' + d.breaker + ' since ' + fmtDateTime(cur) : '');
+    return [text, title];
+  }
+
+
+  // failingCell is the failing nodes column: while open, the nodes whose
+  // failures tripped the breaker (the current window's failing nodes are
+  // only the probers by then); else the nodes failing now.
+  function failingCell(d) {
+    const now = d.failing.map((n) => n.node + ': ' + n.failures + ' failures').join('\n');
+    if (d.trip && d.breaker !== 'closed' && !d.override) {
+      const names = d.trip.failingNodes || [];
+      const count = num(d.trip.failingNodeCount);
+      const items = names.concat(count > names.length ? ['+' + (count - names.length)] : []);
+      return [items.length ? 'at trip: ' : '', items.length ? items : ['—'],
+        'The nodes whose failures tripped the breaker' + (d.incident ? ' at ' + fmtTime(d.incident) : '') + (now ? '\nFailing now:\n' + now : '')];
+    }
+    const xs = d.failing.map((n) => n.node);
+    return ['', xs.length ? xs.slice(0, 5).concat(xs.length > 5 ? ['+' + (xs.length - 5)] : []) : ['—'], now];
+  }
 
   // ---- the fleet table ----
 
@@ -597,11 +790,11 @@
     a.textContent = d.name;
     a.title = d.name;
     a.href = '#/dep/' + encodeURIComponent(d.name);
-    const svg = c[9].firstElementChild;
+    const svg = c[10].firstElementChild;
     d.cells = {
-      state: c[1], badge: c[1].firstElementChild, fr: c[2], sr: c[3], rps: c[4],
-      meter: c[5].firstElementChild, pct: c[5].lastElementChild, nodes: c[6], zones: c[7], probers: c[8],
-      bands: svg.children[0], line: svg.children[1], marks: svg.children[2], local: null, would: null, why: null,
+      state: c[1], badge: c[1].firstElementChild, since: c[1].lastElementChild, why: c[2], fr: c[3], sr: c[4], rps: c[5],
+      meter: c[6].firstElementChild, pct: c[6].lastElementChild, nodes: c[7], zones: c[8], probers: c[9],
+      bands: svg.children[0], line: svg.children[1], marks: svg.children[2], local: null, would: null,
     };
     d.r = {};
     d.row = tr;
@@ -615,6 +808,27 @@
     if (d.r[key] !== text) {
       d.r[key] = text;
       node.textContent = text;
+    }
+    if (title !== undefined && d.r[key + '.title'] !== title) {
+      d.r[key + '.title'] = title;
+      node.title = title;
+    }
+  }
+
+  // setItems is setText for a list: each item in a span that does not
+  // wrap (a name such as "zone-b" is never cut at its hyphen), the rows
+  // wrapping between items instead. The cell's text is prefix, then the
+  // items joined by sep.
+  function setItems(d, key, node, prefix, items, sep, title) {
+    const text = prefix + items.join(sep);
+    if (d.r[key] !== text) {
+      d.r[key] = text;
+      const kids = prefix ? [prefix] : [];
+      items.forEach((it, i) => {
+        if (i) kids.push(sep);
+        kids.push(el('span', 'item', it));
+      });
+      node.replaceChildren(...kids);
     }
     if (title !== undefined && d.r[key + '.title'] !== title) {
       d.r[key + '.title'] = title;
@@ -637,28 +851,21 @@
       d.r.stateTitle = st;
       c.badge.title = st;
     }
-    // Why the breaker is not closed: failures, slow calls, or forced.
-    const why = whyOf(d);
-    if (why) {
-      if (!c.why) {
-        c.why = el('span', 'why');
-        c.badge.after(c.why);
-        d.r.why = undefined;
-      }
-      if (d.r.why !== why) {
-        d.r.why = why;
-        c.why.textContent = why;
-        c.why.dataset.why = why;
-      }
-    } else if (c.why) {
-      c.why.remove();
-      c.why = null;
+    // What holds it there, and since when: always current, like the badge.
+    const [why, whyTitle] = whyCell(d);
+    setText(d, 'why', c.why, why, whyTitle);
+    const kind = d.override ? 'override' : d.breaker !== 'closed' ? whyOf(d) : d.ramp ? 'ramp' : '';
+    if (d.r.whyKind !== kind) {
+      d.r.whyKind = kind;
+      c.why.dataset.why = kind;
     }
+    const [since, sinceTitle] = sinceOf(d);
+    setText(d, 'since', c.since, since, sinceTitle);
     // Node-local opens: present only while some node is open on its own.
     if (d.localOpen.length) {
       if (!c.local) {
         c.local = el('span', 'local-open');
-        c.state.appendChild(c.local);
+        c.since.before(c.local);
         d.r.local = undefined;
       }
       setText(d, 'local', c.local, 'local-open ' + d.localOpen.length, 'open for their own clients only: ' + d.localOpen.join(', '));
@@ -670,7 +877,7 @@
     if (would) {
       if (!c.would) {
         c.would = el('span', 'would');
-        c.state.appendChild(c.would);
+        c.since.before(c.would);
         d.r.would = undefined;
       }
       setText(d, 'would', c.would, would);
@@ -692,24 +899,29 @@
     }
     setText(d, 'sr', c.sr, pct(d.sr));
     setText(d, 'rps', c.rps, fmtRate(d.rps));
-    setText(d, 'budget', c.pct, pct(d.budget));
-    const w = Math.min(100, Math.max(0, d.budget * 100)).toFixed(0) + '%';
+    // Retries against the budget as counts: the share can pass 100% (each
+    // agent admits by its own share of what it saw), "106 / 100" says how.
+    const used = d.allowed > 0 ? d.retries / d.allowed : d.budget;
+    setText(d, 'budget', c.pct, d.allowed > 0 ? fmtCount(d.retries) + ' / ' + fmtCount(d.allowed) : pct(d.budget),
+      d.allowed > 0 ? d.retries + ' retries over the window, of a fleet budget of ' + fmtCount(d.allowed) + ' (' + pct(used) + ')' : '');
+    const w = Math.min(100, Math.max(0, used * 100)).toFixed(0) + '%';
     if (d.r.meter !== w) {
       d.r.meter = w;
       c.meter.firstElementChild.style.width = w;
-      c.meter.classList.toggle('high', d.budget >= 0.8);
+      c.meter.classList.toggle('high', used >= 0.8);
     }
-    const failing = d.failing.map((n) => n.node);
-    if (d.r.failing !== failing.length > 0) {
-      d.r.failing = failing.length > 0;
-      c.nodes.classList.toggle('failing', d.r.failing);
+    const failing = d.failing.length > 0 || (!!d.trip && d.breaker !== 'closed' && !d.override);
+    if (d.r.failing !== failing) {
+      d.r.failing = failing;
+      c.nodes.classList.toggle('failing', failing);
     }
-    setText(d, 'nodes', c.nodes, failing.length ? nodeList(failing, 3) : '—',
-      d.failing.map((n) => n.node + ': ' + n.failures + ' failures').join('\n'));
+    const [prefix, nodes, nodesTitle] = failingCell(d);
+    setItems(d, 'nodes', c.nodes, prefix, nodes, ', ', nodesTitle);
     const zones = d.zones.filter((z) => z.requests > 0);
-    setText(d, 'zones', c.zones, zones.length ? zones.map((z) => (z.zone || '(none)') + ' ' + pct(z.fr)).join(' · ') : '—',
+    setItems(d, 'zones', c.zones, '', zones.length ? zones.map((z) => (z.zone || '(none)') + ' ' + pct(z.fr)) : ['—'], ' · ',
       d.zones.map((z) => (z.zone || '(none)') + ': ' + z.nodes + ' nodes, ' + z.requests + ' requests, ' + z.failures + ' failures').join('\n'));
-    setText(d, 'probers', c.probers, d.probers.length ? nodeList(d.probers, 3) : '—', d.probers.join(', '));
+    const pr = d.probers;
+    setItems(d, 'probers', c.probers, '', pr.length ? pr.slice(0, 5).concat(pr.length > 5 ? ['+' + (pr.length - 5)] : []) : ['—'], ', ', pr.join(', '));
   }
 
   function sortValue(d) {
@@ -814,12 +1026,15 @@
         continue;
       }
       seedsInFlight++;
-      api('/api/v1/history?dependency=' + encodeURIComponent(d.name)).then((r) => {
-        seedSeries(d, (r && r.samples) || []);
+      api('/api/v1/series?dependency=' + encodeURIComponent(d.name) + '&since=5m').then((r) => {
+        seedSeries(d, r);
         d.seeded = true;
         d.sparkDirty = true;
         schedule();
-      }, () => { /* retried when the row is next in view */ }).finally(() => {
+      }, (e) => {
+        if (e.status === 404) d.seeded = true; // no history kept: the page's own points
+        /* else retried when the row is next in view */
+      }).finally(() => {
         d.seeding = false;
         seedsInFlight--;
         pumpSeeds();
@@ -953,34 +1168,42 @@
     let breaker = d.breaker;
     if (v.since) breaker += ' since ' + fmtTime(v.since) + ' (' + fmtAgo(model.at - Date.parse(v.since)) + ')';
     breaker += ' · generation ' + num(v.generation);
-    if (num(v.openCount)) breaker += ' · opened ' + num(v.openCount) + '×';
+    if (num(v.openCount)) breaker += ' · opened ' + num(v.openCount) + '× in a row';
     fact(facts, 'Breaker', breaker);
-    fact(facts, 'Reason', v.reason || '—');
+    if (d.breaker !== 'closed') {
+      const cur = v.since ? Date.parse(v.since) : 0;
+      const opens = Math.max(1, num(v.openCount));
+      const inc = el('span', 'incident', d.incident
+        ? 'since ' + fmtDateTime(d.incident) + ' (' + fmtAgo(model.at - d.incident) + ' ago): the trip' +
+          (opens > 1 ? ', then ' + (opens - 1) + ' re-open' + (opens > 2 ? 's' : '') + ' after failed probes; this ' + d.breaker + ' since ' + fmtTime(cur) : '')
+        : 'not known: the node that opened it did not say (this open since ' + fmtTime(cur) + ')');
+      inc.dataset.start = d.incident ? new Date(d.incident).toISOString() : '';
+      fact(facts, 'Incident', inc);
+      fact(facts, 'Tripped on', el('span', 'trip', d.trip ? tripTitle(d.trip) : 'not known: the node that opened it did not say'));
+    }
+    fact(facts, 'Last change', v.reason ? printable(v.reason) : '—');
     let ov = 'none';
     if (d.override) {
-      ov = d.override;
-      const o = depPage.override;
-      if (o) {
-        ov += o.expires ? ' until ' + fmtTime(o.expires) + ' (in ' + fmtAgo(Date.parse(o.expires) - serverNow()) + ')' : ' until cleared';
-        ov += ' · by ' + o.actor + (o.reason ? ' · ' + o.reason : '');
-      } else if (v.overrideReason) {
-        ov += ' · ' + v.overrideReason;
-      }
+      ov = d.override + ' · by ' + overrideText(d) + (d.ov && d.ov.created ? ' · set ' + fmtDateTime(d.ov.created) : '');
     }
     fact(facts, 'Override', ov);
     fact(facts, 'Mode', d.shadow ? 'shadow (computes and reports, never rejects)' : (b.mode || 'enforce'));
-    fact(facts, 'Failure rate', pct(d.fr) + (b.failureRateThreshold !== undefined ? ' (opens at ' + pct(num(b.failureRateThreshold)) + ')' : ''));
-    fact(facts, 'Slow calls', pct(d.sr) + (b.slowCallRateThreshold !== undefined ? ' (opens at ' + pct(num(b.slowCallRateThreshold)) + ', slow ≥ ' + b.slowCallDuration + ')' : ''));
+    fact(facts, 'Failure rate now', pct(d.fr) + ' over the current window' + (b.failureRateThreshold !== undefined ? ' (opens at ' + pct(num(b.failureRateThreshold)) + ')' : ''));
+    fact(facts, 'Slow calls now', pct(d.sr) + (b.slowCallRateThreshold !== undefined ? ' (opens at ' + pct(num(b.slowCallRateThreshold)) + ', slow ≥ ' + b.slowCallDuration + ')' : ''));
     fact(facts, 'Requests/s', fmtRate(d.rps) + ' (window ' + (b.window || '10s') + ': ' + (num(f.successes) + num(f.failures)) + ' requests, ' +
       num(f.failures) + ' failures, ' + num(f.retries) + ' retries, ' + num(f.rejected) + ' rejected)');
-    fact(facts, 'Retry budget used', pct(d.budget) + (r.budget ? ' (ratio ' + r.budget.ratio + ', at least ' + r.budget.minRetriesPerSecond + '/s fleet-wide)' : ''));
+    fact(facts, 'Retries / budget', (d.allowed > 0 ? d.retries + ' of ' + fmtCount(d.allowed) + ' allowed over the window (' + pct(d.retries / d.allowed) + ')' : pct(d.budget)) +
+      (r.budget ? ' · budget: ratio ' + r.budget.ratio + ' of first attempts, at least ' + r.budget.minRetriesPerSecond + '/s fleet-wide' : ''));
     // Adaptive throttling and the concurrency limit (policy sections
     // "throttle" and "concurrency"), over the fleet's window and rows.
-    const th = v.throttleEnabled
-      ? el('span', 'throttle', 'refusing ' + pct(num(v.throttleProbability)) + ' of first attempts while closed' +
-        (p.throttle ? ' (k ' + p.throttle.k + ', from ' + p.throttle.minRequests + ' requests)' : ''))
-      : el('span', 'throttle muted', 'off');
-    th.dataset.probability = String(v.throttleEnabled ? num(v.throttleProbability) : 0);
+    // The ramp after a close throttles too: say so rather than "off".
+    const th = d.ramp
+      ? el('span', 'throttle ramp', rampText(d) + ' (from ' + pct(num(b.rampStart)) + ' over ' + (b.rampDuration || '?') + ' after the close)')
+      : v.throttleEnabled
+        ? el('span', 'throttle', 'refusing ' + pct(num(v.throttleProbability)) + ' of first attempts while closed' +
+          (p.throttle ? ' (k ' + p.throttle.k + ', from ' + p.throttle.minRequests + ' requests)' : ''))
+        : el('span', 'throttle muted', 'off');
+    th.dataset.probability = String(d.ramp ? d.ramp.p : v.throttleEnabled ? num(v.throttleProbability) : 0);
     fact(facts, 'Throttle', th);
     const inFlight = num(v.inFlight), limit = num(v.maxInFlight);
     const fl = el('span', 'in-flight', limit ? inFlight + ' of ' + limit + ' (' + pct(inFlight / limit) + ' of the fleet limit)' : inFlight + ' (no limit)');
@@ -1098,7 +1321,7 @@
     $('dep-audit').replaceChildren(...(entries.length ? entries.map((e) => {
       const tr = el('tr');
       tr.dataset.revision = e.revision;
-      tr.append(el('td', '', fmtDateTime(e.at)), el('td', '', e.actor), el('td', '', e.action), el('td', 'change', auditChange(e)));
+      tr.append(el('td', '', fmtDateTime(e.at)), el('td', 'actor', printable(e.actor)), el('td', '', e.action), el('td', 'change', auditChange(e).split('\n').map(printable).join('\n')));
       return tr;
     }) : [emptyRow(4, 'nobody changed this dependency\'s policy or override')]));
     note.textContent = entries.length ? 'Newest first (at most 50). Overrides that expire by their TTL leave no entry.' : '';

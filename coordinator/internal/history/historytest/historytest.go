@@ -1,6 +1,6 @@
 // Package historytest drives a simulated fleet of real engines and feeds
 // what it gossips to a history.History as the observer would receive it:
-// late and superseded. Only tests import it.
+// late, and superseded by the node's newer rows. Only tests import it.
 package historytest
 
 import (
@@ -29,9 +29,13 @@ type Config struct {
 	Rate func(node int) float64
 	// Fails says whether a call from node at el (since Start) fails.
 	Fails func(node int, el time.Duration) bool
-	// Start is the clock's start; traffic begins at Begin after it.
-	Start time.Time
-	Begin time.Duration
+	// Slow says whether that call takes at least the policy's
+	// slowCallDuration (optional: none is slow).
+	Slow func(node int, el time.Duration) bool
+	// Start is the clock's start; traffic begins at Begin after it and
+	// ends at Stop after it (0: runs to the end).
+	Start       time.Time
+	Begin, Stop time.Duration
 	// Retries: a failed first attempt asks for one retry.
 	Retries bool
 }
@@ -96,20 +100,21 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 	for now := cfg.Start; now.Before(cfg.Start.Add(d)); now = clock.Advance(10 * time.Millisecond) {
 		el := now.Sub(cfg.Start)
 		for i, e := range engines {
-			if el < cfg.Begin || rng.Float64() >= cfg.Rate(i)/100 {
+			if el < cfg.Begin || (cfg.Stop > 0 && el >= cfg.Stop) || rng.Float64() >= cfg.Rate(i)/100 {
 				continue
 			}
 			fail := cfg.Fails(i, el)
-			o := sharedstate.Success
-			if fail {
-				o = sharedstate.Failure
-			}
+			slow := cfg.Slow != nil && cfg.Slow(i, el)
+			o := sharedstate.OutcomeOf(fail, slow)
 			counted := func(s *history.Slot) {
 				s.FirstAttempts++
 				if fail {
 					s.Failures++
 				} else {
 					s.Successes++
+				}
+				if slow {
+					s.SlowCalls++
 				}
 			}
 			switch dec := e.Snapshot(dep).DecideFirst(); dec.Verdict {
@@ -126,7 +131,7 @@ func Run(t testing.TB, h *history.History, cfg Config, d time.Duration) *Fleet {
 				_ = e.Record(dep, sharedstate.Probe, o)
 				count(now, counted)
 				if p.Verdict == sharedstate.AllowProbe {
-					if rec, ok := e.ProbeResult(dep, !fail); ok {
+					if rec, ok := e.ProbeOutcome(dep, o); ok {
 						for _, o := range engines {
 							o.ApplyRecord(rec)
 						}
