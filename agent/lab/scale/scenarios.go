@@ -86,6 +86,9 @@ type TripResult struct {
 // polling every agent's snapshot every millisecond (of the fleet's time:
 // virtual time in a bubble).
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
+	if err := f.confirm(ctx, dep); err != nil {
+		return TripResult{}, err
+	}
 	clients := Spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
 	if !ctxtime.Sleep(ctx, warm/4) {
@@ -368,6 +371,9 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	var healthy []int
 	for _, i := range Spread(n-half, k) {
 		healthy = append(healthy, half+i)
+	}
+	if err := f.confirm(ctx, dep); err != nil {
+		return r, err
 	}
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
 	defer stopHealthy()
