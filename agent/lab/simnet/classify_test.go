@@ -109,9 +109,11 @@ func TestStatsTellUserMessagesFromMemberlists(t *testing.T) {
 	for i := range 50 {
 		ds[i%3].q.QueueBroadcast(msg(fmt.Sprintf("user message %02d", i)))
 	}
-	sstest.Eventually(t, time.Minute, "user messages and memberlist's own messages sent", func() bool {
+	// Probes start at the first probe interval, which may come after the
+	// user messages are out.
+	sstest.Eventually(t, time.Minute, "user messages, probes and membership messages sent", func() bool {
 		s := n.Stats()
-		return s.UserMessages >= 50 && s.OwnMessages > 0
+		return s.UserMessages >= 50 && s.ProbeMessages > 0 && s.MembershipMessages > 0
 	})
 	s := n.Stats()
 	if s.UserBytes == 0 || s.UserBytes+s.OwnBytes() != s.PacketBytesSent || s.PacketsWithUser == 0 || s.PacketsWithUser > s.PacketsSent {
