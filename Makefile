@@ -45,11 +45,7 @@ IMAGE   ?= fusebox
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
 TEST_TIMEOUT ?= 15m
-SCALE_SIZES  ?= 10,50,200,500
-# Time dilation per fleet size (N:K, see agent/README.md "Scale"): each size runs K
-# times slower than real time so that its agents get K times the CPU per
-# protocol round; sizes not listed run at K = 1.
-SCALE_DILATE ?= 200:2,500:4,1000:12
+SCALE_SIZES  ?= 10,50,200,500,1000
 SCALE_ARGS   ?=
 N            ?= 40
 DURATION     ?= 10m
@@ -95,8 +91,10 @@ test-deps: ## install the Debian packages the tests need when missing (chromium,
 	fi
 
 .PHONY: scale
-scale: ## run the fleet scenarios on the simulated network (SCALE_SIZES=10,50,200,500, SCALE_DILATE=200:2,500:4,1000:12) and print the Scale table of agent/README.md
-	cd agent/lab && $(GO) run ./scale/cmd/scale -sizes $(SCALE_SIZES) -dilate $(SCALE_DILATE) $(SCALE_ARGS)
+scale: ## run the fleet scenarios in virtual time (SCALE_SIZES=10,50,200,500,1000), print the Scale table of agent/README.md, plot to bin/scale.png
+	@mkdir -p $(BIN)
+	cd agent/lab && $(GO) test -c -o $(BIN)/scale.test ./scale && \
+	  $(GO) run ./scale/cmd/scale -test-binary $(BIN)/scale.test -sizes $(SCALE_SIZES) -plot $(BIN)/scale.png $(SCALE_ARGS)
 
 # N real fusebox-agent processes on loopback: scenario (a) against real
 # sockets (an embedded etcd, unix sockets in a temp dir; every agent is

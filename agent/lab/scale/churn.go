@@ -52,7 +52,7 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 	started := time.Now()
 	// Each restarted agent is checked the moment it is first seen ready.
 	ready := make(map[int]bool, len(idx))
-	t := time.NewTicker(f.Real(time.Millisecond))
+	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
 	for len(ready) < len(idx) {
 		for _, i := range idx {
@@ -69,13 +69,13 @@ func Churn(ctx context.Context, f *Fleet, dep string, frac float64, k int) (Chur
 		case <-t.C:
 		}
 	}
-	allReady := f.Protocol(time.Since(started))
+	allReady := time.Since(started)
 	if _, err := f.watchRejects(ctx, dep, idx); err != nil {
 		return r, err
 	}
-	r.MaxBlind = f.Protocol(time.Since(started))
+	r.MaxBlind = time.Since(started)
 	if f.cfg.Trace != nil {
-		f.cfg.Trace("churn: %d agents restarted at once in %v, all ready after %v, all rejecting after %v (protocol time)", len(idx), f.Protocol(started.Sub(t0)), allReady, r.MaxBlind)
+		f.cfg.Trace("churn: %d agents restarted at once in %v, all ready after %v, all rejecting after %v", len(idx), started.Sub(t0), allReady, r.MaxBlind)
 	}
 	return r, nil
 }

@@ -36,14 +36,6 @@ type FleetConfig struct {
 	Logger *slog.Logger
 	// Trace receives a line per step of a scenario (optional, default none).
 	Trace func(format string, args ...any)
-	// Dilate runs the fleet Dilate times slower than the protocol it
-	// simulates (optional, default 1; at least 1): every agent timing
-	// (DilateAgent), the links' latency and jitter (DilateLink), the
-	// clients' report period and the scenarios' waits are multiplied by
-	// it, and the engines run on a Clock that slow. The scenarios report
-	// protocol time: measured times divided by Dilate, rates multiplied.
-	// Net.Link and Tune are given in protocol time.
-	Dilate float64
 }
 
 // Validate names every problem of the configuration.
@@ -54,9 +46,6 @@ func (c FleetConfig) Validate() error {
 	}
 	if c.Dir == "" {
 		errs = append(errs, errors.New("scale: Dir is required"))
-	}
-	if c.Dilate != 0 && !(c.Dilate >= 1 && c.Dilate <= 1000) {
-		errs = append(errs, fmt.Errorf("scale: Dilate must be in [1, 1000], got %v", c.Dilate))
 	}
 	if c.Seeds < 0 {
 		errs = append(errs, fmt.Errorf("scale: Seeds must be >= 0, got %d", c.Seeds))
@@ -73,14 +62,14 @@ func (c FleetConfig) Validate() error {
 }
 
 // Fleet is a fleet (package fleet) of N real agents in one process on the
-// simulated network, without etcd and without sockets, run dilated K
-// times, with what the scenarios read from it.
+// simulated network, without etcd and without sockets, with what the
+// scenarios read from it. Built inside a testing/synctest bubble it runs
+// on the bubble's virtual time.
 type Fleet struct {
 	*fleet.Fleet
 	cfg FleetConfig
 
 	heapBase uint64 // live heap before the fleet started
-	k        float64
 }
 
 // NewFleet starts the network and the agents (the seeds first), each
@@ -93,9 +82,6 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if cfg.Seeds == 0 {
 		cfg.Seeds = 3
 	}
-	if cfg.Dilate == 0 {
-		cfg.Dilate = 1
-	}
 	if cfg.Policy == nil {
 		p := sharedstate.DefaultPolicy()
 		cfg.Policy = &p
@@ -103,20 +89,17 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	f := &Fleet{cfg: cfg, heapBase: heap(), k: cfg.Dilate}
+	f := &Fleet{cfg: cfg, heapBase: heap()}
 	netCfg := cfg.Net
-	netCfg.Link = DilateLink(netCfg.Link, cfg.Dilate)
 	ff, err := fleet.New(ctx, fleet.Config{N: cfg.N, Dir: cfg.Dir, Sim: &netCfg, Policy: cfg.Policy, Seeds: cfg.Seeds,
 		Tune: func(_ int, c *agent.Config) {
 			c.LogLevel = "error"
 			if cfg.Tune != nil {
 				cfg.Tune(c)
 			}
-			DilateAgent(c, cfg.Dilate)
 		},
-		Clock:  NewClock(cfg.Dilate),
 		Logger: func(int) *slog.Logger { return cfg.Logger },
-		Poll:   f.Real(10 * time.Millisecond)})
+		Poll:   10 * time.Millisecond})
 	if err != nil {
 		return nil, fmt.Errorf("scale: %w", err)
 	}
@@ -126,17 +109,6 @@ func NewFleet(ctx context.Context, cfg FleetConfig) (*Fleet, error) {
 
 // Name returns agent i's node name.
 func Name(i int) string { return fleet.Name(i) }
-
-// Dilation returns the fleet's dilation factor K (FleetConfig.Dilate).
-func (f *Fleet) Dilation() float64 { return f.k }
-
-// Real returns how long protocol time d lasts on this fleet: d × K.
-func (f *Fleet) Real(d time.Duration) time.Duration { return dilate(d, f.k) }
-
-// Protocol returns the protocol time a real duration d stands for: d / K.
-func (f *Fleet) Protocol(d time.Duration) time.Duration {
-	return time.Duration(float64(d) / f.k)
-}
 
 // Rejects reports whether a client of agent i would be refused a first
 // attempt to dep: the decision clientlib takes from the agent's snapshot.

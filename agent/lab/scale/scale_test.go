@@ -1,70 +1,152 @@
 package scale
 
 import (
-	"context"
+	"encoding/json"
+	"flag"
+	"os"
+	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
 
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol"
-	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// fleet starts n agents for a test, dilated k times, and closes them at
-// cleanup.
-func startFleet(t *testing.T, n int, link simnet.Link, k float64) *Fleet {
+// The scale command's flags for TestScale (see cmd/scale).
+var (
+	scaleConfig = flag.String("scale.config", "", "TestScale: the RunConfig of the part to run, as JSON (empty: skip)")
+	scalePart   = flag.String("scale.part", string(Clean), "TestScale: the part to run (clean, lossy)")
+	scaleOut    = flag.String("scale.out", "", "TestScale: the file the Row is written to, as JSON")
+)
+
+// inBubble runs one part in a synctest bubble of its own, then lets
+// virtual time run out memberlist's last probes (SettleTime).
+func inBubble(t *testing.T, cfg RunConfig, p Part) (Row, error) {
 	t.Helper()
-	p := Policy()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	f, err := NewFleet(ctx, FleetConfig{N: n, Dir: t.TempDir(), Policy: &p, Net: simnet.Config{Seed: 1, Link: link}, Trace: t.Logf, Dilate: k})
+	var row Row
+	var err error
+	synctest.Test(t, func(t *testing.T) {
+		row, err = RunPart(t.Context(), cfg, p, t.TempDir(), logWriter{t})
+		time.Sleep(SettleTime)
+		synctest.Wait()
+	})
+	return row, err
+}
+
+// TestScale hosts one part of one row of the scale table for the scale
+// command (`make scale`), which runs it in a process of its own and reads
+// the Row from -scale.out: a bubble needs a test to host it. Without
+// -scale.config it is skipped.
+func TestScale(t *testing.T) {
+	if *scaleConfig == "" {
+		t.Skip("the scale command's host: run by `make scale` (agent/lab/scale/cmd/scale)")
+	}
+	var cfg RunConfig
+	if err := json.Unmarshal([]byte(*scaleConfig), &cfg); err != nil {
+		t.Fatalf("-scale.config: %v", err)
+	}
+	p := Part(*scalePart)
+	if p != Clean && p != Lossy {
+		t.Fatalf("-scale.part %q: want %s or %s", p, Clean, Lossy)
+	}
+	row, err := inBubble(t, cfg, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		f.Close()
-		// memberlist's probe goroutines end by their own timers (up to a
-		// probe interval) after Shutdown: wait for them here, since
-		// goleak's retries in TestMain are shorter than that on a busy
-		// machine.
-		sstest.EventuallyNoError(t, 30*time.Second, "no goroutine left after the fleet closed", func() error { return goleak.Find() })
+	b, err := json.Marshal(row)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *scaleOut != "" {
+		if err := os.WriteFile(*scaleOut, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// logWriter sends the runs' trace lines to the test log.
+type logWriter struct{ t *testing.T }
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(b), "\n"))
+	return len(b), nil
+}
+
+// TestScenarios runs every scenario at N = 50 in virtual time and asserts
+// what must hold at any size: every agent rejects a trip, clean or lossy,
+// with one record in the end and a transition that costs at most its
+// proposers' direct sends beyond the steady traffic; no restarted agent
+// allows once ready; the healthy half of a partition never opens and the
+// fleet heals by itself (one membership, one record, every client's row
+// everywhere); every agent knows every busy dependency's rows; an agent
+// calling 1,000 dependencies fits its push-pull in a frame.
+func TestScenarios(t *testing.T) {
+	const n = 50
+	cfg := RunConfig{N: n, Verbose: testing.Verbose()}
+	row, err := inBubble(t, cfg, Clean)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lossy, err := inBubble(t, cfg, Lossy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row.Merge(lossy)
+	t.Log("\n" + Header + "\n" + row.Markdown())
+
+	t.Run("trip", func(t *testing.T) { checkTrip(t, n, row.Trip) })
+	t.Run("lossy trip", func(t *testing.T) {
+		checkTrip(t, n, row.Lossy)
+		if row.LossyNotStarted != "" {
+			t.Error(row.LossyNotStarted)
+		}
 	})
-	return f
-}
-
-func timeout(t *testing.T, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func TestFleetConfigValidate(t *testing.T) {
-	err := FleetConfig{N: 0, Seeds: -1, Net: simnet.Config{QueueLen: -1}}.Validate()
-	for _, want := range []string{"N must be at least 1", "Dir is required", "Seeds must be >= 0", "QueueLen must be >= 0"} {
-		if err == nil || !contains(err.Error(), want) {
-			t.Errorf("error %v does not say %q", err, want)
+	t.Run("churn", func(t *testing.T) {
+		if want := n / 10; row.Churn.Restarted != want {
+			t.Errorf("restarted %d agents, want %d", row.Churn.Restarted, want)
 		}
-	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
+		if row.Churn.HealthyAfterReady != 0 {
+			t.Errorf("%d restarted agents allowed dep-a once ready while the fleet held it open", row.Churn.HealthyAfterReady)
 		}
-	}
-	return false
+	})
+	t.Run("partition", func(t *testing.T) {
+		r := row.Partition
+		if r.SickSideRejecting != n/2 {
+			t.Errorf("%d of %d agents of the failing half reject", r.SickSideRejecting, n/2)
+		}
+		if r.HealthySideRejecting != 0 || r.HealthySideEverOpen != 0 {
+			t.Errorf("the healthy half opened: %d reject at the end, %d were open at some point", r.HealthySideRejecting, r.HealthySideEverOpen)
+		}
+		if r.NotConverged != "" || !r.SelfHealed {
+			t.Errorf("the fleet did not heal by itself within %v: %+v", HealWait, r)
+		}
+	})
+	t.Run("steady", func(t *testing.T) {
+		b := row.Steady
+		if b.Known != 100 || b.PushPullErr != "" || b.BytesPerAgent <= 0 || b.MsgsPerAgent <= 0 || b.PushPull <= 0 || b.HeapPerAgent == 0 {
+			t.Errorf("(b): %+v", b)
+		}
+		if tr := b.Traffic; tr.UserBytes == 0 || tr.ProbeBytes == 0 || tr.UserBytes+tr.ProbeBytes+tr.MembershipBytes+tr.HeaderBytes() != tr.PacketBytesSent {
+			t.Errorf("(b): the breakdown of the bytes does not add up: %+v", tr)
+		}
+		// (c): agent 0 calls all 1,000 dependencies; its push-pull must
+		// carry them whole, in one frame.
+		if c := row.Thousand; c.PushPullErr != "" || c.PushPull >= protocol.DefaultMaxFrameSize || c.PushPull < 1000*10 {
+			t.Errorf("(c): push-pull of %d bytes: %v", c.PushPull, c.PushPullErr)
+		}
+	})
 }
 
 // checkTrip asserts what a trip must do at any size: every agent rejects,
 // they all came to hold one record (Trip waits for it), someone proposed
-// it, and beyond the steady
-// traffic the transition cost at most its proposers' direct sends plus
-// half the background of the same period (gossip varies).
+// it, and beyond the steady traffic the transition cost at most its
+// proposers' direct sends plus half the background of the same period
+// (gossip varies).
 func checkTrip(t *testing.T, n int, r TripResult) {
 	t.Helper()
 	t.Logf("N=%d: p50 %v p99 %v max %v, %d proposers, %d records (one after %v), +%d packets +%d bytes over %v (baseline %d packets), %d queue drops",
@@ -85,98 +167,47 @@ func checkTrip(t *testing.T, n int, r TripResult) {
 	}
 }
 
-// TestTripAndChurn is scenarios (a) and (f): a trip reaches every agent,
-// then 10% of the agents restart and none comes back allowing.
-func TestTripAndChurn(t *testing.T) {
-	// 10 and 20 agents: 50 under -race did not reach full membership within
-	// 5 minutes on the shared 2-core VM, and 25 took minutes (`make scale`
-	// runs 50 without -race).
-	for _, n := range []int{10, 20} {
-		t.Run(Name(n), func(t *testing.T) {
-			f := startFleet(t, n, simnet.Link{}, 1)
-			r, err := Trip(timeout(t, 3*time.Minute), f, "dep-a", 5, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkTrip(t, n, r)
-
-			c, err := Churn(timeout(t, 5*time.Minute), f, "dep-a", 0.1, 5)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Logf("churn: %+v", c)
-			if want := max(1, n/10); c.Restarted != want {
-				t.Errorf("restarted %d agents, want %d", c.Restarted, want)
-			}
-			if c.HealthyAfterReady != 0 {
-				t.Errorf("%d restarted agents allowed dep-a once ready while the fleet held it open", c.HealthyAfterReady)
-			}
-		})
+func TestFleetConfigValidate(t *testing.T) {
+	err := FleetConfig{N: 0, Seeds: -1, Net: simnet.Config{QueueLen: -1}}.Validate()
+	for _, want := range []string{"N must be at least 1", "Dir is required", "Seeds must be >= 0", "QueueLen must be >= 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
 	}
 }
 
-// TestLossyTrip is scenario (d): 5% loss, 20–50 ms latency.
-func TestLossyTrip(t *testing.T) {
-	const n = 10
-	f := startFleet(t, n, simnet.Link{Latency: 20 * time.Millisecond, Jitter: 30 * time.Millisecond, Loss: 0.05}, 1)
-	r, err := Trip(timeout(t, 3*time.Minute), f, "dep-d", 5, time.Second)
-	if err != nil {
-		t.Fatal(err)
+func TestRunConfigValidate(t *testing.T) {
+	bad := -1
+	err := RunConfig{N: 1, Split: -time.Second, Scenarios: "abz", Tuning: Tuning{RowFanout: &bad}}.Validate()
+	for _, want := range []string{"N must be at least 2, got 1", "Split, Measure and ServiceTime must be >= 0", `Scenarios "abz"`, "RowFanout must be in 0..64, got -1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
 	}
-	checkTrip(t, n, r)
-	if s := f.Net().Stats(); s.PacketsLost == 0 {
-		t.Error("the lossy network lost nothing")
-	}
-}
-
-// TestSteady is scenarios (b) and (c) at a size the test suite affords,
-// dilated twice (DESIGN of dilation: dilate.go): every agent comes to know
-// every busy dependency's rows.
-func TestSteady(t *testing.T) {
-	const n = 12
-	f := startFleet(t, n, simnet.Link{}, 2)
-	b, err := Steady(timeout(t, 2*time.Minute), f, "b", 100, 100, 0, 2*time.Second, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("(b) %+v", b)
-	if b.Known != 100 || b.PushPullErr != nil || b.BytesPerAgent <= 0 || b.MsgsPerAgent <= 0 || b.PushPull <= 0 || b.HeapPerAgent == 0 {
-		t.Errorf("(b): %+v", b)
-	}
-	// (c): agent 0 calls all 1,000 dependencies, the others 10 each; push-pull
-	// must carry agent 0's state whole.
-	c, err := Steady(timeout(t, 2*time.Minute), f, "c", 1000, 10, 1000, 2*time.Second, time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("(c) %+v", c)
-	if c.PushPullErr != nil || c.PushPull >= protocol.DefaultMaxFrameSize {
-		t.Errorf("(c): push-pull of %d bytes: %v", c.PushPull, c.PushPullErr)
-	}
-	if st := f.PushPullState(0); len(st.GetRows()) < 1000 {
-		t.Errorf("agent 0's push-pull state has %d rows, want its 1,000", len(st.GetRows()))
+	if err := (RunConfig{N: 2}).Validate(); err != nil {
+		t.Errorf("a bare N = 2: %v", err)
 	}
 }
 
-// TestPartition is scenario (e), dilated twice so that -race on a loaded
-// machine does not decide it: the fleet heals by itself (its own
-// membership reconciliation, without the scenario's fallback joins), with
-// one membership, one record and every client's row everywhere.
-func TestPartition(t *testing.T) {
-	const n = 12
-	f := startFleet(t, n, simnet.Link{}, 2)
-	r, err := Partition(timeout(t, 8*time.Minute), f, "dep-e", 2, 15*time.Second, HealWait)
-	if err != nil {
-		t.Fatal(err)
+// A row has as many columns as the header, and columns of scenarios that
+// did not run say so.
+func TestRowMarkdown(t *testing.T) {
+	for _, tc := range []struct {
+		header, row string
+	}{
+		{Header, Row{N: 10, Scenarios: "abcdef"}.Markdown()},
+		{Header, Row{N: 10, Scenarios: "ad", LossyNotStarted: "x"}.Markdown()},
+		{BreakdownHeader, Row{N: 10}.BreakdownMarkdown()},
+	} {
+		head := strings.SplitN(tc.header, "\n", 2)[0]
+		if got, want := strings.Count(tc.row, "|"), strings.Count(head, "|"); got != want {
+			t.Errorf("row %q has %d bars, the header %d", tc.row, got, want)
+		}
 	}
-	t.Logf("%+v", r)
-	if r.SickSideRejecting != n/2 {
-		t.Errorf("%d of %d agents of the failing half reject", r.SickSideRejecting, n/2)
+	if r := (Row{N: 10, Scenarios: "a"}).Markdown(); strings.Count(r, "–") != 12 {
+		t.Errorf("a row of (a) alone: %q: want 12 columns of –", r)
 	}
-	if r.HealthySideRejecting != 0 || r.HealthySideEverOpen != 0 {
-		t.Errorf("the healthy half opened: %d reject at the end, %d were open at some point", r.HealthySideRejecting, r.HealthySideEverOpen)
-	}
-	if r.NotConverged != "" || !r.SelfHealed {
-		t.Errorf("the fleet did not heal by itself within %v (protocol time): %+v", HealWait, r)
+	if r := (Row{N: 10, Scenarios: "a"}).BreakdownMarkdown(); strings.Count(r, "–") != 9 {
+		t.Errorf("a breakdown of (a) alone: %q: want 9 columns of –", r)
 	}
 }

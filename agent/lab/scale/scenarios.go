@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
@@ -73,7 +74,7 @@ type TripResult struct {
 	// Baseline is how many packets the steady rate accounts for meanwhile.
 	Baseline int64
 	// Dropped counts packets that found a receive queue full meanwhile: a
-	// sign that the machine, not the protocol, was the limit.
+	// receiver that could not keep up (simnet's ServiceTime).
 	Dropped uint64
 	// Window is how long that took.
 	Window time.Duration
@@ -82,17 +83,20 @@ type TripResult struct {
 // Trip runs scenario (a): k clients on agents spread over the fleet report
 // successes for warm (the steady rate is measured meanwhile), then only
 // failures until every agent rejects dep, or ctx ends. Time is measured by
-// polling every agent's snapshot every millisecond (of protocol time, as
-// every duration here).
+// polling every agent's snapshot every millisecond (of the fleet's time:
+// virtual time in a bubble).
 func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) (TripResult, error) {
+	if err := f.confirm(ctx, dep); err != nil {
+		return TripResult{}, err
+	}
 	clients := Spread(f.Size(), k)
 	stop := f.traffic(ctx, clients, []string{dep}, 10, 0)
-	if !ctxtime.Sleep(ctx, f.Real(warm/4)) {
+	if !ctxtime.Sleep(ctx, warm/4) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
 	s0, t0 := f.Net().Stats(), time.Now()
-	if !ctxtime.Sleep(ctx, f.Real(warm)) {
+	if !ctxtime.Sleep(ctx, warm) {
 		stop()
 		return TripResult{}, ctx.Err()
 	}
@@ -121,11 +125,11 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 	}
 	for _, at := range first {
 		if !at.IsZero() {
-			r.Spread = append(r.Spread, f.Protocol(at.Sub(earliest)))
+			r.Spread = append(r.Spread, at.Sub(earliest))
 		}
 	}
 	r.P50, r.P99, r.Max = percentile(r.Spread, 0.50), percentile(r.Spread, 0.99), percentile(r.Spread, 1)
-	r.Window = f.Protocol(latest.Sub(earliest))
+	r.Window = latest.Sub(earliest)
 	d := s3.Sub(s2)
 	secs := t3.Sub(t2).Seconds()
 	r.Baseline = int64(rate.msgs * secs)
@@ -146,7 +150,7 @@ func Trip(ctx context.Context, f *Fleet, dep string, k int, warm time.Duration) 
 	}); err != nil {
 		return r, err
 	}
-	r.Agree = f.Protocol(time.Since(agreeStart))
+	r.Agree = time.Since(agreeStart)
 	return r, nil
 }
 
@@ -186,7 +190,7 @@ func (f *Fleet) proposers(dep string) (proposers, records int) {
 func (f *Fleet) watchRejects(ctx context.Context, dep string, idx []int) (first []time.Time, err error) {
 	first = make([]time.Time, f.Size())
 	left := len(idx)
-	t := time.NewTicker(f.Real(time.Millisecond))
+	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
 	for left > 0 {
 		for _, i := range idx {
@@ -216,9 +220,10 @@ type SteadyResult struct {
 	// per second (sent: packets and stream bytes).
 	BytesPerAgent, MsgsPerAgent float64
 	// PushPull is the largest push-pull state (encoded frame) of any agent,
-	// in bytes; PushPullErr says why one did not encode (over the frame limit).
+	// in bytes; PushPullErr says why one did not encode (over the frame
+	// limit; "": every one did).
 	PushPull    int
-	PushPullErr error
+	PushPullErr string
 	// HeapPerAgent is the growth of the process's live heap (after a GC)
 	// since before the fleet started, divided by N: agents, their share of
 	// the simulated network, and the simulated clients.
@@ -227,8 +232,14 @@ type SteadyResult struct {
 	Known int
 	// Traffic is what the network carried while measuring (its packets
 	// split into memberlist's own messages and user messages: rows and
-	// records).
+	// records), over Seconds.
 	Traffic simnet.Stats
+	Seconds float64
+	// CPUPerPacket is the process's CPU time while measuring divided by
+	// the packets the agents received meanwhile: what one agent spends on
+	// everything (its ticks, sending, its clients' reports, receiving) per
+	// packet it receives, the simulated network's own work included.
+	CPUPerPacket time.Duration
 }
 
 // OwnShare returns the share of the packet bytes sent that were
@@ -268,26 +279,29 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 			s()
 		}
 	}()
-	if !ctxtime.Sleep(ctx, f.Real(warm)) {
+	if !ctxtime.Sleep(ctx, warm) {
 		return r, ctx.Err()
 	}
-	s0, t0 := f.Net().Stats(), time.Now()
-	if !ctxtime.Sleep(ctx, f.Real(measure)) {
+	s0, t0, c0 := f.Net().Stats(), time.Now(), cpuTime()
+	if !ctxtime.Sleep(ctx, measure) {
 		return r, ctx.Err()
 	}
-	s1, t1 := f.Net().Stats(), time.Now()
+	s1, t1, c1 := f.Net().Stats(), time.Now(), cpuTime()
 	d := s1.Sub(s0)
-	rt := perSecond(d, f.Protocol(t1.Sub(t0)))
+	if d.PacketsReceived > 0 {
+		r.CPUPerPacket = (c1 - c0) / time.Duration(d.PacketsReceived)
+	}
+	rt := perSecond(d, t1.Sub(t0))
 	r.BytesPerAgent, r.MsgsPerAgent = rt.bytes/float64(f.Size()), rt.msgs/float64(f.Size())
-	r.Traffic = d
+	r.Traffic, r.Seconds = d, t1.Sub(t0).Seconds()
 
 	r.Known = -1
 	for i := range f.Size() {
 		a := f.Agent(i)
 		st := f.PushPullState(i)
 		frame, err := protocol.Codec{}.EncodePushPull(st)
-		if err != nil && r.PushPullErr == nil {
-			r.PushPullErr = fmt.Errorf("%s: %w", Name(i), err)
+		if err != nil && r.PushPullErr == "" {
+			r.PushPullErr = fmt.Sprintf("%s: %v", Name(i), err)
 		}
 		r.PushPull = max(r.PushPull, len(frame))
 		known := 0
@@ -304,6 +318,15 @@ func Steady(ctx context.Context, f *Fleet, prefix string, deps, perAgent, first 
 		r.HeapPerAgent = (h - f.heapBase) / uint64(f.Size())
 	}
 	return r, nil
+}
+
+// cpuTime returns the process's user and system CPU time (every thread).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // heap returns the live heap after a collection.
@@ -349,10 +372,13 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	for _, i := range Spread(n-half, k) {
 		healthy = append(healthy, half+i)
 	}
+	if err := f.confirm(ctx, dep); err != nil {
+		return r, err
+	}
 	stopHealthy := f.traffic(ctx, healthy, []string{dep}, 10, 0)
 	defer stopHealthy()
 	stopSick := f.traffic(ctx, sick, []string{dep}, 10, 0)
-	if !ctxtime.Sleep(ctx, f.Real(time.Second)) {
+	if !ctxtime.Sleep(ctx, time.Second) {
 		stopSick()
 		return r, ctx.Err()
 	}
@@ -373,8 +399,8 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	defer stopSick()
 
 	everOpen := make([]bool, n)
-	end := time.Now().Add(f.Real(split))
-	t := time.NewTicker(f.Real(10 * time.Millisecond))
+	end := time.Now().Add(split)
+	t := time.NewTicker(10 * time.Millisecond)
 	for time.Now().Before(end) {
 		for i := half; i < n; i++ {
 			if f.FleetOpen(i, dep) {
@@ -406,11 +432,11 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	healed := time.Now()
 	stopProgress := f.traceConvergence(dep, clients, healed)
 	defer stopProgress()
-	wctx, cancel := context.WithTimeout(ctx, f.Real(healWait))
+	wctx, cancel := context.WithTimeout(ctx, healWait)
 	err := f.waitConverged(wctx, dep, clients)
 	cancel()
 	if err == nil {
-		took := f.Protocol(time.Since(healed))
+		took := time.Since(healed)
 		r.SelfHealed, r.SelfHeal, r.Converge = true, took, took
 		return r, nil
 	}
@@ -422,8 +448,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	// membership reconciliation would, once: every agent joins one agent of
 	// the other half.
 	// Best effort, like the reconciliation it stands for: a join that
-	// times out on a starved machine is left to gossip; convergence is what
-	// is waited for.
+	// times out is left to gossip; convergence is what is waited for.
 	joined := time.Now()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, fleet.StartParallel)
@@ -443,18 +468,17 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		}()
 	}
 	wg.Wait()
-	jctx, cancel := context.WithTimeout(ctx, f.Real(JoinedConvergeWait))
+	jctx, cancel := context.WithTimeout(ctx, JoinedConvergeWait)
 	err = f.waitConverged(jctx, dep, clients)
 	cancel()
 	if err != nil {
 		if ctx.Err() != nil {
 			return r, ctx.Err()
 		}
-		// Reported, not fatal: a fleet starved of CPU (hundreds of agents
-		// on a few cores) may not converge in any time worth waiting.
+		// Reported, not fatal: the table says the fleet did not converge.
 		r.NotConverged = err.Error()
 	}
-	r.Converge = f.Protocol(time.Since(joined))
+	r.Converge = time.Since(joined)
 	return r, nil
 }
 
@@ -462,7 +486,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 // the joins that stand for a reconciliation.
 const JoinedConvergeWait = 2 * time.Minute
 
-// traceConvergence traces, every 500 ms of protocol time until stopped,
+// traceConvergence traces, every 500 ms until stopped,
 // how many agents count N agents, have every client's row and hold agent
 // 0's record, and what the network carried meanwhile (nothing without a
 // Trace).
@@ -473,7 +497,7 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(f.Real(500 * time.Millisecond))
+		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
 		prev := f.Net().Stats()
 		for {
@@ -503,7 +527,7 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 			d := s.Sub(prev)
 			prev = s
 			f.cfg.Trace("heal +%v: %d of %d agents count them all, %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages), %d streams, %d dials timed out",
-				f.Protocol(time.Since(since)).Round(time.Millisecond), members, f.Size(), rows, same,
+				time.Since(since).Round(time.Millisecond), members, f.Size(), rows, same,
 				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.StreamsOpened, d.StreamsTimedOut)
 		}
 	})

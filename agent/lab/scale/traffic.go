@@ -2,13 +2,14 @@ package scale
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 )
 
-// ReportEvery is how often a simulated client reports (protocol time), as
+// ReportEvery is how often a simulated client reports (of the fleet's time), as
 // clientlib's flush does at most every 50 ms; 100 ms keeps hundreds of
 // agents cheap.
 const ReportEvery = 100 * time.Millisecond
@@ -54,7 +55,23 @@ func Traffic(ctx context.Context, f *fleet.Fleet, clients []int, deps []string, 
 	}
 }
 
-// traffic is Traffic on f at its dilated report period, errors dropped.
+// traffic is Traffic on f every ReportEvery, errors dropped.
 func (f *Fleet) traffic(ctx context.Context, clients []int, deps []string, successes, failures uint32) (stop func()) {
-	return Traffic(ctx, f.Fleet, clients, deps, successes, failures, f.Real(ReportEvery), nil)
+	return Traffic(ctx, f.Fleet, clients, deps, successes, failures, ReportEvery, nil)
+}
+
+// confirm has a client of every agent report one healthy call to dep, as
+// a host whose processes call dep does: an agent gossips its rows of a
+// name, and the records it proposes for it, only once a trusted local
+// client confirmed the name (agent/confirm.go). In the trip and partition
+// scenarios every host calls dep and only some of their clients see it
+// fail; without this, an agent with no client of its own would trip on
+// the others' rows and keep its record to itself.
+func (f *Fleet) confirm(ctx context.Context, dep string) error {
+	for i := range f.Size() {
+		if err := f.Report(ctx, i, []string{dep}, 1, 0); err != nil {
+			return fmt.Errorf("scale: confirming %s: %w", dep, err)
+		}
+	}
+	return nil
 }

@@ -26,27 +26,29 @@ func compound(parts ...[]byte) []byte {
 
 func TestSplitPackets(t *testing.T) {
 	user := append([]byte{mlUser}, "row"...) // 4 bytes
-	alive := []byte{4, 1, 2, 3}              // aliveMsg
+	alive := []byte{mlAlive, 1, 2, 3}
+	ping := []byte{mlPing, 9, 9}
 	crc := func(b []byte) []byte { return append([]byte{mlHasCRC, 0, 0, 0, 0}, b...) }
 	for _, tc := range []struct {
-		name                      string
-		pkt                       []byte
-		userMsgs, userBytes, owns int
+		name string
+		pkt  []byte
+		want parts
 	}{
-		{"a user message alone", user, 1, 4, 0},
-		{"a ping alone", []byte{0, 9, 9}, 0, 0, 1},
-		{"a compound of both", compound(alive, user, user), 2, 8, 1},
-		{"behind a CRC", crc(compound(user, alive)), 1, 4, 1},
-		{"behind a label and a CRC", append([]byte{mlHasLabel, 2, 'l', 'b'}, crc(user)...), 1, 4, 0},
-		{"a truncated compound", compound(user, alive)[:12], 1, 4, 1},
-		{"lengths cut off", []byte{mlCompound, 3, 0}, 0, 0, 1},
-		{"empty", nil, 0, 0, 1},
-		{"a CRC without a message", []byte{mlHasCRC, 1}, 0, 0, 1},
+		{"a user message alone", user, parts{userMsgs: 1, userBytes: 4}},
+		{"a ping alone", ping, parts{probeMsgs: 1, probeBytes: 3}},
+		{"a compound of all three", compound(alive, user, ping, user), parts{userMsgs: 2, userBytes: 8, probeMsgs: 1, probeBytes: 3, memberMsgs: 1, memberBytes: 4}},
+		{"suspect and dead", compound([]byte{mlSuspect, 1}, []byte{mlDead, 1}, alive), parts{memberMsgs: 3, memberBytes: 8, suspects: 1, deads: 1}},
+		{"behind a CRC", crc(compound(user, alive)), parts{userMsgs: 1, userBytes: 4, memberMsgs: 1, memberBytes: 4}},
+		{"behind a label and a CRC", append([]byte{mlHasLabel, 2, 'l', 'b'}, crc(user)...), parts{userMsgs: 1, userBytes: 4}},
+		{"a truncated compound", compound(user, alive)[:12], parts{userMsgs: 1, userBytes: 4, otherMsgs: 1}},
+		{"lengths cut off", []byte{mlCompound, 3, 0}, parts{otherMsgs: 1}},
+		{"an empty part", compound(nil, user), parts{userMsgs: 1, userBytes: 4, otherMsgs: 1}},
+		{"empty", nil, parts{otherMsgs: 1}},
+		{"a CRC without a message", []byte{mlHasCRC, 1}, parts{otherMsgs: 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			um, ub, om := split(tc.pkt)
-			if um != tc.userMsgs || ub != tc.userBytes || om != tc.owns {
-				t.Errorf("split = %d user messages (%d bytes), %d own; want %d (%d), %d", um, ub, om, tc.userMsgs, tc.userBytes, tc.owns)
+			if got := split(tc.pkt); got != tc.want {
+				t.Errorf("split = %+v, want %+v", got, tc.want)
 			}
 		})
 	}
@@ -107,12 +109,20 @@ func TestStatsTellUserMessagesFromMemberlists(t *testing.T) {
 	for i := range 50 {
 		ds[i%3].q.QueueBroadcast(msg(fmt.Sprintf("user message %02d", i)))
 	}
-	sstest.Eventually(t, time.Minute, "user messages and memberlist's own messages sent", func() bool {
+	// Probes start at the first probe interval, which may come after the
+	// user messages are out.
+	sstest.Eventually(t, time.Minute, "user messages, probes and membership messages sent", func() bool {
 		s := n.Stats()
-		return s.UserMessages >= 50 && s.OwnMessages > 0
+		return s.UserMessages >= 50 && s.ProbeMessages > 0 && s.MembershipMessages > 0
 	})
 	s := n.Stats()
 	if s.UserBytes == 0 || s.UserBytes+s.OwnBytes() != s.PacketBytesSent || s.PacketsWithUser == 0 || s.PacketsWithUser > s.PacketsSent {
 		t.Errorf("inconsistent split: %+v", s)
+	}
+	// Three members joining and probing each other: probes and alive
+	// messages, and headers around them.
+	if s.ProbeMessages == 0 || s.ProbeBytes == 0 || s.MembershipMessages == 0 || s.MembershipBytes == 0 ||
+		s.ProbeMessages+s.MembershipMessages > s.OwnMessages || s.ProbeBytes+s.MembershipBytes > s.OwnBytes() {
+		t.Errorf("memberlist's own messages by kind do not add up: %+v", s)
 	}
 }

@@ -36,15 +36,17 @@
 // block (the receive buffer is unbounded), which is enough for memberlist's
 // request/response streams.
 //
-// Time is the real clock: memberlist itself runs on time.Now and timers, so
-// the simulation runs in real time, and a run with many members is bounded
-// by the machine's CPU like any other. To give each member more CPU per
-// protocol round, slow every timer down by the same factor K (time
-// dilation): memberlist's intervals and timeouts, the links' Latency and
-// Jitter, and whatever drives the members; the lab's package scale does
-// so. A network made inside a testing/synctest bubble runs on the bubble's
-// virtual time instead (its delivery goroutine and timers are the
-// bubble's).
+// Hosts are infinitely fast unless Config.ServiceTime says otherwise: then
+// a receiver spends that much of its one CPU on each packet, serving them
+// in arrival order, so that a host that receives more than it can handle
+// queues and then drops, as a real one does. Streams cost no CPU.
+//
+// Time is the clock of the goroutines that use the network: real time, or,
+// for a network made inside a testing/synctest bubble, the bubble's virtual
+// time (its delivery goroutine and timers are the bubble's). In virtual
+// time a simulation of hundreds of members keeps every timer on schedule
+// however slow the machine that runs it, and idle protocol time costs no
+// wall time; the lab's package scale runs its fleets so.
 //
 // Stats also split the packets sent into memberlist's own messages and
 // user messages (the delegate's broadcasts and SendToAddress), so that a

@@ -68,6 +68,13 @@ type Config struct {
 	// to pick them up before further dials are refused (optional, default
 	// 128, like a listen backlog).
 	StreamBacklog int
+	// ServiceTime is the CPU time a receiving host spends on each packet
+	// before memberlist has it (optional, default 0: hosts are infinitely
+	// fast). A host serves its packets one at a time in arrival order: a
+	// packet that arrives while it is busy waits, and one that finds
+	// QueueLen packets waiting is dropped (PacketsDropped), as a host that
+	// cannot keep up drops. Streams are not charged.
+	ServiceTime time.Duration
 }
 
 // Validate names every problem of the configuration.
@@ -81,6 +88,9 @@ func (c Config) Validate() error {
 	}
 	if c.StreamBacklog < 0 {
 		errs = append(errs, fmt.Errorf("simnet: StreamBacklog must be >= 0, got %d", c.StreamBacklog))
+	}
+	if c.ServiceTime < 0 {
+		errs = append(errs, fmt.Errorf("simnet: ServiceTime must be >= 0, got %v", c.ServiceTime))
 	}
 	return errors.Join(errs...)
 }
@@ -378,6 +388,9 @@ type inflight struct {
 	from *Transport
 	to   string
 	pkt  *memberlist.Packet
+	// served is the receiver whose host has served pkt (ServiceTime):
+	// due, it goes to memberlist (nil: pkt is on the wire).
+	served *Transport
 }
 
 type pqueue []*inflight
@@ -442,7 +455,11 @@ func (n *Network) deliverLoop() {
 		}
 		s.mu.Unlock()
 		for i, f := range due {
-			n.deliver(f.from, f.to, f.pkt)
+			if f.served != nil {
+				n.served(f.served, f.pkt)
+			} else {
+				n.deliver(f.from, f.to, f.pkt)
+			}
 			due[i] = nil
 		}
 		if !timer.Stop() {
@@ -466,7 +483,6 @@ func (n *Network) deliverLoop() {
 
 // deliver puts a packet into the receiver's queue, or counts why not.
 func (n *Network) deliver(from *Transport, to string, p *memberlist.Packet) {
-	size := uint64(len(p.Buf))
 	_, dst, reachable := n.route(from.key, to)
 	switch {
 	case dst == nil || dst.closed.Load():
@@ -477,10 +493,20 @@ func (n *Network) deliver(from *Transport, to string, p *memberlist.Packet) {
 		return
 	}
 	p.Timestamp = time.Now()
+	if n.cfg.ServiceTime > 0 {
+		n.serve(dst, p)
+		return
+	}
+	n.handOff(dst, p)
+}
+
+// handOff puts a packet into the receiver's queue (memberlist's), or
+// counts it dropped when the queue is full.
+func (n *Network) handOff(dst *Transport, p *memberlist.Packet) {
 	select {
 	case dst.packets <- p:
 		n.count(dst, statPacketsReceived, 1)
-		n.count(dst, statPacketBytesReceived, size)
+		n.count(dst, statPacketBytesReceived, uint64(len(p.Buf)))
 	default:
 		n.count(dst, statPacketsDropped, 1)
 	}

@@ -65,8 +65,8 @@ func TestConfigValidate(t *testing.T) {
 		{"every link field wrong", Config{Link: Link{Latency: -1, Jitter: -2, Loss: 1.5}},
 			[]string{"latency must be >= 0", "jitter must be >= 0", "loss must be in [0, 1], got 1.5"}},
 		{"NaN loss", Config{Link: Link{Loss: math.NaN()}}, []string{"loss must be in [0, 1], got NaN"}},
-		{"negative sizes", Config{QueueLen: -1, StreamBacklog: -3},
-			[]string{"QueueLen must be >= 0, got -1", "StreamBacklog must be >= 0, got -3"}},
+		{"negative sizes", Config{QueueLen: -1, StreamBacklog: -3, ServiceTime: -time.Millisecond},
+			[]string{"QueueLen must be >= 0, got -1", "StreamBacklog must be >= 0, got -3", "ServiceTime must be >= 0, got -1ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Validate()

@@ -42,7 +42,20 @@ type Stats struct {
 	// memberlist's messages and headers. PacketsWithUser counts the packets
 	// that carried at least one user message.
 	UserMessages, UserBytes, OwnMessages, PacketsWithUser uint64
+	// memberlist's own messages by kind: ProbeMessages and ProbeBytes are
+	// its failure detector's (ping, indirect ping, ack, nack),
+	// MembershipMessages and MembershipBytes its membership gossip (alive,
+	// suspect, dead). What is left of OwnBytes is the packets' headers
+	// (label, CRC, compound framing) and messages it could not parse.
+	ProbeMessages, ProbeBytes, MembershipMessages, MembershipBytes uint64
+	// SuspectMessages and DeadMessages count the suspect and dead messages
+	// among MembershipMessages; the others are alive messages.
+	SuspectMessages, DeadMessages uint64
 }
+
+// HeaderBytes returns the packet bytes that were neither user messages,
+// probes nor membership gossip: headers and what could not be parsed.
+func (s Stats) HeaderBytes() uint64 { return s.OwnBytes() - s.ProbeBytes - s.MembershipBytes }
 
 // OwnBytes returns the packet bytes that were not user messages:
 // memberlist's own messages and the packets' headers.
@@ -86,6 +99,12 @@ const (
 	statUserBytes
 	statOwnMessages
 	statPacketsWithUser
+	statProbeMessages
+	statProbeBytes
+	statMembershipMessages
+	statMembershipBytes
+	statSuspectMessages
+	statDeadMessages
 	numStats
 )
 
@@ -125,6 +144,12 @@ func (s Stats) array() [numStats]uint64 {
 		statUserBytes:           s.UserBytes,
 		statOwnMessages:         s.OwnMessages,
 		statPacketsWithUser:     s.PacketsWithUser,
+		statProbeMessages:       s.ProbeMessages,
+		statProbeBytes:          s.ProbeBytes,
+		statMembershipMessages:  s.MembershipMessages,
+		statMembershipBytes:     s.MembershipBytes,
+		statSuspectMessages:     s.SuspectMessages,
+		statDeadMessages:        s.DeadMessages,
 	}
 }
 
@@ -148,5 +173,11 @@ func fromArray(a [numStats]uint64) Stats {
 		UserBytes:           a[statUserBytes],
 		OwnMessages:         a[statOwnMessages],
 		PacketsWithUser:     a[statPacketsWithUser],
+		ProbeMessages:       a[statProbeMessages],
+		ProbeBytes:          a[statProbeBytes],
+		MembershipMessages:  a[statMembershipMessages],
+		MembershipBytes:     a[statMembershipBytes],
+		SuspectMessages:     a[statSuspectMessages],
+		DeadMessages:        a[statDeadMessages],
 	}
 }

@@ -26,6 +26,8 @@ type Transport struct {
 	streams chan net.Conn           // buffered Config.StreamBacklog; never closed
 
 	stats    counters
+	svcMu    sync.Mutex
+	svc      service // the host's CPU (Config.ServiceTime)
 	closed   atomic.Bool
 	done     chan struct{}
 	shutOnce sync.Once
@@ -65,14 +67,19 @@ func (t *Transport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, e
 	n := t.net
 	n.count(t, statPacketsSent, 1)
 	n.count(t, statPacketBytesSent, uint64(len(b)))
-	if um, ub, om := split(b); um > 0 {
-		n.count(t, statUserMessages, uint64(um))
-		n.count(t, statUserBytes, uint64(ub))
-		n.count(t, statOwnMessages, uint64(om))
+	ps := split(b)
+	if ps.userMsgs > 0 {
+		n.count(t, statUserMessages, uint64(ps.userMsgs))
+		n.count(t, statUserBytes, uint64(ps.userBytes))
 		n.count(t, statPacketsWithUser, 1)
-	} else {
-		n.count(t, statOwnMessages, uint64(om))
 	}
+	n.count(t, statOwnMessages, uint64(ps.ownMsgs()))
+	n.count(t, statProbeMessages, uint64(ps.probeMsgs))
+	n.count(t, statProbeBytes, uint64(ps.probeBytes))
+	n.count(t, statMembershipMessages, uint64(ps.memberMsgs))
+	n.count(t, statMembershipBytes, uint64(ps.memberBytes))
+	n.count(t, statSuspectMessages, uint64(ps.suspects))
+	n.count(t, statDeadMessages, uint64(ps.deads))
 	l, dst, reachable := n.route(t.key, a.Addr)
 	switch {
 	case dst == nil:
