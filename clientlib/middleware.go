@@ -10,8 +10,12 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// maxPropagatedTimeout bounds the Fusebox-Timeout-Ms a server accepts.
-const maxPropagatedTimeout = 24 * time.Hour
+// MaxPropagatedTimeout bounds the Fusebox-Timeout-Ms a server accepts.
+const MaxPropagatedTimeout = 24 * time.Hour
+
+// MaxRetryOwnerLen bounds a retry owner (WithRetryOwner, Fusebox-Retry-Owner)
+// in bytes.
+const MaxRetryOwnerLen = 256
 
 type retryOwnerKey struct{}
 
@@ -30,7 +34,7 @@ func RetryOwner(ctx context.Context) (string, bool) {
 	return o, ok
 }
 
-func validOwner(o string) bool { return o != "" && len(o) <= 256 && headerSafe(o) }
+func validOwner(o string) bool { return o != "" && len(o) <= MaxRetryOwnerLen && headerSafe(o) }
 
 // Middleware wraps an HTTP handler so that the one-retrying-layer rule and
 // deadline propagation work across services:
@@ -49,7 +53,7 @@ func (c *Client) Middleware(next http.Handler) http.Handler {
 			changed = true
 		}
 		if v := r.Header.Get(HeaderTimeoutMs); v != "" {
-			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 && time.Duration(ms) <= maxPropagatedTimeout/time.Millisecond {
+			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 && time.Duration(ms) <= MaxPropagatedTimeout/time.Millisecond {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 				defer cancel()

@@ -157,7 +157,7 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 				cfg.nestedRetries = o.n == 1
 			case optOwner:
 				if !validOwner(o.s) {
-					return fmt.Errorf("%w: WithRetryOwner(%q): must be 1–256 bytes of printable ASCII without spaces", ErrInvalidOption, o.s)
+					return fmt.Errorf("%w: WithRetryOwner(%q): must be 1–%d bytes of printable ASCII without spaces", ErrInvalidOption, o.s, MaxRetryOwnerLen)
 				}
 				cfg.owner = o.s
 			case optInfo:

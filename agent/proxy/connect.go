@@ -75,7 +75,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 }
 
 // dialTunnel makes the tunnel's one attempt, a NonRetryable call of d
-// (clientlib decides and counts it), answering the client itself when it
+// (which decides and counts it), answering the client itself when it
 // fails.
 func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, d *clientlib.Dependency) (net.Conn, bool) {
 	f := formConnect

@@ -17,8 +17,8 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// maxTimeoutMs bounds Fusebox-Timeout-Ms (24 h, as clientlib's Middleware).
-const maxTimeoutMs = int64(24 * time.Hour / time.Millisecond)
+// maxTimeoutMs bounds Fusebox-Timeout-Ms.
+const maxTimeoutMs = int64(clientlib.MaxPropagatedTimeout / time.Millisecond)
 
 // forward proxies a forward- or reverse-form request: it builds the
 // request the upstream gets and sends it through clientlib's RoundTripper

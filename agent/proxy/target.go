@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -65,8 +66,8 @@ const (
 	HeaderUntracked = "Fusebox-Untracked"
 )
 
-// maxOwnerLen bounds Fusebox-Service and Fusebox-Retry-Owner, as clientlib does.
-const maxOwnerLen = 256
+// maxOwnerLen bounds Fusebox-Service and Fusebox-Retry-Owner.
+const maxOwnerLen = clientlib.MaxRetryOwnerLen
 
 // form is how a request reached the proxy.
 type form uint8
