@@ -149,6 +149,13 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	a := adminClient(t, c.GRPCAddr(), "")
 	ctx := ctxFor(t, 30*time.Second)
 	evs := sseClient(t, c.HTTPAddr(), "")
+	// The first record stays open for the whole test however slow the
+	// machine: the observer derives half-open once the policy's open
+	// duration has passed since the record's open.
+	if _, err := a.PutPolicy(ctx, &fuseboxv1.PutPolicyRequest{Dependency: "shipping-api", Actor: "t",
+		PolicyJson: []byte(`{"breaker": {"openDuration": "5m", "maxOpenDuration": "5m", "fleetMaxOpenDuration": "5m"}}`)}); err != nil {
+		t.Fatalf("PutPolicy: %v", err)
+	}
 
 	ag1, ag2 := startFakeAgent(t, "agent-1", "zone-a"), startFakeAgent(t, "agent-2", "zone-b")
 	register(t, c.Store(), ag1) // the observer takes what an agent signs with its registered key
@@ -219,7 +226,7 @@ func TestFleetObserverFollowsTheGossip(t *testing.T) {
 	}
 
 	// Half-open is derived from the policy: a record opened long ago.
-	old := now.Add(-time.Minute)
+	old := now.Add(-10 * time.Minute)
 	record2 := &fuseboxv1.BreakerRecord{Dependency: "shipping-api", Generation: 4, State: fuseboxv1.BreakerState_BREAKER_STATE_OPEN,
 		SinceUnixNano: old.UnixNano(), OpenCount: 1, Origin: "agent-2"}
 	ag2.g.SendDirect([]*fuseboxv1.BreakerRecord{record2})
