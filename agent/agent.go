@@ -151,6 +151,7 @@ type Agent struct {
 	joined         atomic.Bool // gossip has at least one other member, or was joined once
 	joinFailing    atomic.Bool // the last join attempt reached none of the known peers
 	missingPeers   atomic.Bool // the last rejoin round found registered agents memberlist does not list as alive
+	healing        atomic.Bool // the last rejoin round reached one of them (joinLoop)
 	policiesLoaded atomic.Bool
 	kill           atomic.Bool // Close without leaving (agentopt.Inside.Crash)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
@@ -112,11 +113,18 @@ func (a *Agent) kickJoin() {
 // push-pull state exchange, so records and rows converge with it.
 func (a *Agent) joinLoop() {
 	retry := backoff.New(backoff.Policy{Base: a.cfg.JoinRetryMin, Max: a.cfg.JoinRetryMax, Jitter: backoff.None}, nil)
-	healing := false // the last rejoin round reached an agent that was missing
 	var lastRound, listed time.Time
 	var targets []string // the registry as last listed
+	// Rejoin rounds run beside the loop, at most maxRejoinRounds at once:
+	// a round whose dials went into a partition waits out a TCP timeout,
+	// and the next round must not wait for it (see rejoinRound).
+	var rounds sync.WaitGroup
+	defer rounds.Wait()
+	slots := make(chan struct{}, maxRejoinRounds)
 	for {
-		healing = healing && a.gossip.NumAgents() > 1
+		if a.gossip.NumAgents() <= 1 {
+			a.healing.Store(false)
+		}
 		if !lastRound.IsZero() && a.joined.Load() && a.gossip.NumAgents() > 1 {
 			// Kicked rounds come at most every HealRejoinInterval.
 			if wait := a.cfg.HealRejoinInterval - time.Since(lastRound); wait > 0 && !ctxtime.Sleep(a.ctx, wait) {
@@ -135,16 +143,7 @@ func (a *Agent) joinLoop() {
 			if targets == nil || time.Since(listed) >= a.cfg.RejoinInterval {
 				targets, listed = a.joinTargets(), time.Now()
 			}
-			missing, n, err := a.gossip.Rejoin(targets)
-			healing = len(missing) > 0 && n > 0
-			a.missingPeers.Store(len(missing) > 0)
-			if len(missing) > 0 {
-				if n > 0 {
-					a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "missing", len(missing))
-				} else {
-					a.lg.Debug("gossip rejoin found none of the missing agents", "missing", len(missing), "err", err)
-				}
-			}
+			a.rejoinRound(targets, slots, &rounds)
 		} else if targets := a.joinTargets(); len(targets) > 0 || a.gossip.NumAgents() > 1 {
 			a.missingPeers.Store(false)
 			n, err := 0, error(nil)
@@ -178,14 +177,14 @@ func (a *Agent) joinLoop() {
 		}
 		d := retry.Next()
 		if a.joined.Load() && a.gossip.NumAgents() > 1 {
-			d = a.cfg.RejoinInterval
-			if healing {
+			// Between half and one and a half intervals, at random: agents
+			// that started their rounds at one moment (the fleet's start,
+			// the last heal) would otherwise keep dialling in step, so that
+			// after the next heal none tried again before the others.
+			d = a.cfg.RejoinInterval/2 + rand.N(a.cfg.RejoinInterval)
+			if a.healing.Load() {
 				d = a.cfg.HealRejoinInterval
 			}
-			// From the round's start: a round whose dials went into a
-			// partition took a TCP timeout, and waiting a full interval
-			// after it made the rounds 4 s apart, so that a heal waited up
-			// to 4 s for its first join across (scale (e)).
 			d = max(0, d-time.Since(roundStart))
 		}
 		t := time.NewTimer(d)
@@ -211,4 +210,44 @@ func joinSample(targets []string, n int) []string {
 	rest := slices.Clone(targets[keep:])
 	rand.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
 	return append(slices.Clone(targets[:keep]), rest[:n-keep]...)
+}
+
+// maxRejoinRounds bounds the rejoin rounds dialling at once: with the
+// default timings a round into a partition waits out one gossip TCP
+// timeout (2 s), as long as the rejoin interval, so two keep the rounds
+// on schedule.
+const maxRejoinRounds = 2
+
+// rejoinRound runs one membership reconciliation (gossip.Rejoin) beside
+// the join loop, unless maxRejoinRounds are still dialling (then it skips
+// this one). Rounds that waited for the one before them to finish kept
+// every agent of a partitioned half in step, each dialling into the
+// partition and waiting out the same TCP timeout: after the heal, no
+// agent tried again until those timed out (up to a second at N = 200 in
+// scale (e)). On their own schedule, the first of N agents to try again
+// comes a fraction of the interval after the heal. A round that reached
+// a missing agent (a heal) sets healing, which brings the next round
+// after HealRejoinInterval, and kicks the loop.
+func (a *Agent) rejoinRound(targets []string, slots chan struct{}, rounds *sync.WaitGroup) {
+	select {
+	case slots <- struct{}{}:
+	default:
+		a.lg.Debug("gossip rejoin round skipped: earlier rounds still dialling", "rounds", maxRejoinRounds)
+		return
+	}
+	rounds.Go(func() {
+		defer func() { <-slots }()
+		missing, n, err := a.gossip.Rejoin(targets)
+		a.healing.Store(len(missing) > 0 && n > 0)
+		a.missingPeers.Store(len(missing) > 0)
+		if len(missing) == 0 {
+			return
+		}
+		if n == 0 {
+			a.lg.Debug("gossip rejoin found none of the missing agents", "missing", len(missing), "err", err)
+			return
+		}
+		a.lg.Info("gossip rejoined registered agents memberlist did not list as alive", "joined", n, "missing", len(missing))
+		a.kickJoin()
+	})
 }
