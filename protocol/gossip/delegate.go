@@ -277,6 +277,9 @@ func (e *events) setMember(m Member) {
 	e.memberAddrs[m.Addr]++
 	(*Gossip)(e).addPeer(m.Name)
 	g := (*Gossip)(e)
+	if _, back := g.retired[m.Name]; back && m.Name != g.cfg.Name {
+		g.greetLater(m)
+	}
 	delete(g.retired, m.Name)
 	g.recomputeVersion()
 	g.noteVersion(m)

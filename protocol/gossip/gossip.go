@@ -207,6 +207,7 @@ type Gossip struct {
 
 	stopRounds chan struct{} // closed by Close: ends roundLoop
 	roundsDone chan struct{} // closed when roundLoop returned (nil: none runs)
+	greet      chan Member   // members back from the dead, for this node's rows (greetLater)
 
 	dropLog rateLog // one log line per drop reason per minute
 
@@ -248,7 +249,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
-		peerIdx: map[string]int{}, stopRounds: make(chan struct{}),
+		peerIdx: map[string]int{}, stopRounds: make(chan struct{}), greet: make(chan Member, greetQueue),
 		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 

@@ -94,6 +94,28 @@ func (q *rowQueue) take(limit int, v byte, maxTransmits int, packet uint64) []*f
 	return out
 }
 
+// newest returns the newest of the queued rows that fit in a frame of at
+// most limit bytes at version v, without counting them sent.
+func (q *rowQueue) newest(limit int, v byte) []*fuseboxv1.NodeWindow {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	live := make([]*queuedRow, 0, len(q.byDep))
+	for _, e := range q.byDep {
+		live = append(live, e)
+	}
+	slices.SortFunc(live, func(a, b *queuedRow) int { return cmp.Compare(b.order, a.order) })
+	var out []*fuseboxv1.NodeWindow
+	body := 0
+	for _, e := range live {
+		if rowFrameSize(v, body+e.size) > limit {
+			break
+		}
+		body += e.size
+		out = append(out, e.m)
+	}
+	return out
+}
+
 // rowFrameSize is the size of a frame at version v holding one signed
 // RowBatch whose rows take body bytes (and, at version 1, the same rows
 // plain beside it).

@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
@@ -36,11 +37,68 @@ func (g *Gossip) roundLoop(stop <-chan struct{}) {
 		select {
 		case <-stop:
 			return
+		case m := <-g.greet:
+			g.sendOwnRows(m)
+			continue
 		case <-t.C:
 		}
 		g.round()
 		t.Reset(iv)
 	}
+}
+
+// greetQueue bounds the members waiting for this node's rows after they
+// came back (see greetLater); beyond it they learn them from the rounds.
+const greetQueue = 1024
+
+// greetDelay is how long after a member came back this node sends it its
+// rows: the member takes them only once it holds this node alive again
+// too, which after a heal comes with the refutations, spread by the
+// rejoins' push-pulls and gossip within about a second.
+const greetDelay = time.Second
+
+// greetLater queues m, a member that came back after it was declared dead
+// or left (a partition healed, an agent restarted), for a packet of this
+// node's rows straight away. A dead member's rows are dropped and its
+// rows refused until it is alive again, so after a heal the rows of the
+// other half spread only from that moment, from relay to relay, the last
+// agents a second or more after the membership; sent to each member as it
+// comes back, they arrive with it. Caller holds membersMu.
+func (g *Gossip) greetLater(m Member) {
+	if g.cfg.RowFanout == 0 || g.rows.len() == 0 {
+		return
+	}
+	time.AfterFunc(greetDelay, func() {
+		select {
+		case g.greet <- m:
+		default: // the rounds bring them
+		}
+	})
+}
+
+// sendOwnRows sends m one packet of this node's newest rows, without
+// counting them sent (the rounds' share of them is unchanged).
+func (g *Gossip) sendOwnRows(m Member) {
+	v := g.SendVersion()
+	rows := g.rows.newest(roundPacketBytes, v)
+	if len(rows) == 0 {
+		return
+	}
+	var plain []*fuseboxv1.NodeWindow
+	if v < protocol.Version2 {
+		plain = rows
+	}
+	frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, plain, []*fuseboxv1.SignedItem{g.signRows(rows)}, nil))
+	if err != nil {
+		g.lg.Warn("gossip rows not encoded", "rows", len(rows), "err", err)
+		return
+	}
+	if err := g.ml.SendToAddress(memberlist.Address{Addr: m.Addr, Name: m.Name}, frame); err != nil {
+		g.lg.Debug("gossip rows to a member back: send failed", "to", m.Name, "err", err)
+		return
+	}
+	g.stats.bytesOut[0].Add(uint64(len(frame)))
+	g.stats.msgsOut[0].Add(1)
 }
 
 // round sends one packet to each of RowFanout random other members:
