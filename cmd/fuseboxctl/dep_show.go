@@ -12,37 +12,29 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
-type depShowOptions struct {
-	*globalOptions
-}
-
 func newDepShowCommand(g *globalOptions) *cobra.Command {
-	o := &depShowOptions{globalOptions: g}
 	return &cobra.Command{
 		Use:               "show NAME",
 		Short:             "Show a dependency's breaker, fleet counts, zones and every node",
 		Args:              exactArgs("NAME, the dependency"),
 		ValidArgsFunction: completeDependencies(g),
-		RunE:              func(cmd *cobra.Command, args []string) error { return o.run(cmd.Context(), args[0]) },
+		RunE:              func(cmd *cobra.Command, args []string) error { return g.depShow(cmd.Context(), args[0]) },
 	}
 }
 
-func (o *depShowOptions) run(ctx context.Context, name string) error {
-	snap, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.FleetSnapshot, error) {
-		return a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{Dependency: name})
-	})
+func (g *globalOptions) depShow(ctx context.Context, name string) error {
+	snap, err := callOnce(ctx, g, fuseboxv1.AdminClient.GetFleet, &fuseboxv1.GetFleetRequest{Dependency: name})
 	if err != nil {
 		return err
 	}
 	if len(snap.GetDependencies()) == 0 {
 		return &cliError{code: exitError, lines: []string{fmt.Sprintf("dependency %q: not known to the coordinator", name)}}
 	}
-	d := snap.GetDependencies()[0]
-	doc := dependencyOf(d, true)
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, doc)
+	doc := dependencyOf(snap.GetDependencies()[0], true)
+	if g.output != formatTable {
+		return printData(g.stdout, g.output, doc)
 	}
-	w := o.stdout
+	w := g.stdout
 	state := doc.State
 	if doc.Generation > 0 {
 		state += fmt.Sprintf(" (generation %d", doc.Generation)
@@ -50,7 +42,7 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 			state += fmt.Sprintf(", opened %d time(s) in a row", doc.OpenCount)
 		}
 		if doc.Since != nil {
-			state += ", since " + tsString(d.GetSince())
+			state += ", since " + doc.Since.Format(time.RFC3339)
 		}
 		state += ")"
 	}
@@ -66,7 +58,7 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 	}
 	f := doc.Fleet
 	fmt.Fprintf(w, "Fleet:        %d requests (%d first attempts, %d retries), %s failures, %s slow, %d rejected\n",
-		f.Successes+f.Failures, f.FirstAttempts, f.Retries, pct(doc.FailureRate), pct(doc.SlowRate), f.Rejected)
+		f.Requests(), f.FirstAttempts, f.Retries, pct(doc.FailureRate), pct(doc.SlowRate), f.Rejected)
 	fmt.Fprintf(w, "Retry budget: %s used\n", pct(doc.BudgetUsed))
 	fmt.Fprintf(w, "Throttle:     %s\n", throttleText(doc))
 	fmt.Fprintf(w, "In flight:    %s\n", inFlightText(doc))
@@ -78,8 +70,7 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 		t := newTable(w, "ZONE", "REQUESTS", "FAILURES", "SLOW", "RETRIES", "REJECTED")
 		for _, z := range doc.Zones {
 			c := z.Counts
-			t.row(z.Zone, fmt.Sprint(c.Successes+c.Failures), fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls),
-				fmt.Sprint(c.Retries), fmt.Sprint(c.Rejected))
+			t.row(z.Zone, c.Requests(), c.Failures, c.SlowCalls, c.Retries, c.Rejected)
 		}
 		if err := t.flush(); err != nil {
 			return err
@@ -93,8 +84,7 @@ func (o *depShowOptions) run(ctx context.Context, name string) error {
 	t := newTable(w, "NODE", "ZONE", "REQUESTS", "FIRST", "RETRIES", "FAILURES", "SLOW", "REJECTED", "IN-FLIGHT", "LOCAL-OPEN", "PROBER")
 	for _, n := range doc.Nodes {
 		c := n.Counts
-		t.row(n.Node, n.Zone, fmt.Sprint(c.Successes+c.Failures), fmt.Sprint(c.FirstAttempts), fmt.Sprint(c.Retries),
-			fmt.Sprint(c.Failures), fmt.Sprint(c.SlowCalls), fmt.Sprint(c.Rejected), fmt.Sprint(n.InFlight),
+		t.row(n.Node, n.Zone, c.Requests(), c.FirstAttempts, c.Retries, c.Failures, c.SlowCalls, c.Rejected, n.InFlight,
 			yesNo(n.NodeLocalOpen), yesNo(n.Prober))
 	}
 	return t.flush()
@@ -136,31 +126,4 @@ func inFlightText(doc dependencyDoc) string {
 		return fmt.Sprintf("%d (no limit)", doc.InFlight)
 	}
 	return fmt.Sprintf("%d of %d (%s of the fleet limit)", doc.InFlight, doc.MaxInFlight, pct(float64(doc.InFlight)/float64(doc.MaxInFlight)))
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func yesNo(b bool) string {
-	if b {
-		return "yes"
-	}
-	return "no"
-}
-
-// completeDependencies completes dependency names from the coordinator's
-// fleet view (best effort: nothing when it cannot be reached).
-func completeDependencies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return completeFrom(g, func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error) {
-		snap, err := a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
-		var names []string
-		for _, d := range snap.GetDependencies() {
-			names = append(names, d.GetDependency())
-		}
-		return names, err
-	})
 }

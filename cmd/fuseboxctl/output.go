@@ -61,7 +61,7 @@ type table struct {
 	tw *tabwriter.Writer
 }
 
-func newTable(w io.Writer, header ...string) *table {
+func newTable(w io.Writer, header ...any) *table {
 	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 	if len(header) > 0 {
 		t.row(header...)
@@ -69,16 +69,14 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
-// row adds a row; every cell is escaped (safeText): cells hold what the
-// coordinator sent.
-func (t *table) row(cells ...string) {
+// row adds a row of cells in fmt.Sprint's form, "-" for an empty one;
+// every cell is escaped (safeText): cells hold what the coordinator sent.
+func (t *table) row(cells ...any) {
+	text := make([]string, len(cells))
 	for i, c := range cells {
-		if c == "" {
-			c = "-"
-		}
-		cells[i] = safeText(c)
+		text[i] = safeText(dash(fmt.Sprint(c)))
 	}
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+	fmt.Fprintln(t.tw, strings.Join(text, "\t"))
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
@@ -110,14 +108,21 @@ func modeName(m fuseboxv1.Mode) string {
 	return ""
 }
 
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
-
-func tsString(ts *timestamppb.Timestamp) string {
-	if ts == nil {
-		return ""
+func dash(s string) string {
+	if s == "" {
+		return "-"
 	}
-	return ts.AsTime().UTC().Format(time.RFC3339)
+	return s
 }
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 func tsPtr(ts *timestamppb.Timestamp) *time.Time {
 	if ts == nil {
@@ -134,8 +139,6 @@ func tsPtr(ts *timestamppb.Timestamp) *time.Time {
 type countsDoc = sharedstate.Counts
 
 func countsOf(c *fuseboxv1.Counts) countsDoc { return convert.CountsFromProto(c) }
-
-func requests(c *fuseboxv1.Counts) uint64 { return c.GetSuccesses() + c.GetFailures() }
 
 type nodeDoc struct {
 	Node          string    `json:"node"`

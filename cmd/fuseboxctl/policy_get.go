@@ -111,9 +111,7 @@ func effectiveOf(ep *fuseboxv1.EffectivePolicy) effectiveDoc {
 }
 
 func (o *policyGetOptions) get(ctx context.Context, name string) error {
-	ep, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.EffectivePolicy, error) {
-		return a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-	})
+	ep, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetEffectivePolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
 	if err != nil {
 		return err
 	}
@@ -150,9 +148,7 @@ func policySources(ep *fuseboxv1.EffectivePolicy) string {
 
 // getStored prints NAME's own stored document.
 func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
-	e, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.PolicyEntry, error) {
-		return a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-	})
+	e, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetPolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
 	var ce *cliError
 	if errors.As(err, &ce) && status.Code(ce.err) == codes.NotFound {
 		return &cliError{code: exitError, lines: []string{fmt.Sprintf("policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)}, err: err}
@@ -168,9 +164,7 @@ func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
 }
 
 func (o *policyGetOptions) list(ctx context.Context) error {
-	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListPoliciesResponse, error) {
-		return a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-	})
+	resp, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.ListPolicies, &fuseboxv1.ListPoliciesRequest{})
 	if err != nil {
 		return err
 	}
@@ -191,7 +185,7 @@ func (o *policyGetOptions) list(ctx context.Context) error {
 		if json.Compact(&compact, d.Policy) != nil {
 			compact.Write(d.Policy)
 		}
-		t.row(d.Dependency, fmt.Sprint(d.ModRevision), truncate(compact.String(), 100))
+		t.row(d.Dependency, d.ModRevision, truncate(compact.String(), 100))
 	}
 	return t.flush()
 }
@@ -215,16 +209,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-1] + "…"
-}
-
-// completePolicies completes stored policy names.
-func completePolicies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return completeFrom(g, func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error) {
-		resp, err := a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-		var names []string
-		for _, e := range resp.GetPolicies() {
-			names = append(names, e.GetDependency())
-		}
-		return names, err
-	})
 }

@@ -61,7 +61,8 @@ func (o *policySimulateOptions) run(ctx context.Context) error {
 	if o.since <= 0 {
 		return usageError{fmt.Errorf("--since must be positive, got %v", o.since)}
 	}
-	resp, err := simulate(ctx, o.globalOptions, o.dependency, data, o.since)
+	resp, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.SimulatePolicy,
+		&fuseboxv1.SimulatePolicyRequest{Dependency: o.dependency, PolicyJson: data, Since: durationpb.New(o.since)})
 	if err != nil {
 		return err
 	}
@@ -71,15 +72,6 @@ func (o *policySimulateOptions) run(ctx context.Context) error {
 	}
 	return doc.print(o.stdout, true)
 }
-
-// simulate calls SimulatePolicy.
-func simulate(ctx context.Context, g *globalOptions, dep string, data []byte, since time.Duration) (*fuseboxv1.SimulatePolicyResponse, error) {
-	return callOnce(ctx, g, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.SimulatePolicyResponse, error) {
-		return a.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep, PolicyJson: data, Since: durationPB(since)})
-	})
-}
-
-func durationPB(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
 // ---- the documents of -o json|yaml (camelCase, part of the CLI's contract) ----
 

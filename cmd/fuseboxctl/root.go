@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"io"
 	"os"
 	"os/user"
@@ -78,8 +79,13 @@ confirmed.`,
 	cmd.AddCommand(
 		newStatusCommand(opts),
 		newDepsCommand(opts),
-		newDepCommand(opts),
-		newPolicyCommand(opts),
+		group("dep", "Look at one dependency (dep show NAME)", "", newDepShowCommand(opts)),
+		group("policy", "Get, set, edit, lint, simulate or remove policies",
+			`Policies are JSON documents stored in etcd (policies/<dependency>, and
+policies/_default for the fleet default). A dependency's policy sets only the
+fields it changes; the rest comes from _default, field by field.`,
+			newPolicyGetCommand(opts), newPolicySetCommand(opts), newPolicyEditCommand(opts),
+			newPolicyLintCommand(opts), newPolicySimulateCommand(opts), newPolicyRmCommand(opts)),
 		newForceOpenCommand(opts),
 		newForceClosedCommand(opts),
 		newClearCommand(opts),
@@ -87,6 +93,13 @@ confirmed.`,
 		newAuditCommand(opts),
 		newWatchCommand(opts),
 	)
+	return cmd
+}
+
+// group is a command that only holds subcommands.
+func group(use, short, long string, subcommands ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs}
+	cmd.AddCommand(subcommands...)
 	return cmd
 }
 
@@ -99,11 +112,8 @@ func defaultActor() string {
 		}
 	}
 	host, _ := os.Hostname()
-	switch {
-	case name != "" && host != "":
+	if name != "" && host != "" {
 		return name + "@" + host
-	case name != "":
-		return name
 	}
-	return host
+	return cmp.Or(name, host)
 }
