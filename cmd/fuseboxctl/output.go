@@ -43,16 +43,22 @@ func printData(w io.Writer, format string, v any) error {
 	if err != nil {
 		return err
 	}
-	b = jsonSafe(b)
-	if format == formatYAML {
-		y, err := yaml.JSONToYAML(b)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(y)
+	return writeDocument(w, format, b)
+}
+
+// writeDocument writes the JSON document doc as format, JSON or YAML (see
+// printData).
+func writeDocument(w io.Writer, format string, doc []byte) error {
+	doc = jsonSafe(doc)
+	if format != formatYAML {
+		_, err := fmt.Fprintf(w, "%s\n", doc)
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	y, err := yaml.JSONToYAML(doc)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(y)
 	return err
 }
 
