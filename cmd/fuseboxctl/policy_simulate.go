@@ -113,11 +113,9 @@ func simSideOf(s *fuseboxv1.SimulatedSide) simSideDoc {
 }
 
 type simIncidentDoc struct {
-	From     time.Time  `json:"from"`
-	To       time.Time  `json:"to"`
-	Fleet    simSideDoc `json:"fleet"`
-	Current  simSideDoc `json:"current"`
-	Proposed simSideDoc `json:"proposed"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	simTriple[simSideDoc]
 }
 
 type simIntervalDoc struct {
@@ -137,11 +135,18 @@ func simIntervalsOf(ivs []*fuseboxv1.SimulatedInterval) []simIntervalDoc {
 	return out
 }
 
+// simTriple is one thing of each side: what the fleet did, and what the
+// current and the proposed policy would have done.
 type simTriple[T any] struct {
 	Fleet    T `json:"fleet"`
 	Current  T `json:"current"`
 	Proposed T `json:"proposed"`
 }
+
+func (t simTriple[T]) sides() [3]T { return [3]T{t.Fleet, t.Current, t.Proposed} }
+
+// simSides names the sides in the order of sides.
+var simSides = [3]string{"fleet", "current", "proposed"}
 
 type simulationDoc struct {
 	Dependency      string                      `json:"dependency"`
@@ -171,7 +176,7 @@ func simulationOf(r *fuseboxv1.SimulatePolicyResponse) simulationDoc {
 		Proposed: rawJSON(r.GetProposed().GetPolicyJson())}
 	for _, inc := range r.GetIncidents() {
 		d.Incidents = append(d.Incidents, simIncidentDoc{From: inc.GetFrom().AsTime().UTC(), To: inc.GetTo().AsTime().UTC(),
-			Fleet: simSideOf(inc.GetFleet()), Current: simSideOf(inc.GetCurrent()), Proposed: simSideOf(inc.GetProposed())})
+			simTriple: simTriple[simSideDoc]{Fleet: simSideOf(inc.GetFleet()), Current: simSideOf(inc.GetCurrent()), Proposed: simSideOf(inc.GetProposed())}})
 	}
 	return d
 }
@@ -216,37 +221,30 @@ func (d simulationDoc) print(w io.Writer, full bool) error {
 	}
 	fmt.Fprintln(w)
 	t := newTable(w, "INCIDENT", "SIDE", "OPENED", "CLOSED", "OPENS", "TO OPEN", "REFUSED", "WOULD FAIL", "FAILED THROUGH", "RETRIES")
+	// The fleet's refused calls were never made: nobody knows whether they
+	// would have failed.
+	wouldFail := func(side int, t simTotalsDoc) any {
+		if side == 0 {
+			return ""
+		}
+		return t.RefusedWouldFail
+	}
 	for i, inc := range d.Incidents {
 		label := []string{fmt.Sprintf("%d", i+1), inc.From.Format("15:04:05.0"), "to " + inc.To.Format("15:04:05.0")}
-		for k, s := range []struct {
-			name string
-			side simSideDoc
-		}{{"fleet", inc.Fleet}, {"current", inc.Current}, {"proposed", inc.Proposed}} {
-			would := fmt.Sprint(s.side.Totals.RefusedWouldFail)
-			if s.name == "fleet" {
-				would = "" // the fleet's refused calls were never made
-			}
-			t.row(label[k], s.name, clock(s.side.Opened), clock(s.side.Closed), fmt.Sprint(s.side.Opens), secs(s.side.SecondsToOpen),
-				fmt.Sprint(s.side.Totals.Refused), would, fmt.Sprint(s.side.Totals.FailedLetThrough), fmt.Sprint(s.side.Totals.RetriesAllowed))
+		for k, s := range inc.sides() {
+			t.row(label[k], simSides[k], clock(s.Opened), clock(s.Closed), s.Opens, secs(s.SecondsToOpen),
+				s.Totals.Refused, wouldFail(k, s.Totals), s.Totals.FailedLetThrough, s.Totals.RetriesAllowed)
 		}
 	}
 	if len(d.Incidents) == 0 {
 		t.row("none", "", "", "", "", "", "", "", "", "")
 	}
-	for k, s := range []struct {
-		name string
-		t    simTotalsDoc
-	}{{"fleet", d.Totals.Fleet}, {"current", d.Totals.Current}, {"proposed", d.Totals.Proposed}} {
+	for k, s := range d.Totals.sides() {
 		label := " "
 		if k == 0 {
 			label = "TOTAL"
 		}
-		would := fmt.Sprint(s.t.RefusedWouldFail)
-		if s.name == "fleet" {
-			would = ""
-		}
-		t.row(label, s.name, " ", " ", fmt.Sprint(s.t.Opens), " ", fmt.Sprint(s.t.Refused), would, fmt.Sprint(s.t.FailedLetThrough),
-			fmt.Sprint(s.t.RetriesAllowed))
+		t.row(label, simSides[k], " ", " ", s.Opens, " ", s.Refused, wouldFail(k, s), s.FailedLetThrough, s.RetriesAllowed)
 	}
 	if err := t.flush(); err != nil {
 		return err
