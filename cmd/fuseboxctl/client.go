@@ -69,7 +69,7 @@ func (o *globalOptions) dial() (*adminClient, error) {
 	}
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
-		return nil, &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s: %v", o.coordinator, err)}, err: err}
+		return nil, failure(exitUnreachable, err, "coordinator %s: %v", o.coordinator, err)
 	}
 	return &adminClient{addr: o.coordinator, conn: conn, admin: fuseboxv1.NewAdminClient(conn), opts: o}, nil
 }

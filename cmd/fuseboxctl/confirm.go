@@ -86,8 +86,8 @@ func (g *globalOptions) requireTerminal(what string, inputOnStdin bool) error {
 	if !inputOnStdin && isTerminal(g.stdin) {
 		return nil
 	}
-	return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf(
-		"%s: not written: it asks for a confirmation on a terminal, and stdin is not one (or holds the policy); pass --yes to write without asking", what)}}
+	return failure(exitNotWritten, nil,
+		"%s: not written: it asks for a confirmation on a terminal, and stdin is not one (or holds the policy); pass --yes to write without asking", what)
 }
 
 // ask shows p on stderr and asks whether to write (or delete): anything
@@ -101,7 +101,7 @@ func (g *globalOptions) ask(ctx context.Context, c *adminClient, p writePlan) er
 		verb, done = "Delete", "deleted"
 	}
 	if !g.confirm(fmt.Sprintf("%s policy %s?", verb, p.name)) {
-		return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not %s", p.name, done)}}
+		return failure(exitNotWritten, nil, "policy %s not %s", p.name, done)
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ func (g *globalOptions) depShow(ctx context.Context, name string) error {
 		return err
 	}
 	if len(snap.GetDependencies()) == 0 {
-		return &cliError{code: exitError, lines: []string{fmt.Sprintf("dependency %q: not known to the coordinator", name)}}
+		return failure(exitError, nil, "dependency %q: not known to the coordinator", name)
 	}
 	doc := dependencyOf(snap.GetDependencies()[0], true)
 	if g.output != formatTable {

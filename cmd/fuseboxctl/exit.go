@@ -32,6 +32,12 @@ type cliError struct {
 func (e *cliError) Error() string { return strings.Join(e.lines, "; ") }
 func (e *cliError) Unwrap() error { return e.err }
 
+// failure is the cliError of one line, formatted as fmt.Sprintf does,
+// wrapping cause (nil: none).
+func failure(code int, cause error, format string, args ...any) *cliError {
+	return &cliError{code: code, lines: []string{fmt.Sprintf(format, args...)}, err: cause}
+}
+
 // violation is one problem of a policy, from the coordinator or from the
 // offline linter.
 type violation struct {
@@ -69,29 +75,28 @@ func rpcError(err error, addr string, reachable bool) error {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return &cliError{code: exitError, lines: []string{err.Error()}, err: err}
+		return failure(exitError, err, "%v", err)
 	}
 	switch st.Code() {
 	case codes.Unauthenticated, codes.PermissionDenied:
-		return &cliError{code: exitAuth, lines: []string{fmt.Sprintf("coordinator %s refused the request: %s", addr, st.Message())}, err: err}
+		return failure(exitAuth, err, "coordinator %s refused the request: %s", addr, st.Message())
 	case codes.InvalidArgument:
-		vs := violationsOf(st)
-		if len(vs) == 0 {
-			return &cliError{code: exitInvalid, lines: []string{"invalid: " + st.Message()}, err: err}
+		if vs := violationsOf(st); len(vs) > 0 {
+			return invalidError("invalid policy", vs, err)
 		}
-		return invalidError("invalid policy", vs, err)
+		return failure(exitInvalid, err, "invalid: %s", st.Message())
 	case codes.Aborted:
-		return &cliError{code: exitConflict, lines: []string{"conflict: " + st.Message()}, err: err}
+		return failure(exitConflict, err, "conflict: %s", st.Message())
 	case codes.Unavailable, codes.DeadlineExceeded:
 		if !reachable {
-			return &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s unreachable: %s", addr, st.Message())}, err: err}
+			return failure(exitUnreachable, err, "coordinator %s unreachable: %s", addr, st.Message())
 		}
 	case codes.NotFound:
-		return &cliError{code: exitError, lines: []string{st.Message()}, err: err}
+		return failure(exitError, err, "%s", st.Message())
 	case codes.Unimplemented:
-		return &cliError{code: exitError, lines: []string{fmt.Sprintf("coordinator %s does not serve this (%s): it is older than this fuseboxctl", addr, st.Message())}, err: err}
+		return failure(exitError, err, "coordinator %s does not serve this (%s): it is older than this fuseboxctl", addr, st.Message())
 	}
-	return &cliError{code: exitError, lines: []string{fmt.Sprintf("%s: %s", st.Code(), st.Message())}, err: err}
+	return failure(exitError, err, "%s: %s", st.Code(), st.Message())
 }
 
 // violationsOf reads the BadRequest field violations of a status.

@@ -151,7 +151,7 @@ func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
 	e, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetPolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
 	var ce *cliError
 	if errors.As(err, &ce) && status.Code(ce.err) == codes.NotFound {
-		return &cliError{code: exitError, lines: []string{fmt.Sprintf("policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)}, err: err}
+		return failure(exitError, err, "policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)
 	}
 	if err != nil {
 		return err

@@ -56,11 +56,16 @@ func lintError(file string, data []byte) error {
 	if len(svs) == 0 {
 		return nil
 	}
-	vs := make([]violation, 0, len(svs))
-	for _, v := range svs {
-		vs = append(vs, violation{Field: v.Field, Value: v.Value, Message: v.Message})
+	return invalidError(file+": invalid policy", violationsFrom(svs), nil)
+}
+
+// violationsFrom converts sharedstate's violations (the same fields).
+func violationsFrom(svs []sharedstate.Violation) []violation {
+	vs := make([]violation, len(svs))
+	for i, v := range svs {
+		vs[i] = violation(v)
 	}
-	return invalidError(file+": invalid policy", vs, nil)
+	return vs
 }
 
 type lintDoc struct {
@@ -79,13 +84,7 @@ func (o *policyLintOptions) run(context.Context) error {
 		return err
 	}
 	svs, warnings := sharedstate.CheckPolicyDocument(data, sharedstate.DefaultPolicy(), o.deadline)
-	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: []violation{}, Warnings: warnings}
-	if doc.Warnings == nil {
-		doc.Warnings = []string{}
-	}
-	for _, v := range svs {
-		doc.Violations = append(doc.Violations, violation{Field: v.Field, Value: v.Value, Message: v.Message})
-	}
+	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: violationsFrom(svs), Warnings: nonNil(warnings)}
 	if o.output != formatTable {
 		if err := printData(o.stdout, o.output, doc); err != nil {
 			return err
