@@ -53,7 +53,7 @@ func (o *auditOptions) run(ctx context.Context) error {
 		}
 		t.row(d.Revision, at, d.Actor, d.Action, d.Dependency, changeSummary(d))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // changeSummary says what an audit entry changed: a policy write's field

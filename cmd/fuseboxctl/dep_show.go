@@ -72,7 +72,7 @@ func (g *globalOptions) depShow(ctx context.Context, name string) error {
 			c := z.Counts
 			t.row(z.Zone, c.Requests(), c.Failures, c.SlowCalls, c.Retries, c.Rejected)
 		}
-		if err := t.flush(); err != nil {
+		if err := t.Flush(); err != nil {
 			return err
 		}
 	}
@@ -87,7 +87,7 @@ func (g *globalOptions) depShow(ctx context.Context, name string) error {
 		t.row(n.Node, n.Zone, c.Requests(), c.FirstAttempts, c.Retries, c.Failures, c.SlowCalls, c.Rejected, n.InFlight,
 			yesNo(n.NodeLocalOpen), yesNo(n.Prober))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // overrideText describes the override in force: its state, until when

@@ -40,5 +40,5 @@ func (g *globalOptions) deps(ctx context.Context) error {
 		t.row(doc.Dependency, doc.State, doc.Override, doc.Mode, doc.Generation, doc.Fleet.Requests(),
 			pct(doc.FailureRate), pct(doc.SlowRate), pct(doc.BudgetUsed), len(d.GetNodes()), len(doc.Probers))
 	}
-	return t.flush()
+	return t.Flush()
 }

@@ -42,5 +42,5 @@ func (g *globalOptions) members(ctx context.Context) error {
 		}
 		t.row(m.Node, m.Role, m.Zone, m.Version, wire, yesNo(m.Signs), m.Status, m.GossipAddr, m.APIAddr)
 	}
-	return t.flush()
+	return t.Flush()
 }

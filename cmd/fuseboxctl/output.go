@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,13 +63,25 @@ func writeDocument(w io.Writer, format string, doc []byte) error {
 	return err
 }
 
-// table writes aligned columns.
-type table struct {
-	tw *tabwriter.Writer
+// printRemoval prints the outcome of a removal (clear, policy rm): with -o
+// json|yaml {"dependency": name, key: removed}, else the line that says it.
+func (g *globalOptions) printRemoval(name, key string, removed bool, removedLine, noneLine string) error {
+	if g.output != formatTable {
+		return printData(g.stdout, g.output, map[string]any{"dependency": name, key: removed})
+	}
+	if removed {
+		fmt.Fprintln(g.stdout, removedLine)
+	} else {
+		fmt.Fprintln(g.stdout, noneLine)
+	}
+	return nil
 }
 
+// table writes aligned columns.
+type table struct{ *tabwriter.Writer }
+
 func newTable(w io.Writer, header ...any) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t := &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 	if len(header) > 0 {
 		t.row(header...)
 	}
@@ -82,10 +95,8 @@ func (t *table) row(cells ...any) {
 	for i, c := range cells {
 		text[i] = safeText(dash(fmt.Sprint(c)))
 	}
-	fmt.Fprintln(t.tw, strings.Join(text, "\t"))
+	fmt.Fprintln(t, strings.Join(text, "\t"))
 }
-
-func (t *table) flush() error { return t.tw.Flush() }
 
 // ---- names of the wire enums, as the CLI prints them ----
 
@@ -114,12 +125,7 @@ func modeName(m fuseboxv1.Mode) string {
 	return ""
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+func dash(s string) string { return cmp.Or(s, "-") }
 
 func yesNo(b bool) string {
 	if b {

@@ -74,3 +74,22 @@ func (o *overrideOptions) set(ctx context.Context, name string, method rpc[*fuse
 	fmt.Fprintf(o.stdout, "%s %s %s (by %s)\n", name, safeText(doc.State), until, safeText(doc.Actor))
 	return nil
 }
+
+func newClearCommand(g *globalOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:               "clear NAME",
+		Short:             "Remove a dependency's override (the breaker decides again)",
+		Long:              "clear removes NAME's override. Clearing when there is none changes nothing and exits 0.",
+		Args:              exactArgs("NAME, the dependency"),
+		ValidArgsFunction: completeDependencies(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return g.clear(cmd.Context(), args[0]) },
+	}
+}
+
+func (g *globalOptions) clear(ctx context.Context, name string) error {
+	resp, err := callOnce(ctx, g, fuseboxv1.AdminClient.ClearOverride, &fuseboxv1.ClearOverrideRequest{Dependency: name, Actor: g.actor})
+	if err != nil {
+		return err
+	}
+	return g.printRemoval(name, "cleared", resp.GetCleared(), "override on "+name+" cleared", "no override on "+name+": nothing cleared")
+}

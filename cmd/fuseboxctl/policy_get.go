@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -125,7 +124,7 @@ func (o *policyGetOptions) get(ctx context.Context, name string) error {
 	for _, f := range ep.GetFields() {
 		t.row(f.GetField(), showJSON(f.GetValue()), cmp.Or(sourceNames[f.GetSource()][1], "unknown"), showJSON(f.GetInherited()))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // policySources says which documents make up an effective policy.
@@ -149,8 +148,7 @@ func policySources(ep *fuseboxv1.EffectivePolicy) string {
 // getStored prints NAME's own stored document.
 func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
 	e, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetPolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
-	var ce *cliError
-	if errors.As(err, &ce) && status.Code(ce.err) == codes.NotFound {
+	if status.Code(err) == codes.NotFound {
 		return failure(exitError, err, "policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)
 	}
 	if err != nil {
@@ -187,7 +185,7 @@ func (o *policyGetOptions) list(ctx context.Context) error {
 		}
 		t.row(d.Dependency, d.ModRevision, truncate(compact.String(), 100))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // indentJSON pretty-prints a JSON document (as it is, when it is not JSON),

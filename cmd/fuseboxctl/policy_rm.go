@@ -69,7 +69,7 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 			stored, layer = ep.GetFleetDefault(), fuseboxv1.PolicySource_POLICY_SOURCE_FLEET_DEFAULT
 		}
 		if stored == nil {
-			return o.print(name, false)
+			return o.printDeleted(name, false)
 		}
 		if err := o.requireTerminal("policy "+name+" deletion", false); err != nil {
 			return err
@@ -94,17 +94,9 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 	if err != nil {
 		return err
 	}
-	return o.print(name, resp.GetDeleted())
+	return o.printDeleted(name, resp.GetDeleted())
 }
 
-func (o *policyRmOptions) print(name string, deleted bool) error {
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, map[string]any{"dependency": name, "deleted": deleted})
-	}
-	if deleted {
-		fmt.Fprintf(o.stdout, "policy %s deleted\n", name)
-	} else {
-		fmt.Fprintf(o.stdout, "no policy %s: nothing deleted\n", name)
-	}
-	return nil
+func (o *policyRmOptions) printDeleted(name string, deleted bool) error {
+	return o.printRemoval(name, "deleted", deleted, "policy "+name+" deleted", "no policy "+name+": nothing deleted")
 }

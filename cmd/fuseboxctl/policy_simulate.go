@@ -246,7 +246,7 @@ func (d simulationDoc) print(w io.Writer, full bool) error {
 		}
 		t.row(label, simSides[k], " ", " ", s.Opens, " ", s.Refused, wouldFail(k, s), s.FailedLetThrough, s.RetriesAllowed)
 	}
-	if err := t.flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	if p := d.Totals.Proposed; p.ShadowRefused > 0 {
@@ -271,5 +271,5 @@ func printChanges(w io.Writer, cs []changeDoc) {
 	for _, c := range cs {
 		t.row("  "+c.Field, showJSON(c.From), "→", showJSON(c.To))
 	}
-	_ = t.flush()
+	_ = t.Flush()
 }

@@ -139,7 +139,7 @@ func (g *globalOptions) status(ctx context.Context) error {
 		t.row(d.Dependency, d.Effective, d.State, d.Override, d.Generation, d.Fleet.Requests(),
 			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // effectiveStates are the values of dependencyDoc.Effective, in the order
