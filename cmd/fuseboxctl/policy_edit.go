@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -118,13 +119,7 @@ func (o *policyEditOptions) run(ctx context.Context, name string) error {
 // runEditor opens path in $EDITOR (which may carry arguments, e.g.
 // "code --wait"), $VISUAL or vi, on the terminal.
 func (o *policyEditOptions) runEditor(ctx context.Context, path string) error {
-	editor := os.Getenv("EDITOR")
-	if editor == "" {
-		editor = os.Getenv("VISUAL")
-	}
-	if editor == "" {
-		editor = "vi"
-	}
+	editor := cmp.Or(os.Getenv("EDITOR"), os.Getenv("VISUAL"), "vi")
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", editor+` "$1"`, "fuseboxctl-editor", path)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {

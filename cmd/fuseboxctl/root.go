@@ -58,12 +58,8 @@ confirmed.`,
 	cmd.SetErr(stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	def := os.Getenv("FUSEBOX_COORDINATOR")
-	if def == "" {
-		def = defaultCoordinator
-	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&opts.coordinator, "coordinator", def, "coordinator Admin API address, host:port (env FUSEBOX_COORDINATOR)")
+	pf.StringVar(&opts.coordinator, "coordinator", cmp.Or(os.Getenv("FUSEBOX_COORDINATOR"), defaultCoordinator), "coordinator Admin API address, host:port (env FUSEBOX_COORDINATOR)")
 	pf.StringVar(&opts.tokenFile, "token-file", "", "file holding the bearer token (default: env FUSEBOX_TOKEN)")
 	pf.StringVarP(&opts.output, "output", "o", formatTable, "output format: table, json or yaml")
 	pf.StringVar(&opts.actor, "actor", defaultActor(), "who you are, recorded in the audit beside the token's identity")

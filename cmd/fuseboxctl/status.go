@@ -135,9 +135,8 @@ func (g *globalOptions) status(ctx context.Context) error {
 	fmt.Fprintln(w)
 	t := newTable(w, "DEPENDENCY", "EFFECTIVE", "BREAKER", "OVERRIDE", "GEN", "REQUESTS", "FAILURE", "SLOW", "NODE-LOCAL-OPEN", "REASON")
 	for _, d := range attention {
-		reason := cmp.Or(d.OverrideReason, d.Reason)
 		t.row(d.Dependency, d.Effective, d.State, d.Override, d.Generation, d.Fleet.Requests(),
-			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
+			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), cmp.Or(d.OverrideReason, d.Reason))
 	}
 	return t.Flush()
 }
