@@ -38,10 +38,7 @@ func (o *auditOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	docs := []auditDoc{}
-	for _, e := range resp.GetEntries() {
-		docs = append(docs, auditOf(e))
-	}
+	docs := convertAll(resp.GetEntries(), auditOf)
 	if o.output != formatTable {
 		return printData(o.stdout, o.output, map[string]any{"entries": docs})
 	}

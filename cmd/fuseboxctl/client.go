@@ -120,21 +120,15 @@ func completeFrom[Req, Resp any](g *globalOptions, method rpc[Req, Resp], req Re
 // completeDependencies completes dependency names from the coordinator's
 // fleet view.
 func completeDependencies(g *globalOptions) cobra.CompletionFunc {
-	return completeFrom(g, fuseboxv1.AdminClient.GetFleet, &fuseboxv1.GetFleetRequest{}, func(snap *fuseboxv1.FleetSnapshot) (names []string) {
-		for _, d := range snap.GetDependencies() {
-			names = append(names, d.GetDependency())
-		}
-		return names
+	return completeFrom(g, fuseboxv1.AdminClient.GetFleet, &fuseboxv1.GetFleetRequest{}, func(snap *fuseboxv1.FleetSnapshot) []string {
+		return convertAll(snap.GetDependencies(), (*fuseboxv1.DependencyView).GetDependency)
 	})
 }
 
 // completePolicies completes stored policy names.
 func completePolicies(g *globalOptions) cobra.CompletionFunc {
-	return completeFrom(g, fuseboxv1.AdminClient.ListPolicies, &fuseboxv1.ListPoliciesRequest{}, func(resp *fuseboxv1.ListPoliciesResponse) (names []string) {
-		for _, e := range resp.GetPolicies() {
-			names = append(names, e.GetDependency())
-		}
-		return names
+	return completeFrom(g, fuseboxv1.AdminClient.ListPolicies, &fuseboxv1.ListPoliciesRequest{}, func(resp *fuseboxv1.ListPoliciesResponse) []string {
+		return convertAll(resp.GetPolicies(), (*fuseboxv1.PolicyEntry).GetDependency)
 	})
 }
 

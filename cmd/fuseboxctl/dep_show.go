@@ -30,7 +30,7 @@ func (g *globalOptions) depShow(ctx context.Context, name string) error {
 	if len(snap.GetDependencies()) == 0 {
 		return failure(exitError, nil, "dependency %q: not known to the coordinator", name)
 	}
-	doc := dependencyOf(snap.GetDependencies()[0], true)
+	doc := dependencyDetailOf(snap.GetDependencies()[0])
 	if g.output != formatTable {
 		return printData(g.stdout, g.output, doc)
 	}

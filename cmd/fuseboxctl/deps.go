@@ -23,10 +23,7 @@ func (g *globalOptions) deps(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	docs := []dependencyDoc{}
-	for _, d := range snap.GetDependencies() {
-		docs = append(docs, dependencyOf(d, false))
-	}
+	docs := convertAll(snap.GetDependencies(), dependencyOf)
 	if g.output != formatTable {
 		return printData(g.stdout, g.output, map[string]any{"dependencies": docs})
 	}

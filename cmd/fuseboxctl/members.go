@@ -27,10 +27,7 @@ func (g *globalOptions) members(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	docs := []memberDoc{}
-	for _, m := range resp.GetMembers() {
-		docs = append(docs, memberOf(m))
-	}
+	docs := convertAll(resp.GetMembers(), memberOf)
 	if g.output != formatTable {
 		return printData(g.stdout, g.output, map[string]any{"members": docs})
 	}

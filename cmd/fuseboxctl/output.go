@@ -239,7 +239,9 @@ func (t *tripDoc) String() string {
 		rule, pct(t.FailureRateThreshold), pct(t.SlowCallRateThreshold), t.MinimumRequests, t.MinFailingNodes, t.Window)
 }
 
-func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
+// dependencyOf is d's summary: everything but the trip rule, zones and
+// nodes (dependencyDetailOf).
+func dependencyOf(d *fuseboxv1.DependencyView) dependencyDoc {
 	doc := dependencyDoc{
 		Dependency: d.GetDependency(), State: stateName(d.GetState()), Generation: d.GetGeneration(),
 		Since: tsPtr(d.GetSince()), OpenCount: d.GetOpenCount(), Reason: d.GetReason(),
@@ -251,18 +253,20 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		OverrideActor: d.GetOverrideActor(), OverrideExpires: tsPtr(d.GetOverrideExpires()),
 	}
 	doc.Effective = effectiveState(doc)
-	if detail {
-		doc.TripRule = tripOf(d.GetBreaker())
-		doc.Zones = []zoneDoc{}
-		for _, z := range d.GetZones() {
-			doc.Zones = append(doc.Zones, zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())})
-		}
-		doc.Nodes = []nodeDoc{}
-		for _, n := range d.GetNodes() {
-			doc.Nodes = append(doc.Nodes, nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
-				NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber(), InFlight: n.GetInFlight()})
-		}
-	}
+	return doc
+}
+
+// dependencyDetailOf is all of d, as dep show prints it.
+func dependencyDetailOf(d *fuseboxv1.DependencyView) dependencyDoc {
+	doc := dependencyOf(d)
+	doc.TripRule = tripOf(d.GetBreaker())
+	doc.Zones = convertAll(d.GetZones(), func(z *fuseboxv1.ZoneView) zoneDoc {
+		return zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())}
+	})
+	doc.Nodes = convertAll(d.GetNodes(), func(n *fuseboxv1.NodeView) nodeDoc {
+		return nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
+			NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber(), InFlight: n.GetInFlight()}
+	})
 	return doc
 }
 
@@ -385,15 +389,14 @@ type auditDoc struct {
 }
 
 func auditOf(a *fuseboxv1.AuditEntry) auditDoc {
-	d := auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
-		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter()), Changes: []changeDoc{}}
-	for _, c := range a.GetChanges() {
-		d.Changes = append(d.Changes, changeDoc{Field: c.GetField(), From: dash(c.GetFrom()), To: dash(c.GetTo())})
+	changes := convertAll(a.GetChanges(), func(c *fuseboxv1.FieldChange) sharedstate.FieldChange {
+		return sharedstate.FieldChange{Field: c.GetField(), From: c.GetFrom(), To: c.GetTo()}
+	})
+	if len(changes) == 0 { // a coordinator older than AuditEntry.changes
+		changes = sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter())
 	}
-	if len(a.GetChanges()) == 0 { // a coordinator older than AuditEntry.changes
-		d.Changes = changesOf(sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter()))
-	}
-	return d
+	return auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
+		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter()), Changes: changesOf(changes)}
 }
 
 // changeDoc is one field a write changes: its JSON values before and
@@ -406,11 +409,9 @@ type changeDoc struct {
 
 // changesOf converts sharedstate's field changes.
 func changesOf(cs []sharedstate.FieldChange) []changeDoc {
-	out := make([]changeDoc, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, changeDoc{Field: c.Field, From: dash(c.From), To: dash(c.To)})
-	}
-	return out
+	return convertAll(cs, func(c sharedstate.FieldChange) changeDoc {
+		return changeDoc{Field: c.Field, From: dash(c.From), To: dash(c.To)}
+	})
 }
 
 // showJSON shows a JSON value in text: a string without its quotes.
@@ -433,6 +434,16 @@ func rawJSON(b []byte) json.RawMessage {
 	}
 	s, _ := json.Marshal(string(b))
 	return s
+}
+
+// convertAll converts each of in with of, into a slice that is never nil
+// (a JSON list prints as [], not null).
+func convertAll[In, Out any](in []In, of func(In) Out) []Out {
+	out := make([]Out, 0, len(in))
+	for _, v := range in {
+		out = append(out, of(v))
+	}
+	return out
 }
 
 func nonNil(s []string) []string {

@@ -166,10 +166,7 @@ func (o *policyGetOptions) list(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	docs := []policyDoc{}
-	for _, e := range resp.GetPolicies() {
-		docs = append(docs, policyOf(e))
-	}
+	docs := convertAll(resp.GetPolicies(), policyOf)
 	if o.output != formatTable {
 		return printData(o.stdout, o.output, map[string]any{"policies": docs})
 	}

@@ -127,12 +127,10 @@ type simIntervalDoc struct {
 }
 
 func simIntervalsOf(ivs []*fuseboxv1.SimulatedInterval) []simIntervalDoc {
-	out := make([]simIntervalDoc, 0, len(ivs))
-	for _, iv := range ivs {
-		out = append(out, simIntervalDoc{State: iv.GetState(), From: iv.GetFrom().AsTime().UTC(), To: iv.GetTo().AsTime().UTC(),
-			Generation: iv.GetGeneration(), Reason: iv.GetReason()})
-	}
-	return out
+	return convertAll(ivs, func(iv *fuseboxv1.SimulatedInterval) simIntervalDoc {
+		return simIntervalDoc{State: iv.GetState(), From: iv.GetFrom().AsTime().UTC(), To: iv.GetTo().AsTime().UTC(),
+			Generation: iv.GetGeneration(), Reason: iv.GetReason()}
+	})
 }
 
 // simTriple is one thing of each side: what the fleet did, and what the

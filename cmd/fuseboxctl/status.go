@@ -68,23 +68,21 @@ func (g *globalOptions) status(ctx context.Context) error {
 	for _, m := range regs.GetMembers() {
 		etcdOf[m.GetNode()] = m.GetEtcd()
 	}
-	doc := statusDoc{Coordinator: g.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()), Members: []memberDoc{},
-		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}, Counts: map[string]int{}}
+	doc := statusDoc{Coordinator: g.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()),
+		Members: convertAll(snap.GetMembers(), func(m *fuseboxv1.Member) memberDoc {
+			d := memberOf(m)
+			d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
+			return d
+		}),
+		Dependencies: convertAll(snap.GetDependencies(), dependencyOf),
+		Overrides:    convertAll(ovs.GetOverrides(), overrideOf),
+		Counts:       map[string]int{},
+	}
 	for _, s := range effectiveStates {
 		doc.Counts[s] = 0
 	}
-	for _, m := range snap.GetMembers() {
-		d := memberOf(m)
-		d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
-		doc.Members = append(doc.Members, d)
-	}
-	for _, d := range snap.GetDependencies() {
-		dd := dependencyOf(d, false)
-		doc.Dependencies = append(doc.Dependencies, dd)
-		doc.Counts[dd.Effective]++
-	}
-	for _, ov := range ovs.GetOverrides() {
-		doc.Overrides = append(doc.Overrides, overrideOf(ov))
+	for _, d := range doc.Dependencies {
+		doc.Counts[d.Effective]++
 	}
 	if g.output != formatTable {
 		return printData(g.stdout, g.output, doc)
