@@ -16,6 +16,8 @@ type overrideOptions struct {
 	*globalOptions
 	ttl    time.Duration
 	reason string
+	// method sets the override: ForceOpen or ForceClosed.
+	method rpc[*fuseboxv1.SetOverrideRequest, *fuseboxv1.OverrideEntry]
 }
 
 func newForceOpenCommand(g *globalOptions) *cobra.Command {
@@ -42,16 +44,16 @@ or is cleared. It replaces any override NAME had. Needs an admin token.`,
 // newOverrideCommand completes cmd as a command that sets an override
 // through method (ForceOpen or ForceClosed).
 func newOverrideCommand(g *globalOptions, method rpc[*fuseboxv1.SetOverrideRequest, *fuseboxv1.OverrideEntry], cmd *cobra.Command) *cobra.Command {
-	o := &overrideOptions{globalOptions: g}
+	o := &overrideOptions{globalOptions: g, method: method}
 	cmd.Args = exactArgs("NAME, the dependency")
 	cmd.ValidArgsFunction = completeDependencies(g)
-	cmd.RunE = func(cmd *cobra.Command, args []string) error { return o.set(cmd.Context(), args[0], method) }
+	cmd.RunE = func(cmd *cobra.Command, args []string) error { return o.set(cmd.Context(), args[0]) }
 	cmd.Flags().DurationVar(&o.ttl, "ttl", 0, "remove the override by itself after this long, e.g. 10m (default: until cleared)")
 	cmd.Flags().StringVar(&o.reason, "reason", "", "why, for the audit and the dashboard")
 	return cmd
 }
 
-func (o *overrideOptions) set(ctx context.Context, name string, method rpc[*fuseboxv1.SetOverrideRequest, *fuseboxv1.OverrideEntry]) error {
+func (o *overrideOptions) set(ctx context.Context, name string) error {
 	if o.ttl < 0 {
 		return usageError{fmt.Errorf("--ttl %v must not be negative", o.ttl)}
 	}
@@ -59,7 +61,7 @@ func (o *overrideOptions) set(ctx context.Context, name string, method rpc[*fuse
 	if o.ttl > 0 {
 		req.Ttl = durationpb.New(o.ttl)
 	}
-	e, err := callOnce(ctx, o.globalOptions, method, req)
+	e, err := callOnce(ctx, o.globalOptions, o.method, req)
 	if err != nil {
 		return err
 	}
