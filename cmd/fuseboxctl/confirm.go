@@ -54,8 +54,8 @@ func validate(ctx context.Context, c *adminClient, name string, data []byte) err
 	if err != nil || len(resp.GetViolations()) == 0 {
 		return err
 	}
-	vs := convertAll(resp.GetViolations(), func(v *fuseboxv1.Violation) violation {
-		return violation{Field: v.GetField(), Value: v.GetValue(), Message: v.GetMessage()}
+	vs := convertAll(resp.GetViolations(), func(v *fuseboxv1.Violation) sharedstate.Violation {
+		return sharedstate.Violation{Field: v.GetField(), Value: v.GetValue(), Message: v.GetMessage()}
 	})
 	return invalidError("invalid policy", vs, nil)
 }

@@ -9,6 +9,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // Exit codes a script can rely on (coordinator/README.md, "fuseboxctl").
@@ -38,15 +40,9 @@ func failure(code int, cause error, format string, args ...any) *cliError {
 	return &cliError{code: code, lines: []string{fmt.Sprintf(format, args...)}, err: cause}
 }
 
-// violation is one problem of a policy, from the coordinator or from the
-// offline linter.
-type violation struct {
-	Field   string `json:"field"`
-	Value   string `json:"value,omitempty"`
-	Message string `json:"message"`
-}
-
-func (v violation) String() string {
+// violationText is one problem of a policy, from the coordinator or from
+// the offline linter, as stderr shows it: "field: message (got value)".
+func violationText(v sharedstate.Violation) string {
 	if v.Field == "" {
 		return v.Message
 	}
@@ -57,10 +53,10 @@ func (v violation) String() string {
 }
 
 // invalidError builds the exit-2 error of a refused policy.
-func invalidError(what string, vs []violation, cause error) *cliError {
+func invalidError(what string, vs []sharedstate.Violation, cause error) *cliError {
 	lines := []string{fmt.Sprintf("%s: %d violation(s)", what, len(vs))}
 	for _, v := range vs {
-		lines = append(lines, "  "+v.String())
+		lines = append(lines, "  "+violationText(v))
 	}
 	return &cliError{code: exitInvalid, lines: lines, err: cause}
 }
@@ -100,15 +96,15 @@ func rpcError(err error, addr string, reachable bool) error {
 }
 
 // violationsOf reads the BadRequest field violations of a status.
-func violationsOf(st *status.Status) []violation {
-	var vs []violation
+func violationsOf(st *status.Status) []sharedstate.Violation {
+	var vs []sharedstate.Violation
 	for _, d := range st.Details() {
 		br, ok := d.(*errdetails.BadRequest)
 		if !ok {
 			continue
 		}
 		for _, fv := range br.GetFieldViolations() {
-			vs = append(vs, violation{Field: fv.GetField(), Message: fv.GetDescription()})
+			vs = append(vs, sharedstate.Violation{Field: fv.GetField(), Message: fv.GetDescription()})
 		}
 	}
 	return vs

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -24,9 +25,10 @@ const (
 	formatYAML  = "yaml"
 )
 
+var formats = []string{formatTable, formatJSON, formatYAML}
+
 func checkFormat(f string) error {
-	switch f {
-	case formatTable, formatJSON, formatYAML:
+	if slices.Contains(formats, f) {
 		return nil
 	}
 	return usageError{fmt.Errorf("-o must be table, json or yaml, got %q", f)}
@@ -446,9 +448,11 @@ func convertAll[In, Out any](in []In, of func(In) Out) []Out {
 	return out
 }
 
-func nonNil(s []string) []string {
+// nonNil is s, or an empty slice for nil (a JSON list prints as [], not
+// null).
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

@@ -56,23 +56,14 @@ func lintError(file string, data []byte) error {
 	if len(svs) == 0 {
 		return nil
 	}
-	return invalidError(file+": invalid policy", violationsFrom(svs), nil)
-}
-
-// violationsFrom converts sharedstate's violations (the same fields).
-func violationsFrom(svs []sharedstate.Violation) []violation {
-	vs := make([]violation, len(svs))
-	for i, v := range svs {
-		vs[i] = violation(v)
-	}
-	return vs
+	return invalidError(file+": invalid policy", svs, nil)
 }
 
 type lintDoc struct {
-	File       string      `json:"file"`
-	Valid      bool        `json:"valid"`
-	Violations []violation `json:"violations"`
-	Warnings   []string    `json:"warnings"`
+	File       string                  `json:"file"`
+	Valid      bool                    `json:"valid"`
+	Violations []sharedstate.Violation `json:"violations"`
+	Warnings   []string                `json:"warnings"`
 }
 
 func (o *policyLintOptions) run(context.Context) error {
@@ -84,7 +75,7 @@ func (o *policyLintOptions) run(context.Context) error {
 		return err
 	}
 	svs, warnings := sharedstate.CheckPolicyDocument(data, sharedstate.DefaultPolicy(), o.deadline)
-	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: violationsFrom(svs), Warnings: nonNil(warnings)}
+	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: nonNil(svs), Warnings: nonNil(warnings)}
 	if o.output != formatTable {
 		if err := printData(o.stdout, o.output, doc); err != nil {
 			return err

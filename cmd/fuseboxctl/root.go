@@ -69,8 +69,7 @@ confirmed.`,
 	pf.StringVar(&opts.tlsKey, "tls-key", "", "client key for mTLS")
 	pf.StringVar(&opts.tlsServerName, "tls-server-name", "", "server name to verify (turns TLS on; default: the host of --coordinator)")
 	pf.BoolVar(&opts.insecureToken, "insecure-plaintext-token", false, "send the bearer token without TLS to a coordinator that is not on loopback (it can be read on the way)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
-		[]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 
 	cmd.AddCommand(
 		newStatusCommand(opts),
