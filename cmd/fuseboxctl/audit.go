@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -35,16 +34,11 @@ func newAuditCommand(g *globalOptions) *cobra.Command {
 }
 
 func (o *auditOptions) run(ctx context.Context) error {
-	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListAuditResponse, error) {
-		return a.ListAudit(ctx, &fuseboxv1.ListAuditRequest{Dependency: o.dependency, Limit: o.limit})
-	})
+	resp, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.ListAudit, &fuseboxv1.ListAuditRequest{Dependency: o.dependency, Limit: o.limit})
 	if err != nil {
 		return err
 	}
-	docs := []auditDoc{}
-	for _, e := range resp.GetEntries() {
-		docs = append(docs, auditOf(e))
-	}
+	docs := convertAll(resp.GetEntries(), auditOf)
 	if o.output != formatTable {
 		return printData(o.stdout, o.output, map[string]any{"entries": docs})
 	}
@@ -54,9 +48,9 @@ func (o *auditOptions) run(ctx context.Context) error {
 		if d.At != nil {
 			at = d.At.Format(time.RFC3339)
 		}
-		t.row(fmt.Sprint(d.Revision), at, d.Actor, d.Action, d.Dependency, changeSummary(d))
+		t.row(d.Revision, at, d.Actor, d.Action, d.Dependency, changeSummary(d))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // changeSummary says what an audit entry changed: a policy write's field

@@ -69,54 +69,67 @@ func (o *globalOptions) dial() (*adminClient, error) {
 	}
 	conn, err := grpc.NewClient(target, dialOpts...)
 	if err != nil {
-		return nil, &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s: %v", o.coordinator, err)}, err: err}
+		return nil, failure(exitUnreachable, err, "coordinator %s: %v", o.coordinator, err)
 	}
 	return &adminClient{addr: o.coordinator, conn: conn, admin: fuseboxv1.NewAdminClient(conn), opts: o}, nil
 }
 
-// call runs one RPC bounded by --timeout and maps its error to an exit code.
-func (c *adminClient) call(ctx context.Context, fn func(ctx context.Context, admin fuseboxv1.AdminClient) error) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
+// rpc is a unary Admin method named by its method expression, e.g.
+// fuseboxv1.AdminClient.GetFleet.
+type rpc[Req, Resp any] func(fuseboxv1.AdminClient, context.Context, Req, ...grpc.CallOption) (Resp, error)
+
+// invoke runs one RPC on c bounded by --timeout and maps its error to an
+// exit code.
+func invoke[Req, Resp any](ctx context.Context, c *adminClient, method rpc[Req, Resp], req Req) (Resp, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.timeout)
 	defer cancel()
-	err := fn(ctx, c.admin)
-	if err == nil {
-		return nil
+	resp, err := method(c.admin, ctx, req)
+	if err != nil {
+		return resp, rpcError(err, c.addr, c.ready())
 	}
-	return rpcError(err, c.addr, c.ready())
+	return resp, nil
 }
 
-// callOnce dials the coordinator of o, runs one RPC through call (bounded
-// by --timeout, its error mapped to an exit code) and closes the connection.
-func callOnce[T any](ctx context.Context, o *globalOptions, rpc func(ctx context.Context, a fuseboxv1.AdminClient) (T, error)) (T, error) {
-	var resp T
-	c, err := o.dial()
+// callOnce dials the coordinator of g, runs one RPC through invoke and
+// closes the connection.
+func callOnce[Req, Resp any](ctx context.Context, g *globalOptions, method rpc[Req, Resp], req Req) (Resp, error) {
+	c, err := g.dial()
 	if err != nil {
-		return resp, err
+		var none Resp
+		return none, err
 	}
 	defer c.Close()
-	err = c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = rpc(ctx, a)
-		return err
-	})
-	return resp, err
+	return invoke(ctx, c, method, req)
 }
 
-// completeFrom completes the names that list reads from the coordinator
-// (best effort: nothing when it cannot be reached).
-func completeFrom(g *globalOptions, list func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error)) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+// completeFrom completes the names one RPC's answer holds (best effort:
+// nothing when the coordinator cannot be reached).
+func completeFrom[Req, Resp any](g *globalOptions, method rpc[Req, Resp], req Req, names func(Resp) []string) cobra.CompletionFunc {
 	return func(cmd *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 		if len(args) > 0 {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		names, err := callOnce(cmd.Context(), g, list)
+		resp, err := callOnce(cmd.Context(), g, method, req)
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		return names, cobra.ShellCompDirectiveNoFileComp
+		return names(resp), cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// completeDependencies completes dependency names from the coordinator's
+// fleet view.
+func completeDependencies(g *globalOptions) cobra.CompletionFunc {
+	return completeFrom(g, fuseboxv1.AdminClient.GetFleet, &fuseboxv1.GetFleetRequest{}, func(snap *fuseboxv1.FleetSnapshot) []string {
+		return convertAll(snap.GetDependencies(), (*fuseboxv1.DependencyView).GetDependency)
+	})
+}
+
+// completePolicies completes stored policy names.
+func completePolicies(g *globalOptions) cobra.CompletionFunc {
+	return completeFrom(g, fuseboxv1.AdminClient.ListPolicies, &fuseboxv1.ListPoliciesRequest{}, func(resp *fuseboxv1.ListPoliciesResponse) []string {
+		return convertAll(resp.GetPolicies(), (*fuseboxv1.PolicyEntry).GetDependency)
+	})
 }
 
 // ready reports whether the connection to the coordinator is up: an error

@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -28,6 +29,8 @@ import (
 // writePlan is what a policy write shows before it asks.
 type writePlan struct {
 	name string
+	// deletion: the write deletes the policy ("policy rm").
+	deletion bool
 	// stored is the policy the write replaces or deletes (nil: none).
 	stored *fuseboxv1.PolicyEntry
 	// replay is the document the simulation replays the dependency under
@@ -39,37 +42,40 @@ type writePlan struct {
 	since   time.Duration
 }
 
+// putPlan is the plan of writing data over stored.
+func putPlan(name string, stored *fuseboxv1.PolicyEntry, data []byte, since time.Duration) writePlan {
+	return writePlan{name: name, stored: stored, replay: data, changes: policyChanges(stored.GetPolicyJson(), data), since: since}
+}
+
 // validate asks the coordinator whether data can be written as name, and
 // turns violations into the exit-2 error.
-func (g *globalOptions) validate(ctx context.Context, c *adminClient, name string, data []byte) error {
-	var resp *fuseboxv1.ValidatePolicyResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.ValidatePolicy(ctx, &fuseboxv1.ValidatePolicyRequest{Dependency: name, PolicyJson: data})
-		return err
-	}); err != nil {
+func validate(ctx context.Context, c *adminClient, name string, data []byte) error {
+	resp, err := invoke(ctx, c, fuseboxv1.AdminClient.ValidatePolicy, &fuseboxv1.ValidatePolicyRequest{Dependency: name, PolicyJson: data})
+	if err != nil || len(resp.GetViolations()) == 0 {
 		return err
 	}
-	if len(resp.GetViolations()) == 0 {
-		return nil
-	}
-	vs := make([]violation, 0, len(resp.GetViolations()))
-	for _, v := range resp.GetViolations() {
-		vs = append(vs, violation{Field: v.GetField(), Value: v.GetValue(), Message: v.GetMessage()})
-	}
+	vs := convertAll(resp.GetViolations(), func(v *fuseboxv1.Violation) sharedstate.Violation {
+		return sharedstate.Violation{Field: v.GetField(), Value: v.GetValue(), Message: v.GetMessage()}
+	})
 	return invalidError("invalid policy", vs, nil)
 }
 
 // storedPolicy reads name's stored policy (nil: none).
 func storedPolicy(ctx context.Context, c *adminClient, name string) (*fuseboxv1.PolicyEntry, error) {
-	var e *fuseboxv1.PolicyEntry
-	err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		e, err = a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-		if status.Code(err) == codes.NotFound {
-			e, err = nil, nil
-		}
-		return err
-	})
+	e, err := invoke(ctx, c, fuseboxv1.AdminClient.GetPolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
+	if status.Code(err) == codes.NotFound {
+		return nil, nil
+	}
 	return e, err
+}
+
+// printWritten prints the policy a write stored.
+func (g *globalOptions) printWritten(e *fuseboxv1.PolicyEntry) error {
+	if g.output != formatTable {
+		return printData(g.stdout, g.output, policyOf(e))
+	}
+	fmt.Fprintf(g.stdout, "policy %s written at revision %d\n", e.GetDependency(), e.GetModRevision())
+	return nil
 }
 
 // requireTerminal returns the exit-6 error of a write that would ask for
@@ -79,8 +85,24 @@ func (g *globalOptions) requireTerminal(what string, inputOnStdin bool) error {
 	if !inputOnStdin && isTerminal(g.stdin) {
 		return nil
 	}
-	return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf(
-		"%s: not written: it asks for a confirmation on a terminal, and stdin is not one (or holds the policy); pass --yes to write without asking", what)}}
+	return failure(exitNotWritten, nil,
+		"%s: not written: it asks for a confirmation on a terminal, and stdin is not one (or holds the policy); pass --yes to write without asking", what)
+}
+
+// ask shows p on stderr and asks whether to write (or delete): anything
+// but a yes is exit 6.
+func (g *globalOptions) ask(ctx context.Context, c *adminClient, p writePlan) error {
+	if err := g.showPlan(ctx, c, p); err != nil {
+		return err
+	}
+	verb, done := "Write", "written"
+	if p.deletion {
+		verb, done = "Delete", "deleted"
+	}
+	if !g.confirm(fmt.Sprintf("%s policy %s?", verb, p.name)) {
+		return failure(exitNotWritten, nil, "policy %s not %s", p.name, done)
+	}
+	return nil
 }
 
 // showPlan prints p on stderr: the stored revision, the fields the write
@@ -92,10 +114,8 @@ func (g *globalOptions) showPlan(ctx context.Context, c *adminClient, p writePla
 		simErr error
 	)
 	if p.replay != nil && p.name != sharedstate.DefaultPolicyName {
-		simErr = c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-			sim, err = a.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: p.name, PolicyJson: p.replay, Since: durationPB(p.since)})
-			return err
-		})
+		sim, simErr = invoke(ctx, c, fuseboxv1.AdminClient.SimulatePolicy,
+			&fuseboxv1.SimulatePolicyRequest{Dependency: p.name, PolicyJson: p.replay, Since: durationpb.New(p.since)})
 		var ce *cliError
 		if errors.As(simErr, &ce) && ce.code == exitInvalid {
 			return simErr // the write would be refused just the same
@@ -109,13 +129,8 @@ func (g *globalOptions) showPlan(ctx context.Context, c *adminClient, p writePla
 	}
 	if sim == nil {
 		printChanges(w, p.changes)
-		if simErr != nil {
-			var ce *cliError
-			msg := simErr.Error()
-			if errors.As(simErr, &ce) {
-				msg = strings.Join(ce.lines, "; ")
-			}
-			fmt.Fprintf(w, "\nNo replay of the last %v: %s\n", p.since, msg)
+		if simErr != nil { // a cliError: its lines joined with "; "
+			fmt.Fprintf(w, "\nNo replay of the last %v: %s\n", p.since, simErr)
 		}
 		return nil
 	}

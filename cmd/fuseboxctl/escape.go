@@ -37,33 +37,35 @@ func unsafeRune(r rune) bool {
 	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
-// safeText returns s with every control character escaped, line breaks
-// and tabs included, for a table cell or one line of text.
-func safeText(s string) string {
-	if isSafeText(s) {
-		return s
-	}
-	var b bytes.Buffer
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
+// escapeRunes returns p with every rune for which unsafe is true, and every
+// byte that is not UTF-8, replaced by what esc writes for it; p itself when
+// there is none.
+func escapeRunes(p []byte, unsafe func(rune) bool, esc func(b *bytes.Buffer, r rune, raw []byte)) []byte {
+	var b *bytes.Buffer // nil until the first rune to escape
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRune(p[i:])
 		switch {
-		case r == utf8.RuneError && size == 1, unsafeRune(r):
-			escapeRune(&b, r, []byte(s[i:i+size]))
-		default:
-			b.WriteString(s[i : i+size])
+		case (r == utf8.RuneError && size == 1) || unsafe(r):
+			if b == nil {
+				b = bytes.NewBuffer(make([]byte, 0, len(p)+16))
+				b.Write(p[:i])
+			}
+			esc(b, r, p[i:i+size])
+		case b != nil:
+			b.Write(p[i : i+size])
 		}
 		i += size
 	}
-	return b.String()
+	if b == nil {
+		return p
+	}
+	return b.Bytes()
 }
 
-func isSafeText(s string) bool {
-	for _, r := range s { // an invalid byte reads as utf8.RuneError
-		if r == utf8.RuneError || unsafeRune(r) {
-			return false
-		}
-	}
-	return true
+// safeText returns s with every control character escaped, line breaks
+// and tabs included, for a table cell or one line of text.
+func safeText(s string) string {
+	return string(escapeRunes([]byte(s), unsafeRune, escapeRune))
 }
 
 // safeWriter escapes, in everything written to it, the control characters
@@ -82,33 +84,13 @@ func newSafeWriter(w io.Writer) io.Writer {
 }
 
 func (s safeWriter) Write(p []byte) (int, error) {
-	clean := true
-	for i := 0; i < len(p); {
-		r, size := utf8.DecodeRune(p[i:])
-		if (r == utf8.RuneError && size == 1) || (r != '\n' && r != '\t' && unicode.IsControl(r)) {
-			clean = false
-			break
-		}
-		i += size
-	}
-	if clean {
-		return s.w.Write(p)
-	}
-	var b bytes.Buffer
-	for i := 0; i < len(p); {
-		r, size := utf8.DecodeRune(p[i:])
-		if (r == utf8.RuneError && size == 1) || (r != '\n' && r != '\t' && unicode.IsControl(r)) {
-			escapeRune(&b, r, p[i:i+size])
-		} else {
-			b.Write(p[i : i+size])
-		}
-		i += size
-	}
-	if _, err := s.w.Write(b.Bytes()); err != nil {
+	if _, err := s.w.Write(escapeRunes(p, isWriterUnsafe, escapeRune)); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
+
+func isWriterUnsafe(r rune) bool { return r != '\n' && r != '\t' && unicode.IsControl(r) }
 
 // jsonSafe rewrites a JSON document with every unsafe character (see
 // unsafeRune) other than the line feeds of its layout as its \u escape,
@@ -117,18 +99,8 @@ func (s safeWriter) Write(p []byte) (int, error) {
 // or bidirectional overrides, and copies a json.RawMessage's bytes as
 // they are. Outside strings a JSON document holds no such character.
 func jsonSafe(doc []byte) []byte {
-	var b bytes.Buffer
-	for i := 0; i < len(doc); {
-		r, size := utf8.DecodeRune(doc[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b.WriteString(`\ufffd`)
-		case r != '\n' && unsafeRune(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.Write(doc[i : i+size])
-		}
-		i += size
-	}
-	return b.Bytes()
+	unsafe := func(r rune) bool { return r != '\n' && unsafeRune(r) }
+	return escapeRunes(doc, unsafe, func(b *bytes.Buffer, r rune, _ []byte) {
+		fmt.Fprintf(b, `\u%04x`, r) // an invalid byte reads as utf8.RuneError, U+FFFD
+	})
 }

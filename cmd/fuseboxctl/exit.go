@@ -9,6 +9,8 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // Exit codes a script can rely on (coordinator/README.md, "fuseboxctl").
@@ -32,15 +34,15 @@ type cliError struct {
 func (e *cliError) Error() string { return strings.Join(e.lines, "; ") }
 func (e *cliError) Unwrap() error { return e.err }
 
-// violation is one problem of a policy, from the coordinator or from the
-// offline linter.
-type violation struct {
-	Field   string `json:"field"`
-	Value   string `json:"value,omitempty"`
-	Message string `json:"message"`
+// failure is the cliError of one line, formatted as fmt.Sprintf does,
+// wrapping cause (nil: none).
+func failure(code int, cause error, format string, args ...any) *cliError {
+	return &cliError{code: code, lines: []string{fmt.Sprintf(format, args...)}, err: cause}
 }
 
-func (v violation) String() string {
+// violationText is one problem of a policy, from the coordinator or from
+// the offline linter, as stderr shows it: "field: message (got value)".
+func violationText(v sharedstate.Violation) string {
 	if v.Field == "" {
 		return v.Message
 	}
@@ -51,10 +53,10 @@ func (v violation) String() string {
 }
 
 // invalidError builds the exit-2 error of a refused policy.
-func invalidError(what string, vs []violation, cause error) *cliError {
+func invalidError(what string, vs []sharedstate.Violation, cause error) *cliError {
 	lines := []string{fmt.Sprintf("%s: %d violation(s)", what, len(vs))}
 	for _, v := range vs {
-		lines = append(lines, "  "+v.String())
+		lines = append(lines, "  "+violationText(v))
 	}
 	return &cliError{code: exitInvalid, lines: lines, err: cause}
 }
@@ -69,41 +71,40 @@ func rpcError(err error, addr string, reachable bool) error {
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return &cliError{code: exitError, lines: []string{err.Error()}, err: err}
+		return failure(exitError, err, "%v", err)
 	}
 	switch st.Code() {
 	case codes.Unauthenticated, codes.PermissionDenied:
-		return &cliError{code: exitAuth, lines: []string{fmt.Sprintf("coordinator %s refused the request: %s", addr, st.Message())}, err: err}
+		return failure(exitAuth, err, "coordinator %s refused the request: %s", addr, st.Message())
 	case codes.InvalidArgument:
-		vs := violationsOf(st)
-		if len(vs) == 0 {
-			return &cliError{code: exitInvalid, lines: []string{"invalid: " + st.Message()}, err: err}
+		if vs := violationsOf(st); len(vs) > 0 {
+			return invalidError("invalid policy", vs, err)
 		}
-		return invalidError("invalid policy", vs, err)
+		return failure(exitInvalid, err, "invalid: %s", st.Message())
 	case codes.Aborted:
-		return &cliError{code: exitConflict, lines: []string{"conflict: " + st.Message()}, err: err}
+		return failure(exitConflict, err, "conflict: %s", st.Message())
 	case codes.Unavailable, codes.DeadlineExceeded:
 		if !reachable {
-			return &cliError{code: exitUnreachable, lines: []string{fmt.Sprintf("coordinator %s unreachable: %s", addr, st.Message())}, err: err}
+			return failure(exitUnreachable, err, "coordinator %s unreachable: %s", addr, st.Message())
 		}
 	case codes.NotFound:
-		return &cliError{code: exitError, lines: []string{st.Message()}, err: err}
+		return failure(exitError, err, "%s", st.Message())
 	case codes.Unimplemented:
-		return &cliError{code: exitError, lines: []string{fmt.Sprintf("coordinator %s does not serve this (%s): it is older than this fuseboxctl", addr, st.Message())}, err: err}
+		return failure(exitError, err, "coordinator %s does not serve this (%s): it is older than this fuseboxctl", addr, st.Message())
 	}
-	return &cliError{code: exitError, lines: []string{fmt.Sprintf("%s: %s", st.Code(), st.Message())}, err: err}
+	return failure(exitError, err, "%s: %s", st.Code(), st.Message())
 }
 
 // violationsOf reads the BadRequest field violations of a status.
-func violationsOf(st *status.Status) []violation {
-	var vs []violation
+func violationsOf(st *status.Status) []sharedstate.Violation {
+	var vs []sharedstate.Violation
 	for _, d := range st.Details() {
 		br, ok := d.(*errdetails.BadRequest)
 		if !ok {
 			continue
 		}
 		for _, fv := range br.GetFieldViolations() {
-			vs = append(vs, violation{Field: fv.GetField(), Message: fv.GetDescription()})
+			vs = append(vs, sharedstate.Violation{Field: fv.GetField(), Message: fv.GetDescription()})
 		}
 	}
 	return vs

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -23,9 +25,10 @@ const (
 	formatYAML  = "yaml"
 )
 
+var formats = []string{formatTable, formatJSON, formatYAML}
+
 func checkFormat(f string) error {
-	switch f {
-	case formatTable, formatJSON, formatYAML:
+	if slices.Contains(formats, f) {
 		return nil
 	}
 	return usageError{fmt.Errorf("-o must be table, json or yaml, got %q", f)}
@@ -43,45 +46,59 @@ func printData(w io.Writer, format string, v any) error {
 	if err != nil {
 		return err
 	}
-	b = jsonSafe(b)
-	if format == formatYAML {
-		y, err := yaml.JSONToYAML(b)
-		if err != nil {
-			return err
-		}
-		_, err = w.Write(y)
+	return writeDocument(w, format, b)
+}
+
+// writeDocument writes the JSON document doc as format, JSON or YAML (see
+// printData).
+func writeDocument(w io.Writer, format string, doc []byte) error {
+	doc = jsonSafe(doc)
+	if format != formatYAML {
+		_, err := fmt.Fprintf(w, "%s\n", doc)
 		return err
 	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
+	y, err := yaml.JSONToYAML(doc)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(y)
 	return err
 }
 
-// table writes aligned columns.
-type table struct {
-	tw *tabwriter.Writer
+// printRemoval prints the outcome of a removal (clear, policy rm): with -o
+// json|yaml {"dependency": name, key: removed}, else the line that says it.
+func (g *globalOptions) printRemoval(name, key string, removed bool, removedLine, noneLine string) error {
+	if g.output != formatTable {
+		return printData(g.stdout, g.output, map[string]any{"dependency": name, key: removed})
+	}
+	if removed {
+		fmt.Fprintln(g.stdout, removedLine)
+	} else {
+		fmt.Fprintln(g.stdout, noneLine)
+	}
+	return nil
 }
 
-func newTable(w io.Writer, header ...string) *table {
-	t := &table{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+// table writes aligned columns.
+type table struct{ *tabwriter.Writer }
+
+func newTable(w io.Writer, header ...any) *table {
+	t := &table{tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
 	if len(header) > 0 {
 		t.row(header...)
 	}
 	return t
 }
 
-// row adds a row; every cell is escaped (safeText): cells hold what the
-// coordinator sent.
-func (t *table) row(cells ...string) {
+// row adds a row of cells in fmt.Sprint's form, "-" for an empty one;
+// every cell is escaped (safeText): cells hold what the coordinator sent.
+func (t *table) row(cells ...any) {
+	text := make([]string, len(cells))
 	for i, c := range cells {
-		if c == "" {
-			c = "-"
-		}
-		cells[i] = safeText(c)
+		text[i] = safeText(dash(fmt.Sprint(c)))
 	}
-	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
+	fmt.Fprintln(t, strings.Join(text, "\t"))
 }
-
-func (t *table) flush() error { return t.tw.Flush() }
 
 // ---- names of the wire enums, as the CLI prints them ----
 
@@ -110,14 +127,16 @@ func modeName(m fuseboxv1.Mode) string {
 	return ""
 }
 
-func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
+func dash(s string) string { return cmp.Or(s, "-") }
 
-func tsString(ts *timestamppb.Timestamp) string {
-	if ts == nil {
-		return ""
+func yesNo(b bool) string {
+	if b {
+		return "yes"
 	}
-	return ts.AsTime().UTC().Format(time.RFC3339)
+	return "no"
 }
+
+func pct(f float64) string { return fmt.Sprintf("%.1f%%", 100*f) }
 
 func tsPtr(ts *timestamppb.Timestamp) *time.Time {
 	if ts == nil {
@@ -134,8 +153,6 @@ func tsPtr(ts *timestamppb.Timestamp) *time.Time {
 type countsDoc = sharedstate.Counts
 
 func countsOf(c *fuseboxv1.Counts) countsDoc { return convert.CountsFromProto(c) }
-
-func requests(c *fuseboxv1.Counts) uint64 { return c.GetSuccesses() + c.GetFailures() }
 
 type nodeDoc struct {
 	Node          string    `json:"node"`
@@ -224,7 +241,9 @@ func (t *tripDoc) String() string {
 		rule, pct(t.FailureRateThreshold), pct(t.SlowCallRateThreshold), t.MinimumRequests, t.MinFailingNodes, t.Window)
 }
 
-func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
+// dependencyOf is d's summary: everything but the trip rule, zones and
+// nodes (dependencyDetailOf).
+func dependencyOf(d *fuseboxv1.DependencyView) dependencyDoc {
 	doc := dependencyDoc{
 		Dependency: d.GetDependency(), State: stateName(d.GetState()), Generation: d.GetGeneration(),
 		Since: tsPtr(d.GetSince()), OpenCount: d.GetOpenCount(), Reason: d.GetReason(),
@@ -236,18 +255,20 @@ func dependencyOf(d *fuseboxv1.DependencyView, detail bool) dependencyDoc {
 		OverrideActor: d.GetOverrideActor(), OverrideExpires: tsPtr(d.GetOverrideExpires()),
 	}
 	doc.Effective = effectiveState(doc)
-	if detail {
-		doc.TripRule = tripOf(d.GetBreaker())
-		doc.Zones = []zoneDoc{}
-		for _, z := range d.GetZones() {
-			doc.Zones = append(doc.Zones, zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())})
-		}
-		doc.Nodes = []nodeDoc{}
-		for _, n := range d.GetNodes() {
-			doc.Nodes = append(doc.Nodes, nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
-				NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber(), InFlight: n.GetInFlight()})
-		}
-	}
+	return doc
+}
+
+// dependencyDetailOf is all of d, as dep show prints it.
+func dependencyDetailOf(d *fuseboxv1.DependencyView) dependencyDoc {
+	doc := dependencyOf(d)
+	doc.TripRule = tripOf(d.GetBreaker())
+	doc.Zones = convertAll(d.GetZones(), func(z *fuseboxv1.ZoneView) zoneDoc {
+		return zoneDoc{Zone: z.GetZone(), Counts: countsOf(z.GetCounts())}
+	})
+	doc.Nodes = convertAll(d.GetNodes(), func(n *fuseboxv1.NodeView) nodeDoc {
+		return nodeDoc{Node: n.GetNode(), Zone: n.GetZone(), Counts: countsOf(n.GetCounts()),
+			NodeLocalOpen: n.GetNodeLocalOpen(), Prober: n.GetProber(), InFlight: n.GetInFlight()}
+	})
 	return doc
 }
 
@@ -370,15 +391,14 @@ type auditDoc struct {
 }
 
 func auditOf(a *fuseboxv1.AuditEntry) auditDoc {
-	d := auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
-		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter()), Changes: []changeDoc{}}
-	for _, c := range a.GetChanges() {
-		d.Changes = append(d.Changes, changeDoc{Field: c.GetField(), From: dash(c.GetFrom()), To: dash(c.GetTo())})
+	changes := convertAll(a.GetChanges(), func(c *fuseboxv1.FieldChange) sharedstate.FieldChange {
+		return sharedstate.FieldChange{Field: c.GetField(), From: c.GetFrom(), To: c.GetTo()}
+	})
+	if len(changes) == 0 { // a coordinator older than AuditEntry.changes
+		changes = sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter())
 	}
-	if len(a.GetChanges()) == 0 { // a coordinator older than AuditEntry.changes
-		d.Changes = changesOf(sharedstate.DiffDocuments(a.GetBefore(), a.GetAfter()))
-	}
-	return d
+	return auditDoc{Revision: a.GetRevision(), At: tsPtr(a.GetAt()), Actor: a.GetActor(), Action: a.GetAction(),
+		Dependency: a.GetDependency(), Before: rawJSON(a.GetBefore()), After: rawJSON(a.GetAfter()), Changes: changesOf(changes)}
 }
 
 // changeDoc is one field a write changes: its JSON values before and
@@ -391,11 +411,9 @@ type changeDoc struct {
 
 // changesOf converts sharedstate's field changes.
 func changesOf(cs []sharedstate.FieldChange) []changeDoc {
-	out := make([]changeDoc, 0, len(cs))
-	for _, c := range cs {
-		out = append(out, changeDoc{Field: c.Field, From: dash(c.From), To: dash(c.To)})
-	}
-	return out
+	return convertAll(cs, func(c sharedstate.FieldChange) changeDoc {
+		return changeDoc{Field: c.Field, From: dash(c.From), To: dash(c.To)}
+	})
 }
 
 // showJSON shows a JSON value in text: a string without its quotes.
@@ -420,9 +438,21 @@ func rawJSON(b []byte) json.RawMessage {
 	return s
 }
 
-func nonNil(s []string) []string {
+// convertAll converts each of in with of, into a slice that is never nil
+// (a JSON list prints as [], not null).
+func convertAll[In, Out any](in []In, of func(In) Out) []Out {
+	out := make([]Out, 0, len(in))
+	for _, v := range in {
+		out = append(out, of(v))
+	}
+	return out
+}
+
+// nonNil is s, or an empty slice for nil (a JSON list prints as [], not
+// null).
+func nonNil[T any](s []T) []T {
 	if s == nil {
-		return []string{}
+		return []T{}
 	}
 	return s
 }

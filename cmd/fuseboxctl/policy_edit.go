@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -11,8 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
@@ -59,27 +59,13 @@ func (o *policyEditOptions) run(ctx context.Context, name string) error {
 		return err
 	}
 	defer c.Close()
-	var (
-		entry   *fuseboxv1.PolicyEntry
-		missing bool
-	)
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		entry, err = a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-		if status.Code(err) == codes.NotFound {
-			missing, err = true, nil
-		}
-		return err
-	}); err != nil {
+	entry, err := storedPolicy(ctx, c, name)
+	if err != nil {
 		return err
 	}
-	var (
-		original []byte
-		revision int64
-	)
-	if missing {
-		original = []byte(fmt.Sprintf("{\n  \"schema\": 1,\n  \"dependency\": %q\n}\n", name))
-	} else {
-		original, revision = indentJSON(entry.GetPolicyJson()), entry.GetModRevision()
+	original := fmt.Appendf(nil, "{\n  \"schema\": 1,\n  \"dependency\": %q\n}\n", name)
+	if entry != nil {
+		original = indentJSON(entry.GetPolicyJson())
 	}
 
 	dir, err := os.MkdirTemp("", "fuseboxctl-edit-")
@@ -111,46 +97,29 @@ func (o *policyEditOptions) run(ctx context.Context, name string) error {
 		return nil
 	}
 	if !o.yes {
-		if err := o.validate(ctx, c, name, edited); err != nil {
+		err := validate(ctx, c, name, edited)
+		if err == nil {
+			err = o.ask(ctx, c, putPlan(name, entry, edited, o.since))
+		}
+		if err != nil {
 			keep = true
 			return err
-		}
-		plan := writePlan{name: name, stored: entry, replay: edited, changes: policyChanges(entry.GetPolicyJson(), edited), since: o.since}
-		if err := o.showPlan(ctx, c, plan); err != nil {
-			keep = true
-			return err
-		}
-		if !o.confirm(fmt.Sprintf("Write policy %s?", name)) {
-			keep = true
-			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not written", name)}}
 		}
 	}
-	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: edited, Actor: o.actor, ExpectedRevision: &revision}
-	var e *fuseboxv1.PolicyEntry
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		e, err = a.PutPolicy(ctx, req)
-		return err
-	}); err != nil {
+	// A compare-and-swap on the revision read (0: only if there is still none).
+	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: edited, Actor: o.actor, ExpectedRevision: proto.Int64(entry.GetModRevision())}
+	e, err := invoke(ctx, c, fuseboxv1.AdminClient.PutPolicy, req)
+	if err != nil {
 		keep = true
 		return err
 	}
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, policyOf(e))
-	}
-	fmt.Fprintf(o.stdout, "policy %s written at revision %d\n", e.GetDependency(), e.GetModRevision())
-	return nil
+	return o.printWritten(e)
 }
 
 // runEditor opens path in $EDITOR (which may carry arguments, e.g.
 // "code --wait"), $VISUAL or vi, on the terminal.
 func (o *policyEditOptions) runEditor(ctx context.Context, path string) error {
-	editor := os.Getenv("EDITOR")
-	if editor == "" {
-		editor = os.Getenv("VISUAL")
-	}
-	if editor == "" {
-		editor = "vi"
-	}
+	editor := cmp.Or(os.Getenv("EDITOR"), os.Getenv("VISUAL"), "vi")
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", editor+` "$1"`, "fuseboxctl-editor", path)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {

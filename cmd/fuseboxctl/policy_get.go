@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -111,9 +110,7 @@ func effectiveOf(ep *fuseboxv1.EffectivePolicy) effectiveDoc {
 }
 
 func (o *policyGetOptions) get(ctx context.Context, name string) error {
-	ep, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.EffectivePolicy, error) {
-		return a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-	})
+	ep, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetEffectivePolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
 	if err != nil {
 		return err
 	}
@@ -127,7 +124,7 @@ func (o *policyGetOptions) get(ctx context.Context, name string) error {
 	for _, f := range ep.GetFields() {
 		t.row(f.GetField(), showJSON(f.GetValue()), cmp.Or(sourceNames[f.GetSource()][1], "unknown"), showJSON(f.GetInherited()))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // policySources says which documents make up an effective policy.
@@ -150,12 +147,9 @@ func policySources(ep *fuseboxv1.EffectivePolicy) string {
 
 // getStored prints NAME's own stored document.
 func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
-	e, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.PolicyEntry, error) {
-		return a.GetPolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-	})
-	var ce *cliError
-	if errors.As(err, &ce) && status.Code(ce.err) == codes.NotFound {
-		return &cliError{code: exitError, lines: []string{fmt.Sprintf("policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)}, err: err}
+	e, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.GetPolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
+	if status.Code(err) == codes.NotFound {
+		return failure(exitError, err, "policy %s: none stored: it runs on the fleet default (policy get %s shows it)", name, name)
 	}
 	if err != nil {
 		return err
@@ -168,16 +162,11 @@ func (o *policyGetOptions) getStored(ctx context.Context, name string) error {
 }
 
 func (o *policyGetOptions) list(ctx context.Context) error {
-	resp, err := callOnce(ctx, o.globalOptions, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.ListPoliciesResponse, error) {
-		return a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-	})
+	resp, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.ListPolicies, &fuseboxv1.ListPoliciesRequest{})
 	if err != nil {
 		return err
 	}
-	docs := []policyDoc{}
-	for _, e := range resp.GetPolicies() {
-		docs = append(docs, policyOf(e))
-	}
+	docs := convertAll(resp.GetPolicies(), policyOf)
 	if o.output != formatTable {
 		return printData(o.stdout, o.output, map[string]any{"policies": docs})
 	}
@@ -191,9 +180,9 @@ func (o *policyGetOptions) list(ctx context.Context) error {
 		if json.Compact(&compact, d.Policy) != nil {
 			compact.Write(d.Policy)
 		}
-		t.row(d.Dependency, fmt.Sprint(d.ModRevision), truncate(compact.String(), 100))
+		t.row(d.Dependency, d.ModRevision, truncate(compact.String(), 100))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // indentJSON pretty-prints a JSON document (as it is, when it is not JSON),
@@ -215,16 +204,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n-1] + "…"
-}
-
-// completePolicies completes stored policy names.
-func completePolicies(g *globalOptions) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
-	return completeFrom(g, func(ctx context.Context, a fuseboxv1.AdminClient) ([]string, error) {
-		resp, err := a.ListPolicies(ctx, &fuseboxv1.ListPoliciesRequest{})
-		var names []string
-		for _, e := range resp.GetPolicies() {
-			names = append(names, e.GetDependency())
-		}
-		return names, err
-	})
 }

@@ -56,18 +56,14 @@ func lintError(file string, data []byte) error {
 	if len(svs) == 0 {
 		return nil
 	}
-	vs := make([]violation, 0, len(svs))
-	for _, v := range svs {
-		vs = append(vs, violation{Field: v.Field, Value: v.Value, Message: v.Message})
-	}
-	return invalidError(file+": invalid policy", vs, nil)
+	return invalidError(file+": invalid policy", svs, nil)
 }
 
 type lintDoc struct {
-	File       string      `json:"file"`
-	Valid      bool        `json:"valid"`
-	Violations []violation `json:"violations"`
-	Warnings   []string    `json:"warnings"`
+	File       string                  `json:"file"`
+	Valid      bool                    `json:"valid"`
+	Violations []sharedstate.Violation `json:"violations"`
+	Warnings   []string                `json:"warnings"`
 }
 
 func (o *policyLintOptions) run(context.Context) error {
@@ -79,13 +75,7 @@ func (o *policyLintOptions) run(context.Context) error {
 		return err
 	}
 	svs, warnings := sharedstate.CheckPolicyDocument(data, sharedstate.DefaultPolicy(), o.deadline)
-	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: []violation{}, Warnings: warnings}
-	if doc.Warnings == nil {
-		doc.Warnings = []string{}
-	}
-	for _, v := range svs {
-		doc.Violations = append(doc.Violations, violation{Field: v.Field, Value: v.Value, Message: v.Message})
-	}
+	doc := lintDoc{File: o.file, Valid: len(svs) == 0, Violations: nonNil(svs), Warnings: nonNil(warnings)}
 	if o.output != formatTable {
 		if err := printData(o.stdout, o.output, doc); err != nil {
 			return err

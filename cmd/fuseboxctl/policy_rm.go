@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -56,15 +57,11 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 	defer c.Close()
 	req := &fuseboxv1.DeletePolicyRequest{Dependency: name, Actor: o.actor}
 	if expect {
-		rev := o.expectedRevision
-		req.ExpectedRevision = &rev
+		req.ExpectedRevision = proto.Int64(o.expectedRevision)
 	}
 	if !o.yes {
-		var ep *fuseboxv1.EffectivePolicy
-		if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-			ep, err = a.GetEffectivePolicy(ctx, &fuseboxv1.GetPolicyRequest{Dependency: name})
-			return err
-		}); err != nil {
+		ep, err := invoke(ctx, c, fuseboxv1.AdminClient.GetEffectivePolicy, &fuseboxv1.GetPolicyRequest{Dependency: name})
+		if err != nil {
 			return err // an invalid name is exit 2 before any question
 		}
 		stored, layer := ep.GetOwn(), fuseboxv1.PolicySource_POLICY_SOURCE_OWN
@@ -72,7 +69,7 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 			stored, layer = ep.GetFleetDefault(), fuseboxv1.PolicySource_POLICY_SOURCE_FLEET_DEFAULT
 		}
 		if stored == nil {
-			return o.print(name, false)
+			return o.printDeleted(name, false)
 		}
 		if err := o.requireTerminal("policy "+name+" deletion", false); err != nil {
 			return err
@@ -84,37 +81,22 @@ func (o *policyRmOptions) run(ctx context.Context, name string, expect bool) err
 				changes = append(changes, changeDoc{Field: f.GetField(), From: f.GetValue(), To: dash(f.GetInherited())})
 			}
 		}
-		plan := writePlan{name: name, stored: stored, changes: changes, since: o.since,
+		plan := writePlan{name: name, deletion: true, stored: stored, changes: changes, since: o.since,
 			replay: fmt.Appendf(nil, `{"dependency":%q}`, name)} // the dependency on the fleet default alone
-		if err := o.showPlan(ctx, c, plan); err != nil {
+		if err := o.ask(ctx, c, plan); err != nil {
 			return err
 		}
-		if !o.confirm(fmt.Sprintf("Delete policy %s?", name)) {
-			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not deleted", name)}}
-		}
 		if !expect {
-			rev := stored.GetModRevision() // what was shown is what is deleted
-			req.ExpectedRevision = &rev
+			req.ExpectedRevision = proto.Int64(stored.GetModRevision()) // what was shown is what is deleted
 		}
 	}
-	var resp *fuseboxv1.DeletePolicyResponse
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		resp, err = a.DeletePolicy(ctx, req)
-		return err
-	}); err != nil {
+	resp, err := invoke(ctx, c, fuseboxv1.AdminClient.DeletePolicy, req)
+	if err != nil {
 		return err
 	}
-	return o.print(name, resp.GetDeleted())
+	return o.printDeleted(name, resp.GetDeleted())
 }
 
-func (o *policyRmOptions) print(name string, deleted bool) error {
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, map[string]any{"dependency": name, "deleted": deleted})
-	}
-	if deleted {
-		fmt.Fprintf(o.stdout, "policy %s deleted\n", name)
-	} else {
-		fmt.Fprintf(o.stdout, "no policy %s: nothing deleted\n", name)
-	}
-	return nil
+func (o *policyRmOptions) printDeleted(name string, deleted bool) error {
+	return o.printRemoval(name, "deleted", deleted, "policy "+name+" deleted", "no policy "+name+": nothing deleted")
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
@@ -84,12 +85,11 @@ func (o *policySetOptions) run(ctx context.Context, name string, expect bool) er
 	defer c.Close()
 	req := &fuseboxv1.PutPolicyRequest{Dependency: name, PolicyJson: data, Actor: o.actor}
 	if expect {
-		rev := o.expectedRevision
-		req.ExpectedRevision = &rev
+		req.ExpectedRevision = proto.Int64(o.expectedRevision)
 	}
 	if !o.yes {
 		// Refusals first: an invalid policy is exit 2, asked or not.
-		if err := o.validate(ctx, c, name, data); err != nil {
+		if err := validate(ctx, c, name, data); err != nil {
 			return err
 		}
 		if err := o.requireTerminal("policy "+name, o.file == "-"); err != nil {
@@ -99,30 +99,18 @@ func (o *policySetOptions) run(ctx context.Context, name string, expect bool) er
 		if err != nil {
 			return err
 		}
-		if err := o.showPlan(ctx, c, writePlan{name: name, stored: stored, replay: data,
-			changes: policyChanges(stored.GetPolicyJson(), data), since: o.since}); err != nil {
+		if err := o.ask(ctx, c, putPlan(name, stored, data, o.since)); err != nil {
 			return err
 		}
-		if !o.confirm(fmt.Sprintf("Write policy %s?", name)) {
-			return &cliError{code: exitNotWritten, lines: []string{fmt.Sprintf("policy %s not written", name)}}
-		}
 		if !expect {
-			rev := stored.GetModRevision() // what was shown is what is replaced
-			req.ExpectedRevision = &rev
+			req.ExpectedRevision = proto.Int64(stored.GetModRevision()) // what was shown is what is replaced
 		}
 	}
-	var e *fuseboxv1.PolicyEntry
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		e, err = a.PutPolicy(ctx, req)
-		return err
-	}); err != nil {
+	e, err := invoke(ctx, c, fuseboxv1.AdminClient.PutPolicy, req)
+	if err != nil {
 		return err
 	}
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, policyOf(e))
-	}
-	fmt.Fprintf(o.stdout, "policy %s written at revision %d\n", e.GetDependency(), e.GetModRevision())
-	return nil
+	return o.printWritten(e)
 }
 
 // readInput reads a file, or stdin for "-".
@@ -134,11 +122,7 @@ func readInput(path string, stdin io.Reader) ([]byte, error) {
 		}
 		return b, nil
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	return b, nil
+	return os.ReadFile(path)
 }
 
 // dependencyField returns the "dependency" field of a policy document, ""

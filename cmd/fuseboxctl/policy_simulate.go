@@ -61,7 +61,8 @@ func (o *policySimulateOptions) run(ctx context.Context) error {
 	if o.since <= 0 {
 		return usageError{fmt.Errorf("--since must be positive, got %v", o.since)}
 	}
-	resp, err := simulate(ctx, o.globalOptions, o.dependency, data, o.since)
+	resp, err := callOnce(ctx, o.globalOptions, fuseboxv1.AdminClient.SimulatePolicy,
+		&fuseboxv1.SimulatePolicyRequest{Dependency: o.dependency, PolicyJson: data, Since: durationpb.New(o.since)})
 	if err != nil {
 		return err
 	}
@@ -71,15 +72,6 @@ func (o *policySimulateOptions) run(ctx context.Context) error {
 	}
 	return doc.print(o.stdout, true)
 }
-
-// simulate calls SimulatePolicy.
-func simulate(ctx context.Context, g *globalOptions, dep string, data []byte, since time.Duration) (*fuseboxv1.SimulatePolicyResponse, error) {
-	return callOnce(ctx, g, func(ctx context.Context, a fuseboxv1.AdminClient) (*fuseboxv1.SimulatePolicyResponse, error) {
-		return a.SimulatePolicy(ctx, &fuseboxv1.SimulatePolicyRequest{Dependency: dep, PolicyJson: data, Since: durationPB(since)})
-	})
-}
-
-func durationPB(d time.Duration) *durationpb.Duration { return durationpb.New(d) }
 
 // ---- the documents of -o json|yaml (camelCase, part of the CLI's contract) ----
 
@@ -121,11 +113,9 @@ func simSideOf(s *fuseboxv1.SimulatedSide) simSideDoc {
 }
 
 type simIncidentDoc struct {
-	From     time.Time  `json:"from"`
-	To       time.Time  `json:"to"`
-	Fleet    simSideDoc `json:"fleet"`
-	Current  simSideDoc `json:"current"`
-	Proposed simSideDoc `json:"proposed"`
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
+	simTriple[simSideDoc]
 }
 
 type simIntervalDoc struct {
@@ -137,19 +127,24 @@ type simIntervalDoc struct {
 }
 
 func simIntervalsOf(ivs []*fuseboxv1.SimulatedInterval) []simIntervalDoc {
-	out := make([]simIntervalDoc, 0, len(ivs))
-	for _, iv := range ivs {
-		out = append(out, simIntervalDoc{State: iv.GetState(), From: iv.GetFrom().AsTime().UTC(), To: iv.GetTo().AsTime().UTC(),
-			Generation: iv.GetGeneration(), Reason: iv.GetReason()})
-	}
-	return out
+	return convertAll(ivs, func(iv *fuseboxv1.SimulatedInterval) simIntervalDoc {
+		return simIntervalDoc{State: iv.GetState(), From: iv.GetFrom().AsTime().UTC(), To: iv.GetTo().AsTime().UTC(),
+			Generation: iv.GetGeneration(), Reason: iv.GetReason()}
+	})
 }
 
+// simTriple is one thing of each side: what the fleet did, and what the
+// current and the proposed policy would have done.
 type simTriple[T any] struct {
 	Fleet    T `json:"fleet"`
 	Current  T `json:"current"`
 	Proposed T `json:"proposed"`
 }
+
+func (t simTriple[T]) sides() [3]T { return [3]T{t.Fleet, t.Current, t.Proposed} }
+
+// simSides names the sides in the order of sides.
+var simSides = [3]string{"fleet", "current", "proposed"}
 
 type simulationDoc struct {
 	Dependency      string                      `json:"dependency"`
@@ -179,7 +174,7 @@ func simulationOf(r *fuseboxv1.SimulatePolicyResponse) simulationDoc {
 		Proposed: rawJSON(r.GetProposed().GetPolicyJson())}
 	for _, inc := range r.GetIncidents() {
 		d.Incidents = append(d.Incidents, simIncidentDoc{From: inc.GetFrom().AsTime().UTC(), To: inc.GetTo().AsTime().UTC(),
-			Fleet: simSideOf(inc.GetFleet()), Current: simSideOf(inc.GetCurrent()), Proposed: simSideOf(inc.GetProposed())})
+			simTriple: simTriple[simSideDoc]{Fleet: simSideOf(inc.GetFleet()), Current: simSideOf(inc.GetCurrent()), Proposed: simSideOf(inc.GetProposed())}})
 	}
 	return d
 }
@@ -224,39 +219,32 @@ func (d simulationDoc) print(w io.Writer, full bool) error {
 	}
 	fmt.Fprintln(w)
 	t := newTable(w, "INCIDENT", "SIDE", "OPENED", "CLOSED", "OPENS", "TO OPEN", "REFUSED", "WOULD FAIL", "FAILED THROUGH", "RETRIES")
+	// The fleet's refused calls were never made: nobody knows whether they
+	// would have failed.
+	wouldFail := func(side int, t simTotalsDoc) any {
+		if side == 0 {
+			return ""
+		}
+		return t.RefusedWouldFail
+	}
 	for i, inc := range d.Incidents {
 		label := []string{fmt.Sprintf("%d", i+1), inc.From.Format("15:04:05.0"), "to " + inc.To.Format("15:04:05.0")}
-		for k, s := range []struct {
-			name string
-			side simSideDoc
-		}{{"fleet", inc.Fleet}, {"current", inc.Current}, {"proposed", inc.Proposed}} {
-			would := fmt.Sprint(s.side.Totals.RefusedWouldFail)
-			if s.name == "fleet" {
-				would = "" // the fleet's refused calls were never made
-			}
-			t.row(label[k], s.name, clock(s.side.Opened), clock(s.side.Closed), fmt.Sprint(s.side.Opens), secs(s.side.SecondsToOpen),
-				fmt.Sprint(s.side.Totals.Refused), would, fmt.Sprint(s.side.Totals.FailedLetThrough), fmt.Sprint(s.side.Totals.RetriesAllowed))
+		for k, s := range inc.sides() {
+			t.row(label[k], simSides[k], clock(s.Opened), clock(s.Closed), s.Opens, secs(s.SecondsToOpen),
+				s.Totals.Refused, wouldFail(k, s.Totals), s.Totals.FailedLetThrough, s.Totals.RetriesAllowed)
 		}
 	}
 	if len(d.Incidents) == 0 {
 		t.row("none", "", "", "", "", "", "", "", "", "")
 	}
-	for k, s := range []struct {
-		name string
-		t    simTotalsDoc
-	}{{"fleet", d.Totals.Fleet}, {"current", d.Totals.Current}, {"proposed", d.Totals.Proposed}} {
+	for k, s := range d.Totals.sides() {
 		label := " "
 		if k == 0 {
 			label = "TOTAL"
 		}
-		would := fmt.Sprint(s.t.RefusedWouldFail)
-		if s.name == "fleet" {
-			would = ""
-		}
-		t.row(label, s.name, " ", " ", fmt.Sprint(s.t.Opens), " ", fmt.Sprint(s.t.Refused), would, fmt.Sprint(s.t.FailedLetThrough),
-			fmt.Sprint(s.t.RetriesAllowed))
+		t.row(label, simSides[k], " ", " ", s.Opens, " ", s.Refused, wouldFail(k, s), s.FailedLetThrough, s.RetriesAllowed)
 	}
-	if err := t.flush(); err != nil {
+	if err := t.Flush(); err != nil {
 		return err
 	}
 	if p := d.Totals.Proposed; p.ShadowRefused > 0 {
@@ -281,5 +269,5 @@ func printChanges(w io.Writer, cs []changeDoc) {
 	for _, c := range cs {
 		t.row("  "+c.Field, showJSON(c.From), "→", showJSON(c.To))
 	}
-	_ = t.flush()
+	_ = t.Flush()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"io"
 	"os"
 	"os/user"
@@ -57,12 +58,8 @@ confirmed.`,
 	cmd.SetErr(stderr)
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
-	def := os.Getenv("FUSEBOX_COORDINATOR")
-	if def == "" {
-		def = defaultCoordinator
-	}
 	pf := cmd.PersistentFlags()
-	pf.StringVar(&opts.coordinator, "coordinator", def, "coordinator Admin API address, host:port (env FUSEBOX_COORDINATOR)")
+	pf.StringVar(&opts.coordinator, "coordinator", cmp.Or(os.Getenv("FUSEBOX_COORDINATOR"), defaultCoordinator), "coordinator Admin API address, host:port (env FUSEBOX_COORDINATOR)")
 	pf.StringVar(&opts.tokenFile, "token-file", "", "file holding the bearer token (default: env FUSEBOX_TOKEN)")
 	pf.StringVarP(&opts.output, "output", "o", formatTable, "output format: table, json or yaml")
 	pf.StringVar(&opts.actor, "actor", defaultActor(), "who you are, recorded in the audit beside the token's identity")
@@ -72,14 +69,18 @@ confirmed.`,
 	pf.StringVar(&opts.tlsKey, "tls-key", "", "client key for mTLS")
 	pf.StringVar(&opts.tlsServerName, "tls-server-name", "", "server name to verify (turns TLS on; default: the host of --coordinator)")
 	pf.BoolVar(&opts.insecureToken, "insecure-plaintext-token", false, "send the bearer token without TLS to a coordinator that is not on loopback (it can be read on the way)")
-	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(
-		[]string{formatTable, formatJSON, formatYAML}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions(formats, cobra.ShellCompDirectiveNoFileComp))
 
 	cmd.AddCommand(
 		newStatusCommand(opts),
 		newDepsCommand(opts),
-		newDepCommand(opts),
-		newPolicyCommand(opts),
+		group("dep", "Look at one dependency (dep show NAME)", "", newDepShowCommand(opts)),
+		group("policy", "Get, set, edit, lint, simulate or remove policies",
+			`Policies are JSON documents stored in etcd (policies/<dependency>, and
+policies/_default for the fleet default). A dependency's policy sets only the
+fields it changes; the rest comes from _default, field by field.`,
+			newPolicyGetCommand(opts), newPolicySetCommand(opts), newPolicyEditCommand(opts),
+			newPolicyLintCommand(opts), newPolicySimulateCommand(opts), newPolicyRmCommand(opts)),
 		newForceOpenCommand(opts),
 		newForceClosedCommand(opts),
 		newClearCommand(opts),
@@ -87,6 +88,13 @@ confirmed.`,
 		newAuditCommand(opts),
 		newWatchCommand(opts),
 	)
+	return cmd
+}
+
+// group is a command that only holds subcommands.
+func group(use, short, long string, subcommands ...*cobra.Command) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: cobra.NoArgs}
+	cmd.AddCommand(subcommands...)
 	return cmd
 }
 
@@ -99,11 +107,8 @@ func defaultActor() string {
 		}
 	}
 	host, _ := os.Hostname()
-	switch {
-	case name != "" && host != "":
+	if name != "" && host != "" {
 		return name + "@" + host
-	case name != "":
-		return name
 	}
-	return host
+	return cmp.Or(name, host)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -13,12 +14,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
-type statusOptions struct {
-	*globalOptions
-}
-
 func newStatusCommand(g *globalOptions) *cobra.Command {
-	o := &statusOptions{globalOptions: g}
 	return &cobra.Command{
 		Use:   "status",
 		Short: "Show the fleet at a glance: members, breakers, overrides",
@@ -31,7 +27,7 @@ and the agents follow etcd: synced or not, and the last time etcd's history
 went back under them (a snapshot restore, a wiped etcd, another cluster), which
 they noticed and answered by listing policies and overrides again from scratch.`,
 		Args: noArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error { return o.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return g.status(cmd.Context()) },
 	}
 }
 
@@ -50,59 +46,46 @@ type statusDoc struct {
 	Overrides []overrideDoc  `json:"overrides"`
 }
 
-func (o *statusOptions) run(ctx context.Context) error {
-	c, err := o.dial()
+func (g *globalOptions) status(ctx context.Context) error {
+	c, err := g.dial()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	var (
-		snap *fuseboxv1.FleetSnapshot
-		ovs  *fuseboxv1.ListOverridesResponse
-		regs *fuseboxv1.ListMembersResponse
-	)
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		snap, err = a.GetFleet(ctx, &fuseboxv1.GetFleetRequest{})
-		return err
-	}); err != nil {
+	snap, err := invoke(ctx, c, fuseboxv1.AdminClient.GetFleet, &fuseboxv1.GetFleetRequest{})
+	if err != nil {
 		return err
 	}
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		ovs, err = a.ListOverrides(ctx, &fuseboxv1.ListOverridesRequest{})
-		return err
-	}); err != nil {
+	ovs, err := invoke(ctx, c, fuseboxv1.AdminClient.ListOverrides, &fuseboxv1.ListOverridesRequest{})
+	if err != nil {
 		return err
 	}
-	if err := c.call(ctx, func(ctx context.Context, a fuseboxv1.AdminClient) (err error) {
-		regs, err = a.ListMembers(ctx, &fuseboxv1.ListMembersRequest{})
-		return err
-	}); err != nil {
+	regs, err := invoke(ctx, c, fuseboxv1.AdminClient.ListMembers, &fuseboxv1.ListMembersRequest{})
+	if err != nil {
 		return err
 	}
 	etcdOf := map[string]*fuseboxv1.EtcdSync{} // by node, from the registrations
 	for _, m := range regs.GetMembers() {
 		etcdOf[m.GetNode()] = m.GetEtcd()
 	}
-	doc := statusDoc{Coordinator: o.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()), Members: []memberDoc{},
-		Dependencies: []dependencyDoc{}, Overrides: []overrideDoc{}, Counts: map[string]int{}}
+	doc := statusDoc{Coordinator: g.coordinator, At: tsPtr(snap.GetAt()), Etcd: etcdSyncOf(snap.GetEtcd()),
+		Members: convertAll(snap.GetMembers(), func(m *fuseboxv1.Member) memberDoc {
+			d := memberOf(m)
+			d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
+			return d
+		}),
+		Dependencies: convertAll(snap.GetDependencies(), dependencyOf),
+		Overrides:    convertAll(ovs.GetOverrides(), overrideOf),
+		Counts:       map[string]int{},
+	}
 	for _, s := range effectiveStates {
 		doc.Counts[s] = 0
 	}
-	for _, m := range snap.GetMembers() {
-		d := memberOf(m)
-		d.Etcd = etcdSyncOf(etcdOf[m.GetNode()])
-		doc.Members = append(doc.Members, d)
+	for _, d := range doc.Dependencies {
+		doc.Counts[d.Effective]++
 	}
-	for _, d := range snap.GetDependencies() {
-		dd := dependencyOf(d, false)
-		doc.Dependencies = append(doc.Dependencies, dd)
-		doc.Counts[dd.Effective]++
-	}
-	for _, ov := range ovs.GetOverrides() {
-		doc.Overrides = append(doc.Overrides, overrideOf(ov))
-	}
-	if o.output != formatTable {
-		return printData(o.stdout, o.output, doc)
+	if g.output != formatTable {
+		return printData(g.stdout, g.output, doc)
 	}
 
 	roles := map[string]int{}
@@ -128,8 +111,8 @@ func (o *statusOptions) run(ctx context.Context) error {
 	for _, ov := range doc.Overrides {
 		forced[ov.State]++
 	}
-	w := o.stdout
-	fmt.Fprintf(w, "Coordinator:   %s\n", o.coordinator)
+	w := g.stdout
+	fmt.Fprintf(w, "Coordinator:   %s\n", g.coordinator)
 	zoneText := ""
 	if len(zones) > 0 {
 		zoneText = " in zones " + safeText(strings.Join(zones, ", "))
@@ -150,14 +133,10 @@ func (o *statusOptions) run(ctx context.Context) error {
 	fmt.Fprintln(w)
 	t := newTable(w, "DEPENDENCY", "EFFECTIVE", "BREAKER", "OVERRIDE", "GEN", "REQUESTS", "FAILURE", "SLOW", "NODE-LOCAL-OPEN", "REASON")
 	for _, d := range attention {
-		reason := d.Reason
-		if d.OverrideReason != "" {
-			reason = d.OverrideReason
-		}
-		t.row(d.Dependency, d.Effective, d.State, d.Override, fmt.Sprint(d.Generation), fmt.Sprint(d.Fleet.Successes+d.Fleet.Failures),
-			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), reason)
+		t.row(d.Dependency, d.Effective, d.State, d.Override, d.Generation, d.Fleet.Requests(),
+			pct(d.FailureRate), pct(d.SlowRate), strings.Join(d.NodeLocalOpen, ","), cmp.Or(d.OverrideReason, d.Reason))
 	}
-	return t.flush()
+	return t.Flush()
 }
 
 // effectiveStates are the values of dependencyDoc.Effective, in the order
@@ -195,11 +174,12 @@ func printEtcd(w io.Writer, doc statusDoc) {
 			unsynced++
 			notSynced = append(notSynced, m.Node)
 		}
-		if r := m.Etcd.lastRewind(); r != nil {
-			rewound++
-			if last == nil || (r.At != nil && last.At != nil && r.At.After(*last.At)) {
-				last = r
-			}
+		if m.Etcd == nil || m.Etcd.LastRewind == nil {
+			continue
+		}
+		rewound++
+		if r := m.Etcd.LastRewind; last == nil || (r.At != nil && last.At != nil && r.At.After(*last.At)) {
+			last = r
 		}
 	}
 	line := fmt.Sprintf("Agents' etcd:  %d synced, %d not synced, %d unknown (no registration)", synced, unsynced, unknown)
@@ -210,13 +190,6 @@ func printEtcd(w io.Writer, doc statusDoc) {
 		line += fmt.Sprintf("; %d saw a rewind, the last %s", rewound, safeText(last.String()))
 	}
 	fmt.Fprintln(w, line)
-}
-
-func (d *etcdSyncDoc) lastRewind() *etcdRewindDoc {
-	if d == nil {
-		return nil
-	}
-	return d.LastRewind
 }
 
 // firstN returns the first n of s, and "…" when there were more.

@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"sigs.k8s.io/yaml"
 
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -99,13 +98,7 @@ func (o *watchOptions) run(ctx context.Context) error {
 		st           watchState
 		failingSince time.Time
 		retry        = backoff.New(backoff.Policy{Base: watchMinBackoff, Max: watchMaxBackoff, Jitter: backoff.None}, nil)
-		timer        *time.Timer
 	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
 	for {
 		streamsBefore := st.streams
 		err := o.stream(ctx, c, &st)
@@ -135,15 +128,10 @@ func (o *watchOptions) run(ctx context.Context) error {
 		} else if time.Since(failingSince) >= o.timeout {
 			return rpcError(err, c.addr, c.ready())
 		}
-		if wait := retry.Next(); timer == nil {
-			timer = time.NewTimer(wait)
-		} else {
-			timer.Reset(wait)
-		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-timer.C:
+		case <-time.After(retry.Next()):
 		}
 	}
 }
@@ -216,24 +204,17 @@ func (o *watchOptions) stream(ctx context.Context, c *adminClient, st *watchStat
 
 func (o *watchOptions) print(e eventDoc) error {
 	switch o.output {
-	case formatJSON, formatYAML:
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		b = jsonSafe(b) // see printData
-		if o.output == formatJSON {
-			_, err = fmt.Fprintf(o.stdout, "%s\n", b)
-			return err
-		}
-		if b, err = yaml.JSONToYAML(b); err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(o.stdout, "---\n%s", b)
+	case formatTable:
+		_, err := fmt.Fprintln(o.stdout, eventLine(e))
+		return err
+	case formatYAML:
+		fmt.Fprint(o.stdout, "---\n") // a document per event
+	}
+	b, err := json.Marshal(e) // JSON: a line per event
+	if err != nil {
 		return err
 	}
-	_, err := fmt.Fprintln(o.stdout, eventLine(e))
-	return err
+	return writeDocument(o.stdout, o.output, b)
 }
 
 // eventLine is an event as one line of the table output, e.g.
