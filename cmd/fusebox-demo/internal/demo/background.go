@@ -8,14 +8,9 @@ import (
 )
 
 // startTraffic prints the banner and starts the workers and the
-// background loops (watcher, sampler, phase reporter).
+// background loops (watcher, phase reporter).
 func (d *Demo) startTraffic() {
 	d.printBanner()
-	names := make([]string, len(d.deps))
-	for i, dep := range d.deps {
-		names[i] = dep.name
-	}
-	d.series = newSeries(names, d.ctrs)
 	d.marks = []mark{{phase: 0, at: d.sched.start, counts: make([]Counts, len(d.deps))}}
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
@@ -25,7 +20,6 @@ func (d *Demo) startTraffic() {
 		d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
 	}
 	d.started.Store(true)
-	d.goBackground(func() { d.every(bgCtx, sampleInterval, d.series.record) })
 	d.goBackground(func() { d.reportPhases(bgCtx) })
 
 	trafficCtx, trafficCancel := context.WithCancel(context.Background())

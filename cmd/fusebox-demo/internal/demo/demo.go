@@ -78,12 +78,11 @@ type Demo struct {
 	deps     []*dependency // shipping-api, catalog-api
 	ctrs     []*counters   // same order
 	sched    schedule
-	series   *series
 
 	trafficCancel context.CancelFunc
 	trafficWG     sync.WaitGroup // workers
 	bgCancel      context.CancelFunc
-	bgWG          sync.WaitGroup // watcher, sampler, phase reporter
+	bgWG          sync.WaitGroup // watcher, phase reporter
 	timerWG       sync.WaitGroup // the Duration timer
 	stop          chan struct{}  // closed when Close starts
 
@@ -236,14 +235,45 @@ func (d *Demo) Close() error {
 // and its traffic has stopped; Summary is final from then on.
 func (d *Demo) Done() <-chan struct{} { return d.done }
 
-// Wait waits until Done or ctx is done, and returns the summary so far.
-func (d *Demo) Wait(ctx context.Context) (Summary, error) {
-	select {
-	case <-d.done:
-		return d.Summary(), nil
-	case <-ctx.Done():
-		return d.Summary(), ctx.Err()
+// HTTPAddr returns the coordinator's HTTP address (dashboard, /api/v1,
+// /metrics), host:port; with Config.Agent, the address of the demo's
+// /healthz and /readyz.
+func (d *Demo) HTTPAddr() string {
+	if d.coord == nil {
+		return d.httpLn.Addr().String()
 	}
+	return d.coord.HTTPAddr()
+}
+
+// DashboardURL returns the dashboard's URL ("" with Config.Agent: no
+// coordinator).
+func (d *Demo) DashboardURL() string {
+	if d.coord == nil {
+		return ""
+	}
+	return "http://" + d.coord.HTTPAddr() + "/"
+}
+
+// GRPCAddr returns the coordinator's Admin API address, host:port: what
+// fuseboxctl's --coordinator takes ("" with Config.Agent).
+func (d *Demo) GRPCAddr() string {
+	if d.coord == nil {
+		return ""
+	}
+	return d.coord.GRPCAddr()
+}
+
+// AgentFallbacks returns how many times the services' clients decided
+// locally because their agent did not answer a synchronous question
+// (retry, probe, check) within the client's AgentWait.
+func (d *Demo) AgentFallbacks() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range d.services {
+		for call, n := range s.fallbacks() {
+			out[call] += n
+		}
+	}
+	return out
 }
 
 // printf writes one or more whole lines to Config.Out.

@@ -100,17 +100,6 @@ func (s Summary) Dependency(name string) (DependencySummary, bool) {
 	return DependencySummary{}, false
 }
 
-// TransitionsOf returns the transitions of one dependency, in order.
-func (s Summary) TransitionsOf(dep string) []Transition {
-	var out []Transition
-	for _, t := range s.Transitions {
-		if t.Dependency == dep {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // WriteTo prints the summary as a few tables.
 func (s Summary) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
