@@ -17,7 +17,7 @@ func (d *Demo) startTraffic() {
 	d.bgCancel = bgCancel
 	if len(d.agents) > 0 {
 		w := newWatcher(d.agents, d.sched, d.recordTransition)
-		d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
+		d.goBackground(func() { ctxtime.Every(bgCtx, d.cfg.PollInterval, w.poll) })
 	}
 	d.started.Store(true)
 	d.goBackground(func() { d.reportPhases(bgCtx) })
@@ -58,21 +58,6 @@ func (d *Demo) goBackground(fn func()) {
 		defer d.bgWG.Done()
 		fn()
 	}()
-}
-
-// every calls fn(now) every interval until ctx is done.
-func (d *Demo) every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	fn(time.Now())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			fn(now)
-		}
-	}
 }
 
 // reportPhases logs each phase as it starts and the traffic of the one

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -120,33 +121,15 @@ func DefaultConfig() Config {
 // withDefaults fills the zero-valued optional fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = d.HTTPAddr
-	}
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = d.GRPCAddr
-	}
-	if c.PhaseDuration == 0 {
-		c.PhaseDuration = d.PhaseDuration
-	}
-	if c.Rate == 0 {
-		c.Rate = d.Rate
-	}
-	if c.CatalogRate == 0 {
-		c.CatalogRate = d.CatalogRate
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = d.PollInterval
-	}
-	if c.Fuseboxctl == "" {
-		c.Fuseboxctl = "fuseboxctl"
-	}
-	if c.Out == nil {
-		c.Out = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, d.HTTPAddr)
+	c.GRPCAddr = cmp.Or(c.GRPCAddr, d.GRPCAddr)
+	c.PhaseDuration = cmp.Or(c.PhaseDuration, d.PhaseDuration)
+	c.Rate = cmp.Or(c.Rate, d.Rate)
+	c.CatalogRate = cmp.Or(c.CatalogRate, d.CatalogRate)
+	c.PollInterval = cmp.Or(c.PollInterval, d.PollInterval)
+	c.Fuseboxctl = cmp.Or(c.Fuseboxctl, "fuseboxctl")
+	c.Out = cmp.Or(c.Out, io.Discard)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 

@@ -181,16 +181,8 @@ func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep, url strin
 	if !ctxtime.Sleep(ctx, rand.N(interval)) {
 		return
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		call(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	call(ctx)
+	ctxtime.Every(ctx, interval, func() { call(ctx) })
 }
 
 // call makes one call through clientlib (idempotent GETs: retried by the

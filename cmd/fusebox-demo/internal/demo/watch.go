@@ -98,7 +98,8 @@ func newWatcher(agents []*agent.Agent, sched schedule, emit func(Transition)) *w
 }
 
 // poll reads every agent's snapshots once. It is called from one goroutine.
-func (w *watcher) poll(now time.Time) {
+func (w *watcher) poll() {
+	now := time.Now()
 	for i, a := range w.agents {
 		eng := a.Engine()
 		for _, dep := range eng.Dependencies() {
