@@ -61,6 +61,23 @@ type counters struct {
 	first, retries, probes                           atomic.Uint64
 }
 
+// ended counts a call that ended: it succeeded, or was rejected before
+// any attempt, or failed; budgetDenied says the budget refused its retry.
+func (c *counters) ended(ok, rejected, budgetDenied bool) {
+	c.calls.Add(1)
+	switch {
+	case ok:
+		c.succeeded.Add(1)
+	case rejected:
+		c.rejected.Add(1)
+	default:
+		c.failed.Add(1)
+	}
+	if budgetDenied {
+		c.budgetDenied.Add(1)
+	}
+}
+
 func (c *counters) load() Counts {
 	return Counts{
 		Calls: c.calls.Load(), Succeeded: c.succeeded.Load(), Failed: c.failed.Load(),
@@ -205,11 +222,8 @@ func (s *service) call(ctx context.Context, dep *clientlib.Dependency, url strin
 		if err != nil {
 			return errors.Join(clientlib.ErrNotRetryable, err)
 		}
-		a.SetHeaders(req.Header)
+		a.SetHeaders(req.Header) // Fusebox-Probe on a probe: the dependency counts them
 		req.Header.Set(HeaderService, s.name)
-		if a.Probe {
-			req.Header.Set(HeaderProbe, "1")
-		}
 		resp, err := s.http.Do(req)
 		if err != nil {
 			return err
@@ -221,18 +235,7 @@ func (s *service) call(ctx context.Context, dep *clientlib.Dependency, url strin
 	if ctx.Err() != nil {
 		return // the demo is stopping: the call says nothing about the dependency
 	}
-	c.calls.Add(1)
-	switch {
-	case err == nil:
-		c.succeeded.Add(1)
-	case attempts == 0 && errors.Is(err, clientlib.ErrOpen):
-		c.rejected.Add(1)
-	default:
-		c.failed.Add(1)
-	}
-	if errors.Is(err, clientlib.ErrBudgetExhausted) {
-		c.budgetDenied.Add(1)
-	}
+	c.ended(err == nil, attempts == 0 && errors.Is(err, clientlib.ErrOpen), errors.Is(err, clientlib.ErrBudgetExhausted))
 }
 
 // callProxy makes one call through the agent's egress proxy, as a
@@ -257,9 +260,8 @@ func (s *service) callProxy(ctx context.Context, dep, url string, c *counters) {
 		}
 		return // the demo is stopping
 	}
-	c.calls.Add(1)
 	if err != nil { // the proxy itself is away
-		c.failed.Add(1)
+		c.ended(false, false, false)
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
@@ -273,17 +275,7 @@ func (s *service) callProxy(ctx context.Context, dep, url string, c *counters) {
 		c.probes.Add(1)
 	}
 	rejected := resp.Header.Get(proxy.HeaderRejected)
-	switch {
-	case resp.StatusCode < 400:
-		c.succeeded.Add(1)
-	case attempts == 0 && rejected != "":
-		c.rejected.Add(1)
-	default:
-		c.failed.Add(1)
-	}
-	if rejected == "budget-exhausted" {
-		c.budgetDenied.Add(1)
-	}
+	c.ended(resp.StatusCode < 400, attempts == 0 && rejected != "", rejected == "budget-exhausted")
 }
 
 // pace returns how many workers, each calling once per interval, make rate
