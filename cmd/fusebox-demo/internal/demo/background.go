@@ -17,10 +17,10 @@ func (d *Demo) startTraffic() {
 	d.bgCancel = bgCancel
 	if len(d.agents) > 0 {
 		w := newWatcher(d.agents, d.sched, d.recordTransition)
-		d.goBackground(func() { ctxtime.Every(bgCtx, d.cfg.PollInterval, w.poll) })
+		d.bgWG.Go(func() { ctxtime.Every(bgCtx, d.cfg.PollInterval, w.poll) })
 	}
 	d.started.Store(true)
-	d.goBackground(func() { d.reportPhases(bgCtx) })
+	d.bgWG.Go(func() { d.reportPhases(bgCtx) })
 
 	trafficCtx, trafficCancel := context.WithCancel(context.Background())
 	d.trafficCancel = trafficCancel
@@ -32,15 +32,12 @@ func (d *Demo) startTraffic() {
 			}
 			workers, interval := pace(rate)
 			for range workers {
-				d.trafficWG.Add(1)
-				go s.worker(trafficCtx, &d.trafficWG, dep.name, dep.URL(), interval, d.ctrs[i])
+				d.trafficWG.Go(func() { s.worker(trafficCtx, dep.name, dep.URL(), interval, d.ctrs[i]) })
 			}
 		}
 	}
 	if d.cfg.Duration > 0 {
-		d.timerWG.Add(1)
-		go func() {
-			defer d.timerWG.Done()
+		d.timerWG.Go(func() {
 			t := time.NewTimer(time.Until(d.sched.start.Add(d.cfg.Duration)))
 			defer t.Stop()
 			select {
@@ -48,16 +45,8 @@ func (d *Demo) startTraffic() {
 				d.finish()
 			case <-d.stop:
 			}
-		}()
+		})
 	}
-}
-
-func (d *Demo) goBackground(fn func()) {
-	d.bgWG.Add(1)
-	go func() {
-		defer d.bgWG.Done()
-		fn()
-	}()
 }
 
 // reportPhases logs each phase as it starts and the traffic of the one

@@ -203,11 +203,7 @@ func (d *Demo) Close() error {
 		errs := make([]error, len(d.agents))
 		var wg sync.WaitGroup
 		for i, a := range d.agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = a.Close()
-			}()
+			wg.Go(func() { errs[i] = a.Close() })
 		}
 		wg.Wait()
 		if d.coord != nil {

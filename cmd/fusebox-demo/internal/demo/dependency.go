@@ -57,11 +57,9 @@ func startDependency(name string, sched schedule, cycles bool) (*dependency, err
 	}
 	d := &dependency{name: name, sched: sched, cycles: cycles, ln: ln, byPhase: map[int]ProbeStats{}}
 	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.wg.Go(func() {
 		_ = d.srv.Serve(ln) // ErrServerClosed after close
-	}()
+	})
 	return d, nil
 }
 

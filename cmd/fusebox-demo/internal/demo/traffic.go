@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -187,8 +186,7 @@ func (s *service) fallbacks() map[string]uint64 {
 // worker calls dep at url once per interval until ctx is done. A call
 // slower than the interval delays the next one (ticks are dropped), as a
 // real worker pool of that size would.
-func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep, url string, interval time.Duration, c *counters) {
-	defer wg.Done()
+func (s *service) worker(ctx context.Context, dep, url string, interval time.Duration, c *counters) {
 	call := func(ctx context.Context) { s.callProxy(ctx, dep, url, c) }
 	if s.client != nil {
 		handle := s.client.Dependency(dep)
