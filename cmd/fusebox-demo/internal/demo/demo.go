@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -123,10 +124,7 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		d.policy = *cfg.Policy
 	}
 	d.policy.Dependency = sharedstate.DefaultPolicyName
-	d.token = cfg.AdminToken
-	if d.token == "" {
-		d.token = rand.Text()
-	}
+	d.token = cmp.Or(cfg.AdminToken, rand.Text())
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, startTimeout)
@@ -139,18 +137,13 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	}()
 
 	if cfg.Agent != "" {
-		return d, d.startExternal(ctx)
+		// The HTTP server first, so that /healthz answers while the
+		// clients connect.
+		err = d.startHTTP()
+	} else {
+		err = d.startFleet(ctx)
 	}
-	if err := d.makeDirs(); err != nil {
-		return nil, err
-	}
-	if err := d.startEtcd(ctx); err != nil {
-		return nil, err
-	}
-	if err := d.startCoordinator(ctx); err != nil {
-		return nil, err
-	}
-	if err := d.startAgents(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if err := d.startServices(ctx); err != nil {

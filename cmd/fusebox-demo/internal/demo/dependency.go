@@ -56,7 +56,7 @@ func startDependency(name string, sched schedule, cycles bool) (*dependency, err
 		return nil, fmt.Errorf("demo: %s: %w", name, err)
 	}
 	d := &dependency{name: name, sched: sched, cycles: cycles, ln: ln, byPhase: map[int]ProbeStats{}}
-	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
+	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: readHeaderTimeout}
 	d.wg.Go(func() {
 		_ = d.srv.Serve(ln) // ErrServerClosed after close
 	})

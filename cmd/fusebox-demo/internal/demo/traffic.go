@@ -91,27 +91,25 @@ func (c *counters) load() Counts {
 // a steady pace.
 type service struct {
 	name   string
-	agent  string
 	client *clientlib.Client    // nil for a service behind the proxy
 	reg    *prometheus.Registry // the client's metrics
 	http   *http.Client
-	proxy  string // the agent's egress proxy, for a service without clientlib
 }
 
 // newProxiedService is a service that links no clientlib: its requests go
 // through the egress proxy at addr (host:port), which applies the agent's
 // breaker, budget and retries to them. The proxy is set on the transport:
 // http.ProxyFromEnvironment never proxies a loopback upstream.
-func newProxiedService(name, agentName, addr string) *service {
+func newProxiedService(name, addr string) *service {
 	u := &url.URL{Scheme: "http", Host: addr}
 	tr := &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &service{name: name, agent: agentName, http: &http.Client{Transport: tr}, proxy: addr}
+	return &service{name: name, http: &http.Client{Transport: tr}}
 }
 
 // newService connects a service's client to the agent at address;
 // onChange and onAgent, when not nil, receive its state changes and agent
 // events.
-func newService(name, agentName, address string, onChange func(clientlib.StateChange), onAgent func(clientlib.AgentEvent)) (*service, error) {
+func newService(name, address string, onChange func(clientlib.StateChange), onAgent func(clientlib.AgentEvent)) (*service, error) {
 	reg := prometheus.NewRegistry()
 	c, err := clientlib.New(clientlib.Config{
 		AgentAddress:  address,
@@ -130,7 +128,7 @@ func newService(name, agentName, address string, onChange func(clientlib.StateCh
 		return nil, fmt.Errorf("demo: service %s: %w", name, err)
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &service{name: name, agent: agentName, client: c, reg: reg, http: &http.Client{Transport: tr}}, nil
+	return &service{name: name, client: c, reg: reg, http: &http.Client{Transport: tr}}, nil
 }
 
 // ready reports whether the client decides from its agent's snapshots for
