@@ -11,7 +11,7 @@ import (
 // background loops (watcher, phase reporter).
 func (d *Demo) startTraffic() {
 	d.printBanner()
-	d.marks = []mark{{phase: 0, at: d.sched.start, counts: make([]Counts, len(d.deps))}}
+	d.marks = []mark{{phase: 0, counts: make([]Counts, len(d.deps))}}
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	d.bgCancel = bgCancel
@@ -67,7 +67,7 @@ func (d *Demo) reportPhases(ctx context.Context) {
 // markPhase records the counters at the start of phase k and logs the
 // traffic of phase k-1.
 func (d *Demo) markPhase(k int, at time.Time) {
-	m := mark{phase: k, at: at, counts: make([]Counts, len(d.ctrs))}
+	m := mark{phase: k, counts: make([]Counts, len(d.ctrs))}
 	for i, c := range d.ctrs {
 		m.counts[i] = c.load()
 	}

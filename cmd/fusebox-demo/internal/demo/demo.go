@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -14,12 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/sharedstate"
-	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -56,7 +52,7 @@ const startTimeout = 60 * time.Second
 // Its accessors are safe for concurrent use.
 type Demo struct {
 	cfg    Config
-	out    *syncWriter
+	outMu  sync.Mutex // one writer of Config.Out at a time
 	policy sharedstate.Policy
 	token  string
 
@@ -71,8 +67,6 @@ type Demo struct {
 	started   atomic.Bool // the traffic runs: client state changes are transitions
 
 	etcd     *embedded.Server
-	etcdCli  *clientv3.Client
-	store    *store.Store
 	coord    *coordinator.Coordinator
 	agents   []*agent.Agent
 	services []*service
@@ -102,7 +96,6 @@ type Demo struct {
 // phase started.
 type mark struct {
 	phase  int
-	at     time.Time
 	counts []Counts
 }
 
@@ -118,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	d := &Demo{cfg: cfg, out: &syncWriter{w: cfg.Out}, stop: make(chan struct{}), done: make(chan struct{})}
+	d := &Demo{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
 	d.policy = DemoPolicy(cfg.PhaseDuration)
 	if cfg.Policy != nil {
 		d.policy = *cfg.Policy
@@ -178,7 +171,7 @@ func (d *Demo) finish() {
 // Close stops the demo and waits for everything it started, in this order:
 // the traffic and the background loops; the services' clients; the
 // dependencies; the agents (together: each leaves the gossip); the
-// coordinator; the etcd client and the embedded etcd; then it removes the
+// coordinator; the embedded etcd; then it removes the
 // temporary directories. It is idempotent and returns the first error an
 // agent or the coordinator reported.
 func (d *Demo) Close() error {
@@ -202,9 +195,6 @@ func (d *Demo) Close() error {
 		if d.coord != nil {
 			_ = d.coord.Close()
 			errs = append(errs, d.coord.Err())
-		}
-		if d.etcdCli != nil {
-			_ = d.etcdCli.Close()
 		}
 		if d.etcd != nil {
 			d.etcd.Close()
@@ -267,17 +257,7 @@ func (d *Demo) AgentFallbacks() map[string]uint64 {
 
 // printf writes one or more whole lines to Config.Out.
 func (d *Demo) printf(format string, args ...any) {
-	d.out.printf(format, args...)
-}
-
-// syncWriter serializes the demo's lines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) printf(format string, args ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, format, args...)
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.cfg.Out, format, args...)
 }

@@ -64,13 +64,16 @@ func (d *Demo) startEtcd(ctx context.Context) error {
 		return fmt.Errorf("demo: embedded etcd: %w", err)
 	}
 	d.etcd = srv
-	if d.etcdCli, err = srv.NewClient(); err != nil {
+	cli, err := srv.NewClient()
+	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if d.store, err = store.New(store.Config{Client: d.etcdCli}); err != nil {
+	defer cli.Close()
+	st, err := store.New(store.Config{Client: cli})
+	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if _, err := d.store.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
+	if _, err := st.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
 		store.WriteOptions{Actor: "fusebox-demo"}); err != nil {
 		return fmt.Errorf("demo: write the demo policy: %w", err)
 	}

@@ -25,8 +25,8 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	err = d.Close()
 	s := d.Summary()
-	d.out.mu.Lock()
-	_, _ = s.WriteTo(d.out.w)
-	d.out.mu.Unlock()
+	d.outMu.Lock()
+	_, _ = s.WriteTo(d.cfg.Out)
+	d.outMu.Unlock()
 	return err
 }

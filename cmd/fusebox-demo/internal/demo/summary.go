@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os/exec"
 	"slices"
@@ -137,14 +138,9 @@ func (s Summary) WriteTo(w io.Writer) (int64, error) {
 			fmt.Fprintf(&b, "  %s: none\n", d.Name)
 			continue
 		}
-		agents := make([]string, 0, len(d.Transitions))
-		for a := range d.Transitions {
-			agents = append(agents, a)
-		}
-		slices.Sort(agents)
-		parts := make([]string, len(agents))
-		for i, a := range agents {
-			parts[i] = fmt.Sprintf("%s %d", a, d.Transitions[a])
+		var parts []string
+		for _, a := range slices.Sorted(maps.Keys(d.Transitions)) {
+			parts = append(parts, fmt.Sprintf("%s %d", a, d.Transitions[a]))
 		}
 		fmt.Fprintf(&b, "  %s: %s\n", d.Name, strings.Join(parts, ", "))
 	}
