@@ -17,7 +17,7 @@ func (d *Demo) startTraffic() {
 	d.bgCancel = bgCancel
 	if len(d.agents) > 0 {
 		w := newWatcher(d.agents, d.sched, d.recordTransition)
-		d.bgWG.Go(func() { ctxtime.Every(bgCtx, d.cfg.PollInterval, w.poll) })
+		d.bgWG.Go(func() { ctxtime.Every(bgCtx, pollInterval, w.poll) })
 	}
 	d.started.Store(true)
 	d.bgWG.Go(func() { d.reportPhases(bgCtx) })
@@ -28,7 +28,7 @@ func (d *Demo) startTraffic() {
 		for i, dep := range d.deps {
 			rate := d.cfg.Rate
 			if dep.name == CatalogAPI {
-				rate = d.cfg.CatalogRate
+				rate = catalogRate
 			}
 			workers, interval := pace(rate)
 			for range workers {
