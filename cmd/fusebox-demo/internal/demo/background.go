@@ -8,25 +8,19 @@ import (
 )
 
 // startTraffic prints the banner and starts the workers and the
-// background loops (watcher, sampler, phase reporter).
+// background loops (watcher, phase reporter).
 func (d *Demo) startTraffic() {
 	d.printBanner()
-	names := make([]string, len(d.deps))
-	for i, dep := range d.deps {
-		names[i] = dep.name
-	}
-	d.series = newSeries(names, d.ctrs)
-	d.marks = []mark{{phase: 0, at: d.sched.start, counts: make([]Counts, len(d.deps))}}
+	d.marks = []mark{{phase: 0, counts: make([]Counts, len(d.deps))}}
 
 	bgCtx, bgCancel := context.WithCancel(context.Background())
 	d.bgCancel = bgCancel
 	if len(d.agents) > 0 {
 		w := newWatcher(d.agents, d.sched, d.recordTransition)
-		d.goBackground(func() { d.every(bgCtx, d.cfg.PollInterval, w.poll) })
+		d.bgWG.Go(func() { ctxtime.Every(bgCtx, pollInterval, w.poll) })
 	}
 	d.started.Store(true)
-	d.goBackground(func() { d.every(bgCtx, sampleInterval, d.series.record) })
-	d.goBackground(func() { d.reportPhases(bgCtx) })
+	d.bgWG.Go(func() { d.reportPhases(bgCtx) })
 
 	trafficCtx, trafficCancel := context.WithCancel(context.Background())
 	d.trafficCancel = trafficCancel
@@ -34,19 +28,16 @@ func (d *Demo) startTraffic() {
 		for i, dep := range d.deps {
 			rate := d.cfg.Rate
 			if dep.name == CatalogAPI {
-				rate = d.cfg.CatalogRate
+				rate = catalogRate
 			}
 			workers, interval := pace(rate)
 			for range workers {
-				d.trafficWG.Add(1)
-				go s.worker(trafficCtx, &d.trafficWG, dep.name, dep.URL(), interval, d.ctrs[i])
+				d.trafficWG.Go(func() { s.worker(trafficCtx, dep.name, dep.URL(), interval, d.ctrs[i]) })
 			}
 		}
 	}
 	if d.cfg.Duration > 0 {
-		d.timerWG.Add(1)
-		go func() {
-			defer d.timerWG.Done()
+		d.timerWG.Go(func() {
 			t := time.NewTimer(time.Until(d.sched.start.Add(d.cfg.Duration)))
 			defer t.Stop()
 			select {
@@ -54,30 +45,7 @@ func (d *Demo) startTraffic() {
 				d.finish()
 			case <-d.stop:
 			}
-		}()
-	}
-}
-
-func (d *Demo) goBackground(fn func()) {
-	d.bgWG.Add(1)
-	go func() {
-		defer d.bgWG.Done()
-		fn()
-	}()
-}
-
-// every calls fn(now) every interval until ctx is done.
-func (d *Demo) every(ctx context.Context, interval time.Duration, fn func(time.Time)) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	fn(time.Now())
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			fn(now)
-		}
+		})
 	}
 }
 
@@ -99,7 +67,7 @@ func (d *Demo) reportPhases(ctx context.Context) {
 // markPhase records the counters at the start of phase k and logs the
 // traffic of phase k-1.
 func (d *Demo) markPhase(k int, at time.Time) {
-	m := mark{phase: k, at: at, counts: make([]Counts, len(d.ctrs))}
+	m := mark{phase: k, counts: make([]Counts, len(d.ctrs))}
 	for i, c := range d.ctrs {
 		m.counts[i] = c.load()
 	}

@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -30,8 +31,6 @@ const (
 	DefaultGRPCAddr      = "127.0.0.1:7960" // fuseboxctl's default --coordinator
 	DefaultPhaseDuration = 15 * time.Second // a whole cycle in one minute
 	DefaultRate          = 40               // shipping-api first attempts per second per service
-	DefaultCatalogRate   = 10               // catalog-api first attempts per second per service
-	DefaultPollInterval  = 10 * time.Millisecond
 	DefaultCallTimeout   = 3 * time.Second
 	DefaultAgentWait     = 250 * time.Millisecond
 
@@ -39,6 +38,13 @@ const (
 	// (1s) so each phase can move a breaker.
 	MinPhaseDuration = time.Second
 )
+
+// catalogRate is each service's rate of catalog-api calls per second.
+const catalogRate = 10
+
+// pollInterval is how often the transition watcher reads the agents'
+// snapshots.
+const pollInterval = 10 * time.Millisecond
 
 // Config configures a demo. Start it with DefaultConfig, change what you
 // need, and check it with Validate (Start does too).
@@ -75,8 +81,8 @@ type Config struct {
 	// directory that Close removes; a given directory is kept).
 	DataDir string
 	// AdminToken is the bearer token of the coordinator's one admin
-	// identity, "demo-admin" (optional, default: a random token;
-	// Demo.AdminToken reports it).
+	// identity, "demo-admin" (optional, default: a random token, which
+	// the banner prints).
 	AdminToken string
 	// Policy is the fleet default policy written to etcd before the agents
 	// start (optional, default DemoPolicy(PhaseDuration)).
@@ -84,9 +90,6 @@ type Config struct {
 	// Rate is each service's rate of shipping-api calls per second
 	// (optional, default 40; 3 services).
 	Rate int
-	// CatalogRate is each service's rate of catalog-api calls per second
-	// (optional, default 10).
-	CatalogRate int
 	// Headless replaces the banner Start prints (dashboard URL, token,
 	// fuseboxctl commands, policy) with one line of addresses, for scripted
 	// runs (optional, default false).
@@ -100,9 +103,6 @@ type Config struct {
 	// Logger receives the logs of the coordinator and the agents (optional,
 	// default: discarded). The embedded etcd logs only fatal errors.
 	Logger *slog.Logger
-	// PollInterval is how often the transition watcher reads the agents'
-	// snapshots (optional, default 10ms).
-	PollInterval time.Duration
 }
 
 // DefaultConfig returns the defaults documented on each field.
@@ -112,41 +112,19 @@ func DefaultConfig() Config {
 		GRPCAddr:      DefaultGRPCAddr,
 		PhaseDuration: DefaultPhaseDuration,
 		Rate:          DefaultRate,
-		CatalogRate:   DefaultCatalogRate,
-		PollInterval:  DefaultPollInterval,
 	}
 }
 
 // withDefaults fills the zero-valued optional fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.HTTPAddr == "" {
-		c.HTTPAddr = d.HTTPAddr
-	}
-	if c.GRPCAddr == "" {
-		c.GRPCAddr = d.GRPCAddr
-	}
-	if c.PhaseDuration == 0 {
-		c.PhaseDuration = d.PhaseDuration
-	}
-	if c.Rate == 0 {
-		c.Rate = d.Rate
-	}
-	if c.CatalogRate == 0 {
-		c.CatalogRate = d.CatalogRate
-	}
-	if c.PollInterval == 0 {
-		c.PollInterval = d.PollInterval
-	}
-	if c.Fuseboxctl == "" {
-		c.Fuseboxctl = "fuseboxctl"
-	}
-	if c.Out == nil {
-		c.Out = io.Discard
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
+	c.HTTPAddr = cmp.Or(c.HTTPAddr, d.HTTPAddr)
+	c.GRPCAddr = cmp.Or(c.GRPCAddr, d.GRPCAddr)
+	c.PhaseDuration = cmp.Or(c.PhaseDuration, d.PhaseDuration)
+	c.Rate = cmp.Or(c.Rate, d.Rate)
+	c.Fuseboxctl = cmp.Or(c.Fuseboxctl, "fuseboxctl")
+	c.Out = cmp.Or(c.Out, io.Discard)
+	c.Logger = cmp.Or(c.Logger, slog.New(slog.DiscardHandler))
 	return c
 }
 
@@ -171,12 +149,6 @@ func (c Config) Validate() error {
 	}
 	if c.Rate < 1 || c.Rate > 1000 {
 		bad("rate", "must be between 1 and 1000 calls per second, got %d", c.Rate)
-	}
-	if c.CatalogRate < 1 || c.CatalogRate > 1000 {
-		bad("catalog-rate", "must be between 1 and 1000 calls per second, got %d", c.CatalogRate)
-	}
-	if c.PollInterval < time.Millisecond {
-		bad("poll-interval", "must be at least 1ms, got %v", c.PollInterval)
 	}
 	if strings.ContainsAny(c.AdminToken, " \t\r\n") {
 		bad("admin-token", "must not contain blanks")

@@ -1,11 +1,11 @@
 package demo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -13,12 +13,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/sharedstate"
-	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -55,7 +52,7 @@ const startTimeout = 60 * time.Second
 // Its accessors are safe for concurrent use.
 type Demo struct {
 	cfg    Config
-	out    *syncWriter
+	outMu  sync.Mutex // one writer of Config.Out at a time
 	policy sharedstate.Policy
 	token  string
 
@@ -70,20 +67,17 @@ type Demo struct {
 	started   atomic.Bool // the traffic runs: client state changes are transitions
 
 	etcd     *embedded.Server
-	etcdCli  *clientv3.Client
-	store    *store.Store
 	coord    *coordinator.Coordinator
 	agents   []*agent.Agent
 	services []*service
 	deps     []*dependency // shipping-api, catalog-api
 	ctrs     []*counters   // same order
 	sched    schedule
-	series   *series
 
 	trafficCancel context.CancelFunc
 	trafficWG     sync.WaitGroup // workers
 	bgCancel      context.CancelFunc
-	bgWG          sync.WaitGroup // watcher, sampler, phase reporter
+	bgWG          sync.WaitGroup // watcher, phase reporter
 	timerWG       sync.WaitGroup // the Duration timer
 	stop          chan struct{}  // closed when Close starts
 
@@ -102,7 +96,6 @@ type Demo struct {
 // phase started.
 type mark struct {
 	phase  int
-	at     time.Time
 	counts []Counts
 }
 
@@ -118,16 +111,13 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	d := &Demo{cfg: cfg, out: &syncWriter{w: cfg.Out}, stop: make(chan struct{}), done: make(chan struct{})}
+	d := &Demo{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
 	d.policy = DemoPolicy(cfg.PhaseDuration)
 	if cfg.Policy != nil {
 		d.policy = *cfg.Policy
 	}
 	d.policy.Dependency = sharedstate.DefaultPolicyName
-	d.token = cfg.AdminToken
-	if d.token == "" {
-		d.token = rand.Text()
-	}
+	d.token = cmp.Or(cfg.AdminToken, rand.Text())
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, startTimeout)
@@ -140,18 +130,13 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	}()
 
 	if cfg.Agent != "" {
-		return d, d.startExternal(ctx)
+		// The HTTP server first, so that /healthz answers while the
+		// clients connect.
+		err = d.startHTTP()
+	} else {
+		err = d.startFleet(ctx)
 	}
-	if err := d.makeDirs(); err != nil {
-		return nil, err
-	}
-	if err := d.startEtcd(ctx); err != nil {
-		return nil, err
-	}
-	if err := d.startCoordinator(ctx); err != nil {
-		return nil, err
-	}
-	if err := d.startAgents(ctx); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if err := d.startServices(ctx); err != nil {
@@ -162,6 +147,31 @@ func Start(ctx context.Context, cfg Config) (_ *Demo, err error) {
 	}
 	d.startTraffic()
 	return d, nil
+}
+
+// Run runs the demo until ctx is done (main cancels it on SIGINT and
+// SIGTERM) or Config.Duration has passed, then closes it and prints the
+// summary to Config.Out. Asked to stop while starting, it returns nil.
+func Run(ctx context.Context, cfg Config) error {
+	d, err := Start(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			return nil
+		}
+		return err
+	}
+	select {
+	case <-ctx.Done():
+		d.printf("%7.2fs  stopping: %v\n", time.Since(d.sched.start).Seconds(), context.Cause(ctx))
+	case <-d.Done():
+		d.printf("%7.2fs  stopping: --duration reached\n", time.Since(d.sched.start).Seconds())
+	}
+	err = d.Close()
+	s := d.Summary()
+	d.outMu.Lock()
+	_, _ = s.WriteTo(d.cfg.Out)
+	d.outMu.Unlock()
+	return err
 }
 
 // finish stops the traffic and the background loops, once, and closes
@@ -186,7 +196,7 @@ func (d *Demo) finish() {
 // Close stops the demo and waits for everything it started, in this order:
 // the traffic and the background loops; the services' clients; the
 // dependencies; the agents (together: each leaves the gossip); the
-// coordinator; the etcd client and the embedded etcd; then it removes the
+// coordinator; the embedded etcd; then it removes the
 // temporary directories. It is idempotent and returns the first error an
 // agent or the coordinator reported.
 func (d *Demo) Close() error {
@@ -204,19 +214,12 @@ func (d *Demo) Close() error {
 		errs := make([]error, len(d.agents))
 		var wg sync.WaitGroup
 		for i, a := range d.agents {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				errs[i] = a.Close()
-			}()
+			wg.Go(func() { errs[i] = a.Close() })
 		}
 		wg.Wait()
 		if d.coord != nil {
 			_ = d.coord.Close()
 			errs = append(errs, d.coord.Err())
-		}
-		if d.etcdCli != nil {
-			_ = d.etcdCli.Close()
 		}
 		if d.etcd != nil {
 			d.etcd.Close()
@@ -236,29 +239,50 @@ func (d *Demo) Close() error {
 // and its traffic has stopped; Summary is final from then on.
 func (d *Demo) Done() <-chan struct{} { return d.done }
 
-// Wait waits until Done or ctx is done, and returns the summary so far.
-func (d *Demo) Wait(ctx context.Context) (Summary, error) {
-	select {
-	case <-d.done:
-		return d.Summary(), nil
-	case <-ctx.Done():
-		return d.Summary(), ctx.Err()
+// HTTPAddr returns the coordinator's HTTP address (dashboard, /api/v1,
+// /metrics), host:port; with Config.Agent, the address of the demo's
+// /healthz and /readyz.
+func (d *Demo) HTTPAddr() string {
+	if d.coord == nil {
+		return d.httpLn.Addr().String()
 	}
+	return d.coord.HTTPAddr()
+}
+
+// DashboardURL returns the dashboard's URL ("" with Config.Agent: no
+// coordinator).
+func (d *Demo) DashboardURL() string {
+	if d.coord == nil {
+		return ""
+	}
+	return "http://" + d.coord.HTTPAddr() + "/"
+}
+
+// GRPCAddr returns the coordinator's Admin API address, host:port: what
+// fuseboxctl's --coordinator takes ("" with Config.Agent).
+func (d *Demo) GRPCAddr() string {
+	if d.coord == nil {
+		return ""
+	}
+	return d.coord.GRPCAddr()
+}
+
+// AgentFallbacks returns how many times the services' clients decided
+// locally because their agent did not answer a synchronous question
+// (retry, probe, check) within the client's AgentWait.
+func (d *Demo) AgentFallbacks() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, s := range d.services {
+		for call, n := range s.fallbacks() {
+			out[call] += n
+		}
+	}
+	return out
 }
 
 // printf writes one or more whole lines to Config.Out.
 func (d *Demo) printf(format string, args ...any) {
-	d.out.printf(format, args...)
-}
-
-// syncWriter serializes the demo's lines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) printf(format string, args ...any) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, format, args...)
+	d.outMu.Lock()
+	defer d.outMu.Unlock()
+	fmt.Fprintf(d.cfg.Out, format, args...)
 }

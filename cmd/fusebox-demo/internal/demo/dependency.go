@@ -9,15 +9,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fusebox-dev/fusebox/agent/proxy"
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
-
-// HeaderProbe marks a request that is a half-open probe ("1"): the demo's
-// clientlib services set it from clientlib's Attempt.Probe (the egress
-// proxy sets Fusebox-Probe itself), and the dependency counts the probes
-// it is serving at once.
-const HeaderProbe = "X-Fusebox-Demo-Probe"
 
 // HeaderService names the calling service (for the curious reader of a
 // packet capture; the dependency does not use it).
@@ -62,12 +56,10 @@ func startDependency(name string, sched schedule, cycles bool) (*dependency, err
 		return nil, fmt.Errorf("demo: %s: %w", name, err)
 	}
 	d := &dependency{name: name, sched: sched, cycles: cycles, ln: ln, byPhase: map[int]ProbeStats{}}
-	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
+	d.srv = &http.Server{Handler: d, ReadHeaderTimeout: readHeaderTimeout}
+	d.wg.Go(func() {
 		_ = d.srv.Serve(ln) // ErrServerClosed after close
-	}()
+	})
 	return d, nil
 }
 
@@ -84,7 +76,9 @@ func (d *dependency) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	n := d.requests.Add(1)
 	k := d.sched.index(now)
-	if r.Header.Get(HeaderProbe) == "1" || r.Header.Get(proxy.HeaderProbe) == "1" {
+	// clientlib's attempts and the egress proxy both mark a half-open
+	// probe with Fusebox-Probe: count those being served at once.
+	if r.Header.Get(clientlib.HeaderProbe) == "1" {
 		d.probeStarted(k)
 		defer d.inFlight.Add(-1)
 	}

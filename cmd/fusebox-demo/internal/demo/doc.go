@@ -13,8 +13,8 @@
 //	d, err := demo.Start(ctx, cfg)
 //	if err != nil { … }
 //	defer d.Close()
-//	sum, err := d.Wait(ctx) // Duration passed: traffic stopped
-//	for _, tr := range sum.TransitionsOf(demo.ShippingAPI) { … }
+//	<-d.Done() // Duration passed: traffic stopped
+//	for _, tr := range d.Summary().Transitions { … }
 //
 // or demo.Run(ctx, cfg), which prints the banner and the summary.
 package demo

@@ -27,6 +27,7 @@ func TestFailureCycle(t *testing.T) {
 	cfg := testConfig(t, phase)
 	cfg.Duration = 4*phase + phase/2
 	d := startDemo(t, cfg)
+	rec := d.RecordCounts()
 	pol := d.Policy()
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+30*time.Second)
@@ -162,8 +163,8 @@ func TestFailureCycle(t *testing.T) {
 		}
 		span := stopped.Sub(failing.Start) + 100*time.Millisecond // + the watcher's and the sampler's resolution
 		windows := math.Ceil(span.Seconds() / w.Seconds())
-		out := d.CountsBetween(demo.ShippingAPI, failing.Start, failing.End)
-		fa := d.CountsBetween(demo.ShippingAPI, failing.Start.Add(-w), failing.End).FirstAttempts
+		out := rec.Between(demo.ShippingAPI, failing.Start, failing.End)
+		fa := rec.Between(demo.ShippingAPI, failing.Start.Add(-w), failing.End).FirstAttempts
 		b := pol.Retry.Budget
 		floor := b.MinRetriesPerSecond * w.Seconds()
 		local := float64(sum.AgentFallbacks["acquire_retry"])

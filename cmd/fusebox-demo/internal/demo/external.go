@@ -12,44 +12,9 @@ import (
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
-// readHeaderTimeout bounds how long the demo's HTTP server waits for a
-// request's headers.
+// readHeaderTimeout bounds how long the demo's HTTP servers (its own and
+// the dependencies') wait for a request's headers.
 const readHeaderTimeout = 5 * time.Second
-
-// startExternal starts the demo against the agent at Config.Agent: the
-// HTTP server first (so that /healthz answers while the clients connect),
-// then the services, waiting until each decides with the agent's
-// snapshots, then the dependencies and the traffic.
-func (d *Demo) startExternal(ctx context.Context) error {
-	if err := d.startHTTP(); err != nil {
-		return err
-	}
-	for i, name := range serviceNames {
-		var onChange func(clientlib.StateChange)
-		var onAgent func(clientlib.AgentEvent)
-		if i == 0 {
-			// The three clients see the same agent's snapshots: the first
-			// one's changes are the transitions.
-			onChange, onAgent = d.clientChanged, d.agentChanged
-		}
-		s, err := newService(name, "", d.cfg.Agent, onChange, onAgent)
-		if err != nil {
-			return err
-		}
-		d.services = append(d.services, s)
-	}
-	if err := waitFor(ctx, "the services to get the snapshots of the agent at "+d.cfg.Agent, d.servicesReady); err != nil {
-		return err
-	}
-	for _, s := range d.services {
-		s.agent = d.agentName()
-	}
-	if err := d.startDependencies(); err != nil {
-		return err
-	}
-	d.startTraffic()
-	return nil
-}
 
 // servicesReady reports whether every service's client is connected to its
 // agent and decides with its snapshots.

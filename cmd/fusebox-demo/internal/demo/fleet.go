@@ -8,12 +8,28 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
+
+// startFleet starts the in-process fleet: the embedded etcd, the
+// coordinator and the agents.
+func (d *Demo) startFleet(ctx context.Context) error {
+	if err := d.makeDirs(); err != nil {
+		return err
+	}
+	if err := d.startEtcd(ctx); err != nil {
+		return err
+	}
+	if err := d.startCoordinator(ctx); err != nil {
+		return err
+	}
+	return d.startAgents(ctx)
+}
 
 func (d *Demo) makeDirs() error {
 	d.dataDir = d.cfg.DataDir
@@ -48,13 +64,16 @@ func (d *Demo) startEtcd(ctx context.Context) error {
 		return fmt.Errorf("demo: embedded etcd: %w", err)
 	}
 	d.etcd = srv
-	if d.etcdCli, err = srv.NewClient(); err != nil {
+	cli, err := srv.NewClient()
+	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if d.store, err = store.New(store.Config{Client: d.etcdCli}); err != nil {
+	defer cli.Close()
+	st, err := store.New(store.Config{Client: cli})
+	if err != nil {
 		return fmt.Errorf("demo: %w", err)
 	}
-	if _, err := d.store.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
+	if _, err := st.PutPolicyOf(ctx, sharedstate.DefaultPolicyName, d.policy,
 		store.WriteOptions{Actor: "fusebox-demo"}); err != nil {
 		return fmt.Errorf("demo: write the demo policy: %w", err)
 	}
@@ -136,26 +155,37 @@ func (d *Demo) startAgents(ctx context.Context) error {
 	})
 }
 
+// startServices starts the services, one on each in-process agent (the
+// proxied one through its agent's egress proxy), or all three on the
+// agent at Config.Agent, and waits until each decides with its agent's
+// snapshots.
 func (d *Demo) startServices(ctx context.Context) error {
+	what := "the services to get their agents' snapshots"
+	if d.cfg.Agent != "" {
+		what = "the services to get the snapshots of the agent at " + d.cfg.Agent
+	}
 	for i, name := range serviceNames {
-		if name == proxiedService { // a mixed fleet: one service in "another language"
-			d.services = append(d.services, newProxiedService(name, d.agents[i].Name(), d.agents[i].ProxyAddr()))
+		if d.cfg.Agent == "" && name == proxiedService { // a mixed fleet: one service in "another language"
+			d.services = append(d.services, newProxiedService(name, d.agents[i].ProxyAddr()))
 			continue
 		}
-		s, err := newService(name, d.agents[i].Name(), "unix://"+d.agents[i].SocketPath(), nil, nil)
+		addr := d.cfg.Agent
+		var onChange func(clientlib.StateChange)
+		var onAgent func(clientlib.AgentEvent)
+		if addr == "" {
+			addr = "unix://" + d.agents[i].SocketPath()
+		} else if i == 0 {
+			// The three clients see the same agent's snapshots: the first
+			// one's changes are the transitions.
+			onChange, onAgent = d.clientChanged, d.agentChanged
+		}
+		s, err := newService(name, addr, onChange, onAgent)
 		if err != nil {
 			return err
 		}
 		d.services = append(d.services, s)
 	}
-	return waitFor(ctx, "the services to get their agents' snapshots", func() bool {
-		for _, s := range d.services {
-			if !s.ready() {
-				return false
-			}
-		}
-		return true
-	})
+	return waitFor(ctx, what, d.servicesReady)
 }
 
 // startDependencies fixes the start of the first phase and starts the two

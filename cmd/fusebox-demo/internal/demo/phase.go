@@ -17,33 +17,28 @@ const (
 	numPhases
 )
 
-func (p Phase) String() string {
-	switch p {
-	case Healthy:
-		return "healthy"
-	case Failing:
-		return "failing"
-	case Slow:
-		return "slow"
-	case Recovering:
-		return "recovering"
-	}
-	return fmt.Sprintf("phase(%d)", int(p))
+// phaseText names each phase and says what the dependency does in it,
+// for the log.
+var phaseText = [numPhases]struct{ name, does string }{
+	Healthy:    {"healthy", "answers in 5-25ms, 1% errors"},
+	Failing:    {"failing", "answers 503 to every request"},
+	Slow:       {"slow", "answers after 300ms (slowCallDuration is 200ms)"},
+	Recovering: {"recovering", "answers in 60ms, no errors"},
 }
 
-// describe says what the dependency does in the phase, for the log.
-func (p Phase) describe() string {
-	switch p {
-	case Healthy:
-		return "answers in 5-25ms, 1% errors"
-	case Failing:
-		return "answers 503 to every request"
-	case Slow:
-		return "answers after 300ms (slowCallDuration is 200ms)"
-	case Recovering:
-		return "answers in 60ms, no errors"
+func (p Phase) String() string {
+	if p < 0 || p >= numPhases {
+		return fmt.Sprintf("phase(%d)", int(p))
 	}
-	return ""
+	return phaseText[p].name
+}
+
+// describe says what the dependency does in the phase.
+func (p Phase) describe() string {
+	if p < 0 || p >= numPhases {
+		return ""
+	}
+	return phaseText[p].does
 }
 
 // schedule maps time to phases: phase k of the run (k = 0, 1, …) covers

@@ -3,6 +3,7 @@ package demo
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os/exec"
 	"slices"
@@ -100,17 +101,6 @@ func (s Summary) Dependency(name string) (DependencySummary, bool) {
 	return DependencySummary{}, false
 }
 
-// TransitionsOf returns the transitions of one dependency, in order.
-func (s Summary) TransitionsOf(dep string) []Transition {
-	var out []Transition
-	for _, t := range s.Transitions {
-		if t.Dependency == dep {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
 // WriteTo prints the summary as a few tables.
 func (s Summary) WriteTo(w io.Writer) (int64, error) {
 	var b strings.Builder
@@ -148,14 +138,9 @@ func (s Summary) WriteTo(w io.Writer) (int64, error) {
 			fmt.Fprintf(&b, "  %s: none\n", d.Name)
 			continue
 		}
-		agents := make([]string, 0, len(d.Transitions))
-		for a := range d.Transitions {
-			agents = append(agents, a)
-		}
-		slices.Sort(agents)
-		parts := make([]string, len(agents))
-		for i, a := range agents {
-			parts[i] = fmt.Sprintf("%s %d", a, d.Transitions[a])
+		var parts []string
+		for _, a := range slices.Sorted(maps.Keys(d.Transitions)) {
+			parts = append(parts, fmt.Sprintf("%s %d", a, d.Transitions[a]))
 		}
 		fmt.Fprintf(&b, "  %s: %s\n", d.Name, strings.Join(parts, ", "))
 	}

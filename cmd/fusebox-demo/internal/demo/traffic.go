@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +60,23 @@ type counters struct {
 	first, retries, probes                           atomic.Uint64
 }
 
+// ended counts a call that ended: it succeeded, or was rejected before
+// any attempt, or failed; budgetDenied says the budget refused its retry.
+func (c *counters) ended(ok, rejected, budgetDenied bool) {
+	c.calls.Add(1)
+	switch {
+	case ok:
+		c.succeeded.Add(1)
+	case rejected:
+		c.rejected.Add(1)
+	default:
+		c.failed.Add(1)
+	}
+	if budgetDenied {
+		c.budgetDenied.Add(1)
+	}
+}
+
 func (c *counters) load() Counts {
 	return Counts{
 		Calls: c.calls.Load(), Succeeded: c.succeeded.Load(), Failed: c.failed.Load(),
@@ -75,27 +91,25 @@ func (c *counters) load() Counts {
 // a steady pace.
 type service struct {
 	name   string
-	agent  string
 	client *clientlib.Client    // nil for a service behind the proxy
 	reg    *prometheus.Registry // the client's metrics
 	http   *http.Client
-	proxy  string // the agent's egress proxy, for a service without clientlib
 }
 
 // newProxiedService is a service that links no clientlib: its requests go
 // through the egress proxy at addr (host:port), which applies the agent's
 // breaker, budget and retries to them. The proxy is set on the transport:
 // http.ProxyFromEnvironment never proxies a loopback upstream.
-func newProxiedService(name, agentName, addr string) *service {
+func newProxiedService(name, addr string) *service {
 	u := &url.URL{Scheme: "http", Host: addr}
 	tr := &http.Transport{Proxy: http.ProxyURL(u), MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &service{name: name, agent: agentName, http: &http.Client{Transport: tr}, proxy: addr}
+	return &service{name: name, http: &http.Client{Transport: tr}}
 }
 
 // newService connects a service's client to the agent at address;
 // onChange and onAgent, when not nil, receive its state changes and agent
 // events.
-func newService(name, agentName, address string, onChange func(clientlib.StateChange), onAgent func(clientlib.AgentEvent)) (*service, error) {
+func newService(name, address string, onChange func(clientlib.StateChange), onAgent func(clientlib.AgentEvent)) (*service, error) {
 	reg := prometheus.NewRegistry()
 	c, err := clientlib.New(clientlib.Config{
 		AgentAddress:  address,
@@ -114,7 +128,7 @@ func newService(name, agentName, address string, onChange func(clientlib.StateCh
 		return nil, fmt.Errorf("demo: service %s: %w", name, err)
 	}
 	tr := &http.Transport{MaxIdleConnsPerHost: 32, IdleConnTimeout: 30 * time.Second}
-	return &service{name: name, agent: agentName, client: c, reg: reg, http: &http.Client{Transport: tr}}, nil
+	return &service{name: name, client: c, reg: reg, http: &http.Client{Transport: tr}}, nil
 }
 
 // ready reports whether the client decides from its agent's snapshots for
@@ -170,8 +184,7 @@ func (s *service) fallbacks() map[string]uint64 {
 // worker calls dep at url once per interval until ctx is done. A call
 // slower than the interval delays the next one (ticks are dropped), as a
 // real worker pool of that size would.
-func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep, url string, interval time.Duration, c *counters) {
-	defer wg.Done()
+func (s *service) worker(ctx context.Context, dep, url string, interval time.Duration, c *counters) {
 	call := func(ctx context.Context) { s.callProxy(ctx, dep, url, c) }
 	if s.client != nil {
 		handle := s.client.Dependency(dep)
@@ -181,16 +194,8 @@ func (s *service) worker(ctx context.Context, wg *sync.WaitGroup, dep, url strin
 	if !ctxtime.Sleep(ctx, rand.N(interval)) {
 		return
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		call(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	call(ctx)
+	ctxtime.Every(ctx, interval, func() { call(ctx) })
 }
 
 // call makes one call through clientlib (idempotent GETs: retried by the
@@ -213,11 +218,8 @@ func (s *service) call(ctx context.Context, dep *clientlib.Dependency, url strin
 		if err != nil {
 			return errors.Join(clientlib.ErrNotRetryable, err)
 		}
-		a.SetHeaders(req.Header)
+		a.SetHeaders(req.Header) // Fusebox-Probe on a probe: the dependency counts them
 		req.Header.Set(HeaderService, s.name)
-		if a.Probe {
-			req.Header.Set(HeaderProbe, "1")
-		}
 		resp, err := s.http.Do(req)
 		if err != nil {
 			return err
@@ -229,18 +231,7 @@ func (s *service) call(ctx context.Context, dep *clientlib.Dependency, url strin
 	if ctx.Err() != nil {
 		return // the demo is stopping: the call says nothing about the dependency
 	}
-	c.calls.Add(1)
-	switch {
-	case err == nil:
-		c.succeeded.Add(1)
-	case attempts == 0 && errors.Is(err, clientlib.ErrOpen):
-		c.rejected.Add(1)
-	default:
-		c.failed.Add(1)
-	}
-	if errors.Is(err, clientlib.ErrBudgetExhausted) {
-		c.budgetDenied.Add(1)
-	}
+	c.ended(err == nil, attempts == 0 && errors.Is(err, clientlib.ErrOpen), errors.Is(err, clientlib.ErrBudgetExhausted))
 }
 
 // callProxy makes one call through the agent's egress proxy, as a
@@ -265,9 +256,8 @@ func (s *service) callProxy(ctx context.Context, dep, url string, c *counters) {
 		}
 		return // the demo is stopping
 	}
-	c.calls.Add(1)
 	if err != nil { // the proxy itself is away
-		c.failed.Add(1)
+		c.ended(false, false, false)
 		return
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
@@ -281,17 +271,7 @@ func (s *service) callProxy(ctx context.Context, dep, url string, c *counters) {
 		c.probes.Add(1)
 	}
 	rejected := resp.Header.Get(proxy.HeaderRejected)
-	switch {
-	case resp.StatusCode < 400:
-		c.succeeded.Add(1)
-	case attempts == 0 && rejected != "":
-		c.rejected.Add(1)
-	default:
-		c.failed.Add(1)
-	}
-	if rejected == "budget-exhausted" {
-		c.budgetDenied.Add(1)
-	}
+	c.ended(resp.StatusCode < 400, attempts == 0 && rejected != "", rejected == "budget-exhausted")
 }
 
 // pace returns how many workers, each calling once per interval, make rate

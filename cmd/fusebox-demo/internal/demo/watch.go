@@ -15,7 +15,6 @@ type Transition struct {
 	// Elapsed is At relative to the start of the first phase.
 	Elapsed    time.Duration
 	Agent      string
-	Zone       string
 	Dependency string
 	// From and To are the states as the dashboard names them: closed,
 	// open, half-open, forced-open, forced-closed; "local-open" and
@@ -77,7 +76,6 @@ func stateName(s *sharedstate.Snapshot) string {
 // (From == To, "new record").
 type watcher struct {
 	agents []*agent.Agent
-	zones  []string
 	sched  schedule
 	emit   func(Transition)
 	last   map[[2]string]seen // (agent, dependency) → last snapshot seen
@@ -90,16 +88,13 @@ type seen struct {
 }
 
 func newWatcher(agents []*agent.Agent, sched schedule, emit func(Transition)) *watcher {
-	w := &watcher{agents: agents, sched: sched, emit: emit, last: map[[2]string]seen{}}
-	for _, a := range agents {
-		w.zones = append(w.zones, a.Config().Zone)
-	}
-	return w
+	return &watcher{agents: agents, sched: sched, emit: emit, last: map[[2]string]seen{}}
 }
 
 // poll reads every agent's snapshots once. It is called from one goroutine.
-func (w *watcher) poll(now time.Time) {
-	for i, a := range w.agents {
+func (w *watcher) poll() {
+	now := time.Now()
+	for _, a := range w.agents {
 		eng := a.Engine()
 		for _, dep := range eng.Dependencies() {
 			snap := eng.Snapshot(dep)
@@ -121,7 +116,7 @@ func (w *watcher) poll(now time.Time) {
 			}
 			k := w.sched.index(now)
 			w.emit(Transition{
-				At: now, Elapsed: now.Sub(w.sched.start), Agent: a.Name(), Zone: w.zones[i], Dependency: dep,
+				At: now, Elapsed: now.Sub(w.sched.start), Agent: a.Name(), Dependency: dep,
 				From: prev.state, To: cur.state, Generation: snap.Generation, OpenCount: snap.OpenCount,
 				Cycle: k / int(numPhases), Phase: Phase(k % int(numPhases)),
 			})
