@@ -64,6 +64,19 @@ func overrideJSONOf(e *fuseboxv1.OverrideEntry) overrideJSON {
 	return o
 }
 
+// jsonHandler adapts a handler that returns its answer: a value written
+// as JSON with 200, or an error written by writeError.
+func jsonHandler(f func(w http.ResponseWriter, r *http.Request) (any, error)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := f(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	})
+}
+
 // decodeBody reads a JSON request body into v: "Content-Type:
 // application/json", at most maxBodyBytes, no unknown fields, one value.
 func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
@@ -89,12 +102,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 // overrideRequest: the Admin API's ForceOpen or ForceClosed. It answers
 // the override written (overrideJSON), or 400 naming every problem of the
 // request at once.
-func (c *Coordinator) handleSetOverride(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleSetOverride(w http.ResponseWriter, r *http.Request) (any, error) {
 	dep := r.PathValue("dependency")
 	var req overrideRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	var problems []error
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
@@ -116,8 +128,7 @@ func (c *Coordinator) handleSetOverride(w http.ResponseWriter, r *http.Request) 
 		ttl = d // its range is the Admin API's to check
 	}
 	if len(problems) > 0 {
-		writeError(w, fmt.Errorf("%w: %w", ErrInvalidRequest, errors.Join(problems...)))
-		return
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRequest, errors.Join(problems...))
 	}
 	pb := &fuseboxv1.SetOverrideRequest{Dependency: dep, Reason: req.Reason, Actor: req.Actor}
 	if ttl != 0 {
@@ -130,28 +141,25 @@ func (c *Coordinator) handleSetOverride(w http.ResponseWriter, r *http.Request) 
 	}
 	e, err := set(r.Context(), pb)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, overrideJSONOf(e))
+	return overrideJSONOf(e), nil
 }
 
 // handleClearOverride is DELETE /api/v1/overrides/{dependency}[?actor=NAME]:
 // the Admin API's ClearOverride. It answers {"cleared": true}, or false
 // when there was no override (like the Admin API, not an error).
-func (c *Coordinator) handleClearOverride(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleClearOverride(_ http.ResponseWriter, r *http.Request) (any, error) {
 	dep := r.PathValue("dependency")
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	resp, err := (&adminServer{c: c}).ClearOverride(r.Context(),
 		&fuseboxv1.ClearOverrideRequest{Dependency: dep, Actor: r.URL.Query().Get("actor")})
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dependency": dep, "cleared": resp.GetCleared()})
+	return map[string]any{"dependency": dep, "cleared": resp.GetCleared()}, nil
 }
 
 // auditJSON is an audit entry as /api/v1/audit shows it: before and after
@@ -193,22 +201,20 @@ func rawJSON(b []byte) json.RawMessage {
 // handleAudit is GET /api/v1/audit[?dependency=NAME][&limit=N]: the Admin
 // API's ListAudit, newest first (limit default 100, at most 1000), each
 // entry with its field changes.
-func (c *Coordinator) handleAudit(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleAudit(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	var limit uint64
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.ParseUint(v, 10, 32)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: limit %q: want a whole number from 0 to %d", ErrInvalidRequest, v, maxAuditLimit))
-			return
+			return nil, fmt.Errorf("%w: limit %q: want a whole number from 0 to %d", ErrInvalidRequest, v, maxAuditLimit)
 		}
 		limit = n
 	}
 	resp, err := (&adminServer{c: c}).ListAudit(r.Context(),
 		&fuseboxv1.ListAuditRequest{Dependency: q.Get("dependency"), Limit: uint32(limit)})
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	out := make([]auditJSON, 0, len(resp.GetEntries()))
 	for _, e := range resp.GetEntries() {
@@ -216,22 +222,21 @@ func (c *Coordinator) handleAudit(w http.ResponseWriter, r *http.Request) {
 			Action: e.GetAction(), Dependency: e.GetDependency(), Before: rawJSON(e.GetBefore()), After: rawJSON(e.GetAfter()),
 			Changes: fieldChangesOf(e.GetChanges())})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"entries": out})
+	return map[string]any{"entries": out}, nil
 }
 
 // handleListOverrides is GET /api/v1/overrides: the Admin API's
 // ListOverrides (the overrides in force, read from etcd).
-func (c *Coordinator) handleListOverrides(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleListOverrides(_ http.ResponseWriter, r *http.Request) (any, error) {
 	resp, err := (&adminServer{c: c}).ListOverrides(r.Context(), &fuseboxv1.ListOverridesRequest{})
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	out := make([]overrideJSON, 0, len(resp.GetOverrides()))
 	for _, e := range resp.GetOverrides() {
 		out = append(out, overrideJSONOf(e))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"overrides": out})
+	return map[string]any{"overrides": out}, nil
 }
 
 // handlePolicies is GET /api/v1/policies: the effective policies the
@@ -239,13 +244,13 @@ func (c *Coordinator) handleListOverrides(w http.ResponseWriter, r *http.Request
 // trip): {"default": POLICY, "policies": {"NAME": POLICY}} with an entry
 // for every dependency that has a policy or an override. The dashboard
 // needs each window for requests/s and shows the thresholds.
-func (c *Coordinator) handlePolicies(w http.ResponseWriter, _ *http.Request) {
+func (c *Coordinator) handlePolicies(http.ResponseWriter, *http.Request) (any, error) {
 	names := c.cache.Dependencies()
 	pols := make(map[string]sharedstate.Policy, len(names))
 	for _, n := range names {
 		pols[n] = c.cache.Policy(n)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"default": c.cache.defaultPolicy(), "policies": pols})
+	return map[string]any{"default": c.cache.defaultPolicy(), "policies": pols}, nil
 }
 
 // whoamiJSON is GET /api/v1/whoami's answer.
@@ -259,8 +264,8 @@ type whoamiJSON struct {
 
 // handleWhoami is GET /api/v1/whoami: who the token is, so the dashboard
 // can say whether its user may write.
-func (c *Coordinator) handleWhoami(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleWhoami(_ http.ResponseWriter, r *http.Request) (any, error) {
 	id := identityFrom(r.Context())
-	writeJSON(w, http.StatusOK, whoamiJSON{Name: id.Name, Role: id.Role.String(), Tokens: !c.authn().LoopbackOnly(),
-		Coordinator: c.cfg.Name, Version: version()})
+	return whoamiJSON{Name: id.Name, Role: id.Role.String(), Tokens: !c.authn().LoopbackOnly(),
+		Coordinator: c.cfg.Name, Version: version()}, nil
 }

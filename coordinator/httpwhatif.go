@@ -33,13 +33,17 @@ type storedPolicyJSON struct {
 // handleGetPolicy is GET /api/v1/policies/{dependency}: the Admin API's
 // GetPolicy, the document as stored and its mod revision (404 when the
 // dependency runs on the fleet default).
-func (c *Coordinator) handleGetPolicy(w http.ResponseWriter, r *http.Request) {
-	e, err := (&adminServer{c: c}).GetPolicy(r.Context(), &fuseboxv1.GetPolicyRequest{Dependency: r.PathValue("dependency")})
+func (c *Coordinator) handleGetPolicy(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return storedPolicyOf((&adminServer{c: c}).GetPolicy(r.Context(), &fuseboxv1.GetPolicyRequest{Dependency: r.PathValue("dependency")}))
+}
+
+// storedPolicyOf is the Admin API's answer of GetPolicy or PutPolicy as
+// /api/v1 shows it.
+func storedPolicyOf(e *fuseboxv1.PolicyEntry, err error) (any, error) {
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
-	writeJSON(w, http.StatusOK, storedPolicyJSON{Dependency: e.GetDependency(), Policy: rawJSON(e.GetPolicyJson()), ModRevision: e.GetModRevision()})
+	return storedPolicyJSON{Dependency: e.GetDependency(), Policy: rawJSON(e.GetPolicyJson()), ModRevision: e.GetModRevision()}, nil
 }
 
 // putPolicyRequest is the body of PUT /api/v1/policies/{dependency}.
@@ -58,23 +62,16 @@ type putPolicyRequest struct {
 // handlePutPolicy is PUT /api/v1/policies/{dependency}: the Admin API's
 // PutPolicy. 400 names every violation (errorBody.violations, by JSON
 // path), 409 is a revision conflict.
-func (c *Coordinator) handlePutPolicy(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handlePutPolicy(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req putPolicyRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	if len(req.Policy) == 0 || string(req.Policy) == "null" {
-		writeError(w, fmt.Errorf("%w: policy is required", ErrInvalidRequest))
-		return
+		return nil, fmt.Errorf("%w: policy is required", ErrInvalidRequest)
 	}
-	e, err := (&adminServer{c: c}).PutPolicy(r.Context(), &fuseboxv1.PutPolicyRequest{Dependency: r.PathValue("dependency"),
-		PolicyJson: req.Policy, ExpectedRevision: req.ExpectedRevision, Actor: req.Actor})
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, storedPolicyJSON{Dependency: e.GetDependency(), Policy: rawJSON(e.GetPolicyJson()), ModRevision: e.GetModRevision()})
+	return storedPolicyOf((&adminServer{c: c}).PutPolicy(r.Context(), &fuseboxv1.PutPolicyRequest{Dependency: r.PathValue("dependency"),
+		PolicyJson: req.Policy, ExpectedRevision: req.ExpectedRevision, Actor: req.Actor}))
 }
 
 // simulateRequest is the body of POST /api/v1/simulate.
@@ -91,42 +88,34 @@ type simulateRequest struct {
 // /api/v1/audit's (sharedstate.DiffDocuments of the two effective
 // policies, as fuseboxctl policy simulate shows them). A POST because the
 // policy is a document, but it reads only: role viewer.
-func (c *Coordinator) handleSimulate(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleSimulate(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req simulateRequest
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	pb := &fuseboxv1.SimulatePolicyRequest{Dependency: req.Dependency, PolicyJson: req.Policy}
 	if req.Since != "" {
 		d, err := time.ParseDuration(req.Since)
 		if err != nil {
-			writeError(w, fmt.Errorf("%w: since %q: not a duration such as \"15m\"", ErrInvalidRequest, req.Since))
-			return
+			return nil, fmt.Errorf("%w: since %q: not a duration such as \"15m\"", ErrInvalidRequest, req.Since)
 		}
 		pb.Since = durationpb.New(d)
 	}
 	resp, err := (&adminServer{c: c}).SimulatePolicy(r.Context(), pb)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	b, err := protojson.MarshalOptions{EmitUnpopulated: true}.Marshal(resp)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	var out map[string]json.RawMessage
 	if err := json.Unmarshal(b, &out); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	changes := sharedstate.DiffDocuments(resp.GetCurrent().GetPolicyJson(), resp.GetProposed().GetPolicyJson())
-	if out["changes"], err = json.Marshal(append([]sharedstate.FieldChange{}, changes...)); err != nil {
-		writeError(w, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, out)
+	out["changes"], err = json.Marshal(append([]sharedstate.FieldChange{}, changes...))
+	return out, err
 }
 
 // seriesPoint is one point of GET /api/v1/series.
@@ -155,19 +144,17 @@ type seriesInterval struct {
 // the history kept of a dependency over the last since (default 15m, at
 // most the coarse horizon) from its first count, in at most 600 points
 // (slots summed), and the fleet's breaker states as bands.
-func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
+func (c *Coordinator) handleSeries(_ http.ResponseWriter, r *http.Request) (any, error) {
 	q := r.URL.Query()
 	dep := q.Get("dependency")
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	since := 15 * time.Minute
 	if v := q.Get("since"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
-			writeError(w, fmt.Errorf("%w: since %q: want a positive duration such as \"15m\"", ErrInvalidRequest, v))
-			return
+			return nil, fmt.Errorf("%w: since %q: want a positive duration such as \"15m\"", ErrInvalidRequest, v)
 		}
 		since = min(d, c.history.Config().CoarseHorizon)
 	}
@@ -175,8 +162,7 @@ func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
 	from := to.Add(-since)
 	segs, err := c.history.Range(dep, from, to)
 	if err != nil {
-		writeError(w, err)
-		return
+		return nil, err
 	}
 	var flat []seriesPoint
 	var step time.Duration
@@ -223,6 +209,6 @@ func (c *Coordinator) handleSeries(w http.ResponseWriter, r *http.Request) {
 	if bands == nil {
 		bands = []seriesInterval{}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"dependency": dep, "from": from.UTC(), "to": to.UTC(),
-		"step": (time.Duration(per) * step).String(), "points": points, "states": bands})
+	return map[string]any{"dependency": dep, "from": from.UTC(), "to": to.UTC(),
+		"step": (time.Duration(per) * step).String(), "points": points, "states": bands}, nil
 }
