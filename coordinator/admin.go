@@ -5,13 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/fusebox-dev/fusebox/coordinator/internal/fleet"
+	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/store"
@@ -58,6 +57,20 @@ func writeOptions(ctx context.Context, actor string, expected *int64) (store.Wri
 		w.Expect = store.ExpectModRevision(*expected)
 	}
 	return w, nil
+}
+
+// skipInvalid lets a listing through with the valid entries when the
+// store skipped invalid ones (bad data written around the coordinator, not
+// the caller's mistake), logging them as what ("" logs nothing).
+func (a *adminServer) skipInvalid(err error, what string) error {
+	var invalid *store.InvalidValueError
+	if !errors.As(err, &invalid) {
+		return err
+	}
+	if what != "" {
+		a.c.log.Warn("invalid "+what+" in etcd skipped", "err", err)
+	}
+	return nil
 }
 
 func policyEntry(e store.PolicyEntry) *fuseboxv1.PolicyEntry {
@@ -135,12 +148,8 @@ func policySourceProto(s sharedstate.PolicySource) fuseboxv1.PolicySource {
 
 func (a *adminServer) ListPolicies(ctx context.Context, _ *fuseboxv1.ListPoliciesRequest) (*fuseboxv1.ListPoliciesResponse, error) {
 	entries, _, err := a.c.store.ListPolicies(ctx)
-	if err != nil {
-		var invalid *store.InvalidValueError
-		if !errors.As(err, &invalid) {
-			return nil, err
-		}
-		a.c.log.Warn("invalid policies in etcd skipped", "err", err)
+	if err := a.skipInvalid(err, "policies"); err != nil {
+		return nil, err
 	}
 	resp := &fuseboxv1.ListPoliciesResponse{}
 	for _, e := range entries {
@@ -235,12 +244,8 @@ func (a *adminServer) setOverride(ctx context.Context, req *fuseboxv1.SetOverrid
 }
 
 func overrideEntry(e store.OverrideEntry) *fuseboxv1.OverrideEntry {
-	st := fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_OPEN
-	if e.State == sharedstate.ForcedClosed {
-		st = fuseboxv1.OverrideState_OVERRIDE_STATE_FORCED_CLOSED
-	}
 	o := &fuseboxv1.OverrideEntry{
-		Dependency: e.Dependency, State: st, Reason: e.Reason, Actor: e.Actor,
+		Dependency: e.Dependency, State: convert.OverrideState(e.State), Reason: e.Reason, Actor: e.Actor,
 		Created: timestamppb.New(e.Created), ModRevision: e.ModRevision,
 	}
 	if !e.Expires.IsZero() {
@@ -266,12 +271,8 @@ func (a *adminServer) ClearOverride(ctx context.Context, req *fuseboxv1.ClearOve
 
 func (a *adminServer) ListOverrides(ctx context.Context, _ *fuseboxv1.ListOverridesRequest) (*fuseboxv1.ListOverridesResponse, error) {
 	entries, _, err := a.c.store.ListOverrides(ctx)
-	if err != nil {
-		var invalid *store.InvalidValueError
-		if !errors.As(err, &invalid) {
-			return nil, err
-		}
-		a.c.log.Warn("invalid overrides in etcd skipped", "err", err)
+	if err := a.skipInvalid(err, "overrides"); err != nil {
+		return nil, err
 	}
 	now := a.c.clock.Now()
 	resp := &fuseboxv1.ListOverridesResponse{}
@@ -289,17 +290,10 @@ func (a *adminServer) ListAudit(ctx context.Context, req *fuseboxv1.ListAuditReq
 			return nil, err
 		}
 	}
-	limit := int(req.GetLimit())
-	if limit > maxAuditLimit {
-		limit = maxAuditLimit
-	}
+	limit := min(int(req.GetLimit()), maxAuditLimit)
 	entries, err := a.c.store.ListAudit(ctx, store.AuditQuery{Dependency: req.GetDependency(), Limit: limit})
-	if err != nil {
-		var invalid *store.InvalidValueError
-		if !errors.As(err, &invalid) {
-			return nil, err
-		}
-		a.c.log.Warn("invalid audit entries in etcd skipped", "err", err)
+	if err := a.skipInvalid(err, "audit entries"); err != nil {
+		return nil, err
 	}
 	resp := &fuseboxv1.ListAuditResponse{}
 	for _, e := range entries {
@@ -329,11 +323,8 @@ func nullToNil(b []byte) []byte {
 func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersRequest) (*fuseboxv1.ListMembersResponse, error) {
 	members := a.c.view.Members()
 	regs, _, err := a.c.store.ListMembers(ctx)
-	if err != nil {
-		var invalid *store.InvalidValueError
-		if !errors.As(err, &invalid) {
-			return nil, err
-		}
+	if err := a.skipInvalid(err, ""); err != nil {
+		return nil, err
 	}
 	seen := make(map[string]*fuseboxv1.Member, len(members))
 	for _, m := range members {
@@ -355,7 +346,7 @@ func (a *adminServer) ListMembers(ctx context.Context, _ *fuseboxv1.ListMembersR
 			GossipAddr: r.GossipAddr, ApiAddr: r.APIAddr, Status: "registered", Etcd: etcdSyncProto(r.Etcd),
 			WireVersion: uint32(r.Wire), Signs: r.PublicKey != ""})
 	}
-	sortMembers(members)
+	fleet.SortMembers(members)
 	return &fuseboxv1.ListMembersResponse{Members: members}, nil
 }
 
@@ -382,10 +373,6 @@ func (c *Coordinator) fleetSnapshot(dep string) (*fuseboxv1.FleetSnapshot, error
 	}
 	snap.Etcd = etcdSyncProto(c.cache.etcdStatus())
 	return snap, nil
-}
-
-func sortMembers(ms []*fuseboxv1.Member) {
-	slices.SortFunc(ms, func(a, b *fuseboxv1.Member) int { return strings.Compare(a.Node, b.Node) })
 }
 
 var _ fleet.Source = (*cache)(nil)

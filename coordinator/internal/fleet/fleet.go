@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -430,16 +431,13 @@ func (v *View) membersLocked() []*fuseboxv1.Member {
 			WireVersion: uint32(m.Meta.WireVersion()), Signs: m.PublicKey != nil,
 		})
 	}
-	slices.SortFunc(out, func(a, b *fuseboxv1.Member) int {
-		switch {
-		case a.Node < b.Node:
-			return -1
-		case a.Node > b.Node:
-			return 1
-		}
-		return 0
-	})
+	SortMembers(out)
 	return out
+}
+
+// SortMembers sorts members by node name.
+func SortMembers(ms []*fuseboxv1.Member) {
+	slices.SortFunc(ms, func(a, b *fuseboxv1.Member) int { return strings.Compare(a.Node, b.Node) })
 }
 
 // AliveAgents returns how many alive or suspect members have role agent.

@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -59,12 +61,7 @@ func (v *View) namesLocked(src Source) []string {
 			set[dep] = struct{}{}
 		}
 	}
-	names := make([]string, 0, len(set))
-	for dep := range set {
-		names = append(names, dep)
-	}
-	slices.Sort(names)
-	return names
+	return slices.Sorted(maps.Keys(set))
 }
 
 // Snapshot returns the fleet at now: every dependency (or only the one
@@ -196,14 +193,9 @@ func (v *View) dependencyLocked(dep string, now time.Time, src Source) *fuseboxv
 	for _, n := range nodes {
 		n.Prober = probers[n.Node]
 	}
-	slices.SortFunc(nodes, func(a, b *fuseboxv1.NodeView) int { return compare(a.Node, b.Node) })
+	slices.SortFunc(nodes, func(a, b *fuseboxv1.NodeView) int { return strings.Compare(a.Node, b.Node) })
 	d.Nodes = nodes
-	zoneNames := make([]string, 0, len(zones))
-	for z := range zones {
-		zoneNames = append(zoneNames, z)
-	}
-	slices.Sort(zoneNames)
-	for _, z := range zoneNames {
+	for _, z := range slices.Sorted(maps.Keys(zones)) {
 		d.Zones = append(d.Zones, &fuseboxv1.ZoneView{Zone: z, Counts: convert.CountsToProto(zones[z])})
 	}
 	return d
@@ -231,16 +223,6 @@ func shownRecord(byZone map[string]sharedstate.BreakerRecord, b sharedstate.Brea
 		best, bestState, found = rec, st, true
 	}
 	return best, bestState, found
-}
-
-func compare(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // retryBudget is the fleet's retry budget over the window, in retries:
