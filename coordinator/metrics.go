@@ -147,26 +147,14 @@ func newMetrics(reg prometheus.Registerer, c *Coordinator) (*metrics, error) {
 	for _, r := range store.RewindReasons() {
 		m.rewinds.WithLabelValues(string(r))
 	}
-	cs := []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
-		m.sseDropped, m.streamsRefused, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c}}
-	for _, col := range cs {
+	for _, col := range []prometheus.Collector{m.requests, m.duration, m.authFailures, m.httpRequests, m.events,
+		m.sseDropped, m.streamsRefused, m.invalidValues, m.watchRestarts, m.rewinds, m.gossipRefused, &stateCollector{c: c},
+		m.historyDropped, m.simulations, m.simDuration} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
 		}
 	}
-	if err := registerAll(reg, m.historyDropped, m.simulations, m.simDuration); err != nil { // what-if
-		return nil, err
-	}
 	return m, nil
-}
-
-func registerAll(reg prometheus.Registerer, cs ...prometheus.Collector) error {
-	for _, col := range cs {
-		if err := reg.Register(col); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // stateCollector reports gauges read from the coordinator's parts at scrape
