@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"time"
 
@@ -198,7 +199,7 @@ func (c *Coordinator) runSimulation(ctx context.Context, dep string, current, pr
 	}
 	if n := len(segs); n > 0 {
 		// The last segment is the fine one.
-		resp.FineFrom = timestamppb.New(maxTime(segs[n-1].From, from))
+		resp.FineFrom = timestamppb.New(history.Later(segs[n-1].From, from))
 	}
 	if e, ok := c.cache.storedPolicy(dep); ok {
 		resp.CurrentRevision = e.ModRevision
@@ -219,7 +220,7 @@ func simulationNotes(segs []history.Segment, recs []history.Record, current, pro
 			nodes |= sl.ActiveNodes
 		}
 	}
-	if n := popcount(nodes); n > replay.MaxVirtualNodes {
+	if n := bits.OnesCount64(nodes); n > replay.MaxVirtualNodes {
 		notes = append(notes, fmt.Sprintf("%d nodes had traffic: the replay runs them as %d virtual nodes, each probing for several", n, replay.MaxVirtualNodes))
 	}
 	for _, p := range []sharedstate.Policy{current, proposed} {
@@ -238,21 +239,6 @@ func simulationNotes(segs []history.Segment, recs []history.Record, current, pro
 	notes = append(notes, "node-local breakers are not replayed as the fleet's nodes had them; probes answer at once, with the outcome of the fleet's nearest calls")
 	slices.Sort(notes)
 	return slices.Compact(notes)
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func popcount(x uint64) int {
-	n := 0
-	for ; x != 0; x &= x - 1 {
-		n++
-	}
-	return n
 }
 
 func simulatedPolicy(p sharedstate.Policy, r *replay.Result) *fuseboxv1.SimulatedPolicy {

@@ -277,7 +277,7 @@ func (h *History) newDepLocked(dep string, now time.Time, window time.Duration) 
 		nodes:         map[string]*tracker{},
 		open:          map[string]bool{},
 		lastActivity:  now,
-		watched:       maxTime(h.started, h.forgot).UnixMilli(),
+		watched:       Later(h.started, h.forgot).UnixMilli(),
 		windowAtStart: window,
 	}
 	h.deps[dep] = d
@@ -490,11 +490,7 @@ func (h *History) Range(dep string, from, to time.Time) ([]Segment, error) {
 	fineStart := d.fine.oldest(to)
 	var out []Segment
 	if from.Before(fineStart) {
-		cTo := fineStart
-		if to.Before(cTo) {
-			cTo = to
-		}
-		if seg := d.coarse.segment(from, cTo); len(seg.Slots) > 0 {
+		if seg := d.coarse.segment(from, Earlier(fineStart, to)); len(seg.Slots) > 0 {
 			out = append(out, seg)
 			from = seg.To()
 		}

@@ -25,7 +25,7 @@ func (u use) valueAt(now time.Time, tau time.Duration) float64 {
 
 func (u *use) add(now time.Time, tau time.Duration, calls float64) {
 	u.v = u.valueAt(now, tau) + calls
-	u.at = maxTime(u.at, now)
+	u.at = Later(u.at, now)
 }
 
 // traffic is what a row's counts weigh in a dependency's use: its calls
@@ -79,8 +79,17 @@ func (h *History) roomLocked(dep string, now time.Time, window time.Duration, ca
 	return h.newDepLocked(dep, now, window)
 }
 
-func maxTime(a, b time.Time) time.Time {
+// Later returns the later of a and b, Earlier the earlier: the replay and
+// the coordinator clip ranges of the history with them.
+func Later(a, b time.Time) time.Time {
 	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func Earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
 		return a
 	}
 	return b

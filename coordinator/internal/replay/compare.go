@@ -4,6 +4,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -72,7 +73,7 @@ func Compare(fleetPol sharedstate.Policy, reality []Interval, fleetTransitions [
 	var merged [][2]time.Time
 	for _, sp := range spans {
 		if n := len(merged); n > 0 && !sp[0].After(merged[n-1][1].Add(gap)) {
-			merged[n-1][1] = maxTime(merged[n-1][1], sp[1])
+			merged[n-1][1] = history.Later(merged[n-1][1], sp[1])
 			continue
 		}
 		merged = append(merged, sp)

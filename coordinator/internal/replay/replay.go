@@ -203,18 +203,11 @@ func (r *runner) nearestEvidence(t time.Time) (evidence, bool) {
 			continue
 		}
 		e := r.evidence[j]
-		if !found || absDur(e.at.Sub(t)) < absDur(best.at.Sub(t)) {
+		if !found || e.at.Sub(t).Abs() < best.at.Sub(t).Abs() {
 			best, found = e, true
 		}
 	}
 	return best, found
-}
-
-func absDur(d time.Duration) time.Duration {
-	if d < 0 {
-		return -d
-	}
-	return d
 }
 
 // Run replays in.Segments under in.Policy.
@@ -295,7 +288,7 @@ func Run(in Input) (*Result, error) {
 			res.Steps = append(res.Steps, Step{At: st.at, Dur: st.dur, Slot: st.s, Did: r.did})
 		}
 	}
-	res.Transitions = r.transitions()
+	res.Transitions = transitionsOf(r.recs)
 	for _, t := range res.Transitions {
 		if t.State == sharedstate.Open && !t.At.Before(in.From) && t.At.Before(in.To) {
 			res.Totals.Opens++

@@ -1,7 +1,7 @@
 package replay
 
 import (
-	"cmp"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,23 +49,30 @@ type override struct {
 func breakerTransitions(recs []history.Record) []Transition {
 	byGen := map[uint64]sharedstate.BreakerRecord{}
 	for _, r := range recs {
-		if r.Kind != history.KindBreaker || r.Breaker.Zone != "" {
-			continue
+		if r.Kind == history.KindBreaker && r.Breaker.Zone == "" {
+			mergeInto(byGen, r.Breaker)
 		}
-		b := r.Breaker
-		if old, ok := byGen[b.Generation]; ok {
-			b = sharedstate.Merge(old, b)
-		}
-		byGen[b.Generation] = b
 	}
+	delete(byGen, 0) // the initial closed state: no transition
+	return transitionsOf(byGen)
+}
+
+// mergeInto keeps b in byGen, merged with the record of its generation
+// there (several nodes proposed it: the one that wins).
+func mergeInto(byGen map[uint64]sharedstate.BreakerRecord, b sharedstate.BreakerRecord) {
+	if old, ok := byGen[b.Generation]; ok {
+		b = sharedstate.Merge(old, b)
+	}
+	byGen[b.Generation] = b
+}
+
+// transitionsOf are the records of byGen in generation order.
+func transitionsOf(byGen map[uint64]sharedstate.BreakerRecord) []Transition {
 	out := make([]Transition, 0, len(byGen))
-	for _, b := range byGen {
-		if b.Generation == 0 {
-			continue
-		}
+	for _, g := range slices.Sorted(maps.Keys(byGen)) {
+		b := byGen[g]
 		out = append(out, Transition{At: b.Since, State: b.State, Generation: b.Generation, OpenCount: b.OpenCount, Reason: b.Reason})
 	}
-	slices.SortFunc(out, func(a, b Transition) int { return cmp.Compare(a.Generation, b.Generation) })
 	return out
 }
 
@@ -110,7 +117,7 @@ func timeline(ts []Transition, ovs []override, b sharedstate.BreakerPolicy, from
 		add(cur)
 		if t.State == sharedstate.Open {
 			half := t.At.Add(b.OpenDurationFor(t.OpenCount))
-			add(Interval{State: StateOpen, From: t.At, To: minTime(half, end), Generation: t.Generation, OpenCount: t.OpenCount, Reason: t.Reason})
+			add(Interval{State: StateOpen, From: t.At, To: history.Earlier(half, end), Generation: t.Generation, OpenCount: t.OpenCount, Reason: t.Reason})
 			cur = Interval{State: StateHalfOpen, From: half, Generation: t.Generation, OpenCount: t.OpenCount, Reason: t.Reason}
 			if !half.Before(end) {
 				cur.From = end
@@ -159,7 +166,7 @@ func timeline(ts []Transition, ovs []override, b sharedstate.BreakerPolicy, from
 					q.To = f.from
 					next = append(next, q)
 				}
-				q := Interval{State: f.state, From: maxTime(p.From, f.from), To: minTime(p.To, f.to), Reason: f.reason}
+				q := Interval{State: f.state, From: history.Later(p.From, f.from), To: history.Earlier(p.To, f.to), Reason: f.reason}
 				next = append(next, q)
 				if p.To.After(f.to) {
 					q := p
@@ -205,18 +212,4 @@ func stateAt(ivs []Interval, t time.Time) string {
 		return ivs[i].State
 	}
 	return StateClosed
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }

@@ -2,9 +2,9 @@ package replay
 
 import (
 	"math/bits"
-	"slices"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/coordinator/internal/history"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
@@ -34,7 +34,7 @@ func (r *runner) traffic(st, ref step, realOpen bool) {
 		active = r.nodesOf(ref.s.ActiveNodes)
 	}
 	if len(active) == 0 {
-		active = r.all()
+		active = r.nodes
 	}
 	failing := r.nodesOf(ref.s.FailingNodes)
 	var pf, ps float64
@@ -95,8 +95,6 @@ func (r *runner) nodesOf(mask uint64) []*vnode {
 	}
 	return out
 }
-
-func (r *runner) all() []*vnode { return r.nodes }
 
 // calls makes n first attempts at node v, each decided from its snapshot.
 func (r *runner) calls(v *vnode, n uint64) {
@@ -285,28 +283,9 @@ func (r *runner) deliver(from *sharedstate.Engine, rec sharedstate.BreakerRecord
 }
 
 func (r *runner) note(rec sharedstate.BreakerRecord) {
-	if rec.Zone != "" || rec.Dependency != r.dep {
-		return
+	if rec.Zone == "" && rec.Dependency == r.dep {
+		mergeInto(r.recs, rec)
 	}
-	if old, ok := r.recs[rec.Generation]; ok {
-		rec = sharedstate.Merge(old, rec) // several nodes proposed it: the one that wins
-	}
-	r.recs[rec.Generation] = rec
-}
-
-// transitions are the records noted, in generation order.
-func (r *runner) transitions() []Transition {
-	gens := make([]uint64, 0, len(r.recs))
-	for g := range r.recs {
-		gens = append(gens, g)
-	}
-	slices.Sort(gens)
-	out := make([]Transition, 0, len(gens))
-	for _, g := range gens {
-		b := r.recs[g]
-		out = append(out, Transition{At: b.Since, State: b.State, Generation: b.Generation, OpenCount: b.OpenCount, Reason: b.Reason})
-	}
-	return out
 }
 
 // allClosed reports whether every virtual node's breakers are closed and
@@ -351,7 +330,7 @@ func (r *runner) sampleLocal(st step) {
 func clip(ivs []Interval, from, to time.Time) []Interval {
 	var out []Interval
 	for _, iv := range ivs {
-		iv.From, iv.To = maxTime(iv.From, from), minTime(iv.To, to)
+		iv.From, iv.To = history.Later(iv.From, from), history.Earlier(iv.To, to)
 		if iv.From.Before(iv.To) {
 			out = append(out, iv)
 		}
