@@ -267,19 +267,14 @@ func Run(in Input) (*Result, error) {
 		} else {
 			quiet = 0
 		}
-		if quiet > settled && r.allClosed() {
-			r.clock.Advance(st.dur)
-			if in.Policy.Breaker.Scope == sharedstate.ScopeNode {
-				r.sampleLocal(st)
-			}
-			if !st.at.Before(in.From) && st.at.Before(in.To) {
-				res.Steps = append(res.Steps, Step{At: st.at, Dur: st.dur, Slot: st.s})
-			}
-			continue
+		busy := quiet <= settled || !r.allClosed()
+		if busy {
+			r.traffic(st, steps[known[i]], r.realOpen[i])
 		}
-		r.traffic(st, steps[known[i]], r.realOpen[i])
 		r.clock.Advance(st.dur)
-		r.tick()
+		if busy {
+			r.tick()
+		}
 		if in.Policy.Breaker.Scope == sharedstate.ScopeNode {
 			r.sampleLocal(st)
 		}
