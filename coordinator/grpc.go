@@ -3,8 +3,10 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -93,11 +95,7 @@ func (c *Coordinator) authenticate(ctx context.Context, fullMethod string) (cont
 		authz = v[0]
 	}
 	if c.authn().LoopbackOnly() {
-		names := make([]string, 0, len(md))
-		for k := range md {
-			names = append(names, k)
-		}
-		if h := proxyHeader(names); h != "" {
+		if h := proxyHeader(slices.Collect(maps.Keys(md))); h != "" {
 			c.metrics.authFailures.WithLabelValues("grpc", "permission_denied").Inc()
 			return ctx, fmt.Errorf("%w: this coordinator has no tokens file and trusts loopback callers, so it refuses calls a proxy forwards (metadata %s): configure --tokens-file to serve through a proxy", auth.ErrPermissionDenied, h)
 		}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -171,28 +173,28 @@ func (c *Coordinator) instrument(handler string, h http.Handler) http.Handler {
 func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 	csrf := http.NewCrossOriginProtection()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refuse := func(code int, reason, msg string) {
+			c.metrics.authFailures.WithLabelValues("http", reason).Inc()
+			httpError(w, code, msg)
+		}
 		if c.authn().LoopbackOnly() {
-			if h := proxyHeader(headerNames(r.Header)); h != "" {
-				c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
-				httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and trusts loopback callers, so it refuses requests a proxy forwards (header %s): configure --tokens-file to serve through a proxy", auth.ErrPermissionDenied, h))
+			if h := proxyHeader(slices.Collect(maps.Keys(r.Header))); h != "" {
+				refuse(http.StatusForbidden, "permission_denied", fmt.Sprintf("%v: this coordinator has no tokens file and trusts loopback callers, so it refuses requests a proxy forwards (header %s): configure --tokens-file to serve through a proxy", auth.ErrPermissionDenied, h))
+				return
+			}
+			if !isLoopbackHostHeader(r.Host) {
+				refuse(http.StatusForbidden, "permission_denied", fmt.Sprintf("%v: this coordinator has no tokens file and answers loopback host names only, not %q", auth.ErrPermissionDenied, r.Host))
 				return
 			}
 		}
-		if c.authn().LoopbackOnly() && !isLoopbackHostHeader(r.Host) {
-			c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
-			httpError(w, http.StatusForbidden, fmt.Sprintf("%v: this coordinator has no tokens file and answers loopback host names only, not %q", auth.ErrPermissionDenied, r.Host))
-			return
-		}
 		if need > auth.RoleViewer {
 			if err := csrf.Check(r); err != nil {
-				c.metrics.authFailures.WithLabelValues("http", "permission_denied").Inc()
-				httpError(w, http.StatusForbidden, fmt.Sprintf("%v: cross-origin write refused (%v)", auth.ErrPermissionDenied, err))
+				refuse(http.StatusForbidden, "permission_denied", fmt.Sprintf("%v: cross-origin write refused (%v)", auth.ErrPermissionDenied, err))
 				return
 			}
 		}
 		if r.URL.Query().Has(tokenQueryParam) {
-			c.metrics.authFailures.WithLabelValues("http", "token_in_url").Inc()
-			httpError(w, http.StatusBadRequest, errTokenInURL.Error())
+			refuse(http.StatusBadRequest, "token_in_url", errTokenInURL.Error())
 			return
 		}
 		var peer net.Addr
@@ -204,14 +206,12 @@ func (c *Coordinator) authorized(need auth.Role, h http.Handler) http.Handler {
 			err = auth.Authorize(id, need)
 		}
 		if err != nil {
-			code, reason := http.StatusUnauthorized, "unauthenticated"
 			if errors.Is(err, auth.ErrPermissionDenied) {
-				code, reason = http.StatusForbidden, "permission_denied"
+				refuse(http.StatusForbidden, "permission_denied", err.Error())
 			} else {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="fusebox"`)
+				refuse(http.StatusUnauthorized, "unauthenticated", err.Error())
 			}
-			c.metrics.authFailures.WithLabelValues("http", reason).Inc()
-			httpError(w, code, err.Error())
 			return
 		}
 		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)))

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -53,12 +52,4 @@ func proxyHeader(names []string) string {
 		}
 	}
 	return ""
-}
-
-func headerNames(h http.Header) []string {
-	names := make([]string, 0, len(h))
-	for n := range h {
-		names = append(names, n)
-	}
-	return names
 }
