@@ -231,13 +231,11 @@ func (c *Coordinator) Start(ctx context.Context) (err error) {
 // a named component is fatal: the coordinator reports it through Err and
 // Done.
 func (c *Coordinator) goBackground(name string, fn func() error) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
+	c.wg.Go(func() {
 		if err := fn(); err != nil && name != "" {
 			c.fail(fmt.Errorf("coordinator: %s: %w", name, err))
 		}
-	}()
+	})
 }
 
 func (c *Coordinator) fail(err error) {

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"encoding/hex"
 	"io/fs"
+	"maps"
 	"net/http"
 	"path"
 	"slices"
@@ -123,10 +124,5 @@ func etagMatches(header, etag string) bool {
 
 // Paths returns the URL paths the handler serves, sorted ("/" first).
 func (h *Handler) Paths() []string {
-	out := make([]string, 0, len(h.assets))
-	for p := range h.assets {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(h.assets))
 }

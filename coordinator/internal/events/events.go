@@ -132,8 +132,12 @@ func (b *Broker) Limit(l Limits, refused func(scope string)) {
 	b.limits, b.refused = l, refused
 }
 
-// admitLocked checks the limits for a new subscription of key.
+// admitLocked checks that a new subscription of key may start: the broker
+// is open (else ErrClosed) and under its limits.
 func (b *Broker) admitLocked(key string) error {
+	if b.closed {
+		return ErrClosed
+	}
 	var err *LimitError
 	switch {
 	case b.limits.Total > 0 && len(b.subs) >= b.limits.Total:
@@ -235,9 +239,6 @@ func (b *Broker) Publish(e Event) Event {
 func (b *Broker) Subscribe(key string, after uint64) (*Subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
 	if err := b.admitLocked(key); err != nil {
 		return nil, err
 	}
@@ -267,9 +268,6 @@ func (b *Broker) Subscribe(key string, after uint64) (*Subscription, error) {
 func (b *Broker) Watch(opts WatchOptions) (*Subscription, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
-		return nil, ErrClosed
-	}
 	if err := b.admitLocked(opts.Key); err != nil {
 		return nil, err
 	}
