@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -284,10 +285,7 @@ func (c *Coordinator) shutdown() {
 		c.closing.Store(true)
 		close(c.stop)
 		c.failOnce.Do(func() { close(c.stopping) })
-		timeout := c.cfg.ShutdownTimeout
-		if timeout <= 0 {
-			timeout = 5 * time.Second
-		}
+		timeout := cmp.Or(c.cfg.ShutdownTimeout, 5*time.Second) // Validate refuses a negative one
 		if c.broker != nil {
 			c.broker.Close()
 		}

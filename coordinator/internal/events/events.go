@@ -116,10 +116,7 @@ func NewBroker(queue, keep int, after uint64, dropped func()) *Broker {
 	if queue <= 0 {
 		queue = 256
 	}
-	if keep < 0 {
-		keep = 0
-	}
-	return &Broker{queue: queue, keep: keep, first: after + 1, nextID: after, dropped: dropped,
+	return &Broker{queue: queue, keep: max(keep, 0), first: after + 1, nextID: after, dropped: dropped,
 		subs: map[*Subscription]struct{}{}, perKey: map[string]int{}}
 }
 

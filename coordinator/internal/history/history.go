@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -218,21 +219,11 @@ func New(cfg Config) *History {
 	if err := cfg.Validate(); err != nil {
 		panic(err)
 	}
-	if cfg.FineHorizon == 0 {
-		cfg.FineHorizon = DefaultFineHorizon
-	}
-	if cfg.CoarseHorizon == 0 {
-		cfg.CoarseHorizon = max(DefaultCoarseHorizon, cfg.FineHorizon)
-	}
-	if cfg.MaxDependencies == 0 {
-		cfg.MaxDependencies = DefaultMaxDependencies
-	}
-	if cfg.MaxNodes == 0 {
-		cfg.MaxNodes = DefaultMaxNodes
-	}
-	if cfg.MaxRecords == 0 {
-		cfg.MaxRecords = DefaultMaxRecords
-	}
+	cfg.FineHorizon = cmp.Or(cfg.FineHorizon, DefaultFineHorizon)
+	cfg.CoarseHorizon = cmp.Or(cfg.CoarseHorizon, max(DefaultCoarseHorizon, cfg.FineHorizon))
+	cfg.MaxDependencies = cmp.Or(cfg.MaxDependencies, DefaultMaxDependencies)
+	cfg.MaxNodes = cmp.Or(cfg.MaxNodes, DefaultMaxNodes)
+	cfg.MaxRecords = cmp.Or(cfg.MaxRecords, DefaultMaxRecords)
 	return &History{cfg: cfg, deps: map[string]*depHistory{}, started: cfg.Start}
 }
 
@@ -531,11 +522,10 @@ func (h *History) Records(dep string, from, to time.Time) []Record {
 		}
 	}
 	var before []Record
-	if lastBreaker != nil {
-		before = append(before, *lastBreaker)
-	}
-	if lastOverride != nil {
-		before = append(before, *lastOverride)
+	for _, r := range []*Record{lastBreaker, lastOverride} {
+		if r != nil {
+			before = append(before, *r)
+		}
 	}
 	slices.SortStableFunc(before, func(a, b Record) int { return a.At.Compare(b.At) })
 	return append(before, out...)
