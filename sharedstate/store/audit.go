@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -130,7 +129,7 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 				err = json.Unmarshal(kv.Value, &rec)
 			}
 			if err != nil {
-				invalid = append(invalid, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err})
+				invalid = append(invalid, invalidValue(kv, err))
 				continue
 			}
 			if q.Dependency != "" && rec.Dependency != q.Dependency {
@@ -150,10 +149,7 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 		}
 		end = string(resp.Kvs[len(resp.Kvs)-1].Key) // exclusive: continue below it
 	}
-	if len(invalid) > 0 {
-		return out, joinInvalid(invalid)
-	}
-	return out, nil
+	return out, joinInvalid(invalid)
 }
 
 // auditIndexPrefix is the index directory of dependency's audit entries.
@@ -195,12 +191,4 @@ func (s *Store) TrimAudit(ctx context.Context, keep int) (int64, error) {
 		return 0, fmt.Errorf("store: trim audit: %w", err)
 	}
 	return resp.Deleted, nil
-}
-
-// joinInvalid returns one error for the invalid values a read skipped.
-func joinInvalid(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return errors.Join(errs...)
 }
