@@ -517,12 +517,10 @@ func (w *Watcher) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-w.ctx.Done():
-		w.stopping()
-		return false
 	case <-w.s.cli.Ctx().Done():
-		w.stopping()
-		return false
 	}
+	w.stopping()
+	return false
 }
 
 // watchRange returns the key range holding overrides/ and policies/ (one
