@@ -49,7 +49,7 @@ rule() {
       ALLOW='^(sharedstate|sharedstate/secretfile|sharedstate/store)$'; DENY='hashicorp/memberlist'
       WHY='sharedstate/store/embedded may import store, sharedstate and the etcd server' ;;
     sharedstate/store)
-      ALLOW='^sharedstate(/secretfile|/backoff)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
+      ALLOW='^sharedstate(/secretfile|/backoff|/ctxtime)?$'; DENY='hashicorp/memberlist|^go\.etcd\.io/etcd/server'
       WHY='sharedstate/store may import sharedstate and the etcd client' ;;
     sharedstate/daemonflag | sharedstate/daemonflag/*)
       ALLOW='^sharedstate/daemonflag$'; DENY='^go\.etcd\.io/|hashicorp/memberlist|^google\.golang\.org/|prometheus'

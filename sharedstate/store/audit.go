@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/url"
 	"time"
@@ -130,7 +129,7 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 				err = json.Unmarshal(kv.Value, &rec)
 			}
 			if err != nil {
-				invalid = append(invalid, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err})
+				invalid = append(invalid, invalidValue(kv, err))
 				continue
 			}
 			if q.Dependency != "" && rec.Dependency != q.Dependency {
@@ -150,10 +149,7 @@ func (s *Store) ListAudit(ctx context.Context, q AuditQuery) ([]AuditEntry, erro
 		}
 		end = string(resp.Kvs[len(resp.Kvs)-1].Key) // exclusive: continue below it
 	}
-	if len(invalid) > 0 {
-		return out, joinInvalid(invalid)
-	}
-	return out, nil
+	return out, joinInvalid(invalid)
 }
 
 // auditIndexPrefix is the index directory of dependency's audit entries.
@@ -165,42 +161,4 @@ func (s *Store) auditIndexPrefix(dependency string) string {
 // auditIndexKey is the index key of dependency's entry seq.
 func (s *Store) auditIndexKey(dependency string, seq int64) string {
 	return s.auditIndexPrefix(dependency) + fmt.Sprintf("%020d", seq)
-}
-
-// TrimAudit deletes all but the newest keep audit entries and returns how
-// many it deleted. The audit log grows by one entry per change; an operator
-// or the coordinator may call this now and then. keep must be at least 1:
-// the newest entry is what the next sequence number is derived from.
-func (s *Store) TrimAudit(ctx context.Context, keep int) (int64, error) {
-	if keep < 1 {
-		return 0, fmt.Errorf("store: trim audit: keep %d: must be at least 1", keep)
-	}
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	auditPrefix := s.prefix + auditDir
-	resp0, err := s.cli.Get(ctx, auditPrefix,
-		clientv3.WithRange(prefixEnd(auditPrefix)),
-		clientv3.WithSort(clientv3.SortByKey, clientv3.SortDescend),
-		clientv3.WithKeysOnly(),
-		clientv3.WithLimit(int64(keep)))
-	if err != nil {
-		return 0, fmt.Errorf("store: trim audit: %w", err)
-	}
-	if len(resp0.Kvs) < keep {
-		return 0, nil
-	}
-	cut := string(resp0.Kvs[len(resp0.Kvs)-1].Key) // delete every key below it
-	resp, err := s.cli.Delete(ctx, auditPrefix, clientv3.WithRange(cut))
-	if err != nil {
-		return 0, fmt.Errorf("store: trim audit: %w", err)
-	}
-	return resp.Deleted, nil
-}
-
-// joinInvalid returns one error for the invalid values a read skipped.
-func joinInvalid(errs []error) error {
-	if len(errs) == 1 {
-		return errs[0]
-	}
-	return errors.Join(errs...)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -196,10 +197,6 @@ func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
 	if dial <= 0 {
 		dial = 5 * time.Second
 	}
-	lg := o.Logger
-	if lg == nil {
-		lg = zap.NewNop()
-	}
 	cc := clientv3.Config{
 		Endpoints:            append([]string(nil), o.Endpoints...),
 		DialTimeout:          dial,
@@ -207,7 +204,7 @@ func NewClientConfig(o ClientOptions) (clientv3.Config, error) {
 		DialKeepAliveTimeout: 5 * time.Second,
 		Username:             o.Username,
 		Password:             o.Password,
-		Logger:               lg,
+		Logger:               cmp.Or(o.Logger, zap.NewNop()),
 		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           grpcbackoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: MaxReconnectDelay},
 			MinConnectTimeout: dial,

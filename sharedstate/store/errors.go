@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -74,6 +75,11 @@ func (e *InvalidValueError) Error() string {
 // Unwrap returns the cause.
 func (e *InvalidValueError) Unwrap() error { return e.Err }
 
+// invalidValue returns the *InvalidValueError of kv.
+func invalidValue(kv *mvccpb.KeyValue, err error) *InvalidValueError {
+	return &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err}
+}
+
 // IsUnavailable reports whether err says that etcd could not serve a
 // request for now — it has no leader, its leader changed, it timed out
 // waiting for one, or no connection is up — so that the request may
@@ -83,9 +89,6 @@ func (e *InvalidValueError) Unwrap() error { return e.Err }
 // as rpctypes.EtcdError, which is not a gRPC status: status.FromError alone
 // misses them.
 func IsUnavailable(err error) bool {
-	if err == nil {
-		return false
-	}
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 	"unicode"
@@ -183,45 +182,31 @@ func (s *Store) GetMember(ctx context.Context, node string) (m MemberEntry, foun
 	if len(resp.Kvs) == 0 {
 		return MemberEntry{}, false, nil
 	}
-	kv := resp.Kvs[0]
-	if err := json.Unmarshal(kv.Value, &m.Member); err != nil || m.Node != node {
-		if err == nil {
-			err = fmt.Errorf("node %q does not match the key", m.Node)
-		}
-		return MemberEntry{}, false, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err}
-	}
-	m.ModRevision, m.Lease = kv.ModRevision, clientv3.LeaseID(kv.Lease)
-	return m, true, nil
+	m, err = s.decodeMember(resp.Kvs[0])
+	return m, err == nil, err
 }
 
 // ListMembers returns the registered members sorted by node name, and the
 // revision they were read at. Invalid values are skipped and reported in the
 // error (as *InvalidValueError, joined) alongside the valid entries.
 func (s *Store) ListMembers(ctx context.Context) ([]MemberEntry, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	var (
-		out     []MemberEntry
-		invalid []error
-	)
-	prefix := s.prefix + membersDir
-	rev, err := s.rangeAll(ctx, prefix, 0, func(kv *mvccpb.KeyValue) {
-		var m Member
-		err := json.Unmarshal(kv.Value, &m)
-		if err == nil && m.Node != strings.TrimPrefix(string(kv.Key), prefix) {
-			err = fmt.Errorf("node %q does not match the key", m.Node)
-		}
-		if err != nil {
-			invalid = append(invalid, &InvalidValueError{Key: string(kv.Key), ModRevision: kv.ModRevision, Err: err})
-			return
-		}
-		out = append(out, MemberEntry{Member: m, ModRevision: kv.ModRevision, Lease: clientv3.LeaseID(kv.Lease)})
-	})
+	kvs, rev, err := s.list(ctx, membersDir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("store: list members: %w", err)
+		return nil, 0, err
 	}
-	if len(invalid) > 0 {
-		return out, rev, joinInvalid(invalid)
+	out, err := decodeAll(kvs, s.decodeMember)
+	return out, rev, err
+}
+
+// decodeMember parses a members/ key-value, whose node must be the key's.
+func (s *Store) decodeMember(kv *mvccpb.KeyValue) (MemberEntry, error) {
+	var m Member
+	err := json.Unmarshal(kv.Value, &m)
+	if err == nil && s.MemberKey(m.Node) != string(kv.Key) {
+		err = fmt.Errorf("node %q does not match the key", m.Node)
 	}
-	return out, rev, nil
+	if err != nil {
+		return MemberEntry{}, invalidValue(kv, err)
+	}
+	return MemberEntry{Member: m, ModRevision: kv.ModRevision, Lease: clientv3.LeaseID(kv.Lease)}, nil
 }

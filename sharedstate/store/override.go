@@ -152,39 +152,23 @@ func (s *Store) GetOverride(ctx context.Context, dependency string) (OverrideEnt
 // in the error (*InvalidValueError, several joined) alongside the valid
 // entries.
 func (s *Store) ListOverrides(ctx context.Context) ([]OverrideEntry, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	var (
-		out     []OverrideEntry
-		invalid []error
-	)
-	rev, err := s.rangeAll(ctx, s.prefix+overridesDir, 0, func(kv *mvccpb.KeyValue) {
-		e, err := s.decodeOverride(kv)
-		if err != nil {
-			invalid = append(invalid, err)
-			return
-		}
-		out = append(out, e)
-	})
+	kvs, rev, err := s.list(ctx, overridesDir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("store: list overrides: %w", err)
+		return nil, 0, err
 	}
-	if len(invalid) > 0 {
-		return out, rev, joinInvalid(invalid)
-	}
-	return out, rev, nil
+	out, err := decodeAll(kvs, s.decodeOverride)
+	return out, rev, err
 }
 
 // decodeOverride parses and validates an overrides/ key-value.
 func (s *Store) decodeOverride(kv *mvccpb.KeyValue) (OverrideEntry, error) {
-	key := string(kv.Key)
-	dep := strings.TrimPrefix(key, s.prefix+overridesDir)
+	dep := strings.TrimPrefix(string(kv.Key), s.prefix+overridesDir)
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
-		return OverrideEntry{}, &InvalidValueError{Key: key, ModRevision: kv.ModRevision, Err: err}
+		return OverrideEntry{}, invalidValue(kv, err)
 	}
 	o, err := sharedstate.ParseOverride(kv.Value)
 	if err != nil {
-		return OverrideEntry{}, &InvalidValueError{Key: key, ModRevision: kv.ModRevision, Err: err}
+		return OverrideEntry{}, invalidValue(kv, err)
 	}
 	return OverrideEntry{Dependency: dep, Override: o, ModRevision: kv.ModRevision, Lease: clientv3.LeaseID(kv.Lease)}, nil
 }

@@ -169,15 +169,17 @@ func TestAuditIsAtomicOrderedAndComplete(t *testing.T) {
 		t.Fatalf("page before seq 2 = %+v, %v", page, err)
 	}
 
-	// Trimming keeps the newest and the numbering.
-	if n, err := e.st.TrimAudit(ctx, 1); err != nil || n != 2 {
-		t.Fatalf("trim = %d, %v", n, err)
+	// Trimming keeps the newest and the numbering: seq 4 is the trim's
+	// summary, 5 the next change.
+	trim, err := e.st.TrimAuditRetention(ctx, store.AuditRetention{MaxEntries: 2}, "ops")
+	if err != nil || trim.Deleted != 2 || trim.SummarySeq != 4 {
+		t.Fatalf("trim = %+v, %v", trim, err)
 	}
 	if _, err := e.st.PutPolicy(ctx, "other", []byte(`{}`), as("carol")); err != nil {
 		t.Fatal(err)
 	}
 	all, err = e.st.ListAudit(ctx, store.AuditQuery{})
-	if err != nil || len(all) != 2 || all[0].Seq != 4 || all[1].Seq != 3 {
+	if err != nil || len(all) != 3 || all[0].Seq != 5 || all[1].Seq != 4 || all[2].Seq != 3 {
 		t.Fatalf("after trim = %+v, %v", all, err)
 	}
 }

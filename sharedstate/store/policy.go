@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -196,16 +197,12 @@ func (s *Store) readDefault(ctx context.Context, rev int64) (sharedstate.Policy,
 	if err != nil {
 		return sharedstate.Policy{}, clientv3.Cmp{}, fmt.Errorf("store: read default policy: %w", err)
 	}
-	var kv *mvccpb.KeyValue
-	modRev := int64(0)
-	if len(resp.Kvs) > 0 {
-		kv, modRev = resp.Kvs[0], resp.Kvs[0].ModRevision
-	}
+	kv := first(resp.Kvs)
 	def, err := defaultFrom(kv)
 	if err != nil {
-		return sharedstate.Policy{}, clientv3.Cmp{}, &InvalidValueError{Key: key, ModRevision: modRev, Err: err}
+		return sharedstate.Policy{}, clientv3.Cmp{}, invalidValue(kv, err)
 	}
-	return def, clientv3.Compare(clientv3.ModRevision(key), "=", modRev), nil
+	return def, clientv3.Compare(clientv3.ModRevision(key), "=", kv.GetModRevision()), nil
 }
 
 // checkPoliciesAgainst reads every dependency policy at rev and checks that
@@ -262,19 +259,15 @@ func (s *Store) GetPolicy(ctx context.Context, name string) (PolicyEntry, error)
 	if err != nil {
 		return PolicyEntry{}, fmt.Errorf("store: get policy %q: %w", name, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
+	kv := first(resp.Responses[0].GetResponseRange().Kvs)
+	if kv == nil {
 		return PolicyEntry{}, fmt.Errorf("%w: policy %q", ErrNotFound, name)
 	}
-	var defKV *mvccpb.KeyValue
-	if d := resp.Responses[1].GetResponseRange().Kvs; len(d) > 0 {
-		defKV = d[0]
-	}
-	def, err := defaultFrom(defKV)
+	def, err := defaultFrom(first(resp.Responses[1].GetResponseRange().Kvs))
 	if err != nil {
 		def = sharedstate.DefaultPolicy() // the default's own problem; judge the document alone
 	}
-	return s.decodePolicy(kvs[0], def)
+	return s.decodePolicy(kv, def)
 }
 
 // EffectivePolicy returns the policy in force for dependency: its stored
@@ -288,27 +281,25 @@ func (s *Store) EffectivePolicy(ctx context.Context, dependency string) (shareds
 	}
 	ctx, cancel := s.ctx(ctx)
 	defer cancel()
-	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
-	resp, err := s.readTxn(ctx, clientv3.OpGet(s.PolicyKey(dependency)), clientv3.OpGet(defKey))
+	resp, err := s.readTxn(ctx,
+		clientv3.OpGet(s.PolicyKey(dependency)),
+		clientv3.OpGet(s.PolicyKey(sharedstate.DefaultPolicyName)),
+	)
 	if err != nil {
 		return sharedstate.Policy{}, 0, fmt.Errorf("store: effective policy %q: %w", dependency, err)
 	}
 	rev := resp.Header.Revision
-	var defKV *mvccpb.KeyValue
-	if d := resp.Responses[1].GetResponseRange().Kvs; len(d) > 0 {
-		defKV = d[0]
-	}
+	defKV := first(resp.Responses[1].GetResponseRange().Kvs)
 	def, err := defaultFrom(defKV)
 	if err != nil {
-		return sharedstate.Policy{}, rev, &InvalidValueError{Key: defKey, ModRevision: defKV.ModRevision, Err: err}
+		return sharedstate.Policy{}, rev, invalidValue(defKV, err)
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		p := def
-		p.Dependency = dependency
-		return p, rev, nil
+	kv := first(resp.Responses[0].GetResponseRange().Kvs)
+	if kv == nil {
+		def.Dependency = dependency
+		return def, rev, nil
 	}
-	e, err := s.decodePolicy(kvs[0], def)
+	e, err := s.decodePolicy(kv, def)
 	if err != nil {
 		return sharedstate.Policy{}, rev, err
 	}
@@ -322,53 +313,27 @@ func (s *Store) EffectivePolicy(ctx context.Context, dependency string) (shareds
 // reported in the error (*InvalidValueError, several joined) alongside the
 // valid entries.
 func (s *Store) ListPolicies(ctx context.Context) ([]PolicyEntry, int64, error) {
-	ctx, cancel := s.ctx(ctx)
-	defer cancel()
-	var kvs []*mvccpb.KeyValue
-	rev, err := s.rangeAll(ctx, s.prefix+policiesDir, 0, func(kv *mvccpb.KeyValue) { kvs = append(kvs, kv) })
+	kvs, rev, err := s.list(ctx, policiesDir)
 	if err != nil {
-		return nil, 0, fmt.Errorf("store: list policies: %w", err)
+		return nil, 0, err
 	}
-	entries, invalid := s.decodePolicies(kvs)
-	if len(invalid) > 0 {
-		return entries, rev, joinInvalid(invalid)
-	}
-	return entries, rev, nil
-}
-
-// decodePolicies decodes policies/ key-values read at one revision, the
-// default first so the others can be checked against it.
-func (s *Store) decodePolicies(kvs []*mvccpb.KeyValue) ([]PolicyEntry, []error) {
-	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
+	// The default first, so that the others are checked against it.
 	def := sharedstate.DefaultPolicy()
-	var invalid []error
-	for _, kv := range kvs {
-		if string(kv.Key) == defKey {
-			if d, err := defaultFrom(kv); err == nil {
-				def = d
-			}
+	defKey := s.PolicyKey(sharedstate.DefaultPolicyName)
+	if i := slices.IndexFunc(kvs, func(kv *mvccpb.KeyValue) bool { return string(kv.Key) == defKey }); i >= 0 {
+		if d, err := defaultFrom(kvs[i]); err == nil {
+			def = d
 		}
 	}
-	out := make([]PolicyEntry, 0, len(kvs))
-	for _, kv := range kvs {
-		e, err := s.decodePolicy(kv, def)
-		if err != nil {
-			invalid = append(invalid, err)
-			continue
-		}
-		out = append(out, e)
-	}
-	return out, invalid
+	entries, err := decodeAll(kvs, func(kv *mvccpb.KeyValue) (PolicyEntry, error) { return s.decodePolicy(kv, def) })
+	return entries, rev, err
 }
 
 // decodePolicy parses a policies/ key-value and, for a dependency, checks it
 // against def. Any problem is an *InvalidValueError.
 func (s *Store) decodePolicy(kv *mvccpb.KeyValue, def sharedstate.Policy) (PolicyEntry, error) {
-	key := string(kv.Key)
-	name := strings.TrimPrefix(key, s.prefix+policiesDir)
-	fail := func(err error) (PolicyEntry, error) {
-		return PolicyEntry{}, &InvalidValueError{Key: key, ModRevision: kv.ModRevision, Err: err}
-	}
+	name := strings.TrimPrefix(string(kv.Key), s.prefix+policiesDir)
+	fail := func(err error) (PolicyEntry, error) { return PolicyEntry{}, invalidValue(kv, err) }
 	if err := checkPolicyName(name); err != nil {
 		return fail(err)
 	}

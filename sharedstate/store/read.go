@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -9,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // rangePage is how many keys one range request of rangeAll reads, so that
@@ -20,12 +24,49 @@ const rangePage = 500
 // page. It returns that revision. A compaction past rev makes it fail with
 // rpctypes.ErrCompacted.
 func (s *Store) rangeAll(ctx context.Context, prefix string, rev int64, fn func(*mvccpb.KeyValue)) (int64, error) {
-	return rangeKeys(ctx, s.cli, prefix, prefixEnd(prefix), rev, fn)
+	rev, _, err := rangePages(ctx, s.cli, prefix, prefixEnd(prefix), rev, fn)
+	return rev, err
 }
 
-func rangeKeys(ctx context.Context, kv clientv3.KV, from, end string, rev int64, fn func(*mvccpb.KeyValue)) (int64, error) {
-	rev, _, err := rangePages(ctx, kv, from, end, rev, fn)
-	return rev, err
+// list reads every key under dir at one revision, in key order, and
+// returns them with that revision.
+func (s *Store) list(ctx context.Context, dir string) ([]*mvccpb.KeyValue, int64, error) {
+	ctx, cancel := s.ctx(ctx)
+	defer cancel()
+	var kvs []*mvccpb.KeyValue
+	rev, err := s.rangeAll(ctx, s.prefix+dir, 0, func(kv *mvccpb.KeyValue) { kvs = append(kvs, kv) })
+	if err != nil {
+		return nil, 0, fmt.Errorf("store: list %s: %w", strings.TrimSuffix(dir, "/"), err)
+	}
+	return kvs, rev, nil
+}
+
+// decodeAll decodes kvs with decode and returns the valid entries, in
+// order. The values decode refuses are skipped and reported in the error
+// (*InvalidValueError, several joined) alongside the valid entries.
+func decodeAll[T any](kvs []*mvccpb.KeyValue, decode func(*mvccpb.KeyValue) (T, error)) ([]T, error) {
+	var (
+		out     []T
+		invalid []error
+	)
+	for _, kv := range kvs {
+		e, err := decode(kv)
+		if err != nil {
+			invalid = append(invalid, err)
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, joinInvalid(invalid)
+}
+
+// joinInvalid returns one error for the invalid values a read skipped, nil
+// for none.
+func joinInvalid(errs []error) error {
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return errors.Join(errs...)
 }
 
 // rangePages reads [from, end) a page at a time, all at one revision (rev
@@ -73,15 +114,16 @@ func (s *Store) readTxn(ctx context.Context, ops ...clientv3.Op) (*clientv3.TxnR
 	wait := backoff.New(backoff.Policy{Base: 25 * time.Millisecond, Max: 500 * time.Millisecond, Jitter: backoff.None}, nil)
 	for {
 		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-		if err == nil || !IsUnavailable(err) || ctx.Err() != nil {
+		if err == nil || !IsUnavailable(err) || !ctxtime.Sleep(ctx, wait.Next()) {
 			return resp, err
 		}
-		t := time.NewTimer(wait.Next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, err
-		case <-t.C:
-		}
 	}
+}
+
+// first returns the first of kvs, nil when there is none.
+func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
 }

@@ -10,6 +10,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // ActionAuditTrim is the action of the summary entry a trim leaves.
@@ -238,17 +240,11 @@ func (s *Store) RunAuditRetention(ctx context.Context, c AuditRetentionConfig) e
 	if ttl <= 0 {
 		ttl = 10
 	}
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-retry.C:
-		}
+	for ctx.Err() == nil {
 		s.leadAndTrim(ctx, c, ttl)
-		retry.Reset(time.Second)
+		ctxtime.Sleep(ctx, time.Second)
 	}
+	return nil
 }
 
 // leadAndTrim campaigns and, once leader, trims every c.Every until the
@@ -268,20 +264,12 @@ func (s *Store) leadAndTrim(ctx context.Context, c AuditRetentionConfig, ttl int
 		_ = el.Resign(rctx)
 		cancel()
 	}()
-	t := time.NewTimer(0)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-sess.Done():
-			return
-		case <-t.C:
-			res, err := s.TrimAuditRetention(ctx, c.Retention, c.Candidate)
-			if c.OnTrim != nil {
-				c.OnTrim(res, err)
-			}
-			t.Reset(c.Every)
+	// The session's context ends with ctx and with the session.
+	for sess.Ctx().Err() == nil {
+		res, err := s.TrimAuditRetention(ctx, c.Retention, c.Candidate)
+		if c.OnTrim != nil {
+			c.OnTrim(res, err)
 		}
+		ctxtime.Sleep(sess.Ctx(), c.Every)
 	}
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,16 +96,12 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	d := DefaultConfig()
-	if cfg.Prefix == "" {
-		cfg.Prefix = d.Prefix
-	}
-	if cfg.RequestTimeout == 0 {
-		cfg.RequestTimeout = d.RequestTimeout
-	}
-	if cfg.Clock == nil {
-		cfg.Clock = d.Clock
-	}
-	return &Store{cli: cfg.Client, prefix: cfg.Prefix, timeout: cfg.RequestTimeout, clock: cfg.Clock}, nil
+	return &Store{
+		cli:     cfg.Client,
+		prefix:  cmp.Or(cfg.Prefix, d.Prefix),
+		timeout: cmp.Or(cfg.RequestTimeout, d.RequestTimeout),
+		clock:   cmp.Or(cfg.Clock, d.Clock),
+	}, nil
 }
 
 // Prefix returns the key prefix, ending with "/".

@@ -76,16 +76,12 @@ const (
 	OverrideDeleted                      // an override was cleared or expired
 )
 
+var eventKindNames = [...]string{PolicyPut: "policy-put", PolicyDeleted: "policy-deleted",
+	OverridePut: "override-put", OverrideDeleted: "override-deleted"}
+
 func (k EventKind) String() string {
-	switch k {
-	case PolicyPut:
-		return "policy-put"
-	case PolicyDeleted:
-		return "policy-deleted"
-	case OverridePut:
-		return "override-put"
-	case OverrideDeleted:
-		return "override-deleted"
+	if int(k) < len(eventKindNames) && eventKindNames[k] != "" {
+		return eventKindNames[k]
 	}
 	return fmt.Sprintf("event-kind(%d)", uint8(k))
 }
@@ -132,43 +128,6 @@ type Handler interface {
 type WatchingHandler interface {
 	Handler
 	Watching(rev int64)
-}
-
-// HandlerFuncs is a Handler made of optional functions: a nil one ignores
-// its calls.
-type HandlerFuncs struct {
-	SyncFunc    func(State)
-	ApplyFunc   func(int64, []Event)
-	InvalidFunc func(*InvalidValueError)
-	ErrorFunc   func(error)
-}
-
-// Sync calls SyncFunc, if set.
-func (h HandlerFuncs) Sync(st State) {
-	if h.SyncFunc != nil {
-		h.SyncFunc(st)
-	}
-}
-
-// Apply calls ApplyFunc, if set.
-func (h HandlerFuncs) Apply(rev int64, events []Event) {
-	if h.ApplyFunc != nil {
-		h.ApplyFunc(rev, events)
-	}
-}
-
-// Invalid calls InvalidFunc, if set.
-func (h HandlerFuncs) Invalid(err *InvalidValueError) {
-	if h.InvalidFunc != nil {
-		h.InvalidFunc(err)
-	}
-}
-
-// Error calls ErrorFunc, if set.
-func (h HandlerFuncs) Error(err error) {
-	if h.ErrorFunc != nil {
-		h.ErrorFunc(err)
-	}
 }
 
 // WatchOptions configure Watch. The zero value is ready to use.
@@ -558,12 +517,10 @@ func (w *Watcher) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	case <-w.ctx.Done():
-		w.stopping()
-		return false
 	case <-w.s.cli.Ctx().Done():
-		w.stopping()
-		return false
 	}
+	w.stopping()
+	return false
 }
 
 // watchRange returns the key range holding overrides/ and policies/ (one

@@ -61,7 +61,7 @@ func (w *Watcher) list(scratch bool) error {
 	for _, kv := range policies {
 		if string(kv.Key) == defKey {
 			e, err := w.s.decodePolicy(kv, sharedstate.Policy{})
-			w.keepOrReport(next.Policies, last.Policies, sharedstate.DefaultPolicyName, e, err)
+			keepOrReport(w, next.Policies, last.Policies, sharedstate.DefaultPolicyName, e, err)
 		}
 	}
 	def := next.Default()
@@ -69,20 +69,13 @@ func (w *Watcher) list(scratch bool) error {
 		if string(kv.Key) != defKey {
 			name := strings.TrimPrefix(string(kv.Key), w.s.prefix+policiesDir)
 			e, err := w.s.decodePolicy(kv, def)
-			w.keepOrReport(next.Policies, last.Policies, name, e, err)
+			keepOrReport(w, next.Policies, last.Policies, name, e, err)
 		}
 	}
 	for _, kv := range overrides {
 		dep := strings.TrimPrefix(string(kv.Key), w.s.prefix+overridesDir)
 		e, err := w.s.decodeOverride(kv)
-		if err == nil {
-			next.Overrides[dep] = e
-			continue
-		}
-		w.reportInvalid(err)
-		if old, ok := last.Overrides[dep]; ok {
-			next.Overrides[dep] = old
-		}
+		keepOrReport(w, next.Overrides, last.Overrides, dep, e, err)
 	}
 	w.state, w.rev, w.cluster, w.keys, w.initial = next, rev, cluster, keys, nil
 	w.head, w.verify = max(w.head, rev), false
@@ -131,9 +124,9 @@ func (w *Watcher) checkInitial(ctx context.Context, cluster ClusterID, head int6
 	return nil, nil
 }
 
-// keepOrReport stores a decoded policy in m, or reports the decoding error
+// keepOrReport stores a decoded entry in m, or reports the decoding error
 // and keeps the last good value of name from last, if any.
-func (w *Watcher) keepOrReport(m, last map[string]PolicyEntry, name string, e PolicyEntry, err error) {
+func keepOrReport[T any](w *Watcher, m, last map[string]T, name string, e T, err error) {
 	if err == nil {
 		m[name] = e
 		return
@@ -270,40 +263,34 @@ func (w *Watcher) deliver(resp clientv3.WatchResponse) {
 // nor an override, yields none).
 func (w *Watcher) applyEvent(ev *clientv3.Event) (Event, bool) {
 	key := string(ev.Kv.Key)
-	rev := ev.Kv.ModRevision
-	switch {
-	case strings.HasPrefix(key, w.s.prefix+policiesDir):
-		name := strings.TrimPrefix(key, w.s.prefix+policiesDir)
-		if ev.Type == clientv3.EventTypeDelete {
-			if _, ok := w.state.Policies[name]; !ok {
-				return Event{}, false
-			}
-			delete(w.state.Policies, name)
-			return Event{Kind: PolicyDeleted, Name: name, Revision: rev}, true
-		}
-		e, err := w.s.decodePolicy(ev.Kv, w.state.Default())
-		if err != nil {
-			w.reportInvalid(err)
-			return Event{}, false
-		}
-		w.state.Policies[name] = e
-		return Event{Kind: PolicyPut, Name: name, Revision: rev, Policy: e}, true
-	case strings.HasPrefix(key, w.s.prefix+overridesDir):
-		dep := strings.TrimPrefix(key, w.s.prefix+overridesDir)
-		if ev.Type == clientv3.EventTypeDelete {
-			if _, ok := w.state.Overrides[dep]; !ok {
-				return Event{}, false
-			}
-			delete(w.state.Overrides, dep)
-			return Event{Kind: OverrideDeleted, Name: dep, Revision: rev}, true
-		}
-		e, err := w.s.decodeOverride(ev.Kv)
-		if err != nil {
-			w.reportInvalid(err)
-			return Event{}, false
-		}
-		w.state.Overrides[dep] = e
-		return Event{Kind: OverridePut, Name: dep, Revision: rev, Override: e}, true
+	e := Event{Revision: ev.Kv.ModRevision}
+	var ok bool
+	if e.Name, ok = strings.CutPrefix(key, w.s.prefix+policiesDir); ok {
+		e.Kind, e.Policy, ok = applyTo(w, w.state.Policies, e.Name, ev, PolicyPut, PolicyDeleted,
+			func(kv *mvccpb.KeyValue) (PolicyEntry, error) { return w.s.decodePolicy(kv, w.state.Default()) })
+	} else if e.Name, ok = strings.CutPrefix(key, w.s.prefix+overridesDir); ok {
+		e.Kind, e.Override, ok = applyTo(w, w.state.Overrides, e.Name, ev, OverridePut, OverrideDeleted, w.s.decodeOverride)
 	}
-	return Event{}, false
+	return e, ok
+}
+
+// applyTo applies ev to m, the state's entries of one kind, and returns
+// what changed: put (a value decode accepts, returned), deleted (an entry
+// m held) or nothing (an invalid value, reported, or the delete of a key m
+// did not hold).
+func applyTo[T any](w *Watcher, m map[string]T, name string, ev *clientv3.Event, put, deleted EventKind,
+	decode func(*mvccpb.KeyValue) (T, error)) (EventKind, T, bool) {
+	var v T
+	if ev.Type == clientv3.EventTypeDelete {
+		_, held := m[name]
+		delete(m, name)
+		return deleted, v, held
+	}
+	v, err := decode(ev.Kv)
+	if err != nil {
+		w.reportInvalid(err)
+		return 0, v, false
+	}
+	m[name] = v
+	return put, v, true
 }

@@ -309,7 +309,7 @@ func TestWatcherCloseAndContext(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	w2 := e.st.Watch(ctx, store.HandlerFuncs{}, store.WatchOptions{})
+	w2 := e.st.Watch(ctx, newRecorder(), store.WatchOptions{})
 	cancel()
 	waitDone(t, "the watcher to end when its context is cancelled", w2.Done())
 	if !errors.Is(w2.Err(), context.Canceled) {

@@ -105,14 +105,8 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 		if err != nil {
 			return 0, nil, fmt.Errorf("store: %s %q: read: %w", c.action, c.dependency, err)
 		}
-		var prev *mvccpb.KeyValue
-		if kvs := read.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			prev = kvs[0]
-		}
-		cur := int64(0)
-		if prev != nil {
-			cur = prev.ModRevision
-		}
+		prev := first(read.Responses[0].GetResponseRange().Kvs)
+		cur := prev.GetModRevision() // 0: absent
 		if want, ok := c.opts.Expect.ModRevision(); ok && want != cur {
 			return 0, nil, &ConflictError{Key: c.key, Expected: want, Current: cur, Revision: read.Header.Revision}
 		}
@@ -130,8 +124,8 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 			return 0, nil, fmt.Errorf("%w: %s %q: %s", ErrNotFound, c.action, c.dependency, c.key)
 		}
 		seq := int64(1)
-		if kvs := read.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			last, err := parseAuditSeq(string(kvs[0].Key), auditPrefix)
+		if newest := first(read.Responses[1].GetResponseRange().Kvs); newest != nil {
+			last, err := parseAuditSeq(string(newest.Key), auditPrefix)
 			if err != nil {
 				return 0, nil, fmt.Errorf("store: %s %q: %w", c.action, c.dependency, err)
 			}
@@ -143,21 +137,16 @@ func (s *Store) apply(ctx context.Context, c change) (int64, *mvccpb.KeyValue, e
 			Actor:      c.opts.Actor,
 			Action:     c.action,
 			Dependency: c.dependency,
-			Before:     rawOrNull(prev),
+			Before:     rawJSON(prev.GetValue()), // null when absent
 			After:      rawJSON(value),
 			At:         s.now(),
 		})
 		if err != nil {
 			return 0, nil, fmt.Errorf("store: %s %q: audit entry: %w", c.action, c.dependency, err)
 		}
-		var op clientv3.Op
-		switch {
-		case value == nil:
+		op := clientv3.OpPut(c.key, string(value), clientv3.WithLease(c.lease)) // NoLease: none
+		if value == nil {
 			op = clientv3.OpDelete(c.key)
-		case c.lease != clientv3.NoLease:
-			op = clientv3.OpPut(c.key, string(value), clientv3.WithLease(c.lease))
-		default:
-			op = clientv3.OpPut(c.key, string(value))
 		}
 		resp, err := s.cli.Txn(ctx).If(cmps...).Then(op, clientv3.OpPut(auditKey, string(entry)),
 			clientv3.OpPut(s.auditIndexKey(c.dependency, seq), string(entry))).Commit()
@@ -181,14 +170,6 @@ func parseAuditSeq(key, auditPrefix string) (int64, error) {
 		return 0, fmt.Errorf("audit key %q is not %s<positive sequence number>", key, auditPrefix)
 	}
 	return seq, nil
-}
-
-// rawOrNull returns kv's value as JSON, or null when kv is nil.
-func rawOrNull(kv *mvccpb.KeyValue) json.RawMessage {
-	if kv == nil {
-		return nil
-	}
-	return rawJSON(kv.Value)
 }
 
 // rawJSON returns v as a JSON value: v itself when it is valid JSON, a JSON

@@ -1,6 +1,7 @@
 package embedded
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -158,39 +159,20 @@ func TestConfig(dir string) Config {
 // withDefaults fills the zero-valued optional fields.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()
-	if c.Name == "" {
-		c.Name = d.Name
-	}
-	if c.ClientURL == "" {
-		c.ClientURL = d.ClientURL
-	}
-	if c.PeerURL == "" {
-		c.PeerURL = d.PeerURL
-	}
-	if c.ClusterToken == "" {
-		c.ClusterToken = d.ClusterToken
-	}
-	if c.TickMs == 0 {
-		c.TickMs = d.TickMs
-	}
-	if c.ElectionMs == 0 {
-		c.ElectionMs = d.ElectionMs
-	}
-	if c.LogLevel == "" {
-		c.LogLevel = d.LogLevel
-	}
-	if c.StartTimeout == 0 {
-		c.StartTimeout = d.StartTimeout
-	}
+	c.Name = cmp.Or(c.Name, d.Name)
+	c.ClientURL = cmp.Or(c.ClientURL, d.ClientURL)
+	c.PeerURL = cmp.Or(c.PeerURL, d.PeerURL)
+	c.ClusterToken = cmp.Or(c.ClusterToken, d.ClusterToken)
+	c.TickMs = cmp.Or(c.TickMs, d.TickMs)
+	c.ElectionMs = cmp.Or(c.ElectionMs, d.ElectionMs)
+	c.LogLevel = cmp.Or(c.LogLevel, d.LogLevel)
+	c.StartTimeout = cmp.Or(c.StartTimeout, d.StartTimeout)
 	if c.AutoCompactionMode == "" {
+		// The default retention goes with the default mode only.
 		c.AutoCompactionMode = d.AutoCompactionMode
-		if c.AutoCompactionRetention == "" {
-			c.AutoCompactionRetention = d.AutoCompactionRetention
-		}
+		c.AutoCompactionRetention = cmp.Or(c.AutoCompactionRetention, d.AutoCompactionRetention)
 	}
-	if c.QuotaBackendBytes == 0 {
-		c.QuotaBackendBytes = d.QuotaBackendBytes
-	}
+	c.QuotaBackendBytes = cmp.Or(c.QuotaBackendBytes, d.QuotaBackendBytes)
 	return c
 }
 

@@ -230,9 +230,7 @@ func ClientOf(t testing.TB, endpoints ...string) *store.Client {
 func (c *Cluster) Leader() int {
 	lead := uint64(0)
 	for _, m := range c.members {
-		m.mu.Lock()
-		e := m.etcd
-		m.mu.Unlock()
+		e := m.running()
 		if e == nil {
 			continue
 		}
@@ -243,14 +241,18 @@ func (c *Cluster) Leader() int {
 		lead = l
 	}
 	for i, m := range c.members {
-		m.mu.Lock()
-		e := m.etcd
-		m.mu.Unlock()
-		if e != nil && uint64(e.Server.MemberID()) == lead {
+		if e := m.running(); e != nil && uint64(e.Server.MemberID()) == lead {
 			return i
 		}
 	}
 	return -1
+}
+
+// running returns m's etcd, nil once killed.
+func (m *member) running() *embed.Etcd {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.etcd
 }
 
 // WaitLeader waits until the running members agree on a running leader
@@ -317,12 +319,7 @@ func (c *Cluster) Restart(i int) error {
 }
 
 // Running reports whether member i runs.
-func (c *Cluster) Running(i int) bool {
-	m := c.members[i]
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.etcd != nil
-}
+func (c *Cluster) Running(i int) bool { return c.members[i].running() != nil }
 
 // Close kills every member that still runs and waits for it. Close
 // clients first (t.Cleanup does, for clients made after the cluster).
