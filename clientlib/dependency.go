@@ -147,32 +147,14 @@ type retrySettings struct {
 }
 
 func retryFrom(r sharedstate.RetryPolicy) retrySettings {
-	rs := retrySettings{
-		maxAttempts: r.MaxAttempts,
-		perAttempt:  r.PerAttemptTimeout.Std(),
-		backoff:     backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(), Jitter: jitterFrom(r.Backoff.Jitter)},
-		hedgeDelay:  r.Hedge.Delay.Std(),
-		maxHedges:   max(r.Hedge.MaxHedges, 0),
+	return retrySettings{
+		maxAttempts: max(r.MaxAttempts, 1),
+		perAttempt:  max(r.PerAttemptTimeout.Std(), 0),
+		backoff: backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(),
+			Jitter: backoff.JitterNamed(string(r.Backoff.Jitter))},
+		hedgeDelay: r.Hedge.Delay.Std(),
+		maxHedges:  max(r.Hedge.MaxHedges, 0),
 	}
-	if rs.maxAttempts < 1 {
-		rs.maxAttempts = 1
-	}
-	if rs.perAttempt < 0 {
-		rs.perAttempt = 0
-	}
-	return rs
-}
-
-func jitterFrom(j sharedstate.Jitter) backoff.Jitter {
-	switch j {
-	case sharedstate.JitterEqual:
-		return backoff.Equal
-	case sharedstate.JitterDecorrelated:
-		return backoff.Decorrelated
-	case sharedstate.JitterNone:
-		return backoff.None
-	}
-	return backoff.Full
 }
 
 // decision is what the hot path reads: an immutable snapshot plus what is
