@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Class says what a call site may safely repeat.
@@ -28,14 +30,11 @@ const (
 	IdempotentWithKey
 )
 
+var classNames = [...]string{NonRetryable: "non-retryable", Idempotent: "idempotent", IdempotentWithKey: "idempotent-with-key"}
+
 func (c Class) String() string {
-	switch c {
-	case NonRetryable:
-		return "non-retryable"
-	case Idempotent:
-		return "idempotent"
-	case IdempotentWithKey:
-		return "idempotent-with-key"
+	if int(c) < len(classNames) {
+		return classNames[c]
 	}
 	return "class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -110,13 +109,7 @@ func (a Attempt) SetHeaders(h http.Header) {
 	}
 }
 
-func timeoutMs(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return strconv.FormatInt(ms, 10)
-}
+func timeoutMs(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 
 // Do makes the call fn stands for, through the breaker, with retries as the
 // class and the policy allow:
@@ -141,7 +134,7 @@ func timeoutMs(d time.Duration) string {
 func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Context, a Attempt) error, opts ...CallOption) error {
 	err := d.st.run(ctx, class, fn, d.defaults, opts, true)
 	if err != nil && (len(d.defaults) != 0 || len(opts) != 0) {
-		if fb := findFallback(d.defaults, opts); fb != nil {
+		if fb, _ := fallbackOf[func(context.Context, error) error](d.defaults, opts, optFallback); fb != nil {
 			return fb(ctx, err)
 		}
 	}
@@ -170,33 +163,29 @@ func Call[T any](ctx context.Context, d *Dependency, class Class, fn func(ctx co
 	if err == nil {
 		return out, nil
 	}
-	for _, list := range [2][]CallOption{opts, d.defaults} {
+	if fb, ok := fallbackOf[func(context.Context, error) (T, error)](d.defaults, opts, optFallbackValue); ok {
+		return fb(ctx, err)
+	}
+	var zero T
+	if fb, _ := fallbackOf[func(context.Context, error) error](d.defaults, opts, optFallback); fb != nil {
+		return zero, fb(ctx, err)
+	}
+	return zero, err
+}
+
+// fallbackOf returns the fallback of type F of the last option of kind
+// that has one, looking at the call's options before the handle's defaults.
+func fallbackOf[F any](defaults, opts []CallOption, kind optKind) (fb F, ok bool) {
+	for _, list := range [2][]CallOption{opts, defaults} {
 		for i := len(list) - 1; i >= 0; i-- {
-			if list[i].kind == optFallbackValue {
-				if fb, ok := list[i].v.(func(context.Context, error) (T, error)); ok {
-					return fb(ctx, err)
+			if list[i].kind == kind {
+				if fb, ok = list[i].v.(F); ok {
+					return fb, true
 				}
 			}
 		}
 	}
-	if fb := findFallback(d.defaults, opts); fb != nil {
-		var zero T
-		return zero, fb(ctx, err)
-	}
-	var zero T
-	return zero, err
-}
-
-func findFallback(defaults, opts []CallOption) func(context.Context, error) error {
-	for _, list := range [2][]CallOption{opts, defaults} {
-		for i := len(list) - 1; i >= 0; i-- {
-			if list[i].kind == optFallback {
-				fb, _ := list[i].v.(func(context.Context, error) error)
-				return fb
-			}
-		}
-	}
-	return nil
+	return fb, false
 }
 
 // newKey returns a fresh idempotency key (128 random bits, base32).
@@ -232,10 +221,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 	}
 	c := st.c
 	dec := st.dec.Load()
-	maxAttempts := dec.retry.maxAttempts
-	if cfg.maxAttempts > 0 {
-		maxAttempts = cfg.maxAttempts
-	}
+	maxAttempts := cmp.Or(cfg.maxAttempts, dec.retry.maxAttempts)
 	perAttempt := dec.retry.perAttempt
 	if cfg.hasTimeout {
 		perAttempt = cfg.timeout
@@ -250,10 +236,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		cfg.strict = false // nothing to ask about a name the client does not track
 	}
 	if !nested {
-		owner = c.service
-		if cfg.owner != "" {
-			owner = cfg.owner
-		}
+		owner = cmp.Or(cfg.owner, c.service)
 	}
 	var key string
 	if class == IdempotentWithKey {
@@ -439,14 +422,8 @@ func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duratio
 			return StopDeadline, errors.Join(context.DeadlineExceeded, lastErr)
 		}
 	}
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return stopOf(ctx.Err()), errors.Join(ctx.Err(), lastErr)
-		}
+	if wait > 0 && !ctxtime.Sleep(ctx, wait) {
+		return stopOf(ctx.Err()), errors.Join(ctx.Err(), lastErr)
 	}
 	return StopNone, nil
 }
