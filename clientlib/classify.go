@@ -193,20 +193,19 @@ func CheckResponse(resp *http.Response) error {
 	if resp == nil || resp.StatusCode < 400 {
 		return nil
 	}
+	return statusError(resp)
+}
+
+// statusError is resp's status as an error, with its Retry-After and
+// whether a server's deduplication replayed it (HeaderReplayed).
+func statusError(resp *http.Response) *HTTPStatusError {
 	return &HTTPStatusError{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		Replayed:   replayed(resp),
+		RetryAfter: backoff.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Replayed:   resp.Header.Get(HeaderReplayed) == "true",
 	}
 }
-
-// replayed reports whether resp is an answer a server's deduplication
-// replayed (HeaderReplayed).
-func replayed(resp *http.Response) bool { return resp.Header.Get(HeaderReplayed) == "true" }
-
-// parseRetryAfter reads delay-seconds or an HTTP-date (backoff.ParseRetryAfter).
-func parseRetryAfter(v string, now time.Time) time.Duration { return backoff.ParseRetryAfter(v, now) }
 
 // RetryAfterError carries a server's wish about the next attempt: wait at
 // least After, or (After < 0) do not retry at all. The gRPC interceptor wraps

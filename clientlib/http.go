@@ -150,12 +150,8 @@ func (t *roundTripper) depName(req *http.Request) string {
 	case t.name != "":
 		return t.name
 	}
-	return sanitizeName(req.URL.Host)
+	return sharedstate.HostDependencyName(req.URL.Host) // as the agent's egress proxy names it
 }
-
-// sanitizeName maps a host:port to a valid dependency name
-// (sharedstate.HostDependencyName, as the agent's egress proxy names it).
-func sanitizeName(s string) string { return sharedstate.HostDependencyName(s) }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
@@ -216,8 +212,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var herr error
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
-			herr = &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
-				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Replayed: replayed(resp)}
+			herr = statusError(resp)
 			if a.mayRetry(herr) {
 				// Keep what the caller gets should the retry not be made,
 				// still under the attempt's timeout: a body that stalls
