@@ -139,11 +139,9 @@ func build(cfg Config, eng Engine) (c *Client, err error) {
 
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if c.events != nil {
-		c.wg.Add(1)
-		go c.dispatch()
+		c.wg.Go(c.dispatch)
 	}
-	c.wg.Add(1)
-	go c.flushLoop()
+	c.wg.Go(c.flushLoop)
 	c.fleet.start(c.ctx)
 	return c, nil
 }
@@ -308,7 +306,6 @@ func (c *Client) emit(ev any) {
 
 // dispatch runs the callbacks, in order, on one goroutine.
 func (c *Client) dispatch() {
-	defer c.wg.Done()
 	run := func(ev any) {
 		switch ev := ev.(type) {
 		case StateChange:
@@ -342,7 +339,6 @@ func (c *Client) dispatch() {
 // flushLoop feeds the local breaker and queues deltas for the agent every
 // FlushInterval, and ticks the local breaker.
 func (c *Client) flushLoop() {
-	defer c.wg.Done()
 	defer close(c.flushDone)
 	t := time.NewTicker(c.cfg.FlushInterval)
 	defer t.Stop()

@@ -68,8 +68,7 @@ func (s *session) start(ctx context.Context) {
 	if s.c.agent == nil {
 		return
 	}
-	s.c.wg.Add(1)
-	go s.loop(ctx)
+	s.c.wg.Go(func() { s.loop(ctx) })
 }
 
 // up implements fleet: a session is up.
@@ -192,7 +191,6 @@ func (s *session) finish(wait time.Duration) {
 // loop keeps a session with the agent up until ctx ends, reconnecting with
 // jittered exponential backoff.
 func (s *session) loop(ctx context.Context) {
-	defer s.c.wg.Done()
 	defer close(s.loopDone)
 	cfg := &s.c.cfg
 	retry := backoff.New(backoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: backoff.Equal}, s.c.random)
@@ -300,6 +298,14 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 }
 
 func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[fuseboxv1.SessionRequest, fuseboxv1.SessionResponse], cancel context.CancelFunc) error {
+	send := func(m *fuseboxv1.CountDeltas) error {
+		err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
+		s.sentRound()
+		if err != nil {
+			cancel()
+		}
+		return err
+	}
 	for {
 		select {
 		case <-s.wake:
@@ -307,24 +313,15 @@ func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[
 			return nil
 		case <-s.finishing:
 			for m := s.take(); m != nil; m = s.take() {
-				err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
-				s.sentRound()
-				if err != nil {
-					cancel()
+				if err := send(m); err != nil {
 					return err
 				}
 			}
 			return stream.CloseSend()
 		}
-		m := s.take()
-		if m == nil {
+		if m := s.take(); m == nil {
 			s.sentRound()
-			continue
-		}
-		err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
-		s.sentRound()
-		if err != nil {
-			cancel()
+		} else if err := send(m); err != nil {
 			return err
 		}
 	}
