@@ -1,6 +1,7 @@
 package idempotency
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"fmt"
@@ -82,14 +83,8 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &MemoryStore{maxEntries: cfg.MaxEntries, maxBytes: cfg.MaxBytes,
+	s := &MemoryStore{maxEntries: cmp.Or(cfg.MaxEntries, DefaultMaxEntries), maxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes),
 		entries: map[string]*list.Element{}}
-	if s.maxEntries == 0 {
-		s.maxEntries = DefaultMaxEntries
-	}
-	if s.maxBytes == 0 {
-		s.maxBytes = DefaultMaxBytes
-	}
 	s.evicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "fusebox_idempotency_memory_evicted_total",
 		Help: "Completed records the in-memory idempotency store evicted before their TTL to make room."})
 	s.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "fusebox_idempotency_memory_refused_total",
