@@ -294,87 +294,69 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
+		var (
+			cl   Classification
+			gone error // the caller's context error, when it gave up during the attempt
+		)
 		if n == 1 && hedgeable && !g.probe && maxAttempts > 1 && dec.retry.maxHedges > 0 && dec.retry.hedgeDelay > 0 {
-			h := hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt, delay: dec.retry.hedgeDelay,
-				maxHedges: dec.retry.maxHedges, maxAttempts: maxAttempts, classify: classify, slow: dec.slow}
-			if hasParentDeadline {
-				h.parentDeadline = parentDeadline
+			r := st.runHedged(ctx, sp, hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt,
+				parentDeadline: parentDeadline, delay: dec.retry.hedgeDelay, maxHedges: dec.retry.maxHedges,
+				maxAttempts: maxAttempts, classify: classify, slow: dec.slow})
+			n, err, cl, gone = r.attempts, r.err, r.cl, ctx.Err()
+		} else {
+			start := c.mono()
+			actx := ctx
+			var cancel context.CancelFunc
+			a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, Deadline: parentDeadline, owner: owner,
+				last: n >= maxAttempts, classify: classify}
+			if perAttempt > 0 {
+				// Under an earlier caller deadline this is a plain cancel
+				// context (context.WithDeadline's rule), so the attempt times
+				// out on its own only when its timeout is the earlier one.
+				actx, cancel = context.WithTimeout(ctx, perAttempt)
+				a.Deadline, _ = actx.Deadline()
 			}
-			r := st.runHedged(ctx, sp, h)
-			if r.err == nil {
-				info.end(r.attempts, StopNone, nil)
-				return nil
+			err = fn(actx, a)
+			elapsed := c.mono() - start
+			ownTimeout := false
+			if cancel != nil {
+				ownTimeout = err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+				cancel()
 			}
-			lastErr = r.err
-			if cerr := ctx.Err(); cerr != nil {
-				info.end(r.attempts, stopOf(cerr), nil)
-				return errors.Join(cerr, r.err)
+			slow := dec.slow > 0 && elapsed >= dec.slow
+			if err == nil {
+				sp.record(false, slow)
+				st.finishProbe(g, true, slow)
+			} else if gone = ctx.Err(); gone != nil {
+				// The caller gave up during the attempt. A passed deadline is
+				// the dependency's failure to answer in time; a cancellation
+				// says nothing about it.
+				if gone == context.DeadlineExceeded {
+					sp.record(true, slow)
+					st.finishProbe(g, false, slow)
+				}
+			} else {
+				if ownTimeout {
+					cl = Classification{Retryable: true, Failure: true}
+					slow = true // a timeout counts as a slow failure
+				} else {
+					cl = classify(err)
+				}
+				if !cl.NotCounted {
+					sp.record(cl.Failure, slow)
+					st.finishProbe(g, !cl.Failure, slow)
+				}
 			}
-			if !r.cl.Retryable {
-				info.end(r.attempts, StopNotRetryable, nil)
-				return r.err
-			}
-			if r.attempts >= maxAttempts {
-				info.end(r.attempts, StopMaxAttempts, nil)
-				return r.err
-			}
-			n = r.attempts
-			if stop, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
-				info.end(n, stop, nil)
-				return err
-			}
-			continue
 		}
-		start := c.mono()
-		actx := ctx
-		var cancel context.CancelFunc
-		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner, last: n >= maxAttempts, classify: classify}
-		if perAttempt > 0 {
-			// Under an earlier caller deadline this is a plain cancel
-			// context (context.WithDeadline's rule), so the attempt times
-			// out on its own only when its timeout is the earlier one.
-			actx, cancel = context.WithTimeout(ctx, perAttempt)
-			a.Deadline, _ = actx.Deadline()
-		} else if hasParentDeadline {
-			a.Deadline = parentDeadline
-		}
-		err = fn(actx, a)
-		elapsed := c.mono() - start
-		ownTimeout := false
-		if cancel != nil {
-			ownTimeout = err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
-			cancel()
-		}
-		slow := dec.slow > 0 && elapsed >= dec.slow
 
 		if err == nil {
-			sp.record(false, slow)
-			st.finishProbe(g, true, slow)
 			info.end(n, StopNone, nil)
 			return nil
 		}
 		lastErr = err
-		if cerr := ctx.Err(); cerr != nil {
-			// The caller gave up during the attempt. A passed deadline is
-			// the dependency's failure to answer in time; a cancellation
-			// says nothing about it.
-			if cerr == context.DeadlineExceeded {
-				sp.record(true, slow)
-				st.finishProbe(g, false, slow)
-			}
-			info.end(n, stopOf(cerr), nil)
-			return errors.Join(cerr, err)
-		}
-		var cl Classification
-		if ownTimeout {
-			cl = Classification{Retryable: true, Failure: true}
-			slow = true // a timeout counts as a slow failure
-		} else {
-			cl = classify(err)
-		}
-		if !cl.NotCounted {
-			sp.record(cl.Failure, slow)
-			st.finishProbe(g, !cl.Failure, slow)
+		if gone != nil {
+			info.end(n, stopOf(gone), nil)
+			return errors.Join(gone, err)
 		}
 		if !cl.Retryable || once {
 			info.end(n, StopNotRetryable, nil)
@@ -384,7 +366,6 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			info.end(n, StopMaxAttempts, nil)
 			return err
 		}
-
 		if stop, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
 			info.end(n, stop, nil)
 			return err
