@@ -242,8 +242,11 @@ type depState struct {
 	_         [64]byte // keep the rare counters off dec's cache line
 	rare      rareCounters
 
-	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
-	rejThrottled, rejRamp, rejLimit            *RejectedError
+	// The handle's refusals, built once so that refusing allocates
+	// nothing: by sharedstate.Reason (rej[ReasonNone] is nil), and the
+	// concurrency limit's.
+	rej      [sharedstate.ReasonRamp + 1]*RejectedError
+	rejLimit *RejectedError
 
 	_     [64]byte // keep the semaphore off the read-mostly fields
 	slots slots
@@ -304,32 +307,25 @@ func newDepState(c *Client, name string, err error, nstripes int) *depState {
 	}
 	st.stripes = make([]stripe, nstripes)
 	st.mask = uint32(nstripes - 1)
-	st.rejOpen = &RejectedError{Dependency: name, Reason: "open", Err: ErrOpen}
-	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
-	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
-	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
-	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
-	st.rejRamp = &RejectedError{Dependency: name, Reason: "ramp", Err: ErrThrottled}
+	for r, sentinel := range [len(st.rej)]error{sharedstate.ReasonOpen: ErrOpen, sharedstate.ReasonForcedOpen: ErrForcedOpen,
+		sharedstate.ReasonHalfOpenNoPermit: ErrOpen, sharedstate.ReasonBudgetExhausted: ErrBudgetExhausted,
+		sharedstate.ReasonThrottled: ErrThrottled, sharedstate.ReasonRamp: ErrThrottled} {
+		if sentinel != nil {
+			st.rej[r] = &RejectedError{Dependency: name, Reason: sharedstate.Reason(r).String(), Err: sentinel}
+		}
+	}
 	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
 	st.slots.stripes = st.stripes
 	st.slots.freed = make(chan struct{}, 1)
 	return st
 }
 
+// rejection is the refusal for reason r (open for a reason it does not know).
 func (st *depState) rejection(r sharedstate.Reason) error {
-	switch r {
-	case sharedstate.ReasonForcedOpen:
-		return st.rejForced
-	case sharedstate.ReasonHalfOpenNoPermit:
-		return st.rejNoPermit
-	case sharedstate.ReasonBudgetExhausted:
-		return st.rejBudget
-	case sharedstate.ReasonThrottled:
-		return st.rejThrottled
-	case sharedstate.ReasonRamp:
-		return st.rejRamp
+	if int(r) < len(st.rej) && st.rej[r] != nil {
+		return st.rej[r]
 	}
-	return st.rejOpen
+	return st.rej[sharedstate.ReasonOpen]
 }
 
 // anyStripe picks a stripe for a call that holds no token.
@@ -393,11 +389,16 @@ func (st *depState) keepShaping() {
 	}
 }
 
-// forgetShaping drops the kept shaping: the agent decides again. Caller
-// holds st.mu.
-func (st *depState) forgetShaping() {
+// installLocked makes snap, the fleet's, decide st: the fleet no longer
+// refuses st's name, and the shaping kept for its absence is dropped.
+// Caller holds st.mu.
+func (st *depState) installLocked(snap *sharedstate.Snapshot) {
+	st.agentSnap = snap
+	st.refusedMsg = ""
+	st.refused.Store(false)
 	st.kept = keptShaping{}
 	st.keptUntil.Store(0)
+	st.publishLocked()
 }
 
 // publish recomputes the decision from the current sources: the agent's

@@ -404,12 +404,8 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		st.followSnap = snap
 	}
 	st.following = true
-	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
-	st.refusedMsg = ""
-	st.refused.Store(false)
-	st.forgetShaping()
-	st.publishLocked()
+	st.installLocked(snap)
 	st.mu.Unlock()
 	if polChanged || ovChanged || followChanged {
 		c.syncLocal(st)
