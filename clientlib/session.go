@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +53,6 @@ type session struct {
 	subs         []string
 	sendingSince time.Time          // zero unless a Send is in progress
 	stop         context.CancelFunc // ends the current session
-	node         string
 
 	reported int8 // owned by loop: 0 nothing yet, 1 connected, -1 disconnected
 }
@@ -232,8 +233,7 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 		return false, err
 	}
 	s.mu.Lock()
-	var names []string
-	c.each(func(st *depState) { names = append(names, st.name) })
+	names := slices.Collect(maps.Keys(*c.deps.Load()))
 	s.subs = nil // Hello carries them all
 	s.mu.Unlock()
 	hello := &fuseboxv1.Hello{Service: c.service, Instance: c.cfg.Instance, ClientVersion: Version, Dependencies: names}
@@ -255,7 +255,6 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	s.epoch.Add(1)
 	s.mu.Lock()
 	s.stop = cancel
-	s.node = w.GetNode()
 	s.pending = map[*depState]sharedstate.Counts{}
 	s.probes = nil
 	s.sendingSince = time.Time{}
@@ -333,7 +332,6 @@ func (s *session) disconnect() {
 	c := s.c
 	s.mu.Lock()
 	s.stop = nil
-	s.node = ""
 	s.mu.Unlock()
 	s.connected.Store(false)
 	c.each(func(st *depState) {
