@@ -219,11 +219,9 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 				// ends this attempt, never the caller's call.
 				if a.Deadline.IsZero() {
 					t := time.AfterFunc(keepWait, func() { rcancel(context.DeadlineExceeded) })
-					keepPrefix(resp)
-					t.Stop()
-				} else {
-					keepPrefix(resp)
+					defer t.Stop()
 				}
+				keepPrefix(resp)
 				stop()
 				rcancel(nil)
 				last = resp
