@@ -323,15 +323,12 @@ func (c *Client) dispatch() {
 		case ev := <-c.events:
 			run(ev)
 		case <-c.ctx.Done():
-			// Close cancels after the last flush; what is queued still runs.
-			for {
-				select {
-				case ev := <-c.events:
-					run(ev)
-				default:
-					return
-				}
+			// Close cancels after the last flush; what is queued still runs
+			// (this goroutine is the only receiver).
+			for len(c.events) > 0 {
+				run(<-c.events)
 			}
+			return
 		}
 	}
 }

@@ -83,14 +83,9 @@ func (s *session) ask(ctx context.Context, st *depState, call string, f func(con
 // applyAnswer installs the snapshot of an agent's answer given in session
 // epoch (see applyAgentSnapshot), if that session is still up.
 func (s *session) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
-	ps := d.GetSnapshot()
-	if ps == nil || ps.GetDependency() != st.name {
-		return
+	if ps := d.GetSnapshot(); ps != nil && ps.GetDependency() == st.name && s.up() && s.epoch.Load() == epoch {
+		s.c.applyAgentSnapshot(st, ps, false)
 	}
-	if !s.up() || s.epoch.Load() != epoch {
-		return
-	}
-	s.c.applyAgentSnapshot(st, ps, false)
 }
 
 func (s *session) acquireRequest(st *depState) *fuseboxv1.AcquireRequest {
