@@ -436,13 +436,7 @@ func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
 	}
 	// Not tracked (new, or forgotten while idle): closed, last policy seen.
 	if st.fallbackSnap == nil {
-		var p sharedstate.Policy
-		if st.localPol != nil {
-			p = *st.localPol
-		} else {
-			p = c.engine.Policy(st.name)
-		}
-		st.fallbackSnap = convert.PolicySnapshot(st.name, p)
+		st.fallbackSnap = convert.PolicySnapshot(st.name, st.policyLocked())
 	}
 	return st.fallbackSnap
 }

@@ -351,7 +351,7 @@ func (st *depState) sum() totals {
 }
 
 // keptShaping is what the agent's last snapshot shaped traffic with, kept
-// for the local fallback when the agent goes away (keepShaping): the
+// for the local fallback when the agent goes away (dropAgentSnapLocked): the
 // process's concurrency share until the agent decides again, the throttle
 // probability until throttleUntil.
 type keptShaping struct {
@@ -360,33 +360,37 @@ type keptShaping struct {
 	limit         int
 }
 
-// keepShaping keeps the shaping of the agent's snapshot before the local
-// fallback takes over: the concurrency share (a capacity does not change
-// because an agent restarts) until the agent decides again, and the
-// throttle probability for one breaker window, the span it was computed
-// over (later it would describe traffic no window holds any more), unless
-// it is the ramp's after a close (a ramp lasts rampDuration, not a
-// window). Caller holds st.mu.
-func (st *depState) keepShaping() {
-	s := st.agentSnap
-	if s == nil {
-		return
-	}
-	st.kept = keptShaping{limit: s.ConcurrencyLimit}
-	if s.ThrottleProbability > s.RampProbability {
-		st.kept.throttle = s.ThrottleProbability
-	}
-	st.keptUntil.Store(0)
-	if st.kept.throttle > 0 {
-		var window time.Duration
-		if st.localPol != nil {
-			window = st.localPol.Breaker.Window.Std()
-		} else {
-			window = st.c.engine.Policy(st.name).Breaker.Window.Std() // the fleet default's
+// dropAgentSnapLocked hands st to the local fallback: the agent's
+// snapshot goes, and the decision is published again. What the snapshot
+// shaped traffic with is kept: the concurrency share (a capacity does not
+// change because an agent restarts) until the agent decides again, and
+// the throttle probability for one breaker window, the span it was
+// computed over (later it would describe traffic no window holds any
+// more), unless it is the ramp's after a close (a ramp lasts
+// rampDuration, not a window). Caller holds st.mu.
+func (st *depState) dropAgentSnapLocked() {
+	if s := st.agentSnap; s != nil {
+		st.kept = keptShaping{limit: s.ConcurrencyLimit}
+		if s.ThrottleProbability > s.RampProbability {
+			st.kept.throttle = s.ThrottleProbability
 		}
-		st.kept.throttleUntil = time.Now().Add(window)
-		st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
+		st.keptUntil.Store(0)
+		if st.kept.throttle > 0 {
+			st.kept.throttleUntil = time.Now().Add(st.policyLocked().Breaker.Window.Std())
+			st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
+		}
 	}
+	st.agentSnap = nil
+	st.publishLocked()
+}
+
+// policyLocked is the policy the local breaker decides st under: the last
+// one pushed, else the engine's (the fleet default's). Caller holds st.mu.
+func (st *depState) policyLocked() sharedstate.Policy {
+	if st.localPol != nil {
+		return *st.localPol
+	}
+	return st.c.engine.Policy(st.name)
 }
 
 // installLocked makes snap, the fleet's, decide st: the fleet no longer

@@ -337,9 +337,7 @@ func (s *session) disconnect() {
 	c.each(func(st *depState) {
 		c.leaveOff(st)
 		st.mu.Lock()
-		st.keepShaping()
-		st.agentSnap = nil
-		st.publishLocked()
+		st.dropAgentSnapLocked()
 		st.mu.Unlock()
 		st.refused.Store(false)
 	})
