@@ -16,6 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 const (
@@ -211,14 +212,8 @@ func (s *session) loop(ctx context.Context) {
 				"(local breaker and budget, last pushed policies, overrides and shaping)",
 				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
-		t := time.NewTimer(retry.Next())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-s.finishing:
-			t.Stop()
+		// Closing ends the wait: Close cancels ctx right after finish.
+		if !ctxtime.Sleep(ctx, retry.Next()) || s.closing.Load() {
 			return
 		}
 	}
