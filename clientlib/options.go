@@ -115,7 +115,6 @@ func WithCallInfo(info *CallInfo) CallOption { return CallOption{kind: optInfo, 
 
 type callConfig struct {
 	slotWait      time.Duration
-	fallback      func(context.Context, error) error
 	classifier    Classifier
 	maxAttempts   int
 	timeout       time.Duration
@@ -132,8 +131,6 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 		for i := range opts {
 			o := &opts[i]
 			switch o.kind {
-			case optFallback:
-				cfg.fallback, _ = o.v.(func(context.Context, error) error)
 			case optClassifier:
 				cfg.classifier, _ = o.v.(Classifier)
 			case optMaxAttempts:
