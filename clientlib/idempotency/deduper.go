@@ -188,8 +188,6 @@ func positive[T time.Duration | int64](c *config, name string, v T) T {
 	return v
 }
 
-func joinSemi(errs []string) string { return strings.Join(errs, "; ") }
-
 // Deduper runs each keyed request once per key and scope, and replays its
 // stored response to duplicates. It is safe for concurrent use.
 type Deduper struct {
@@ -214,7 +212,7 @@ func New(store Store, opts ...Option) (*Deduper, error) {
 		cfg.errs = append([]string{"store: must not be nil"}, cfg.errs...)
 	}
 	if len(cfg.errs) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidOption, joinSemi(cfg.errs))
+		return nil, fmt.Errorf("%w: %s", ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
 	m, err := newMetrics(cfg.registerer)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -45,7 +46,7 @@ func (c MemoryConfig) Validate() error {
 		errs = append(errs, fmt.Sprintf("MaxBytes: must not be negative, got %d", c.MaxBytes))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: MemoryConfig: %s", ErrInvalidOption, joinSemi(errs))
+		return fmt.Errorf("%w: MemoryConfig: %s", ErrInvalidOption, strings.Join(errs, "; "))
 	}
 	return nil
 }
