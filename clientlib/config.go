@@ -143,10 +143,8 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("clientlib config: %s: "+format, append([]any{field}, args...)...))
 	}
-	if !c.NoAgent {
-		if _, err := agentTarget(c.AgentAddress); err != nil {
-			bad("AgentAddress", "%v", err)
-		}
+	if _, err := agentTarget(c.AgentAddress); err != nil && !c.NoAgent {
+		bad("AgentAddress", "%v", err)
 	}
 	if strings.TrimSpace(c.Service) == "" {
 		bad("Service", "must not be empty")
