@@ -65,8 +65,7 @@ type Classifier func(err error) Classification
 // sets RetryAfter; a negative one (gRPC pushback < 0) means "do not retry".
 func DefaultClassifier(err error) Classification {
 	c := classifyBase(err)
-	var ra *RetryAfterError
-	if errors.As(err, &ra) {
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
 		if ra.After < 0 {
 			c.Retryable = false
 		} else if ra.After > c.RetryAfter {
@@ -86,8 +85,7 @@ func classifyBase(err error) Classification {
 	if errors.Is(err, ErrOpen) || errors.Is(err, ErrBudgetExhausted) || errors.Is(err, ErrConcurrencyLimit) {
 		return Classification{Failure: true}
 	}
-	var hs *HTTPStatusError
-	if errors.As(err, &hs) {
+	if hs, ok := errors.AsType[*HTTPStatusError](err); ok {
 		c := classifyHTTPStatus(hs.StatusCode, hs.RetryAfter)
 		if hs.Replayed { // a retry would get the same stored answer
 			c.Retryable, c.RetryAfter = false, 0
@@ -144,22 +142,19 @@ func isNetworkError(err error) bool {
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	if dns, ok := errors.AsType[*net.DNSError](err); ok {
 		return dns.IsTimeout || dns.IsTemporary
 	}
-	var op *net.OpError
-	if errors.As(err, &op) {
+	if _, ok := errors.AsType[*net.OpError](err); ok {
 		return true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return true
 	}
 	// net/http reports a connection the server closed before answering as
 	// a bare io.EOF inside its *url.Error.
-	var ue *url.Error
-	return errors.As(err, &ue) && errors.Is(ue.Err, io.EOF)
+	ue, ok := errors.AsType[*url.Error](err)
+	return ok && errors.Is(ue.Err, io.EOF)
 }
 
 // HTTPStatusError is an HTTP response whose status the caller treats as an

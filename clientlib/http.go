@@ -244,8 +244,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		return last, nil
 	}
-	var hs *HTTPStatusError
-	if last != nil && ctx.Err() == nil && errors.As(err, &hs) {
+	if _, answered := errors.AsType[*HTTPStatusError](err); answered && last != nil && ctx.Err() == nil {
 		// The dependency answered: the caller gets its last answer.
 		return last, nil
 	}
