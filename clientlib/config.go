@@ -186,11 +186,10 @@ func agentTarget(addr string) (string, error) {
 	case addr == "":
 		return "", errors.New("must not be empty")
 	case strings.HasPrefix(addr, "unix://"):
-		p := strings.TrimPrefix(addr, "unix://")
-		if !strings.HasPrefix(p, "/") {
+		if !strings.HasPrefix(addr, "unix:///") {
 			return "", fmt.Errorf("%q: want unix:///absolute/path", addr)
 		}
-		return "unix://" + p, nil
+		return addr, nil
 	case strings.HasPrefix(addr, "/"):
 		return "unix://" + addr, nil
 	}
