@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +40,7 @@ func (d *Dependency) Untracked() bool { return d.st.untracked }
 // With returns a handle on the same dependency whose calls apply opts before
 // their own options, e.g. c.Dependency("ledger").With(NestedRetries(true)).
 func (d *Dependency) With(opts ...CallOption) *Dependency {
-	merged := make([]CallOption, 0, len(d.defaults)+len(opts))
-	merged = append(append(merged, d.defaults...), opts...)
-	return &Dependency{st: d.st, defaults: merged}
+	return &Dependency{st: d.st, defaults: slices.Concat(d.defaults, opts)}
 }
 
 // Status returns the breaker as this client currently decides from it (see
