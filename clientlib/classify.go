@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -175,10 +176,7 @@ type HTTPStatusError struct {
 }
 
 func (e *HTTPStatusError) Error() string {
-	if e.Status != "" {
-		return "fusebox: http status " + e.Status
-	}
-	return "fusebox: http status " + strconv.Itoa(e.StatusCode)
+	return "fusebox: http status " + cmp.Or(e.Status, strconv.Itoa(e.StatusCode))
 }
 
 // CheckResponse returns nil for a response with a status below 400 and an
