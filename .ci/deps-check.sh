@@ -85,7 +85,7 @@ rule() {
       ALLOW="^($PROTO|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist'
       WHY='clientlib/idempotency/redisstore may import clientlib, sharedstate, protocol and Redis' ;;
     clientlib | clientlib/*)
-      ALLOW="^($PROTO|sharedstate/backoff|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
+      ALLOW="^($PROTO|sharedstate/backoff|sharedstate/ctxtime|clientlib|clientlib/.*)\$"; DENY='^go\.etcd\.io/|hashicorp/memberlist|redis'
       WHY='clientlib may import sharedstate, sharedstate/backoff, protocol, protocol/convert, grpc, client_golang (Redis only in redisstore)' ;;
     coordinator | coordinator/*)
       ALLOW="^($PROTO|protocol/gossip|protocol/serverlimits|sharedstate/backoff|sharedstate/cliflag|sharedstate/daemonflag|sharedstate/logging|sharedstate/secretfile|sharedstate/store|sharedstate/store/embedded|coordinator/.*)\$"; DENY='^go\.etcd\.io/'

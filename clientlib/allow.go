@@ -93,17 +93,17 @@ func (d *Dependency) Allow(kind AttemptKind) (done func(Outcome), err error) {
 					return noopDone, rej
 				}
 			}
-			t.slot = false
+			t.g = grant{}
 			if dec.limit > 0 {
 				if !st.tryAcquire(sp, dec.limit) {
 					sp.rejected.Add(1)
 					st.c.tokens.Put(t)
 					return noopDone, st.rejLimit
 				}
-				t.slot = true
+				t.g.slot = true
 			}
 			sp.first.Add(1)
-			t.st, t.sp, t.slow, t.g = st, sp, dec.slow, grant{}
+			t.st, t.sp, t.slow = st, sp, dec.slow
 			t.start = st.c.mono()
 			t.armed.Store(true)
 			return t.fn, nil
@@ -143,7 +143,6 @@ func (d *Dependency) allowSlow(kind AttemptKind) (func(Outcome), error) {
 		st.c.tokens.Put(t)
 		return noopDone, err
 	}
-	t.slot = g.slot
 	t.st, t.sp, t.slow, t.g = st, sp, dec.slow, g
 	t.start = st.c.mono()
 	t.armed.Store(true)
@@ -164,8 +163,7 @@ type token struct {
 	sp     *stripe
 	slow   time.Duration
 	start  time.Duration // Client.mono at the attempt's start
-	g      grant
-	slot   bool // holds a concurrency slot
+	g      grant         // g.slot: holds a concurrency slot
 }
 
 func (c *Client) newToken() any {
@@ -192,9 +190,9 @@ func (t *token) finish(o Outcome) {
 		sp.record(true, slow)
 		st.finishProbe(t.g, false, slow)
 	}
-	if t.slot {
+	if t.g.slot {
 		st.slots.release(sp)
 	}
-	t.st, t.sp, t.slot = nil, nil, false
+	t.st, t.sp = nil, nil
 	st.c.tokens.Put(t)
 }

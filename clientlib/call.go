@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Class says what a call site may safely repeat.
@@ -28,14 +30,11 @@ const (
 	IdempotentWithKey
 )
 
+var classNames = [...]string{NonRetryable: "non-retryable", Idempotent: "idempotent", IdempotentWithKey: "idempotent-with-key"}
+
 func (c Class) String() string {
-	switch c {
-	case NonRetryable:
-		return "non-retryable"
-	case Idempotent:
-		return "idempotent"
-	case IdempotentWithKey:
-		return "idempotent-with-key"
+	if int(c) < len(classNames) {
+		return classNames[c]
 	}
 	return "class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -110,13 +109,7 @@ func (a Attempt) SetHeaders(h http.Header) {
 	}
 }
 
-func timeoutMs(d time.Duration) string {
-	ms := d.Milliseconds()
-	if ms < 1 {
-		ms = 1
-	}
-	return strconv.FormatInt(ms, 10)
-}
+func timeoutMs(d time.Duration) string { return strconv.FormatInt(max(d.Milliseconds(), 1), 10) }
 
 // Do makes the call fn stands for, through the breaker, with retries as the
 // class and the policy allow:
@@ -141,7 +134,7 @@ func timeoutMs(d time.Duration) string {
 func (d *Dependency) Do(ctx context.Context, class Class, fn func(ctx context.Context, a Attempt) error, opts ...CallOption) error {
 	err := d.st.run(ctx, class, fn, d.defaults, opts, true)
 	if err != nil && (len(d.defaults) != 0 || len(opts) != 0) {
-		if fb := findFallback(d.defaults, opts); fb != nil {
+		if fb, _ := fallbackOf[func(context.Context, error) error](d.defaults, opts, optFallback); fb != nil {
 			return fb(ctx, err)
 		}
 	}
@@ -170,33 +163,29 @@ func Call[T any](ctx context.Context, d *Dependency, class Class, fn func(ctx co
 	if err == nil {
 		return out, nil
 	}
-	for _, list := range [2][]CallOption{opts, d.defaults} {
+	if fb, ok := fallbackOf[func(context.Context, error) (T, error)](d.defaults, opts, optFallbackValue); ok {
+		return fb(ctx, err)
+	}
+	var zero T
+	if fb, _ := fallbackOf[func(context.Context, error) error](d.defaults, opts, optFallback); fb != nil {
+		return zero, fb(ctx, err)
+	}
+	return zero, err
+}
+
+// fallbackOf returns the fallback of type F of the last option of kind
+// that has one, looking at the call's options before the handle's defaults.
+func fallbackOf[F any](defaults, opts []CallOption, kind optKind) (fb F, ok bool) {
+	for _, list := range [2][]CallOption{opts, defaults} {
 		for i := len(list) - 1; i >= 0; i-- {
-			if list[i].kind == optFallbackValue {
-				if fb, ok := list[i].v.(func(context.Context, error) (T, error)); ok {
-					return fb(ctx, err)
+			if list[i].kind == kind {
+				if fb, ok = list[i].v.(F); ok {
+					return fb, true
 				}
 			}
 		}
 	}
-	if fb := findFallback(d.defaults, opts); fb != nil {
-		var zero T
-		return zero, fb(ctx, err)
-	}
-	var zero T
-	return zero, err
-}
-
-func findFallback(defaults, opts []CallOption) func(context.Context, error) error {
-	for _, list := range [2][]CallOption{opts, defaults} {
-		for i := len(list) - 1; i >= 0; i-- {
-			if list[i].kind == optFallback {
-				fb, _ := list[i].v.(func(context.Context, error) error)
-				return fb
-			}
-		}
-	}
-	return nil
+	return fb, false
 }
 
 // newKey returns a fresh idempotency key (128 random bits, base32).
@@ -232,10 +221,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 	}
 	c := st.c
 	dec := st.dec.Load()
-	maxAttempts := dec.retry.maxAttempts
-	if cfg.maxAttempts > 0 {
-		maxAttempts = cfg.maxAttempts
-	}
+	maxAttempts := cmp.Or(cfg.maxAttempts, dec.retry.maxAttempts)
 	perAttempt := dec.retry.perAttempt
 	if cfg.hasTimeout {
 		perAttempt = cfg.timeout
@@ -250,10 +236,7 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 		cfg.strict = false // nothing to ask about a name the client does not track
 	}
 	if !nested {
-		owner = c.service
-		if cfg.owner != "" {
-			owner = cfg.owner
-		}
+		owner = cmp.Or(cfg.owner, c.service)
 	}
 	var key string
 	if class == IdempotentWithKey {
@@ -311,87 +294,69 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			return err
 		}
 
+		var (
+			cl   Classification
+			gone error // the caller's context error, when it gave up during the attempt
+		)
 		if n == 1 && hedgeable && !g.probe && maxAttempts > 1 && dec.retry.maxHedges > 0 && dec.retry.hedgeDelay > 0 {
-			h := hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt, delay: dec.retry.hedgeDelay,
-				maxHedges: dec.retry.maxHedges, maxAttempts: maxAttempts, classify: classify, slow: dec.slow}
-			if hasParentDeadline {
-				h.parentDeadline = parentDeadline
+			r := st.runHedged(ctx, sp, hedgeCall{fn: fn, key: key, owner: owner, perAttempt: perAttempt,
+				parentDeadline: parentDeadline, delay: dec.retry.hedgeDelay, maxHedges: dec.retry.maxHedges,
+				maxAttempts: maxAttempts, classify: classify, slow: dec.slow})
+			n, err, cl, gone = r.attempts, r.err, r.cl, ctx.Err()
+		} else {
+			start := c.mono()
+			actx := ctx
+			var cancel context.CancelFunc
+			a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, Deadline: parentDeadline, owner: owner,
+				last: n >= maxAttempts, classify: classify}
+			if perAttempt > 0 {
+				// Under an earlier caller deadline this is a plain cancel
+				// context (context.WithDeadline's rule), so the attempt times
+				// out on its own only when its timeout is the earlier one.
+				actx, cancel = context.WithTimeout(ctx, perAttempt)
+				a.Deadline, _ = actx.Deadline()
 			}
-			r := st.runHedged(ctx, sp, h)
-			if r.err == nil {
-				info.end(r.attempts, StopNone, nil)
-				return nil
+			err = fn(actx, a)
+			elapsed := c.mono() - start
+			ownTimeout := false
+			if cancel != nil {
+				ownTimeout = err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
+				cancel()
 			}
-			lastErr = r.err
-			if cerr := ctx.Err(); cerr != nil {
-				info.end(r.attempts, stopOf(cerr), nil)
-				return errors.Join(cerr, r.err)
+			slow := dec.slow > 0 && elapsed >= dec.slow
+			if err == nil {
+				sp.record(false, slow)
+				st.finishProbe(g, true, slow)
+			} else if gone = ctx.Err(); gone != nil {
+				// The caller gave up during the attempt. A passed deadline is
+				// the dependency's failure to answer in time; a cancellation
+				// says nothing about it.
+				if gone == context.DeadlineExceeded {
+					sp.record(true, slow)
+					st.finishProbe(g, false, slow)
+				}
+			} else {
+				if ownTimeout {
+					cl = Classification{Retryable: true, Failure: true}
+					slow = true // a timeout counts as a slow failure
+				} else {
+					cl = classify(err)
+				}
+				if !cl.NotCounted {
+					sp.record(cl.Failure, slow)
+					st.finishProbe(g, !cl.Failure, slow)
+				}
 			}
-			if !r.cl.Retryable {
-				info.end(r.attempts, StopNotRetryable, nil)
-				return r.err
-			}
-			if r.attempts >= maxAttempts {
-				info.end(r.attempts, StopMaxAttempts, nil)
-				return r.err
-			}
-			n = r.attempts
-			if stop, err := st.retryWait(ctx, n, &prevWait, r.cl, perAttempt, parentDeadline, hasParentDeadline, r.err); err != nil {
-				info.end(n, stop, nil)
-				return err
-			}
-			continue
 		}
-		start := c.mono()
-		actx := ctx
-		var cancel context.CancelFunc
-		a := Attempt{Number: n, IdempotencyKey: key, Probe: g.probe, owner: owner, last: n >= maxAttempts, classify: classify}
-		if perAttempt > 0 {
-			// Under an earlier caller deadline this is a plain cancel
-			// context (context.WithDeadline's rule), so the attempt times
-			// out on its own only when its timeout is the earlier one.
-			actx, cancel = context.WithTimeout(ctx, perAttempt)
-			a.Deadline, _ = actx.Deadline()
-		} else if hasParentDeadline {
-			a.Deadline = parentDeadline
-		}
-		err = fn(actx, a)
-		elapsed := c.mono() - start
-		ownTimeout := false
-		if cancel != nil {
-			ownTimeout = err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil
-			cancel()
-		}
-		slow := dec.slow > 0 && elapsed >= dec.slow
 
 		if err == nil {
-			sp.record(false, slow)
-			st.finishProbe(g, true, slow)
 			info.end(n, StopNone, nil)
 			return nil
 		}
 		lastErr = err
-		if cerr := ctx.Err(); cerr != nil {
-			// The caller gave up during the attempt. A passed deadline is
-			// the dependency's failure to answer in time; a cancellation
-			// says nothing about it.
-			if cerr == context.DeadlineExceeded {
-				sp.record(true, slow)
-				st.finishProbe(g, false, slow)
-			}
-			info.end(n, stopOf(cerr), nil)
-			return errors.Join(cerr, err)
-		}
-		var cl Classification
-		if ownTimeout {
-			cl = Classification{Retryable: true, Failure: true}
-			slow = true // a timeout counts as a slow failure
-		} else {
-			cl = classify(err)
-		}
-		if !cl.NotCounted {
-			sp.record(cl.Failure, slow)
-			st.finishProbe(g, !cl.Failure, slow)
+		if gone != nil {
+			info.end(n, stopOf(gone), nil)
+			return errors.Join(gone, err)
 		}
 		if !cl.Retryable || once {
 			info.end(n, StopNotRetryable, nil)
@@ -401,7 +366,6 @@ func (st *depState) run(ctx context.Context, class Class, fn func(context.Contex
 			info.end(n, StopMaxAttempts, nil)
 			return err
 		}
-
 		if stop, err := st.retryWait(ctx, n, &prevWait, cl, perAttempt, parentDeadline, hasParentDeadline, err); err != nil {
 			info.end(n, stop, nil)
 			return err
@@ -439,14 +403,8 @@ func (st *depState) retryWait(ctx context.Context, n int, prevWait *time.Duratio
 			return StopDeadline, errors.Join(context.DeadlineExceeded, lastErr)
 		}
 	}
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return stopOf(ctx.Err()), errors.Join(ctx.Err(), lastErr)
-		}
+	if wait > 0 && !ctxtime.Sleep(ctx, wait) {
+		return stopOf(ctx.Err()), errors.Join(ctx.Err(), lastErr)
 	}
 	return StopNone, nil
 }

@@ -53,22 +53,12 @@ const (
 	StopRetryAfter
 )
 
+var stopNames = [...]string{StopNone: "none", StopNotRetryable: "not-retryable", StopMaxAttempts: "max-attempts",
+	StopRejected: "rejected", StopDeadline: "deadline", StopCanceled: "canceled", StopRetryAfter: "retry-after"}
+
 func (r StopReason) String() string {
-	switch r {
-	case StopNone:
-		return "none"
-	case StopNotRetryable:
-		return "not-retryable"
-	case StopMaxAttempts:
-		return "max-attempts"
-	case StopRejected:
-		return "rejected"
-	case StopDeadline:
-		return "deadline"
-	case StopCanceled:
-		return "canceled"
-	case StopRetryAfter:
-		return "retry-after"
+	if int(r) < len(stopNames) {
+		return stopNames[r]
 	}
 	return "unknown"
 }

@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -65,8 +66,7 @@ type Classifier func(err error) Classification
 // sets RetryAfter; a negative one (gRPC pushback < 0) means "do not retry".
 func DefaultClassifier(err error) Classification {
 	c := classifyBase(err)
-	var ra *RetryAfterError
-	if errors.As(err, &ra) {
+	if ra, ok := errors.AsType[*RetryAfterError](err); ok {
 		if ra.After < 0 {
 			c.Retryable = false
 		} else if ra.After > c.RetryAfter {
@@ -86,8 +86,7 @@ func classifyBase(err error) Classification {
 	if errors.Is(err, ErrOpen) || errors.Is(err, ErrBudgetExhausted) || errors.Is(err, ErrConcurrencyLimit) {
 		return Classification{Failure: true}
 	}
-	var hs *HTTPStatusError
-	if errors.As(err, &hs) {
+	if hs, ok := errors.AsType[*HTTPStatusError](err); ok {
 		c := classifyHTTPStatus(hs.StatusCode, hs.RetryAfter)
 		if hs.Replayed { // a retry would get the same stored answer
 			c.Retryable, c.RetryAfter = false, 0
@@ -144,22 +143,19 @@ func isNetworkError(err error) bool {
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		return true
 	}
-	var dns *net.DNSError
-	if errors.As(err, &dns) {
+	if dns, ok := errors.AsType[*net.DNSError](err); ok {
 		return dns.IsTimeout || dns.IsTemporary
 	}
-	var op *net.OpError
-	if errors.As(err, &op) {
+	if _, ok := errors.AsType[*net.OpError](err); ok {
 		return true
 	}
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 		return true
 	}
 	// net/http reports a connection the server closed before answering as
 	// a bare io.EOF inside its *url.Error.
-	var ue *url.Error
-	return errors.As(err, &ue) && errors.Is(ue.Err, io.EOF)
+	ue, ok := errors.AsType[*url.Error](err)
+	return ok && errors.Is(ue.Err, io.EOF)
 }
 
 // HTTPStatusError is an HTTP response whose status the caller treats as an
@@ -180,10 +176,7 @@ type HTTPStatusError struct {
 }
 
 func (e *HTTPStatusError) Error() string {
-	if e.Status != "" {
-		return "fusebox: http status " + e.Status
-	}
-	return "fusebox: http status " + strconv.Itoa(e.StatusCode)
+	return "fusebox: http status " + cmp.Or(e.Status, strconv.Itoa(e.StatusCode))
 }
 
 // CheckResponse returns nil for a response with a status below 400 and an
@@ -193,20 +186,19 @@ func CheckResponse(resp *http.Response) error {
 	if resp == nil || resp.StatusCode < 400 {
 		return nil
 	}
+	return statusError(resp)
+}
+
+// statusError is resp's status as an error, with its Retry-After and
+// whether a server's deduplication replayed it (HeaderReplayed).
+func statusError(resp *http.Response) *HTTPStatusError {
 	return &HTTPStatusError{
 		StatusCode: resp.StatusCode,
 		Status:     resp.Status,
-		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-		Replayed:   replayed(resp),
+		RetryAfter: backoff.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
+		Replayed:   resp.Header.Get(HeaderReplayed) == "true",
 	}
 }
-
-// replayed reports whether resp is an answer a server's deduplication
-// replayed (HeaderReplayed).
-func replayed(resp *http.Response) bool { return resp.Header.Get(HeaderReplayed) == "true" }
-
-// parseRetryAfter reads delay-seconds or an HTTP-date (backoff.ParseRetryAfter).
-func parseRetryAfter(v string, now time.Time) time.Duration { return backoff.ParseRetryAfter(v, now) }
 
 // RetryAfterError carries a server's wish about the next attempt: wait at
 // least After, or (After < 0) do not retry at all. The gRPC interceptor wraps

@@ -15,6 +15,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
 )
 
 func TestDefaultClassifier(t *testing.T) {
@@ -73,7 +75,7 @@ func TestParseRetryAfter(t *testing.T) {
 		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second},
 		{now.Add(-time.Minute).Format(http.TimeFormat), 0},
 	} {
-		if got := parseRetryAfter(tc.v, now); got != tc.want {
+		if got := backoff.ParseRetryAfter(tc.v, now); got != tc.want {
 			t.Errorf("Retry-After %q: %v, want %v", tc.v, got, tc.want)
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Version is sent to the agent in Hello.client_version.
@@ -55,7 +56,7 @@ type Client struct {
 
 	ctx       context.Context
 	cancel    context.CancelFunc
-	flushStop chan struct{}
+	flushStop context.CancelFunc // the flusher's last flush, then it returns
 	flushDone chan struct{}
 	wg        sync.WaitGroup // flusher, session, dispatcher
 	closeOnce sync.Once
@@ -80,7 +81,7 @@ func build(cfg Config, eng Engine) (c *Client, err error) {
 	}
 	c = &Client{
 		cfg: cfg, service: cfg.Service, random: cfg.Random,
-		nstripes: stripeCount(), flushStop: make(chan struct{}), flushDone: make(chan struct{}),
+		nstripes: stripeCount(), flushDone: make(chan struct{}),
 		done: make(chan struct{}),
 	}
 	c.epoch = time.Now()
@@ -139,11 +140,17 @@ func build(cfg Config, eng Engine) (c *Client, err error) {
 
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	if c.events != nil {
-		c.wg.Add(1)
-		go c.dispatch()
+		c.wg.Go(c.dispatch)
 	}
-	c.wg.Add(1)
-	go c.flushLoop()
+	// The flusher feeds the local breaker and queues deltas for the agent
+	// every FlushInterval, and ticks the local breaker.
+	flushCtx, flushStop := context.WithCancel(context.Background())
+	c.flushStop = flushStop
+	c.wg.Go(func() {
+		defer close(c.flushDone)
+		ctxtime.Every(flushCtx, cfg.FlushInterval, c.flush)
+		c.flush()
+	})
 	c.fleet.start(c.ctx)
 	return c, nil
 }
@@ -176,7 +183,7 @@ func (c *Client) logger() *slog.Logger {
 // deciding from the last state seen, but report nothing.
 func (c *Client) Close() error {
 	c.closeOnce.Do(func() {
-		close(c.flushStop)
+		c.flushStop()
 		<-c.flushDone
 		c.fleet.finish(c.cfg.AgentWait)
 		c.cancel()
@@ -308,7 +315,6 @@ func (c *Client) emit(ev any) {
 
 // dispatch runs the callbacks, in order, on one goroutine.
 func (c *Client) dispatch() {
-	defer c.wg.Done()
 	run := func(ev any) {
 		switch ev := ev.(type) {
 		case StateChange:
@@ -326,32 +332,11 @@ func (c *Client) dispatch() {
 		case ev := <-c.events:
 			run(ev)
 		case <-c.ctx.Done():
-			// Close cancels after the last flush; what is queued still runs.
-			for {
-				select {
-				case ev := <-c.events:
-					run(ev)
-				default:
-					return
-				}
+			// Close cancels after the last flush; what is queued still runs
+			// (this goroutine is the only receiver).
+			for len(c.events) > 0 {
+				run(<-c.events)
 			}
-		}
-	}
-}
-
-// flushLoop feeds the local breaker and queues deltas for the agent every
-// FlushInterval, and ticks the local breaker.
-func (c *Client) flushLoop() {
-	defer c.wg.Done()
-	defer close(c.flushDone)
-	t := time.NewTicker(c.cfg.FlushInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			c.flush()
-		case <-c.flushStop:
-			c.flush()
 			return
 		}
 	}
@@ -443,13 +428,7 @@ func (c *Client) localSnapshot(st *depState) *sharedstate.Snapshot {
 	}
 	// Not tracked (new, or forgotten while idle): closed, last policy seen.
 	if st.fallbackSnap == nil {
-		var p sharedstate.Policy
-		if st.localPol != nil {
-			p = *st.localPol
-		} else {
-			p = c.engine.Policy(st.name)
-		}
-		st.fallbackSnap = convert.PolicySnapshot(st.name, p)
+		st.fallbackSnap = convert.PolicySnapshot(st.name, st.policyLocked())
 	}
 	return st.fallbackSnap
 }

@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -113,48 +114,26 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) fillDefaults() {
-	if c.AgentAddress == "" {
-		c.AgentAddress = os.Getenv(EnvAgent)
-	}
-	if c.AgentAddress == "" {
-		c.AgentAddress = DefaultAgentAddress
-	}
-	if c.Service == "" {
-		c.Service = os.Getenv(EnvService)
-	}
+	c.AgentAddress = cmp.Or(c.AgentAddress, os.Getenv(EnvAgent), DefaultAgentAddress)
+	c.Service = cmp.Or(c.Service, os.Getenv(EnvService))
 	if c.Service == "" {
 		if exe, err := os.Executable(); err == nil {
 			c.Service = filepath.Base(exe)
 		}
 	}
-	if c.Service == "" {
-		c.Service = "unknown"
-	}
+	c.Service = cmp.Or(c.Service, "unknown")
 	if c.Instance == "" {
 		host, _ := os.Hostname()
-		if host == "" {
-			host = "localhost"
-		}
-		c.Instance = host + "-" + strconv.Itoa(os.Getpid())
+		c.Instance = cmp.Or(host, "localhost") + "-" + strconv.Itoa(os.Getpid())
 	}
 	if c.Random == nil {
 		c.Random = rand.Uint64
 	}
-	if c.FlushInterval == 0 {
-		c.FlushInterval = DefaultFlushInterval
-	}
-	if c.AgentWait == 0 {
-		c.AgentWait = DefaultAgentWait
-	}
-	if c.ReconnectMin == 0 {
-		c.ReconnectMin = DefaultReconnectMin
-	}
-	if c.ReconnectMax == 0 {
-		c.ReconnectMax = DefaultReconnectMax
-	}
-	if c.MaxDependencies == 0 {
-		c.MaxDependencies = DefaultMaxDependencies
-	}
+	c.FlushInterval = cmp.Or(c.FlushInterval, DefaultFlushInterval)
+	c.AgentWait = cmp.Or(c.AgentWait, DefaultAgentWait)
+	c.ReconnectMin = cmp.Or(c.ReconnectMin, DefaultReconnectMin)
+	c.ReconnectMax = cmp.Or(c.ReconnectMax, DefaultReconnectMax)
+	c.MaxDependencies = cmp.Or(c.MaxDependencies, DefaultMaxDependencies)
 }
 
 // Validate reports every problem of a Config whose defaults are filled in
@@ -164,10 +143,8 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("clientlib config: %s: "+format, append([]any{field}, args...)...))
 	}
-	if !c.NoAgent {
-		if _, err := agentTarget(c.AgentAddress); err != nil {
-			bad("AgentAddress", "%v", err)
-		}
+	if _, err := agentTarget(c.AgentAddress); err != nil && !c.NoAgent {
+		bad("AgentAddress", "%v", err)
 	}
 	if strings.TrimSpace(c.Service) == "" {
 		bad("Service", "must not be empty")
@@ -209,11 +186,10 @@ func agentTarget(addr string) (string, error) {
 	case addr == "":
 		return "", errors.New("must not be empty")
 	case strings.HasPrefix(addr, "unix://"):
-		p := strings.TrimPrefix(addr, "unix://")
-		if !strings.HasPrefix(p, "/") {
+		if !strings.HasPrefix(addr, "unix:///") {
 			return "", fmt.Errorf("%q: want unix:///absolute/path", addr)
 		}
-		return "unix://" + p, nil
+		return addr, nil
 	case strings.HasPrefix(addr, "/"):
 		return "unix://" + addr, nil
 	}
@@ -233,14 +209,9 @@ func agentTarget(addr string) (string, error) {
 	return "passthrough:///" + addr, nil
 }
 
-func headerSafe(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] <= ' ' || s[i] >= 0x7f {
-			return false
-		}
-	}
-	return true
-}
+// headerSafe reports whether s is printable ASCII without spaces: a
+// header value that is one token.
+func headerSafe(s string) bool { return headerValue(s) && !strings.Contains(s, " ") }
 
 // headerValue reports whether s is printable ASCII (spaces allowed): a
 // valid HTTP header and gRPC metadata value.

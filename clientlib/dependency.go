@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,9 +40,7 @@ func (d *Dependency) Untracked() bool { return d.st.untracked }
 // With returns a handle on the same dependency whose calls apply opts before
 // their own options, e.g. c.Dependency("ledger").With(NestedRetries(true)).
 func (d *Dependency) With(opts ...CallOption) *Dependency {
-	merged := make([]CallOption, 0, len(d.defaults)+len(opts))
-	merged = append(append(merged, d.defaults...), opts...)
-	return &Dependency{st: d.st, defaults: merged}
+	return &Dependency{st: d.st, defaults: slices.Concat(d.defaults, opts)}
 }
 
 // Status returns the breaker as this client currently decides from it (see
@@ -147,32 +146,14 @@ type retrySettings struct {
 }
 
 func retryFrom(r sharedstate.RetryPolicy) retrySettings {
-	rs := retrySettings{
-		maxAttempts: r.MaxAttempts,
-		perAttempt:  r.PerAttemptTimeout.Std(),
-		backoff:     backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(), Jitter: jitterFrom(r.Backoff.Jitter)},
-		hedgeDelay:  r.Hedge.Delay.Std(),
-		maxHedges:   max(r.Hedge.MaxHedges, 0),
+	return retrySettings{
+		maxAttempts: max(r.MaxAttempts, 1),
+		perAttempt:  max(r.PerAttemptTimeout.Std(), 0),
+		backoff: backoff.Policy{Base: r.Backoff.Base.Std(), Max: r.Backoff.Max.Std(),
+			Jitter: backoff.JitterNamed(string(r.Backoff.Jitter))},
+		hedgeDelay: r.Hedge.Delay.Std(),
+		maxHedges:  max(r.Hedge.MaxHedges, 0),
 	}
-	if rs.maxAttempts < 1 {
-		rs.maxAttempts = 1
-	}
-	if rs.perAttempt < 0 {
-		rs.perAttempt = 0
-	}
-	return rs
-}
-
-func jitterFrom(j sharedstate.Jitter) backoff.Jitter {
-	switch j {
-	case sharedstate.JitterEqual:
-		return backoff.Equal
-	case sharedstate.JitterDecorrelated:
-		return backoff.Decorrelated
-	case sharedstate.JitterNone:
-		return backoff.None
-	}
-	return backoff.Full
 }
 
 // decision is what the hot path reads: an immutable snapshot plus what is
@@ -260,8 +241,11 @@ type depState struct {
 	_         [64]byte // keep the rare counters off dec's cache line
 	rare      rareCounters
 
-	rejOpen, rejForced, rejNoPermit, rejBudget *RejectedError
-	rejThrottled, rejRamp, rejLimit            *RejectedError
+	// The handle's refusals, built once so that refusing allocates
+	// nothing: by sharedstate.Reason (rej[ReasonNone] is nil), and the
+	// concurrency limit's.
+	rej      [sharedstate.ReasonRamp + 1]*RejectedError
+	rejLimit *RejectedError
 
 	_     [64]byte // keep the semaphore off the read-mostly fields
 	slots slots
@@ -322,32 +306,25 @@ func newDepState(c *Client, name string, err error, nstripes int) *depState {
 	}
 	st.stripes = make([]stripe, nstripes)
 	st.mask = uint32(nstripes - 1)
-	st.rejOpen = &RejectedError{Dependency: name, Reason: "open", Err: ErrOpen}
-	st.rejForced = &RejectedError{Dependency: name, Reason: "forced-open", Err: ErrForcedOpen}
-	st.rejNoPermit = &RejectedError{Dependency: name, Reason: "half-open-no-permit", Err: ErrOpen}
-	st.rejBudget = &RejectedError{Dependency: name, Reason: "budget-exhausted", Err: ErrBudgetExhausted}
-	st.rejThrottled = &RejectedError{Dependency: name, Reason: "throttled", Err: ErrThrottled}
-	st.rejRamp = &RejectedError{Dependency: name, Reason: "ramp", Err: ErrThrottled}
+	for r, sentinel := range [len(st.rej)]error{sharedstate.ReasonOpen: ErrOpen, sharedstate.ReasonForcedOpen: ErrForcedOpen,
+		sharedstate.ReasonHalfOpenNoPermit: ErrOpen, sharedstate.ReasonBudgetExhausted: ErrBudgetExhausted,
+		sharedstate.ReasonThrottled: ErrThrottled, sharedstate.ReasonRamp: ErrThrottled} {
+		if sentinel != nil {
+			st.rej[r] = &RejectedError{Dependency: name, Reason: sharedstate.Reason(r).String(), Err: sentinel}
+		}
+	}
 	st.rejLimit = &RejectedError{Dependency: name, Reason: "concurrency-limit", Err: ErrConcurrencyLimit}
 	st.slots.stripes = st.stripes
 	st.slots.freed = make(chan struct{}, 1)
 	return st
 }
 
+// rejection is the refusal for reason r (open for a reason it does not know).
 func (st *depState) rejection(r sharedstate.Reason) error {
-	switch r {
-	case sharedstate.ReasonForcedOpen:
-		return st.rejForced
-	case sharedstate.ReasonHalfOpenNoPermit:
-		return st.rejNoPermit
-	case sharedstate.ReasonBudgetExhausted:
-		return st.rejBudget
-	case sharedstate.ReasonThrottled:
-		return st.rejThrottled
-	case sharedstate.ReasonRamp:
-		return st.rejRamp
+	if int(r) < len(st.rej) && st.rej[r] != nil {
+		return st.rej[r]
 	}
-	return st.rejOpen
+	return st.rej[sharedstate.ReasonOpen]
 }
 
 // anyStripe picks a stripe for a call that holds no token.
@@ -373,7 +350,7 @@ func (st *depState) sum() totals {
 }
 
 // keptShaping is what the agent's last snapshot shaped traffic with, kept
-// for the local fallback when the agent goes away (keepShaping): the
+// for the local fallback when the agent goes away (dropAgentSnapLocked): the
 // process's concurrency share until the agent decides again, the throttle
 // probability until throttleUntil.
 type keptShaping struct {
@@ -382,40 +359,49 @@ type keptShaping struct {
 	limit         int
 }
 
-// keepShaping keeps the shaping of the agent's snapshot before the local
-// fallback takes over: the concurrency share (a capacity does not change
-// because an agent restarts) until the agent decides again, and the
-// throttle probability for one breaker window, the span it was computed
-// over (later it would describe traffic no window holds any more), unless
-// it is the ramp's after a close (a ramp lasts rampDuration, not a
-// window). Caller holds st.mu.
-func (st *depState) keepShaping() {
-	s := st.agentSnap
-	if s == nil {
-		return
-	}
-	st.kept = keptShaping{limit: s.ConcurrencyLimit}
-	if s.ThrottleProbability > s.RampProbability {
-		st.kept.throttle = s.ThrottleProbability
-	}
-	st.keptUntil.Store(0)
-	if st.kept.throttle > 0 {
-		var window time.Duration
-		if st.localPol != nil {
-			window = st.localPol.Breaker.Window.Std()
-		} else {
-			window = st.c.engine.Policy(st.name).Breaker.Window.Std() // the fleet default's
+// dropAgentSnapLocked hands st to the local fallback: the agent's
+// snapshot goes, and the decision is published again. What the snapshot
+// shaped traffic with is kept: the concurrency share (a capacity does not
+// change because an agent restarts) until the agent decides again, and
+// the throttle probability for one breaker window, the span it was
+// computed over (later it would describe traffic no window holds any
+// more), unless it is the ramp's after a close (a ramp lasts
+// rampDuration, not a window). Caller holds st.mu.
+func (st *depState) dropAgentSnapLocked() {
+	if s := st.agentSnap; s != nil {
+		st.kept = keptShaping{limit: s.ConcurrencyLimit}
+		if s.ThrottleProbability > s.RampProbability {
+			st.kept.throttle = s.ThrottleProbability
 		}
-		st.kept.throttleUntil = time.Now().Add(window)
-		st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
+		st.keptUntil.Store(0)
+		if st.kept.throttle > 0 {
+			st.kept.throttleUntil = time.Now().Add(st.policyLocked().Breaker.Window.Std())
+			st.keptUntil.Store(st.kept.throttleUntil.UnixNano())
+		}
 	}
+	st.agentSnap = nil
+	st.publishLocked()
 }
 
-// forgetShaping drops the kept shaping: the agent decides again. Caller
-// holds st.mu.
-func (st *depState) forgetShaping() {
+// policyLocked is the policy the local breaker decides st under: the last
+// one pushed, else the engine's (the fleet default's). Caller holds st.mu.
+func (st *depState) policyLocked() sharedstate.Policy {
+	if st.localPol != nil {
+		return *st.localPol
+	}
+	return st.c.engine.Policy(st.name)
+}
+
+// installLocked makes snap, the fleet's, decide st: the fleet no longer
+// refuses st's name, and the shaping kept for its absence is dropped.
+// Caller holds st.mu.
+func (st *depState) installLocked(snap *sharedstate.Snapshot) {
+	st.agentSnap = snap
+	st.refusedMsg = ""
+	st.refused.Store(false)
 	st.kept = keptShaping{}
 	st.keptUntil.Store(0)
+	st.publishLocked()
 }
 
 // publish recomputes the decision from the current sources: the agent's

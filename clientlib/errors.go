@@ -16,7 +16,7 @@ var (
 
 	// ErrForcedOpen: an operator forced the breaker open. errors.Is(err,
 	// ErrOpen) is true for it too.
-	ErrForcedOpen error = forcedOpen{}
+	ErrForcedOpen error = openError("fusebox: breaker forced open")
 
 	// ErrBudgetExhausted: the fleet retry budget (or the local one, while the
 	// agent is away) has no room for another retry. It is joined with the
@@ -32,7 +32,7 @@ var (
 	// refusing breaker (fallbacks, fail fast, no retry) handles a throttled
 	// call the same way without change; match ErrThrottled to tell them
 	// apart.
-	ErrThrottled error = throttled{}
+	ErrThrottled error = openError("fusebox: throttled")
 
 	// ErrConcurrencyLimit: this process already has its share of the
 	// fleet's concurrency.maxInFlight calls in flight (see WaitForSlot). It
@@ -56,15 +56,11 @@ var (
 // errNilEngine: NewInProcess without an engine.
 var errNilEngine = errors.New("clientlib: NewInProcess: the engine must not be nil")
 
-type forcedOpen struct{}
+// openError is a sentinel that errors.Is also matches to ErrOpen.
+type openError string
 
-func (forcedOpen) Error() string        { return "fusebox: breaker forced open" }
-func (forcedOpen) Is(target error) bool { return target == ErrOpen }
-
-type throttled struct{}
-
-func (throttled) Error() string        { return "fusebox: throttled" }
-func (throttled) Is(target error) bool { return target == ErrOpen }
+func (e openError) Error() string      { return string(e) }
+func (openError) Is(target error) bool { return target == ErrOpen }
 
 // RejectedError is what a refused attempt returns: the dependency, why, and
 // the sentinel it wraps (ErrOpen, ErrForcedOpen, ErrBudgetExhausted,

@@ -71,9 +71,7 @@ func (c *Client) refusedByFleet(st *depState, why string) {
 			"dependency", st.name, "service", c.service, "reason", why)
 	}
 	st.refusedMsg = why
-	st.keepShaping()
-	st.agentSnap = nil
-	st.publishLocked()
+	st.dropAgentSnapLocked()
 	st.mu.Unlock()
 	st.refused.Store(true)
 }

@@ -2,11 +2,14 @@ package clientlib
 
 import (
 	"context"
+	"maps"
 	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // GRPCOption configures Client.UnaryClientInterceptor.
@@ -71,9 +74,7 @@ func (c *Client) UnaryClientInterceptor(opts ...GRPCOption) grpc.UnaryClientInte
 		if o.classFn != nil {
 			cfg.classFn = o.classFn
 		}
-		for k, v := range o.methods {
-			methods[k] = v
-		}
+		maps.Copy(methods, o.methods)
 		cfg.options = append(cfg.options, o.options...)
 	}
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
@@ -84,7 +85,7 @@ func (c *Client) UnaryClientInterceptor(opts ...GRPCOption) grpc.UnaryClientInte
 		case cfg.name != "":
 			name = cfg.name
 		default:
-			name = sanitizeName(cc.Target())
+			name = sharedstate.HostDependencyName(cc.Target())
 		}
 		st := c.depState(name)
 		class, ok := classFromContext(ctx)

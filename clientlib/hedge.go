@@ -141,16 +141,12 @@ func (st *depState) runHedged(ctx context.Context, sp *stripe, h hedgeCall) hedg
 			inFlight++
 			start(res.attempts, slot)
 			if hedges < h.maxHedges && res.attempts < h.maxAttempts {
-				timer.Stop()
-				timer = time.NewTimer(h.delay)
+				timer.Reset(h.delay)
 				timerC = timer.C
 			}
 		}
 	}
-	if settled && res.err == nil {
-		return res
-	}
-	if res.err == nil { // every attempt was cut short by the caller
+	if !settled && res.err == nil { // every attempt was cut short by the caller
 		res.err = ctx.Err()
 	}
 	return res

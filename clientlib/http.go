@@ -150,12 +150,8 @@ func (t *roundTripper) depName(req *http.Request) string {
 	case t.name != "":
 		return t.name
 	}
-	return sanitizeName(req.URL.Host)
+	return sharedstate.HostDependencyName(req.URL.Host) // as the agent's egress proxy names it
 }
-
-// sanitizeName maps a host:port to a valid dependency name
-// (sharedstate.HostDependencyName, as the agent's egress proxy names it).
-func sanitizeName(s string) string { return sharedstate.HostDependencyName(s) }
 
 func hasBody(req *http.Request) bool { return req.Body != nil && req.Body != http.NoBody }
 
@@ -216,19 +212,16 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var herr error
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode == http.StatusTooManyRequests {
-			herr = &HTTPStatusError{StatusCode: resp.StatusCode, Status: resp.Status,
-				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), Replayed: replayed(resp)}
+			herr = statusError(resp)
 			if a.mayRetry(herr) {
 				// Keep what the caller gets should the retry not be made,
 				// still under the attempt's timeout: a body that stalls
 				// ends this attempt, never the caller's call.
 				if a.Deadline.IsZero() {
 					t := time.AfterFunc(keepWait, func() { rcancel(context.DeadlineExceeded) })
-					keepPrefix(resp)
-					t.Stop()
-				} else {
-					keepPrefix(resp)
+					defer t.Stop()
 				}
+				keepPrefix(resp)
 				stop()
 				rcancel(nil)
 				last = resp
@@ -251,8 +244,7 @@ func (t *roundTripper) RoundTrip(req *http.Request) (*http.Response, error) {
 	if err == nil {
 		return last, nil
 	}
-	var hs *HTTPStatusError
-	if last != nil && ctx.Err() == nil && errors.As(err, &hs) {
+	if _, answered := errors.AsType[*HTTPStatusError](err); answered && last != nil && ctx.Err() == nil {
 		// The dependency answered: the caller gets its last answer.
 		return last, nil
 	}

@@ -208,9 +208,5 @@ func (f *engineFleet) refresh(st *depState) {
 		snap = &s
 	}
 	st.fleetSrc, st.fleetLimit = src, limit
-	st.agentSnap = snap
-	st.refusedMsg = ""
-	st.refused.Store(false)
-	st.forgetShaping()
-	st.publishLocked()
+	st.installLocked(snap)
 }

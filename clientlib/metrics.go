@@ -66,8 +66,7 @@ func (m *metrics) fallback(call string) {
 
 func (m *metrics) register(r prometheus.Registerer) error {
 	if err := r.Register(m); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
+		if _, ok := errors.AsType[prometheus.AlreadyRegisteredError](err); ok {
 			return errors.New("clientlib: metrics already registered (one Client per Registerer)")
 		}
 		return err

@@ -47,20 +47,17 @@ func validOwner(o string) bool { return o != "" && len(o) <= MaxRetryOwnerLen &&
 func (c *Client) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		changed := false
 		if o := r.Header.Get(HeaderRetryOwner); validOwner(o) {
 			ctx = ContextWithRetryOwner(ctx, o)
-			changed = true
 		}
 		if v := r.Header.Get(HeaderTimeoutMs); v != "" {
 			if ms, err := strconv.ParseInt(v, 10, 64); err == nil && ms > 0 && time.Duration(ms) <= MaxPropagatedTimeout/time.Millisecond {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 				defer cancel()
-				changed = true
 			}
 		}
-		if changed {
+		if ctx != r.Context() {
 			r = r.WithContext(ctx)
 		}
 		next.ServeHTTP(w, r)

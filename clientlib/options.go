@@ -82,13 +82,7 @@ func StrictConsult() CallOption { return CallOption{kind: optStrict} }
 // Fusebox-Retry-Owner header). The policy has no such field yet, so this
 // option is the only opt-out. (optional, default false: nested calls make
 // a single attempt and fail fast upward)
-func NestedRetries(allow bool) CallOption {
-	n := 0
-	if allow {
-		n = 1
-	}
-	return CallOption{kind: optNested, n: n}
-}
+func NestedRetries(allow bool) CallOption { return CallOption{kind: optNested, v: allow} }
 
 // WaitForSlot lets a call wait up to d (and never past its context) for a
 // slot when its process already has its share of the policy's
@@ -115,7 +109,6 @@ func WithCallInfo(info *CallInfo) CallOption { return CallOption{kind: optInfo, 
 
 type callConfig struct {
 	slotWait      time.Duration
-	fallback      func(context.Context, error) error
 	classifier    Classifier
 	maxAttempts   int
 	timeout       time.Duration
@@ -132,8 +125,6 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 		for i := range opts {
 			o := &opts[i]
 			switch o.kind {
-			case optFallback:
-				cfg.fallback, _ = o.v.(func(context.Context, error) error)
 			case optClassifier:
 				cfg.classifier, _ = o.v.(Classifier)
 			case optMaxAttempts:
@@ -154,7 +145,7 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 			case optStrict:
 				cfg.strict = true
 			case optNested:
-				cfg.nestedRetries = o.n == 1
+				cfg.nestedRetries, _ = o.v.(bool)
 			case optOwner:
 				if !validOwner(o.s) {
 					return fmt.Errorf("%w: WithRetryOwner(%q): must be 1–%d bytes of printable ASCII without spaces", ErrInvalidOption, o.s, MaxRetryOwnerLen)

@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
@@ -16,22 +17,11 @@ func (st *depState) admitRetry(ctx context.Context, sp *stripe) (grant, error) {
 	c := st.c
 	if c.viaFleet(st) {
 		if d, ok := c.fleet.acquireRetry(ctx, st); ok {
-			if !d.Allowed() {
-				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(d.Reason)
-			}
-			st.rare.retriesAgent.Add(1)
-			return grant{}, nil
+			return grant{}, st.count(d, &st.rare.retriesAgent, &st.rare.rejectedAgent)
 		}
 	}
 	c.ensureLocalPolicy(st)
-	d := c.engine.AcquireRetry(st.name)
-	if !d.Allowed() {
-		st.rare.rejectedLocal.Add(1)
-		return grant{}, st.rejection(d.Reason)
-	}
-	st.rare.retriesLocal.Add(1)
-	return grant{}, nil
+	return grant{}, st.count(c.engine.AcquireRetry(st.name), &st.rare.retriesLocal, &st.rare.rejectedLocal)
 }
 
 // acquireProbe asks for a half-open probe permit.
@@ -39,31 +29,24 @@ func (st *depState) acquireProbe(ctx context.Context, askFleet bool, dec *decisi
 	c := st.c
 	if askFleet && c.viaFleet(st) {
 		if d, gen, ok := c.fleet.acquireProbe(ctx, st, dec.snap.Generation); ok {
-			switch d.Verdict {
-			case sharedstate.AllowProbe:
-				st.rare.probesAgent.Add(1)
-				return grant{probe: true, byAgent: true, generation: gen}, nil
-			case sharedstate.Allow:
-				st.rare.probesAgent.Add(1) // the fleet counted a first attempt
-				return grant{}, nil
-			default:
-				st.rare.rejectedAgent.Add(1)
-				return grant{}, st.rejection(d.Reason)
-			}
+			probe := d.Verdict == sharedstate.AllowProbe // else, allowed, the fleet counted a first attempt
+			return grant{probe: probe, byAgent: probe, generation: gen}, st.count(d, &st.rare.probesAgent, &st.rare.rejectedAgent)
 		}
 	}
 	c.ensureLocalPolicy(st)
 	d := c.engine.AcquireProbe(st.name)
-	switch d.Verdict {
-	case sharedstate.AllowProbe:
-		st.rare.probesLocal.Add(1)
-		return grant{probe: true}, nil
-	case sharedstate.Allow:
-		st.rare.probesLocal.Add(1)
-		return grant{}, nil
+	return grant{probe: d.Verdict == sharedstate.AllowProbe}, st.count(d, &st.rare.probesLocal, &st.rare.rejectedLocal)
+}
+
+// count counts a retry or probe decision (in admitted, else in refused)
+// and returns its refusal, nil when it admits the attempt.
+func (st *depState) count(d sharedstate.Decision, admitted, refused *atomic.Uint64) error {
+	if !d.Allowed() {
+		refused.Add(1)
+		return st.rejection(d.Reason)
 	}
-	st.rare.rejectedLocal.Add(1)
-	return grant{}, st.rejection(d.Reason)
+	admitted.Add(1)
+	return nil
 }
 
 // check decides a first attempt synchronously (StrictConsult). It reports

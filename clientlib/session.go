@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 const (
@@ -51,7 +54,6 @@ type session struct {
 	subs         []string
 	sendingSince time.Time          // zero unless a Send is in progress
 	stop         context.CancelFunc // ends the current session
-	node         string
 
 	reported int8 // owned by loop: 0 nothing yet, 1 connected, -1 disconnected
 }
@@ -68,8 +70,7 @@ func (s *session) start(ctx context.Context) {
 	if s.c.agent == nil {
 		return
 	}
-	s.c.wg.Add(1)
-	go s.loop(ctx)
+	s.c.wg.Go(func() { s.loop(ctx) })
 }
 
 // up implements fleet: a session is up.
@@ -192,7 +193,6 @@ func (s *session) finish(wait time.Duration) {
 // loop keeps a session with the agent up until ctx ends, reconnecting with
 // jittered exponential backoff.
 func (s *session) loop(ctx context.Context) {
-	defer s.c.wg.Done()
 	defer close(s.loopDone)
 	cfg := &s.c.cfg
 	retry := backoff.New(backoff.Policy{Base: cfg.ReconnectMin, Max: cfg.ReconnectMax, Jitter: backoff.Equal}, s.c.random)
@@ -212,14 +212,8 @@ func (s *session) loop(ctx context.Context) {
 				"(local breaker and budget, last pushed policies, overrides and shaping)",
 				"agent", cfg.AgentAddress, "service", s.c.service, "err", err)
 		}
-		t := time.NewTimer(retry.Next())
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-s.finishing:
-			t.Stop()
+		// Closing ends the wait: Close cancels ctx right after finish.
+		if !ctxtime.Sleep(ctx, retry.Next()) || s.closing.Load() {
 			return
 		}
 	}
@@ -234,8 +228,7 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 		return false, err
 	}
 	s.mu.Lock()
-	var names []string
-	c.each(func(st *depState) { names = append(names, st.name) })
+	names := slices.Collect(maps.Keys(*c.deps.Load()))
 	s.subs = nil // Hello carries them all
 	s.mu.Unlock()
 	hello := &fuseboxv1.Hello{Service: c.service, Instance: c.cfg.Instance, ClientVersion: Version, Dependencies: names}
@@ -257,7 +250,6 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 	s.epoch.Add(1)
 	s.mu.Lock()
 	s.stop = cancel
-	s.node = w.GetNode()
 	s.pending = map[*depState]sharedstate.Counts{}
 	s.probes = nil
 	s.sendingSince = time.Time{}
@@ -300,6 +292,14 @@ func (s *session) runOnce(ctx context.Context) (welcomed bool, err error) {
 }
 
 func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[fuseboxv1.SessionRequest, fuseboxv1.SessionResponse], cancel context.CancelFunc) error {
+	send := func(m *fuseboxv1.CountDeltas) error {
+		err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
+		s.sentRound()
+		if err != nil {
+			cancel()
+		}
+		return err
+	}
 	for {
 		select {
 		case <-s.wake:
@@ -307,24 +307,15 @@ func (s *session) sendLoop(ctx context.Context, stream grpc.BidiStreamingClient[
 			return nil
 		case <-s.finishing:
 			for m := s.take(); m != nil; m = s.take() {
-				err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
-				s.sentRound()
-				if err != nil {
-					cancel()
+				if err := send(m); err != nil {
 					return err
 				}
 			}
 			return stream.CloseSend()
 		}
-		m := s.take()
-		if m == nil {
+		if m := s.take(); m == nil {
 			s.sentRound()
-			continue
-		}
-		err := stream.Send(&fuseboxv1.SessionRequest{Msg: &fuseboxv1.SessionRequest_Deltas{Deltas: m}})
-		s.sentRound()
-		if err != nil {
-			cancel()
+		} else if err := send(m); err != nil {
 			return err
 		}
 	}
@@ -336,15 +327,12 @@ func (s *session) disconnect() {
 	c := s.c
 	s.mu.Lock()
 	s.stop = nil
-	s.node = ""
 	s.mu.Unlock()
 	s.connected.Store(false)
 	c.each(func(st *depState) {
 		c.leaveOff(st)
 		st.mu.Lock()
-		st.keepShaping()
-		st.agentSnap = nil
-		st.publishLocked()
+		st.dropAgentSnapLocked()
 		st.mu.Unlock()
 		st.refused.Store(false)
 	})
@@ -407,12 +395,8 @@ func (c *Client) applyAgentSnapshot(st *depState, ps *fuseboxv1.DecisionSnapshot
 		st.followSnap = snap
 	}
 	st.following = true
-	st.agentSnap = snap
 	st.agentSnapAnswer = !pushed
-	st.refusedMsg = ""
-	st.refused.Store(false)
-	st.forgetShaping()
-	st.publishLocked()
+	st.installLocked(snap)
 	st.mu.Unlock()
 	if polChanged || ovChanged || followChanged {
 		c.syncLocal(st)

@@ -14,62 +14,57 @@ import (
 
 // acquireRetry implements fleet.
 func (s *session) acquireRetry(ctx context.Context, st *depState) (sharedstate.Decision, bool) {
-	c := s.c
-	d, err := s.ask(ctx, st, "acquire_retry", func(ctx context.Context) (*fuseboxv1.Decision, error) {
-		return c.agent.AcquireRetry(ctx, s.acquireRequest(st))
+	d, ok := s.ask(ctx, st, "acquire_retry", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+		return s.c.agent.AcquireRetry(ctx, s.acquireRequest(st))
 	})
-	if err != nil {
-		return sharedstate.Decision{}, false
-	}
-	if d.GetVerdict() == fuseboxv1.Verdict_VERDICT_REJECT {
-		return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: rejectReason(d.GetReason())}, true
-	}
-	return sharedstate.Decision{Verdict: sharedstate.Allow}, true
+	return decisionOf(d, sharedstate.Allow), ok
 }
 
 // acquireProbe implements fleet.
 func (s *session) acquireProbe(ctx context.Context, st *depState, gen uint64) (sharedstate.Decision, uint64, bool) {
-	c := s.c
-	d, err := s.ask(ctx, st, "acquire_probe", func(ctx context.Context) (*fuseboxv1.Decision, error) {
-		return c.agent.AcquireProbe(ctx, s.acquireRequest(st))
+	d, ok := s.ask(ctx, st, "acquire_probe", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+		return s.c.agent.AcquireProbe(ctx, s.acquireRequest(st))
 	})
-	if err != nil {
-		return sharedstate.Decision{}, 0, false
+	dec := decisionOf(d, sharedstate.Reject)
+	if dec.Verdict != sharedstate.AllowProbe {
+		gen = 0
+	} else if ps := d.GetSnapshot(); ps != nil {
+		gen = ps.GetGeneration()
 	}
-	switch d.GetVerdict() {
-	case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
-		if ps := d.GetSnapshot(); ps != nil {
-			gen = ps.GetGeneration()
-		}
-		return sharedstate.Decision{Verdict: sharedstate.AllowProbe}, gen, true
-	case fuseboxv1.Verdict_VERDICT_ALLOW:
-		return sharedstate.Decision{Verdict: sharedstate.Allow}, 0, true
-	}
-	return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: rejectReason(d.GetReason())}, 0, true
+	return dec, gen, ok
 }
 
 // check implements fleet.
 func (s *session) check(ctx context.Context, st *depState) (sharedstate.Decision, bool) {
 	c := s.c
-	d, err := s.ask(ctx, st, "check", func(ctx context.Context) (*fuseboxv1.Decision, error) {
+	d, ok := s.ask(ctx, st, "check", func(ctx context.Context) (*fuseboxv1.Decision, error) {
 		return c.agent.Check(ctx, &fuseboxv1.CheckRequest{Dependency: st.name,
 			Kind: fuseboxv1.AttemptKind_ATTEMPT_KIND_FIRST, Service: c.service, Instance: c.cfg.Instance})
 	})
-	if err != nil {
-		return sharedstate.Decision{}, false
+	return decisionOf(d, sharedstate.Allow), ok
+}
+
+// decisionOf reads an agent's answer, unknown standing for a verdict it
+// does not name; a refusal without a reason is the breaker's (open).
+func decisionOf(d *fuseboxv1.Decision, unknown sharedstate.Verdict) sharedstate.Decision {
+	v, known := convert.VerdictFromProto(d.GetVerdict())
+	if !known {
+		v = unknown
 	}
-	switch d.GetVerdict() {
-	case fuseboxv1.Verdict_VERDICT_REJECT:
-		return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: rejectReason(d.GetReason())}, true
-	case fuseboxv1.Verdict_VERDICT_ALLOW_PROBE:
-		return sharedstate.Decision{Verdict: sharedstate.AllowProbe}, true
+	if v != sharedstate.Reject {
+		return sharedstate.Decision{Verdict: v}
 	}
-	return sharedstate.Decision{Verdict: sharedstate.Allow}, true
+	reason := convert.ReasonFromProto(d.GetReason())
+	if reason == sharedstate.ReasonNone {
+		reason = sharedstate.ReasonOpen
+	}
+	return sharedstate.Decision{Verdict: sharedstate.Reject, Reason: reason}
 }
 
 // ask runs one unary call about st under Config.AgentWait; the snapshot of
-// its answer is installed when it is newer than st's.
-func (s *session) ask(ctx context.Context, st *depState, call string, f func(context.Context) (*fuseboxv1.Decision, error)) (*fuseboxv1.Decision, error) {
+// its answer is installed when it is newer than st's. ok is false when the
+// agent did not answer.
+func (s *session) ask(ctx context.Context, st *depState, call string, f func(context.Context) (*fuseboxv1.Decision, error)) (d *fuseboxv1.Decision, ok bool) {
 	c := s.c
 	epoch := s.epoch.Load()
 	actx, cancel := context.WithTimeout(ctx, c.cfg.AgentWait)
@@ -79,31 +74,18 @@ func (s *session) ask(ctx context.Context, st *depState, call string, f func(con
 		if ctx.Err() == nil {
 			c.metrics.fallback(call)
 		}
-		return d, err
+		return nil, false
 	}
 	s.applyAnswer(st, epoch, d)
-	return d, nil
+	return d, true
 }
 
 // applyAnswer installs the snapshot of an agent's answer given in session
 // epoch (see applyAgentSnapshot), if that session is still up.
 func (s *session) applyAnswer(st *depState, epoch uint64, d *fuseboxv1.Decision) {
-	ps := d.GetSnapshot()
-	if ps == nil || ps.GetDependency() != st.name {
-		return
+	if ps := d.GetSnapshot(); ps != nil && ps.GetDependency() == st.name && s.up() && s.epoch.Load() == epoch {
+		s.c.applyAgentSnapshot(st, ps, false)
 	}
-	if !s.up() || s.epoch.Load() != epoch {
-		return
-	}
-	s.c.applyAgentSnapshot(st, ps, false)
-}
-
-// rejectReason is the reason of an agent's refusal (open when it names none).
-func rejectReason(r fuseboxv1.RejectReason) sharedstate.Reason {
-	if reason := convert.ReasonFromProto(r); reason != sharedstate.ReasonNone {
-		return reason
-	}
-	return sharedstate.ReasonOpen
 }
 
 func (s *session) acquireRequest(st *depState) *fuseboxv1.AcquireRequest {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // Adaptive throttling and the concurrency limit, as clientlib applies them
@@ -31,9 +33,9 @@ func (st *depState) throttled(dec *decision, strict bool) *RejectedError {
 	case strict:
 	case dec.throttleCut != 0:
 		if u := st.c.random() >> 11; u < dec.rampCut {
-			return st.rejRamp
+			return st.rej[sharedstate.ReasonRamp]
 		} else if u < dec.throttleCut {
-			return st.rejThrottled
+			return st.rej[sharedstate.ReasonThrottled]
 		}
 	case dec.shadowCut != 0 && st.c.random()>>11 < dec.shadowCut:
 		st.rare.shadowThrottled.Add(1)

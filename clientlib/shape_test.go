@@ -145,7 +145,7 @@ func TestRampRefusalsNamedAsTheRamp(t *testing.T) {
 	}); n != 0 {
 		t.Errorf("Allow allocates %v times while ramping", n)
 	}
-	if err := dep.st.rejection(sharedstate.ReasonRamp); err != dep.st.rejRamp {
+	if err := dep.st.rejection(sharedstate.ReasonRamp); err != dep.st.rej[sharedstate.ReasonRamp] {
 		t.Errorf("the agent's reason ramp maps to %v", err)
 	}
 }

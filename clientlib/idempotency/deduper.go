@@ -3,6 +3,7 @@ package idempotency
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -88,7 +89,7 @@ type config struct {
 // ResultTTL is how long a completed response is kept and replayed
 // (optional, default DefaultResultTTL, 24h).
 func ResultTTL(d time.Duration) Option {
-	return func(c *config) { c.resultTTL = c.positive("ResultTTL", d) }
+	return func(c *config) { c.resultTTL = positive(c, "ResultTTL", d) }
 }
 
 // ReservationTTL bounds how long a running request holds its key. It must
@@ -97,7 +98,7 @@ func ResultTTL(d time.Duration) Option {
 // then loses its reservation and its response is not stored (optional,
 // default DefaultReservationTTL, 1m).
 func ReservationTTL(d time.Duration) Option {
-	return func(c *config) { c.reservationTTL = c.positive("ReservationTTL", d) }
+	return func(c *config) { c.reservationTTL = positive(c, "ReservationTTL", d) }
 }
 
 // MaxWait bounds how long a duplicate waits for the first request with its
@@ -118,14 +119,14 @@ func MaxWait(d time.Duration) Option {
 // duplicate gets 409 Conflict with Fusebox-Idempotency: not-stored (gRPC
 // FailedPrecondition) instead of a replay (optional, default 1 MiB).
 func MaxResponseBytes(n int64) Option {
-	return func(c *config) { c.maxResponse = c.positiveInt("MaxResponseBytes", n) }
+	return func(c *config) { c.maxResponse = positive(c, "MaxResponseBytes", n) }
 }
 
 // MaxRequestBytes bounds the body of a keyed HTTP request, which the
 // Deduper reads to fingerprint it; a larger one gets 413 (optional,
 // default 1 MiB).
 func MaxRequestBytes(n int64) Option {
-	return func(c *config) { c.maxRequest = c.positiveInt("MaxRequestBytes", n) }
+	return func(c *config) { c.maxRequest = positive(c, "MaxRequestBytes", n) }
 }
 
 // StoredHeaders names the response headers stored and replayed (optional,
@@ -179,21 +180,13 @@ func WithRegisterer(r prometheus.Registerer) Option {
 	return func(c *config) { c.registerer = r }
 }
 
-func (c *config) positive(name string, d time.Duration) time.Duration {
-	if d <= 0 {
-		c.errs = append(c.errs, fmt.Sprintf("%s: must be positive, got %v", name, d))
+// positive returns v, noting in c an error when it is not positive.
+func positive[T time.Duration | int64](c *config, name string, v T) T {
+	if v <= 0 {
+		c.errs = append(c.errs, fmt.Sprintf("%s: must be positive, got %v", name, v))
 	}
-	return d
+	return v
 }
-
-func (c *config) positiveInt(name string, n int64) int64 {
-	if n <= 0 {
-		c.errs = append(c.errs, fmt.Sprintf("%s: must be positive, got %d", name, n))
-	}
-	return n
-}
-
-func joinSemi(errs []string) string { return strings.Join(errs, "; ") }
 
 // Deduper runs each keyed request once per key and scope, and replays its
 // stored response to duplicates. It is safe for concurrent use.
@@ -219,7 +212,7 @@ func New(store Store, opts ...Option) (*Deduper, error) {
 		cfg.errs = append([]string{"store: must not be nil"}, cfg.errs...)
 	}
 	if len(cfg.errs) > 0 {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidOption, joinSemi(cfg.errs))
+		return nil, fmt.Errorf("%w: %s", ErrInvalidOption, strings.Join(cfg.errs, "; "))
 	}
 	m, err := newMetrics(cfg.registerer)
 	if err != nil {
@@ -252,10 +245,7 @@ func fingerprint(parts ...[]byte) string {
 	h := sha256.New()
 	var n [8]byte
 	for _, p := range parts {
-		l := len(p)
-		for i := range n {
-			n[i] = byte(l >> (8 * i))
-		}
+		binary.LittleEndian.PutUint64(n[:], uint64(len(p)))
 		h.Write(n[:])
 		h.Write(p)
 	}
@@ -342,6 +332,23 @@ func (d *Deduper) storeFailed(ctx context.Context, err error) (verdict, string, 
 		return runUnkeyed, "", nil, err
 	}
 	return unavailable, "", nil, err
+}
+
+// runReserved runs a handler under the key it reserved, then settles the
+// key: run hands the handler ctx (which NothingRan reads) and returns the
+// record of its answer; onPanic gives the record of a handler that
+// panicked, and the panic goes on.
+func (d *Deduper) runReserved(ctx context.Context, key, token, fp string, onPanic func() *Response, run func(context.Context) *Response) {
+	r := &handlerRun{}
+	panicked := true
+	defer func() {
+		if panicked { // store what a retry must see, and let the panic go on
+			d.settle(key, token, fp, r, onPanic(), "panicked")
+		}
+	}()
+	resp := run(withRun(ctx, r))
+	panicked = false
+	d.settle(key, token, fp, r, resp, "executed")
 }
 
 // settle ends a run of the handler: it releases the key when the handler

@@ -94,17 +94,11 @@ func (d *Deduper) UnaryServerInterceptor() grpc.UnaryServerInterceptor {
 	}
 }
 
-func (d *Deduper) runGRPC(ctx context.Context, req any, handler grpc.UnaryHandler, key, token, fp string) (any, error) {
-	st := &handlerRun{}
-	panicked := true
-	defer func() {
-		if panicked { // store what a retry must see, and let the panic go on
-			d.settle(key, token, fp, st, panicResponseGRPC(), "panicked")
-		}
-	}()
-	resp, herr := handler(withRun(ctx, st), req)
-	panicked = false
-	d.settle(key, token, fp, st, d.responseGRPC(resp, herr), "executed")
+func (d *Deduper) runGRPC(ctx context.Context, req any, handler grpc.UnaryHandler, key, token, fp string) (resp any, herr error) {
+	d.runReserved(ctx, key, token, fp, panicResponseGRPC, func(ctx context.Context) *Response {
+		resp, herr = handler(ctx, req)
+		return d.responseGRPC(resp, herr)
+	})
 	return resp, herr
 }
 

@@ -2,6 +2,7 @@ package idempotency
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -110,17 +111,11 @@ func (d *Deduper) refuse(w http.ResponseWriter, code int, outcome, reason, msg s
 }
 
 func (d *Deduper) runHTTP(w http.ResponseWriter, r *http.Request, next http.Handler, key, token, fp string) {
-	st := &handlerRun{}
 	rw := &recorder{w: w, max: d.cfg.maxResponse, headers: d.cfg.headers}
-	panicked := true
-	defer func() {
-		if panicked { // store what a retry must see, and let the panic go on
-			d.settle(key, token, fp, st, panicResponseHTTP(), "panicked")
-		}
-	}()
-	next.ServeHTTP(rw, r.WithContext(withRun(r.Context(), st)))
-	panicked = false
-	d.settle(key, token, fp, st, rw.response(), "executed")
+	d.runReserved(r.Context(), key, token, fp, panicResponseHTTP, func(ctx context.Context) *Response {
+		next.ServeHTTP(rw, r.WithContext(ctx))
+		return rw.response()
+	})
 }
 
 // panicResponseHTTP is the record of a handler that panicked: 500, and the

@@ -1,10 +1,12 @@
 package idempotency
 
 import (
+	"cmp"
 	"container/list"
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +46,7 @@ func (c MemoryConfig) Validate() error {
 		errs = append(errs, fmt.Sprintf("MaxBytes: must not be negative, got %d", c.MaxBytes))
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("%w: MemoryConfig: %s", ErrInvalidOption, joinSemi(errs))
+		return fmt.Errorf("%w: MemoryConfig: %s", ErrInvalidOption, strings.Join(errs, "; "))
 	}
 	return nil
 }
@@ -82,14 +84,8 @@ func NewMemoryStore(cfg MemoryConfig) (*MemoryStore, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &MemoryStore{maxEntries: cfg.MaxEntries, maxBytes: cfg.MaxBytes,
+	s := &MemoryStore{maxEntries: cmp.Or(cfg.MaxEntries, DefaultMaxEntries), maxBytes: cmp.Or(cfg.MaxBytes, DefaultMaxBytes),
 		entries: map[string]*list.Element{}}
-	if s.maxEntries == 0 {
-		s.maxEntries = DefaultMaxEntries
-	}
-	if s.maxBytes == 0 {
-		s.maxBytes = DefaultMaxBytes
-	}
 	s.evicted = prometheus.NewCounter(prometheus.CounterOpts{Name: "fusebox_idempotency_memory_evicted_total",
 		Help: "Completed records the in-memory idempotency store evicted before their TTL to make room."})
 	s.refused = prometheus.NewCounter(prometheus.CounterOpts{Name: "fusebox_idempotency_memory_refused_total",

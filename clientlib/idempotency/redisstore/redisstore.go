@@ -111,21 +111,20 @@ func (s *Store) Complete(ctx context.Context, key, token string, rec *idempotenc
 	if err != nil {
 		return fmt.Errorf("redisstore: complete: encoding the record: %w", err)
 	}
-	n, err := completeScript.Run(ctx, s.rdb, []string{s.prefix + key}, "P"+token, append([]byte("C"), b...), ms(ttl)).Int()
-	if err != nil {
-		return fmt.Errorf("redisstore: complete: %w", err)
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: key %q is no longer reserved by this request", idempotency.ErrReservationLost, key)
-	}
-	return nil
+	return s.whileReserved(ctx, "complete", completeScript, key, token, append([]byte("C"), b...), ms(ttl))
 }
 
 // Release implements idempotency.Store.
 func (s *Store) Release(ctx context.Context, key, token string) error {
-	n, err := releaseScript.Run(ctx, s.rdb, []string{s.prefix + key}, "P"+token).Int()
+	return s.whileReserved(ctx, "release", releaseScript, key, token)
+}
+
+// whileReserved runs script (Complete's or Release's) on key, which acts
+// only while token's reservation holds the key.
+func (s *Store) whileReserved(ctx context.Context, op string, script *redis.Script, key, token string, args ...any) error {
+	n, err := script.Run(ctx, s.rdb, []string{s.prefix + key}, append([]any{"P" + token}, args...)...).Int()
 	if err != nil {
-		return fmt.Errorf("redisstore: release: %w", err)
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	if n == 0 {
 		return fmt.Errorf("%w: key %q is no longer reserved by this request", idempotency.ErrReservationLost, key)

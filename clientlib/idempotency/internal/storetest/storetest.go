@@ -59,9 +59,7 @@ func Run(t *testing.T, h Harness) {
 			wins int
 		)
 		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				tok, rec, err := s.Reserve(ctx, "race", "fp", time.Minute)
 				if err != nil {
 					t.Errorf("Reserve %d: %v", i, err)
@@ -75,7 +73,7 @@ func Run(t *testing.T, h Harness) {
 					wins++
 					mu.Unlock()
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		if wins != 1 {
