@@ -34,7 +34,9 @@ func RetryOwner(ctx context.Context) (string, bool) {
 	return o, ok
 }
 
-func validOwner(o string) bool { return o != "" && len(o) <= MaxRetryOwnerLen && headerSafe(o) }
+// ValidRetryOwner reports whether o may name a retry owner: 1 to
+// MaxRetryOwnerLen bytes of printable ASCII without spaces.
+func ValidRetryOwner(o string) bool { return o != "" && len(o) <= MaxRetryOwnerLen && headerSafe(o) }
 
 // Middleware wraps an HTTP handler so that the one-retrying-layer rule and
 // deadline propagation work across services:
@@ -47,7 +49,7 @@ func validOwner(o string) bool { return o != "" && len(o) <= MaxRetryOwnerLen &&
 func (c *Client) Middleware(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := r.Context()
-		if o := r.Header.Get(HeaderRetryOwner); validOwner(o) {
+		if o := r.Header.Get(HeaderRetryOwner); ValidRetryOwner(o) {
 			ctx = ContextWithRetryOwner(ctx, o)
 		}
 		if v := r.Header.Get(HeaderTimeoutMs); v != "" {
@@ -70,7 +72,7 @@ func serverContext(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	if v := md.Get(metadataRetryOwner); len(v) > 0 && validOwner(v[0]) {
+	if v := md.Get(metadataRetryOwner); len(v) > 0 && ValidRetryOwner(v[0]) {
 		return ContextWithRetryOwner(ctx, v[0])
 	}
 	return ctx

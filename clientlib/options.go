@@ -147,7 +147,7 @@ func (cfg *callConfig) apply(lists ...[]CallOption) error {
 			case optNested:
 				cfg.nestedRetries, _ = o.v.(bool)
 			case optOwner:
-				if !validOwner(o.s) {
+				if !ValidRetryOwner(o.s) {
 					return fmt.Errorf("%w: WithRetryOwner(%q): must be 1–%d bytes of printable ASCII without spaces", ErrInvalidOption, o.s, MaxRetryOwnerLen)
 				}
 				cfg.owner = o.s

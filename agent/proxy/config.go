@@ -13,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 	"github.com/fusebox-dev/fusebox/sharedstate/cliflag"
 )
@@ -196,7 +197,7 @@ func (c Config) Validate() error {
 	if _, err := newRouter(c.Routes); err != nil {
 		bad("Routes", "%v", err)
 	}
-	if !headerValue(c.Service) || c.Service == "" || len(c.Service) > maxOwnerLen {
+	if !clientlib.ValidRetryOwner(c.Service) {
 		bad("Service", "must be 1-%d printable ASCII characters, got %q", maxOwnerLen, c.Service)
 	}
 	positive := func(field string, v int64) {
@@ -430,16 +431,6 @@ func validHostName(h string) bool {
 func validHostPort(s string) bool {
 	_, _, err := net.SplitHostPort(s)
 	return err == nil
-}
-
-// headerValue: printable ASCII (what an owner or key may be).
-func headerValue(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x21 || s[i] > 0x7e {
-			return false
-		}
-	}
-	return true
 }
 
 // ValidateRoutes checks Config.Routes: every entry parses and no

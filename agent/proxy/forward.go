@@ -163,11 +163,10 @@ func (p *Proxy) callerDeadline(w http.ResponseWriter, r *http.Request, t *target
 // a server deduplicating by owner and key: Fusebox-Service when valid, else
 // the dependency a route names, else Config.Service.
 func (p *Proxy) retryOwner(r *http.Request, t *target) (owner string, nested bool) {
-	valid := func(s string) bool { return s != "" && len(s) <= maxOwnerLen && headerValue(s) }
-	if o := r.Header.Get(HeaderRetryOwner); valid(o) {
+	if o := r.Header.Get(HeaderRetryOwner); clientlib.ValidRetryOwner(o) {
 		return o, true
 	}
-	if s := r.Header.Get(HeaderService); valid(s) {
+	if s := r.Header.Get(HeaderService); clientlib.ValidRetryOwner(s) {
 		return s, false
 	}
 	if t.route != "" {
