@@ -273,6 +273,14 @@ func ParseRoute(s string) (Route, error) {
 	return r, nil
 }
 
+// authority is Host[:Port], as a request names it.
+func (r Route) authority() string {
+	if r.Port == "" {
+		return r.Host
+	}
+	return net.JoinHostPort(r.Host, r.Port)
+}
+
 // router looks routes up by host and port.
 type router struct {
 	byAuthority map[string]Route // "host:port" and "host"
@@ -289,10 +297,7 @@ func newRouter(entries []string) (*router, error) {
 			errs = append(errs, err)
 			continue
 		}
-		key := r.Host
-		if r.Port != "" {
-			key = net.JoinHostPort(r.Host, r.Port)
-		}
+		key := r.authority()
 		if old, dup := rt.byAuthority[key]; dup && old != r {
 			errs = append(errs, fmt.Errorf("route %q: %s is routed twice", e, key))
 			continue

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"net"
 	"net/http"
 	"slices"
@@ -99,7 +100,7 @@ func FuzzParseRoute(f *testing.F) {
 			}
 			return
 		}
-		if _, _, err := splitAuthority(net.JoinHostPort(r.Host, cmpOr(r.Port, "80")), ""); err != nil {
+		if _, _, err := splitAuthority(net.JoinHostPort(r.Host, cmp.Or(r.Port, "80")), ""); err != nil {
 			t.Fatalf("ParseRoute(%q) = %+v, whose host does not split again: %v", s, r, err)
 		}
 		if err := sharedstate.ValidateDependencyName(r.Dependency); err != nil {

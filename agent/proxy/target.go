@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"net"
 	"net/http"
 	"net/netip"
@@ -79,15 +80,9 @@ const (
 	numForms
 )
 
-func (f form) String() string {
-	switch f {
-	case formForward:
-		return "forward"
-	case formReverse:
-		return "reverse"
-	}
-	return "connect"
-}
+var formNames = [numForms]string{"forward", "reverse", "connect"}
+
+func (f form) String() string { return formNames[f] }
 
 // target is where a request goes and what it counts under.
 type target struct {
@@ -183,11 +178,8 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 			}
 			return t, badRequest("missing-upstream", msg)
 		}
-		t.scheme = cmpOr(rt.Scheme, schemeHTTP)
-		authority = rt.Host
-		if rt.Port != "" {
-			authority = net.JoinHostPort(rt.Host, rt.Port)
-		}
+		t.scheme = cmp.Or(rt.Scheme, schemeHTTP)
+		authority = rt.authority()
 	}
 	host, port, err := splitAuthority(authority, "")
 	if err != nil {
@@ -199,15 +191,18 @@ func (p *Proxy) parseTarget(r *http.Request) (target, *requestError) {
 	t.host, t.authority = host, authority
 	lower := strings.ToLower(host)
 	var routed string // the dependency of the route that matches the upstream
-	if rt, ok := p.rt.lookup(lower, cmpOr(port, defaultPort(t.scheme))); ok {
+	if rt, ok := p.rt.lookup(lower, cmp.Or(port, defaultPort(t.scheme))); ok {
 		routed = rt.Dependency
 		if rt.Scheme != "" && t.form != formConnect {
 			t.scheme = rt.Scheme
 		}
 	}
-	t.port = cmpOr(port, defaultPort(t.scheme))
-	own := dependencyName(authority)
-	t.dep = cmpOr(routed, own)
+	t.port = cmp.Or(port, defaultPort(t.scheme))
+	// Nobody named it: the upstream's host[:port] as written, clientlib's
+	// name for it, so that proxy and clientlib callers of one upstream
+	// share one breaker.
+	own := sharedstate.HostDependencyName(authority)
+	t.dep = cmp.Or(routed, own)
 	if err := p.checkUpstream(lower, t.port); err != nil {
 		return t, err
 	}
@@ -302,12 +297,6 @@ func allowed(rules []allowRule, host string, ip netip.Addr, isIP bool) bool {
 	return false
 }
 
-// dependencyName is the name of a request's dependency when nobody named
-// it: the upstream's host[:port] as written (sharedstate.HostDependencyName,
-// clientlib's name for it, so that proxy and clientlib callers of one
-// upstream share one breaker).
-func dependencyName(authority string) string { return sharedstate.HostDependencyName(authority) }
-
 // headerSize is the size of the request line and headers as sent (give
 // or take the line ends).
 func headerSize(r *http.Request) int {
@@ -318,13 +307,6 @@ func headerSize(r *http.Request) int {
 		}
 	}
 	return n
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // quote is strconv.Quote, bounded: messages name what was wrong without
