@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
@@ -8,13 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/clientlib"
 	"github.com/fusebox-dev/fusebox/sharedstate"
 )
 
 // answerUpstream hands the upstream's answer on: status, headers (without
 // hop-by-hop ones), the body as it comes (flushed as it comes when its
-// length is unknown or it is an event stream), trailers.
-func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, resp *http.Response, attempts int, rejected string) {
+// length is unknown or it is an event stream), trailers; and says what the
+// call did (info).
+func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, resp *http.Response, info *clientlib.CallInfo) {
 	defer resp.Body.Close()
 	h := w.Header()
 	conn := connectionTokens(resp.Header)
@@ -24,9 +27,9 @@ func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, resp *http.Respons
 		}
 		h[k] = vs
 	}
-	h[HeaderAttempts] = attemptsValue(attempts)
-	if rejected != "" {
-		h.Set(HeaderRejected, rejected)
+	h[HeaderAttempts] = attemptsValue(info.Attempts)
+	if info.Rejected != nil { // a retry was refused: the last answer goes on
+		h.Set(HeaderRejected, info.Rejected.Reason)
 	}
 	if len(resp.Trailer) > 0 {
 		names := make([]string, 0, len(resp.Trailer))
@@ -80,14 +83,32 @@ func copyBody(w http.ResponseWriter, body io.Reader, flush bool) error {
 	}
 }
 
+// answerFailed answers a call that brought no answer back, from info and
+// the call's error: 403 when it would have reached one of the agent's own
+// listeners, nothing when the client went away, else answerRejected or
+// answerError.
+func (p *Proxy) answerFailed(w http.ResponseWriter, r *http.Request, t *target, info *clientlib.CallInfo, err error) {
+	switch {
+	case errors.Is(err, errOwnListener):
+		p.answerInvalid(w, t.form, &requestError{status: http.StatusForbidden, reason: "own-listener",
+			msg: "fusebox proxy: " + t.authority + " resolves to one of the agent's own listeners"})
+	case r.Context().Err() != nil: // the client went away: nothing to say about the upstream
+		p.m.requests[t.form][resultCanceled].Inc()
+	case info.Rejected != nil:
+		p.answerRejected(w, t, info.Rejected.Reason, info.Attempts, lastAttemptErr(err))
+	default:
+		p.answerError(w, t, info.Attempts, err)
+	}
+}
+
 // answerError answers 502 (no answer) or 504 (no answer in time).
-func (p *Proxy) answerError(w http.ResponseWriter, f form, t *target, attempts int, timeout bool, err error) {
-	p.m.requests[f][resultError].Inc()
+func (p *Proxy) answerError(w http.ResponseWriter, t *target, attempts int, err error) {
+	p.m.requests[t.form][resultError].Inc()
 	h := w.Header()
 	h[HeaderAttempts] = attemptsValue(attempts)
 	status, kind := http.StatusBadGateway, "upstream"
 	msg := "fusebox proxy: " + t.dep + " (" + t.authority + ") did not answer: " + errText(err)
-	if timeout {
+	if errors.Is(err, context.DeadlineExceeded) {
 		status, kind = http.StatusGatewayTimeout, "timeout"
 		msg = "fusebox proxy: " + t.dep + " (" + t.authority + ") did not answer in time"
 	}
@@ -105,11 +126,11 @@ func errText(err error) string {
 // answerRejected answers a refusal at once: 503 with Retry-After and the
 // reason. attempts is how many were made before a retry was refused;
 // lastErr what the last one came to.
-func (p *Proxy) answerRejected(w http.ResponseWriter, f form, t *target, reason string, attempts int, lastErr error) {
+func (p *Proxy) answerRejected(w http.ResponseWriter, t *target, reason string, attempts int, lastErr error) {
 	if attempts == 0 {
-		p.m.requests[f][resultRejected].Inc()
+		p.m.requests[t.form][resultRejected].Inc()
 	} else {
-		p.m.requests[f][resultError].Inc()
+		p.m.requests[t.form][resultError].Inc()
 	}
 	var why sharedstate.Reason
 	switch reason {

@@ -3,7 +3,6 @@ package proxy
 import (
 	"bufio"
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -78,7 +77,6 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 // (which decides and counts it), answering the client itself when it
 // fails.
 func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.Request, t *target, d *clientlib.Dependency) (net.Conn, bool) {
-	f := formConnect
 	var (
 		up   net.Conn
 		info clientlib.CallInfo
@@ -94,19 +92,10 @@ func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.R
 		return err
 	}, clientlib.WithCallInfo(&info))
 	p.counted(&info)
-	switch {
-	case err == nil:
+	if err == nil {
 		return up, true
-	case errors.Is(err, errOwnListener):
-		p.answerInvalid(w, f, &requestError{status: http.StatusForbidden, reason: "own-listener",
-			msg: "fusebox proxy: " + t.authority + " resolves to one of the agent's own listeners"})
-	case r.Context().Err() != nil:
-		p.m.requests[f][resultCanceled].Inc()
-	case info.Rejected != nil:
-		p.answerRejected(w, f, t, info.Rejected.Reason, 0, nil)
-	default:
-		p.answerError(w, f, t, info.Attempts, errors.Is(err, context.DeadlineExceeded), err)
 	}
+	p.answerFailed(w, r, t, &info, err)
 	if up != nil { // the call failed although the dial did (the caller gave up)
 		up.Close()
 	}

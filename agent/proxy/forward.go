@@ -77,23 +77,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 	if info.Probe {
 		w.Header()[HeaderProbe] = probeValue
 	}
-	switch {
-	case err == nil:
-		rejected := ""
-		if info.Rejected != nil { // a retry was refused: the last answer goes on
-			rejected = info.Rejected.Reason
-		}
-		p.answerUpstream(w, f, resp, info.Attempts, rejected)
-	case errors.Is(err, errOwnListener):
-		p.answerInvalid(w, f, &requestError{status: http.StatusForbidden, reason: "own-listener",
-			msg: "fusebox proxy: " + t.authority + " resolves to one of the agent's own listeners"})
-	case r.Context().Err() != nil: // the client went away: nothing to say about the upstream
-		p.m.requests[f][resultCanceled].Inc()
-	case info.Rejected != nil:
-		p.answerRejected(w, f, t, info.Rejected.Reason, info.Attempts, lastAttemptErr(err))
-	default:
-		p.answerError(w, f, t, info.Attempts, errors.Is(err, context.DeadlineExceeded), err)
+	if err != nil {
+		p.answerFailed(w, r, t, &info, err)
+		return
 	}
+	p.answerUpstream(w, f, resp, &info)
 }
 
 // counted counts what a call did in the proxy's metrics: its attempts by
