@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,11 +34,7 @@ func (p *Proxy) answerUpstream(w http.ResponseWriter, f form, resp *http.Respons
 		h.Set(HeaderRejected, info.Rejected.Reason)
 	}
 	if len(resp.Trailer) > 0 {
-		names := make([]string, 0, len(resp.Trailer))
-		for k := range resp.Trailer {
-			names = append(names, k)
-		}
-		h["Trailer"] = []string{strings.Join(names, ", ")}
+		h["Trailer"] = []string{strings.Join(slices.Collect(maps.Keys(resp.Trailer)), ", ")}
 	}
 	p.m.requests[f][resultUpstream].Inc()
 	w.WriteHeader(resp.StatusCode)
@@ -139,10 +137,10 @@ func (p *Proxy) answerRejected(w http.ResponseWriter, t *target, reason string, 
 	case sharedstate.ReasonForcedOpen.String():
 		why = sharedstate.ReasonForcedOpen
 	}
-	snap := p.eng.Snapshot(t.dep)
+	snap := p.cfg.Engine.Snapshot(t.dep)
 	var pol sharedstate.BreakerPolicy
 	if why == sharedstate.ReasonOpen || why == sharedstate.ReasonForcedOpen {
-		pol = p.eng.Policy(t.dep).Breaker
+		pol = p.cfg.Engine.Policy(t.dep).Breaker
 	}
 	h := w.Header()
 	h.Set("Retry-After", retryAfterSeconds(retryAfter(snap, pol, why, time.Now())))

@@ -105,9 +105,13 @@ func (p *Proxy) dialTunnel(ctx context.Context, w http.ResponseWriter, r *http.R
 // tunnel copies both ways until both sides are done (each half-closes the
 // other's write side) or the proxy closes.
 func (p *Proxy) tunnel(client net.Conn, buffered *bufio.Reader, up net.Conn) {
+	var fromClient io.Reader = client
+	if buffered != nil && buffered.Buffered() > 0 {
+		fromClient = io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client)
+	}
 	p.tunnelMu.Lock()
+	defer p.tunnelMu.Unlock()
 	if p.closing.Load() {
-		p.tunnelMu.Unlock()
 		client.Close()
 		up.Close()
 		return
@@ -115,21 +119,12 @@ func (p *Proxy) tunnel(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 	p.tunnels[client] = struct{}{}
 	p.tunnels[up] = struct{}{}
 	p.tunnelCount.Add(1)
-	p.wg.Add(2)
-	p.tunnelMu.Unlock()
-
-	var fromClient io.Reader = client
-	if buffered != nil && buffered.Buffered() > 0 {
-		fromClient = io.MultiReader(io.LimitReader(buffered, int64(buffered.Buffered())), client)
-	}
 	done := make(chan struct{}, 1)
-	go func() {
-		defer p.wg.Done()
+	p.wg.Go(func() {
 		pipe(up, fromClient)
 		done <- struct{}{}
-	}()
-	go func() {
-		defer p.wg.Done()
+	})
+	p.wg.Go(func() {
 		pipe(client, up)
 		<-done
 		client.Close()
@@ -139,7 +134,7 @@ func (p *Proxy) tunnel(client net.Conn, buffered *bufio.Reader, up net.Conn) {
 		delete(p.tunnels, up)
 		p.tunnelMu.Unlock()
 		p.tunnelCount.Add(-1)
-	}()
+	})
 }
 
 // pipe copies src to dst, then half-closes dst.

@@ -146,7 +146,6 @@ func (p *Proxy) flush(now time.Time) {
 
 // flushLoop runs flush every FlushInterval until the proxy closes.
 func (p *Proxy) flushLoop() {
-	defer p.wg.Done()
 	ctxtime.Every(p.ctx, p.cfg.FlushInterval, func() { p.flush(time.Now()) })
 }
 

@@ -94,7 +94,7 @@ func newMetrics(p *Proxy) *metrics {
 	att := counterVec("attempts_total",
 		"Attempts sent upstream, by kind (first_attempt, retry, probe).", "kind")
 	for k := range m.attempts {
-		m.attempts[k] = att.WithLabelValues(strings.ReplaceAll(sharedstate.AttemptKind(k).String(), "-", "_"))
+		m.attempts[k] = att.WithLabelValues(label(sharedstate.AttemptKind(k).String()))
 	}
 	m.rejected = counterVec("rejected_total",
 		"Attempts Fusebox refused, by reason (open, forced_open, half_open_no_permit, throttled, ramp, concurrency_limit, budget_exhausted: a retry).",

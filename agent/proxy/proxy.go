@@ -1,13 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -26,10 +26,7 @@ var ErrClosed = errors.New("proxy: closed")
 // binds), run it with Serve, stop it with Close. It is an http.Handler.
 type Proxy struct {
 	cfg    Config
-	eng    Engine
-	client *clientlib.Client // decides, makes and counts every call, through eng
-	lg     *slog.Logger
-	random func() uint64
+	client *clientlib.Client // decides, makes and counts every call, through cfg.Engine
 
 	ln    *limitListener
 	srv   *http.Server
@@ -72,14 +69,8 @@ func New(cfg Config) (_ *Proxy, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	p := &Proxy{cfg: cfg, eng: cfg.Engine, lg: cfg.Logger, random: cfg.Random,
-		tunnels: map[net.Conn]struct{}{}}
-	if p.lg == nil {
-		p.lg = slog.Default()
-	}
-	if p.random == nil {
-		p.random = rand.Uint64
-	}
+	p := &Proxy{cfg: cfg, tunnels: map[net.Conn]struct{}{}}
+	lg := cmp.Or(cfg.Logger, slog.Default())
 	p.rt, _ = newRouter(cfg.Routes) // validated
 	for _, h := range cfg.AllowHosts {
 		r, _ := ParseAllowHost(h)
@@ -142,13 +133,13 @@ func New(cfg Config) (_ *Proxy, err error) {
 		// Twice the limit: the handler answers what lies between with a
 		// named 431 and counts it; net/http cuts off what is far beyond.
 		MaxHeaderBytes: 2 * cfg.MaxHeaderBytes,
-		ErrorLog:       slog.NewLogLogger(p.lg.Handler(), slog.LevelDebug),
+		ErrorLog:       slog.NewLogLogger(lg.Handler(), slog.LevelDebug),
 	}
 	// The proxy's calls go through clientlib's attempt loop, deciding and
 	// counting through the engine in process; its table is the client's
-	// (same cap, forgotten together).
+	// (same cap, forgotten together). A nil Random is clientlib's default.
 	p.client, err = clientlib.NewInProcess(clientlib.Config{
-		Service: cfg.Service, MaxDependencies: cfg.MaxDependencies, Random: p.random, Logger: p.lg,
+		Service: cfg.Service, MaxDependencies: cfg.MaxDependencies, Random: cfg.Random, Logger: lg,
 		FlushInterval: min(cfg.FlushInterval, clientlib.DefaultFlushInterval),
 	}, cfg.Engine)
 	if err != nil {
@@ -177,8 +168,7 @@ func (p *Proxy) Serve() error {
 	if p.closing.Load() || !p.served.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	p.wg.Add(1)
-	go p.flushLoop()
+	p.wg.Go(p.flushLoop)
 	if err := p.srv.Serve(p.ln); !errors.Is(err, http.ErrServerClosed) && !p.closing.Load() {
 		return err
 	}
