@@ -42,14 +42,12 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 		return
 	}
 	defer cancel()
-	e, d, ok := p.dependency(w, t)
+	e, ok := p.dependency(w, t)
 	if !ok {
 		return
 	}
-	up, ok := p.dialTunnel(ctx, w, r, t, d)
-	if e != nil {
-		e.leave() // an open tunnel holds no concurrency slot
-	}
+	up, ok := p.dialTunnel(ctx, w, r, t, e.dep)
+	e.leave() // an open tunnel holds no concurrency slot
 	if !ok {
 		return
 	}
@@ -62,7 +60,7 @@ func (p *Proxy) serveConnect(w http.ResponseWriter, r *http.Request, t *target) 
 	p.m.requests[f][resultUpstream].Inc()
 	_ = conn.SetDeadline(time.Time{}) // the server's read deadlines end with the request
 	answer := established
-	if e == nil {
+	if e.untracked {
 		answer = establishedUntracked
 	}
 	if _, err := io.WriteString(conn, answer); err != nil {

@@ -17,12 +17,13 @@ import (
 // its RoundTrippers to either transport) and its requests in flight (an
 // entry with requests in flight is never forgotten).
 type depEntry struct {
-	name     string
-	dep      *clientlib.Dependency // classifying with classify
-	rt, h2c  http.RoundTripper
-	inFlight atomic.Int64
-	used     atomic.Bool // a request came since the last flush
-	evicted  atomic.Bool
+	name      string
+	dep       *clientlib.Dependency // classifying with classify
+	rt, h2c   http.RoundTripper
+	untracked bool // past the table's cap: one request's, never in the table
+	inFlight  atomic.Int64
+	used      atomic.Bool // a request came since the last flush
+	evicted   atomic.Bool
 
 	idleFrom time.Time // owned by the flusher
 }
@@ -43,6 +44,15 @@ func (e *depEntry) enter() bool {
 
 func (e *depEntry) leave() { e.inFlight.Add(-1) }
 
+// roundTripper sends e's requests on the proxy's transport for scheme
+// (h2c: HTTP/2 without TLS).
+func (e *depEntry) roundTripper(scheme string) http.RoundTripper {
+	if scheme == schemeH2C {
+		return e.h2c
+	}
+	return e.rt
+}
+
 // depTable holds the dependencies the proxy's requests named. It holds the
 // names its clientlib client tracks, no more: at most
 // Config.MaxDependencies (the client's cap), idle ones forgotten after
@@ -53,16 +63,16 @@ type depTable struct {
 	mu sync.Mutex // creation and eviction
 }
 
-// dependency returns the handle of t's dependency (classifying with
-// classify), and its entry in the table, counting the request in flight
-// (the caller calls e.leave). Past the table's cap e is nil: the request
-// goes through untracked, said in Fusebox-Untracked and counted. With ok
-// false it answered the request itself (an invalid dependency name).
-func (p *Proxy) dependency(w http.ResponseWriter, t *target) (e *depEntry, d *clientlib.Dependency, ok bool) {
+// dependency returns the entry of t's dependency in the table, counting
+// the request in flight (the caller calls e.leave). Past the table's cap
+// the entry is the request's own, untracked: the request goes through
+// untracked, said in Fusebox-Untracked and counted. With ok false it
+// answered the request itself (an invalid dependency name).
+func (p *Proxy) dependency(w http.ResponseWriter, t *target) (e *depEntry, ok bool) {
 	for {
 		if v, found := p.deps.m.Load(t.dep); found {
 			if e := v.(*depEntry); e.enter() {
-				return e, e.dep, true
+				return e, true
 			}
 			continue
 		}
@@ -72,12 +82,20 @@ func (p *Proxy) dependency(w http.ResponseWriter, t *target) (e *depEntry, d *cl
 		}
 		if err := d.Err(); err != nil {
 			p.answerInvalid(w, t.form, badRequest("invalid-dependency", "fusebox proxy: "+err.Error()))
-			return nil, nil, false
+			return nil, false
 		}
 		w.Header().Set(HeaderUntracked, "too-many-dependencies")
 		p.m.untracked.Inc()
-		return nil, d.With(clientlib.WithClassifier(classify)), true
+		return p.newEntry(t.dep, d), true
 	}
+}
+
+// newEntry is the entry of d: its handle classifying with classify, and
+// its RoundTrippers to either transport.
+func (p *Proxy) newEntry(name string, d *clientlib.Dependency) *depEntry {
+	e := &depEntry{name: name, dep: d.With(clientlib.WithClassifier(classify)), untracked: d.Untracked(), idleFrom: time.Now()}
+	e.rt, e.h2c = e.dep.RoundTripper(p.transport), e.dep.RoundTripper(p.h2c)
+	return e
 }
 
 // addEntry adds dep to the table, unless it is there already (it returns
@@ -93,26 +111,9 @@ func (p *Proxy) addEntry(dep string) *clientlib.Dependency {
 	if d.Err() != nil || d.Untracked() {
 		return d
 	}
-	e := &depEntry{name: dep, dep: d.With(clientlib.WithClassifier(classify)), idleFrom: time.Now()}
-	e.rt, e.h2c = e.dep.RoundTripper(p.transport), e.dep.RoundTripper(p.h2c)
-	p.deps.m.Store(dep, e)
+	p.deps.m.Store(dep, p.newEntry(dep, d))
 	p.deps.n.Add(1)
 	return nil
-}
-
-// roundTripper sends t's requests through d (e's, when e is not nil), on
-// the proxy's transport for t's scheme (h2c: HTTP/2 without TLS).
-func (p *Proxy) roundTripper(e *depEntry, d *clientlib.Dependency, t *target) http.RoundTripper {
-	h2c := t.scheme == schemeH2C
-	switch {
-	case e != nil && h2c:
-		return e.h2c
-	case e != nil:
-		return e.rt
-	case h2c:
-		return d.RoundTripper(p.h2c)
-	}
-	return d.RoundTripper(p.transport)
 }
 
 // evict forgets e, in the table and in the client, unless a request

@@ -32,13 +32,11 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		return
 	}
 	defer cancel()
-	e, d, ok := p.dependency(w, t)
+	e, ok := p.dependency(w, t)
 	if !ok {
 		return
 	}
-	if e != nil {
-		defer e.leave()
-	}
+	defer e.leave()
 
 	var info clientlib.CallInfo
 	owner, nested := p.retryOwner(r, t)
@@ -72,7 +70,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		out.Body, out.ContentLength = io.NopCloser(b.stream), b.length
 	}
 
-	resp, err := p.roundTripper(e, d, t).RoundTrip(out)
+	resp, err := e.roundTripper(t.scheme).RoundTrip(out)
 	p.counted(&info)
 	if info.Probe {
 		w.Header()[HeaderProbe] = probeValue
