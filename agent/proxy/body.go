@@ -20,8 +20,7 @@ type body struct {
 	buf        []byte    // buffered: every attempt sends it
 	stream     io.Reader // not buffered: one attempt
 	length     int64     // ContentLength of the attempts (-1: unknown)
-	over       bool      // retries were possible but the body was not kept
-	notRetried string    // why not: notRetriedTooLarge or notRetriedBuffersFull
+	notRetried string    // set when retries were possible but the body was not kept: why
 }
 
 // firstBodyBuffer is the first buffer of a body; it doubles as the
@@ -44,7 +43,7 @@ func (p *Proxy) readBody(r *http.Request, retry bool) (body, error) {
 	case !retry:
 		return body{stream: r.Body, length: r.ContentLength}, nil
 	case r.ContentLength > limit:
-		return body{stream: r.Body, length: r.ContentLength, over: true, notRetried: notRetriedTooLarge}, nil
+		return body{stream: r.Body, length: r.ContentLength, notRetried: notRetriedTooLarge}, nil
 	}
 	x := exchangeOf(r.Context())
 	want := r.ContentLength // a known length is read whole, no further
@@ -60,7 +59,7 @@ func (p *Proxy) readBody(r *http.Request, retry bool) (body, error) {
 					p.m.buffersFull.Inc()
 				}
 				return body{stream: io.MultiReader(bytes.NewReader(buf), r.Body), length: r.ContentLength,
-					over: true, notRetried: notRetriedBuffersFull}, nil
+					notRetried: notRetriedBuffersFull}, nil
 			}
 			grown := make([]byte, len(buf), size)
 			copy(grown, buf)
@@ -79,7 +78,7 @@ func (p *Proxy) readBody(r *http.Request, retry bool) (body, error) {
 	case r.ContentLength > 0 && int64(len(buf)) < r.ContentLength:
 		return body{}, io.ErrUnexpectedEOF
 	case r.ContentLength < 0 && int64(len(buf)) > limit:
-		return body{stream: io.MultiReader(bytes.NewReader(buf), r.Body), length: -1, over: true, notRetried: notRetriedTooLarge}, nil
+		return body{stream: io.MultiReader(bytes.NewReader(buf), r.Body), length: -1, notRetried: notRetriedTooLarge}, nil
 	case len(buf) == 0:
 		return body{}, nil
 	}

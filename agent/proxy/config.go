@@ -171,21 +171,21 @@ func (c Config) Validate() error {
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("proxy config: %s: "+format, append([]any{field}, args...)...))
 	}
+	field, addr := "Addr", c.Addr
+	if c.Listener != nil {
+		field, addr = "Listener", c.Listener.Addr().String()
+	}
 	switch {
-	case c.Listener != nil:
-		if a := c.Listener.Addr().String(); !c.AllowNonLoopback && !cliflag.IsLoopback(a) {
-			bad("Listener", "%s is not loopback: the proxy has no authentication; allow it explicitly (AllowNonLoopback)", a)
-		}
-	case !validHostPort(c.Addr):
-		bad("Addr", "must be host:port, got %q", c.Addr)
-	case !c.AllowNonLoopback && !cliflag.IsLoopback(c.Addr):
-		bad("Addr", "%s is not loopback: the proxy has no authentication; allow it explicitly (AllowNonLoopback)", c.Addr)
+	case c.Listener == nil && !validHostPort(addr):
+		bad(field, "must be host:port, got %q", addr)
+	case !c.AllowNonLoopback && !cliflag.IsLoopback(addr):
+		bad(field, "%s is not loopback: the proxy has no authentication; allow it explicitly (AllowNonLoopback)", addr)
 	}
 	if c.Engine == nil {
 		bad("Engine", "must be set")
 	}
 	for _, o := range c.Own {
-		if _, _, err := net.SplitHostPort(o); err != nil {
+		if !validHostPort(o) {
 			bad("Own", "must be host:port, got %q", o)
 		}
 	}

@@ -58,7 +58,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, t *target) {
 		p.answerInvalid(w, f, badRequest("bad-body", "fusebox proxy: reading the request body: "+err.Error()))
 		return
 	}
-	if b.over {
+	if b.notRetried != "" {
 		w.Header().Set(HeaderNotRetried, b.notRetried)
 		p.m.unbuffered.Inc()
 	}
