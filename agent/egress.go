@@ -92,7 +92,7 @@ func (a *Agent) newProxy() (*proxy.Proxy, error) {
 		pc.Listener = ln
 	}
 	pc.AllowNonLoopback = c.Insecure
-	pc.Engine = egressEngine{LocalEngine: &proxy.LocalEngine{E: a.eng}, a: a}
+	pc.Engine = egressEngine{LocalEngine: &proxy.LocalEngine{Engine: a.eng}, a: a}
 	pc.Own = a.ownAddrs()
 	pc.AllowHosts = c.AllowHosts
 	pc.Routes = c.Routes

@@ -70,7 +70,7 @@ func benchVariants(b *testing.B, up *httptest.Server) map[string]*http.Client {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := le.E
+	eng := le.Engine
 	cfg := DefaultConfig()
 	cfg.Addr = "127.0.0.1:0"
 	cfg.Engine = le

@@ -24,12 +24,13 @@ type Engine interface {
 // LocalEngine adapts a sharedstate.Engine to Engine for a proxy that is
 // the engine's only caller (tests, tools): the proxy's concurrency share
 // is the node's, and Release forgets nothing (the engine evicts idle
-// dependencies itself). Make it with NewLocalEngine, which makes the
-// engine's OnChange call Watch's hook. The agent has its own Engine, which
-// shares the node's limit with its clientlib sessions and gossips probe
-// transitions at once.
+// dependencies itself). The engine's methods that Engine shares
+// (Snapshot, Policy, AcquireRetry, AcquireProbe, AddCounts) are its own.
+// Make it with NewLocalEngine, which makes the engine's OnChange call
+// Watch's hook. The agent has its own Engine, which shares the node's
+// limit with its clientlib sessions and gossips probe transitions at once.
 type LocalEngine struct {
-	E     *sharedstate.Engine
+	*sharedstate.Engine
 	watch atomic.Pointer[func(string)]
 }
 
@@ -50,7 +51,7 @@ func NewLocalEngine(cfg sharedstate.EngineConfig) (*LocalEngine, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.E = e
+	l.Engine = e
 	return l, nil
 }
 
@@ -75,50 +76,33 @@ func (l *LocalEngine) Track(dep string) error {
 	if err := sharedstate.ValidateDependencyName(dep); err != nil {
 		return err
 	}
-	if l.E.Snapshot(dep) != nil {
+	if l.Snapshot(dep) != nil {
 		return nil
 	}
-	return l.E.AddCounts(dep, sharedstate.Counts{})
+	return l.AddCounts(dep, sharedstate.Counts{})
 }
 
 // Release implements clientlib.Engine.
 func (*LocalEngine) Release(string) {}
 
-// Snapshot implements clientlib.Engine.
-func (l *LocalEngine) Snapshot(dep string) *sharedstate.Snapshot { return l.E.Snapshot(dep) }
-
-// Policy implements Engine.
-func (l *LocalEngine) Policy(dep string) sharedstate.Policy { return l.E.Policy(dep) }
-
 // Decide implements clientlib.Engine.
 func (l *LocalEngine) Decide(dep string) sharedstate.Decision {
-	return l.E.Decide(dep, sharedstate.FirstAttempt)
+	return l.Engine.Decide(dep, sharedstate.FirstAttempt)
 }
-
-// AcquireRetry implements clientlib.Engine.
-func (l *LocalEngine) AcquireRetry(dep string) sharedstate.Decision { return l.E.AcquireRetry(dep) }
-
-// AcquireProbe implements clientlib.Engine.
-func (l *LocalEngine) AcquireProbe(dep string) sharedstate.Decision { return l.E.AcquireProbe(dep) }
 
 // ProbeOutcome implements clientlib.Engine.
-func (l *LocalEngine) ProbeOutcome(dep string, o sharedstate.Outcome) { l.E.ProbeOutcome(dep, o) }
-
-// AddCounts implements clientlib.Engine.
-func (l *LocalEngine) AddCounts(dep string, c sharedstate.Counts) error {
-	return l.E.AddCounts(dep, c)
-}
+func (l *LocalEngine) ProbeOutcome(dep string, o sharedstate.Outcome) { l.Engine.ProbeOutcome(dep, o) }
 
 // ConcurrencyLimit implements clientlib.Engine: the node's share.
 func (l *LocalEngine) ConcurrencyLimit(dep string) int {
-	if s := l.E.Snapshot(dep); s != nil {
+	if s := l.Snapshot(dep); s != nil {
 		return s.ConcurrencyLimit
 	}
 	return 0
 }
 
 // ReportInFlight implements clientlib.Engine.
-func (l *LocalEngine) ReportInFlight(dep string, _, n uint64) { _ = l.E.SetInFlight(dep, n) }
+func (l *LocalEngine) ReportInFlight(dep string, _, n uint64) { _ = l.SetInFlight(dep, n) }
 
 // retryAfter is the Retry-After of a refusal of dep: until the breaker
 // turns half-open when it is open (policy's openDuration for its

@@ -55,7 +55,7 @@ func newHarness(t *testing.T, policy func(*sharedstate.Policy), config func(*Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := le.E
+	eng := le.Engine
 	pol := testPolicy()
 	if policy != nil {
 		policy(&pol)

@@ -492,7 +492,7 @@ func TestHalfOpenProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := le.E
+	eng := le.Engine
 	pol := testPolicy()
 	pol.Breaker.ProbeSuccessThreshold = 1
 	pol.Breaker.HalfOpenProbes = 1

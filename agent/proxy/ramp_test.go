@@ -25,7 +25,7 @@ func TestRampRefusalsAreNamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := le.E
+	eng := le.Engine
 	pol := testPolicy()
 	pol.Breaker.ProbeSuccessThreshold = 1
 	pol.Breaker.Scope = sharedstate.ScopeNode // the node is its own prober
