@@ -62,25 +62,22 @@ func MetricDocs() []MetricDoc { return newMetrics(&Proxy{}).docs }
 
 func newMetrics(p *Proxy) *metrics {
 	m := &metrics{}
-	doc := func(name, typ, help string, labels ...string) (string, string) {
+	add := func(c prometheus.Collector, typ, name, help string, labels ...string) {
+		m.all = append(m.all, c)
 		m.docs = append(m.docs, MetricDoc{Name: ns + "_" + name, Type: typ, Help: help, Labels: labels})
-		return name, help
 	}
 	counterVec := func(name, help string, labels ...string) *prometheus.CounterVec {
-		name, help = doc(name, "counter", help, labels...)
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
-		m.all = append(m.all, v)
+		add(v, "counter", name, help, labels...)
 		return v
 	}
 	counter := func(name, help string) prometheus.Counter {
-		name, help = doc(name, "counter", help)
 		c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help})
-		m.all = append(m.all, c)
+		add(c, "counter", name, help)
 		return c
 	}
 	gauge := func(name, help string, f func() float64) {
-		name, help = doc(name, "gauge", help)
-		m.all = append(m.all, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f))
+		add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, f), "gauge", name, help)
 	}
 
 	reqs := counterVec("requests_total",
