@@ -143,7 +143,7 @@ func (p *Proxy) answerRejected(w http.ResponseWriter, t *target, reason string, 
 		pol = p.cfg.Engine.Policy(t.dep).Breaker
 	}
 	h := w.Header()
-	h.Set("Retry-After", retryAfterSeconds(retryAfter(snap, pol, why, time.Now())))
+	h.Set("Retry-After", retryAfter(snap, pol, why, time.Now()))
 	h.Set(HeaderRejected, reason)
 	h[HeaderAttempts] = attemptsValue(attempts)
 	msg := "fusebox proxy: " + t.dep + ": refused by Fusebox (" + reason + ")"

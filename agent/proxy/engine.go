@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -104,11 +105,12 @@ func (l *LocalEngine) ConcurrencyLimit(dep string) int {
 // ReportInFlight implements clientlib.Engine.
 func (l *LocalEngine) ReportInFlight(dep string, _, n uint64) { _ = l.SetInFlight(dep, n) }
 
-// retryAfter is the Retry-After of a refusal of dep: until the breaker
-// turns half-open when it is open (policy's openDuration for its
-// openCount), until a forced-open override expires, else one second; at
-// least one second and at most the policy's maxOpenDuration.
-func retryAfter(s *sharedstate.Snapshot, pol sharedstate.BreakerPolicy, r sharedstate.Reason, now time.Time) time.Duration {
+// retryAfter is the Retry-After of a refusal of dep, in whole seconds
+// rounded up: until the breaker turns half-open when it is open (policy's
+// openDuration for its openCount), until a forced-open override expires,
+// else one second; at least one second and at most the policy's
+// maxOpenDuration.
+func retryAfter(s *sharedstate.Snapshot, pol sharedstate.BreakerPolicy, r sharedstate.Reason, now time.Time) string {
 	d := time.Second
 	switch {
 	case s == nil:
@@ -122,5 +124,6 @@ func retryAfter(s *sharedstate.Snapshot, pol sharedstate.BreakerPolicy, r shared
 	if m := pol.MaxOpenDuration.Std(); m > 0 && d > m {
 		d = m
 	}
-	return max(d, time.Second)
+	d = max(d, time.Second)
+	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }

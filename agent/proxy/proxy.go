@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -277,9 +276,4 @@ func (p *Proxy) answerInvalid(w http.ResponseWriter, f form, e *requestError) {
 		h.Set("Connection", "close")
 	}
 	http.Error(w, e.msg, e.status)
-}
-
-// retryAfterSeconds is d in whole seconds, rounded up.
-func retryAfterSeconds(d time.Duration) string {
-	return strconv.FormatInt(int64((d+time.Second-1)/time.Second), 10)
 }
