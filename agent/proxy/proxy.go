@@ -58,13 +58,12 @@ type Proxy struct {
 // registers the metrics. Nothing is served until Serve. On error nothing
 // stays bound (cfg.Listener is closed).
 func New(cfg Config) (_ *Proxy, err error) {
-	if cfg.Listener != nil {
-		defer func() {
-			if err != nil {
-				cfg.Listener.Close()
-			}
-		}()
-	}
+	inner := cfg.Listener // or the one bound to Addr below
+	defer func() {
+		if err != nil && inner != nil {
+			inner.Close()
+		}
+	}()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -90,17 +89,11 @@ func New(cfg Config) (_ *Proxy, err error) {
 		}
 		tlsCfg.RootCAs = pool
 	}
-	inner := cfg.Listener
 	if inner == nil {
 		if inner, err = net.Listen("tcp", cfg.Addr); err != nil {
 			return nil, fmt.Errorf("proxy: listen: %w", err)
 		}
 	}
-	defer func() {
-		if err != nil {
-			inner.Close()
-		}
-	}()
 	p.m = newMetrics(p)
 	p.ln = newLimitListener(inner, cfg.MaxConns, cfg.MaxConnsPerClient, func(reason int) { p.m.connsRef[reason].Inc() })
 	p.guard = newGuard(append(append([]string(nil), cfg.Own...), inner.Addr().String()))
