@@ -64,11 +64,7 @@ func (d *depState) tripsLocally(own Counts) bool {
 			return true
 		}
 	}
-	failing := 0
-	if nodeFailing(b, own) {
-		failing = 1
-	}
-	_, ok := tripRule(b, d.z, own, 1, failing)
+	_, ok := tripRule(b, d.z, own, 1, b2i(nodeFailing(b, own)))
 	return ok
 }
 

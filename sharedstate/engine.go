@@ -219,7 +219,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{node: cfg.Node, zone: cfg.Zone, clock: cfg.Clock, maxDeps: cfg.MaxDependencies,
+	e := &Engine{node: cfg.Node, zone: cfg.Zone, clock: cfg.Clock, maxDeps: cmp.Or(cfg.MaxDependencies, DefaultMaxDependencies),
 		onChange: cfg.OnChange, rnd: cfg.Rand, def: DefaultPolicy(), deps: newDepMap()}
 	if e.clock == nil {
 		e.clock = SystemClock{}
@@ -231,9 +231,6 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		e.mono = mc
 		e.wall0, e.mono0 = mc.Now(), mc.Monotonic()
 		e.wall0ns = e.wall0.UnixNano()
-	}
-	if e.maxDeps == 0 {
-		e.maxDeps = DefaultMaxDependencies
 	}
 	e.maxGenStep = cmp.Or(cfg.MaxGenerationStep, DefaultMaxGenerationStep)
 	e.maxSkew = cmp.Or(cfg.MaxClockSkew, DefaultMaxClockSkew)
@@ -388,16 +385,11 @@ func (e *Engine) effective(dep string, doc []byte) (Policy, error) {
 // eachDep calls fn for every tracked dependency, in name order, holding the
 // dependency's lock.
 func (e *Engine) eachDep(fn func(d *depState)) {
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		fn(d)
 		d.mu.Unlock()
 	}
-}
-
-// sortedDeps returns the tracked dependencies ordered by name.
-func (e *Engine) sortedDeps() []*depState {
-	return e.deps.sortedValues()
 }
 
 // Stats returns the engine's counters.

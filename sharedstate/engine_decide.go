@@ -1,9 +1,7 @@
 package sharedstate
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -150,7 +148,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 func (e *Engine) Tick() []BreakerRecord {
 	now := e.now()
 	var changed []string
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		ch, idle := d.tick(e, now)
 		d.mu.Unlock()
@@ -170,9 +168,7 @@ func (e *Engine) Tick() []BreakerRecord {
 	out := e.outbox
 	e.outbox = nil
 	e.outMu.Unlock()
-	slices.SortStableFunc(out, func(a, b BreakerRecord) int {
-		return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
-	})
+	slices.SortStableFunc(out, compareRecords)
 	return out
 }
 

@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -215,13 +216,12 @@ func (e *Engine) LocalRows() []NodeWindow {
 // exchange.
 func (e *Engine) Records() []BreakerRecord {
 	var out []BreakerRecord
-	e.eachDep(func(d *depState) {
-		for _, r := range d.records {
-			out = append(out, r)
-		}
-	})
-	slices.SortFunc(out, func(a, b BreakerRecord) int {
-		return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
-	})
+	e.eachDep(func(d *depState) { out = slices.AppendSeq(out, maps.Values(d.records)) })
+	slices.SortFunc(out, compareRecords)
 	return out
+}
+
+// compareRecords orders records by dependency, then zone.
+func compareRecords(a, b BreakerRecord) int {
+	return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
 }

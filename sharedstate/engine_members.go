@@ -27,7 +27,7 @@ func (e *Engine) SetMembers(members []Member) {
 			dead[n] = at
 		}
 	}
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		for _, r := range slices.Clone(d.rows) {
 			if !alive[r.Node] {

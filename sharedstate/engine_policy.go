@@ -51,7 +51,7 @@ func (e *Engine) SetDefaultPolicy(p Policy) error {
 	e.def = p
 	var errs []error
 	var changed []string
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		if eff, err := e.effective(d.name, d.doc); err != nil {
 			errs = append(errs, fmt.Errorf("dependency %s keeps its previous policy: %w", d.name, err))

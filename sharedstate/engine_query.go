@@ -38,7 +38,7 @@ func (e *Engine) Snapshot(dep string) *Snapshot {
 
 // Dependencies returns the names of the tracked dependencies, sorted.
 func (e *Engine) Dependencies() []string {
-	ds := e.sortedDeps()
+	ds := e.deps.sortedValues()
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = d.name

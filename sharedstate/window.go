@@ -37,14 +37,8 @@ func (c Counts) IsZero() bool { return c == Counts{} }
 // Plus returns the field-by-field sum of c and o, each saturating at
 // MaxCount (numbers from other nodes never wrap a sum).
 func (c Counts) Plus(o Counts) Counts {
-	return Counts{
-		FirstAttempts: satAdd(c.FirstAttempts, o.FirstAttempts),
-		Retries:       satAdd(c.Retries, o.Retries),
-		Successes:     satAdd(c.Successes, o.Successes),
-		Failures:      satAdd(c.Failures, o.Failures),
-		SlowCalls:     satAdd(c.SlowCalls, o.SlowCalls),
-		Rejected:      satAdd(c.Rejected, o.Rejected),
-	}
+	c.add(&o)
+	return c
 }
 
 // add adds o to c in place, like Plus.
