@@ -104,27 +104,18 @@ func (c EngineConfig) Validate() error {
 	if len(c.Zone) > MaxNodeNameLen {
 		problems = append(problems, fmt.Sprintf("Zone: must be at most %d bytes, got %d", MaxNodeNameLen, len(c.Zone)))
 	}
-	if c.MaxDependencies < 0 {
-		problems = append(problems, fmt.Sprintf("MaxDependencies: must not be negative, got %d", c.MaxDependencies))
+	notNegative := func(field string, negative bool, v any) {
+		if negative {
+			problems = append(problems, fmt.Sprintf("%s: must not be negative, got %v", field, v))
+		}
 	}
-	if c.MaxClockSkew < 0 {
-		problems = append(problems, fmt.Sprintf("MaxClockSkew: must not be negative, got %s", c.MaxClockSkew))
-	}
-	if c.MaxRowsPerNode < 0 {
-		problems = append(problems, fmt.Sprintf("MaxRowsPerNode: must not be negative, got %d", c.MaxRowsPerNode))
-	}
-	if c.Proposers < 0 {
-		problems = append(problems, fmt.Sprintf("Proposers: must not be negative, got %d", c.Proposers))
-	}
-	if c.ProposerDelay < 0 {
-		problems = append(problems, fmt.Sprintf("ProposerDelay: must not be negative, got %s", c.ProposerDelay))
-	}
-	if c.MaxZones < 0 {
-		problems = append(problems, fmt.Sprintf("MaxZones: must not be negative, got %d", c.MaxZones))
-	}
-	if c.IdleRetention < 0 {
-		problems = append(problems, fmt.Sprintf("IdleRetention: must not be negative, got %s", c.IdleRetention))
-	}
+	notNegative("MaxDependencies", c.MaxDependencies < 0, c.MaxDependencies)
+	notNegative("MaxClockSkew", c.MaxClockSkew < 0, c.MaxClockSkew)
+	notNegative("MaxRowsPerNode", c.MaxRowsPerNode < 0, c.MaxRowsPerNode)
+	notNegative("Proposers", c.Proposers < 0, c.Proposers)
+	notNegative("ProposerDelay", c.ProposerDelay < 0, c.ProposerDelay)
+	notNegative("MaxZones", c.MaxZones < 0, c.MaxZones)
+	notNegative("IdleRetention", c.IdleRetention < 0, c.IdleRetention)
 	if c.DefaultPolicy != nil {
 		if err := c.DefaultPolicy.Validate(); err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {

@@ -21,12 +21,8 @@ func (e *Engine) SetMembers(members []Member) {
 	}
 	now := e.now()
 	e.mu.Lock()
-	dead := map[string]int64{}
-	for n, at := range *e.dead.Load() {
-		if !alive[n] {
-			dead[n] = at
-		}
-	}
+	dead := maps.Clone(*e.dead.Load())
+	maps.DeleteFunc(dead, func(n string, _ int64) bool { return alive[n] })
 	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		for _, r := range slices.Clone(d.rows) {
@@ -86,25 +82,18 @@ func (e *Engine) MemberAlive(node, zone string) {
 	e.dead.Store(&dead)
 }
 
+// pruneDead forgets the nodes reported dead deadMemberRetention ago or
+// earlier; it copies the dead set only when there is one to forget.
 func (e *Engine) pruneDead(now time.Time) {
-	cur := *e.dead.Load()
-	old := false
-	for _, at := range cur {
-		if now.UnixNano()-at >= int64(deadMemberRetention) {
-			old = true
-			break
-		}
-	}
-	if !old {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	dead := map[string]int64{}
+	old := func(_ string, at int64) bool { return now.UnixNano()-at >= int64(deadMemberRetention) }
 	for n, at := range *e.dead.Load() {
-		if now.UnixNano()-at < int64(deadMemberRetention) {
-			dead[n] = at
+		if old(n, at) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			dead := maps.Clone(*e.dead.Load())
+			maps.DeleteFunc(dead, old)
+			e.dead.Store(&dead)
+			return
 		}
 	}
-	e.dead.Store(&dead)
 }
