@@ -74,31 +74,26 @@ var (
 // "too_many_rows", "too_many_dependencies", "invalid_delta", "replayed",
 // "evicted"; "" for nil.
 func RefusalReason(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, ErrGenerationMax):
-		return "generation_max"
-	case errors.Is(err, ErrGenerationJump):
-		return "generation_jump"
-	case errors.Is(err, ErrSinceFuture):
-		return "since_future"
-	case errors.Is(err, ErrZoneScope):
-		return "zone_scope"
-	case errors.Is(err, ErrTooManyZones):
-		return "too_many_zones"
-	case errors.Is(err, ErrTooManyRows):
-		return "too_many_rows"
-	case errors.Is(err, ErrTooManyDependencies):
-		return "too_many_dependencies"
-	case errors.Is(err, ErrInvalidDelta):
-		return "invalid_delta"
-	case errors.Is(err, ErrReplayed):
-		return "replayed"
-	case errors.Is(err, ErrEvicted):
-		return "evicted"
+	}
+	for _, r := range refusalReasons {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
 	}
 	return "invalid_item"
+}
+
+// refusalReasons are RefusalReason's labels, in the order it tries them.
+var refusalReasons = [...]struct {
+	err   error
+	label string
+}{
+	{ErrGenerationMax, "generation_max"}, {ErrGenerationJump, "generation_jump"}, {ErrSinceFuture, "since_future"},
+	{ErrZoneScope, "zone_scope"}, {ErrTooManyZones, "too_many_zones"}, {ErrTooManyRows, "too_many_rows"},
+	{ErrTooManyDependencies, "too_many_dependencies"}, {ErrInvalidDelta, "invalid_delta"},
+	{ErrReplayed, "replayed"}, {ErrEvicted, "evicted"},
 }
 
 // CheckDelta checks one client delta: every count at most MaxDelta, and no
