@@ -49,11 +49,7 @@ func quantize(p float64) float64 {
 	if p <= 0 {
 		return 0
 	}
-	q := math.Round(p*throttleQuantum) / throttleQuantum
-	if q == 0 {
-		q = 1.0 / throttleQuantum
-	}
-	return q
+	return max(math.Round(p*throttleQuantum)/throttleQuantum, 1.0/throttleQuantum)
 }
 
 // ConcurrencyShare is one node's share of a concurrency limit: max ×

@@ -70,12 +70,7 @@ func sat32(a, b uint32) uint32 {
 	return math.MaxUint32
 }
 
-func sat32of(v uint64) uint32 {
-	if v > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
+func sat32of(v uint64) uint32 { return uint32(min(v, math.MaxUint32)) }
 
 // valid reports whether each suffix includes the one before it.
 func (r *Recent) valid() bool {

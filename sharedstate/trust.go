@@ -155,11 +155,9 @@ func (c *rowCounter) release(node string) {
 }
 
 // checkRecord applies the record bounds against the record held for r's
-// zone. Caller holds d.mu.
+// zone (MergeRecord has refused a generation past MaxGeneration already).
+// Caller holds d.mu.
 func (d *depState) checkRecord(e *Engine, r BreakerRecord, now time.Time) error {
-	if r.Generation > MaxGeneration {
-		return fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
-	}
 	cur, ok := d.records[r.Zone]
 	if r.Generation > cur.Generation && r.Generation-cur.Generation > e.maxGenStep {
 		return fmt.Errorf("%w: %s generation %d, known %d, step at most %d", ErrGenerationJump, r.Dependency, r.Generation, cur.Generation, e.maxGenStep)

@@ -116,11 +116,7 @@ func stripeHint() int {
 // NewWindow returns an empty window of the given length (at least
 // WindowBuckets nanoseconds).
 func NewWindow(length time.Duration) *Window {
-	w := &Window{width: int64(length) / WindowBuckets}
-	if w.width < 1 {
-		w.width = 1
-	}
-	return w
+	return &Window{width: max(1, int64(length)/WindowBuckets)}
 }
 
 // Length is the window's length.
