@@ -304,6 +304,15 @@ func (e *Engine) notify(dep string) {
 	}
 }
 
+// unlock releases d.mu and then, if changed, calls OnChange for d: the
+// hook runs with no engine lock held.
+func (e *Engine) unlock(d *depState, changed bool) {
+	d.mu.Unlock()
+	if changed {
+		e.notify(d.name)
+	}
+}
+
 func (e *Engine) lookup(dep string) *depState { return e.deps.load(dep) }
 
 // state returns the dependency's state, creating it if needed.

@@ -34,10 +34,7 @@ func (e *Engine) Decide(dep string, kind AttemptKind) Decision {
 	d.mu.Lock()
 	changed := d.refresh(e, now)
 	dec, _ := d.decide(e, now, kind)
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return dec
 }
 
@@ -88,10 +85,7 @@ func (e *Engine) acquire(dep string, kind AttemptKind) Decision {
 			d.local.inFlightAt = now
 		}
 	}
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return dec
 }
 
@@ -131,10 +125,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 	changed := d.refresh(e, now)
 	p, ok := d.probeResult(e, now, o)
 	changed = d.publish(e, now) || changed
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return p, ok
 }
 

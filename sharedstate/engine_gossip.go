@@ -95,10 +95,7 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 			published = d.refresh(e, t)
 		}
 	}
-	d.mu.Unlock()
-	if published {
-		e.notify(d.name)
-	}
+	e.unlock(d, published)
 	return true, nil
 }
 
@@ -150,14 +147,7 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		return false, err
 	}
 	changed := d.applyRecord(e, r, now)
-	published := false
-	if changed {
-		published = d.refresh(e, now)
-	}
-	d.mu.Unlock()
-	if published {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed && d.refresh(e, now))
 	return changed, nil
 }
 

@@ -159,9 +159,6 @@ func (e *Engine) SetOverride(dep string, o *Override) error {
 	d.mu.Lock()
 	d.override = o
 	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	if changed {
-		e.notify(dep)
-	}
+	e.unlock(d, changed)
 	return nil
 }

@@ -46,10 +46,7 @@ func (e *Engine) Follow(s *Snapshot) error {
 	d.followed = true
 	d.follow(e, s, now)
 	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return nil
 }
 
