@@ -64,10 +64,10 @@ type EngineConfig struct {
 	// Proposers is how many nodes propose a trip at once (optional, default
 	// DefaultProposers): the first Proposers live agents of the scope by
 	// rendezvous rank of (dependency, next generation); the membership comes
-	// from MemberAlive, MemberDead and SetMembers. The others adopt the
-	// record through gossip; rank group g proposes only after the trip rule
-	// held for g×ProposerDelay without it. With no members known, this node
-	// ranks first.
+	// from MemberAlive and MemberDead. The others adopt the record through
+	// gossip; rank group g proposes only after the trip rule held for
+	// g×ProposerDelay without it. With no members known, this node ranks
+	// first.
 	Proposers int
 	// ProposerDelay is that wait per rank group (optional, default
 	// DefaultProposerDelay).
@@ -141,7 +141,7 @@ type EngineStats struct {
 // Engine is one node's view of the fleet's breakers and retry budgets.
 // Inputs: Record, AddCounts (this node's traffic); ApplyRow, ApplyRecord
 // (gossip); SetPolicy, SetPolicyDocument, SetDefaultPolicy, SetOverride
-// (etcd); SetMembers, MemberDead, MemberAlive (membership); Tick (time).
+// (etcd); MemberDead, MemberAlive (membership); Tick (time).
 // Outputs: Decide, AcquireRetry, AcquireProbe, ProbeOutcome, ProbeResult
 // (decisions); Tick's proposals, RowsToSend, LocalRows, Records (what to
 // gossip); Snapshot, Fleet, Rows (what to show); the OnChange hook.

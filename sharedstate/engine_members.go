@@ -2,47 +2,8 @@ package sharedstate
 
 import (
 	"maps"
-	"slices"
 	"time"
 )
-
-// Member is a node the membership layer reports alive.
-type Member struct {
-	Node string
-	Zone string
-}
-
-// SetMembers declares the complete list of live members: rows of every other
-// node are dropped (as for MemberDead) and the listed nodes are alive.
-func (e *Engine) SetMembers(members []Member) {
-	alive := make(map[string]bool, len(members))
-	for _, m := range members {
-		alive[m.Node] = true
-	}
-	now := e.now()
-	e.mu.Lock()
-	dead := maps.Clone(*e.dead.Load())
-	maps.DeleteFunc(dead, func(n string, _ int64) bool { return alive[n] })
-	for _, d := range e.deps.sortedValues() {
-		d.mu.Lock()
-		for _, r := range slices.Clone(d.rows) {
-			if !alive[r.Node] {
-				dead[r.Node] = now.UnixNano()
-				d.removeRow(r.Node)
-			}
-		}
-		d.mu.Unlock()
-	}
-	e.dead.Store(&dead)
-	live := make(map[string]string, len(members))
-	for _, m := range members {
-		if m.Node != e.node {
-			live[m.Node] = m.Zone
-		}
-	}
-	e.live.Store(&live)
-	e.mu.Unlock()
-}
 
 // MemberDead drops every row of node and ignores its rows until MemberAlive
 // (or for an hour).

@@ -119,14 +119,6 @@ func NewWindow(length time.Duration) *Window {
 	return &Window{width: max(1, int64(length)/WindowBuckets)}
 }
 
-// Length is the window's length.
-func (w *Window) Length() time.Duration { return time.Duration(w.width * WindowBuckets) }
-
-// Add adds c to the bucket holding now.
-func (w *Window) Add(now time.Time, c Counts) {
-	w.slot(now.UnixNano()).add(c)
-}
-
 // add adds c to the bucket's counters, each saturating at MaxCount.
 func (b *bucket) add(c Counts) {
 	addSat(&b.c[cFirst], c.FirstAttempts)
@@ -155,9 +147,6 @@ func addSat(c *atomic.Uint64, v uint64) {
 		}
 	}
 }
-
-// Totals sums the buckets that are inside the window at now.
-func (w *Window) Totals(now time.Time) Counts { return w.totals(now.UnixNano()) }
 
 // slot returns the bucket for time now (Unix nanoseconds), clearing it first
 // if it still holds an older slice of time. A bucket holding a newer slice
