@@ -313,8 +313,6 @@ func (e *Engine) unlock(d *depState, changed bool) {
 	}
 }
 
-func (e *Engine) lookup(dep string) *depState { return e.deps.load(dep) }
-
 // state returns the dependency's state, creating it if needed.
 func (e *Engine) state(dep string) (*depState, error) {
 	if d := e.deps.load(dep); d != nil {
@@ -323,19 +321,9 @@ func (e *Engine) state(dep string) (*depState, error) {
 	return e.create(dep, e.maxDeps)
 }
 
-// remoteState is state for rows and records from other nodes: they may
-// create a dependency only while fewer than 9/10 of MaxDependencies are
-// tracked, so that other nodes can never take the room this node's own
-// clients need.
-func (e *Engine) remoteState(dep string) (*depState, error) {
-	if d := e.deps.load(dep); d != nil {
-		return d, nil
-	}
-	return e.create(dep, e.remoteLimit())
-}
-
 // remoteLimit is how many dependencies rows and records from other nodes
-// may bring the engine to.
+// may bring the engine to: 9/10 of MaxDependencies, so that other nodes
+// can never take the room this node's own clients need.
 func (e *Engine) remoteLimit() int {
 	return max(1, e.maxDeps*remoteDependencyShareNum/remoteDependencyShareDen)
 }

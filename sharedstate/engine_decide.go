@@ -18,7 +18,7 @@ import (
 // a Retry only within the retry budget (ReasonBudgetExhausted). In shadow mode
 // every rejection except forced-open becomes Allow with the Reason kept.
 func (e *Engine) Decide(dep string, kind AttemptKind) Decision {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return allow
 	}
@@ -116,7 +116,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 	if o >= Rejected {
 		return BreakerRecord{}, false
 	}
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return BreakerRecord{}, false
 	}

@@ -127,7 +127,8 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 	if err := e.tombs.check(e, r, now.UnixNano()); err != nil {
 		return false, err
 	}
-	if e.lookup(r.Dependency) == nil {
+	d := e.deps.load(r.Dependency)
+	if d == nil {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.
 		e.mu.Lock()
@@ -136,10 +137,10 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		if err := probe.checkRecord(e, r, now); err != nil {
 			return false, err
 		}
-	}
-	d, err := e.remoteState(r.Dependency)
-	if err != nil {
-		return false, err
+		var err error
+		if d, err = e.create(r.Dependency, e.remoteLimit()); err != nil {
+			return false, err
+		}
 	}
 	d.mu.Lock()
 	if err := d.checkRecord(e, r, now); err != nil {

@@ -9,7 +9,7 @@ import (
 
 // Policy returns the effective policy of dep (the default for an untracked one).
 func (e *Engine) Policy(dep string) Policy {
-	if d := e.lookup(dep); d != nil {
+	if d := e.deps.load(dep); d != nil {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return *d.pol
@@ -24,7 +24,7 @@ func (e *Engine) Policy(dep string) Policy {
 // per policy: what the agent sends clients in a snapshot's policy_json.
 // Both are shared: never modify them. nil, nil for an untracked dependency.
 func (e *Engine) PolicyJSON(dep string) (*Policy, []byte) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return nil, nil
 	}
@@ -117,7 +117,7 @@ func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 
 // RemovePolicy drops dep's own policy: it follows the default again.
 func (e *Engine) RemovePolicy(dep string) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return
 	}
@@ -146,7 +146,7 @@ func (e *Engine) SetOverride(dep string, o *Override) error {
 	}
 	var d *depState
 	if o == nil {
-		if d = e.lookup(dep); d == nil {
+		if d = e.deps.load(dep); d == nil {
 			return nil
 		}
 	} else {

@@ -54,7 +54,7 @@ func (e *Engine) Follow(s *Snapshot) error {
 // again, from the state last followed. Unfollowing a dependency that is
 // not followed, or not tracked, does nothing.
 func (e *Engine) Unfollow(dep string) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return
 	}
