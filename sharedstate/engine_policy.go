@@ -95,10 +95,23 @@ func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 	if err != nil {
 		return err
 	}
-	doc = slices.Clone(doc)
+	return e.setDocument(d, slices.Clone(doc))
+}
+
+// RemovePolicy drops dep's own policy: it follows the default again.
+func (e *Engine) RemovePolicy(dep string) {
+	if d := e.deps.load(dep); d != nil {
+		e.setDocument(d, nil) // the default over itself is valid
+	}
+}
+
+// setDocument makes doc (nil: none) d's own policy document, and the
+// document read over the default its effective policy, unless that is
+// invalid.
+func (e *Engine) setDocument(d *depState, doc []byte) error {
 	now := e.now()
 	e.mu.Lock()
-	eff, err := e.effective(dep, doc)
+	eff, err := e.effective(d.name, doc)
 	if err != nil {
 		e.mu.Unlock()
 		return err
@@ -110,28 +123,9 @@ func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 	d.mu.Unlock()
 	e.mu.Unlock()
 	if changed {
-		e.notify(dep)
+		e.notify(d.name)
 	}
 	return nil
-}
-
-// RemovePolicy drops dep's own policy: it follows the default again.
-func (e *Engine) RemovePolicy(dep string) {
-	d := e.deps.load(dep)
-	if d == nil {
-		return
-	}
-	now := e.now()
-	e.mu.Lock()
-	d.mu.Lock()
-	d.doc = nil
-	d.setPolicy(e, *e.defaultFor(dep), e.rnd.Uint64())
-	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	e.mu.Unlock()
-	if changed {
-		e.notify(dep)
-	}
 }
 
 // SetOverride sets (or, with nil, clears) the operator override of dep. An
