@@ -51,11 +51,8 @@ func unionKeys(a, b map[string]string) []string {
 // compact JSON values.
 func leavesOfJSON(doc []byte) map[string]string {
 	out := map[string]string{}
-	var v any
+	var v map[string]any // an object; anything else has no leaves
 	if len(doc) == 0 || json.Unmarshal(doc, &v) != nil {
-		return out
-	}
-	if _, ok := v.(map[string]any); !ok {
 		return out
 	}
 	var walk func(prefix string, v any)

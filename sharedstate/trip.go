@@ -222,10 +222,6 @@ func nodeFailing(b *BreakerPolicy, c Counts) bool {
 		(c.SlowCalls > 0 && float64(c.SlowCalls) >= b.SlowCallRateThreshold*req)
 }
 
-func recentFailing(b *BreakerPolicy, c RecentCounts) bool {
-	return nodeFailing(b, Counts{Successes: uint64(c.Successes), Failures: uint64(c.Failures), SlowCalls: uint64(c.SlowCalls)})
-}
-
 // tripFound is what the trip rule judged when it trips: the reason, the
 // pooled counts, their nodes with requests and failing nodes, which rate
 // tripped (slow: the slow-call rate), the value compared with its threshold

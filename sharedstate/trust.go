@@ -170,16 +170,11 @@ func (d *depState) checkRecord(e *Engine, r BreakerRecord, now time.Time) error 
 		if d.pol.Breaker.Scope != ScopeZone {
 			return fmt.Errorf("%w: %s zone %q", ErrZoneScope, r.Dependency, r.Zone)
 		}
-		if !ok && len(d.records)-b2i(d.hasFleetRecord()) >= e.maxZones {
+		if _, fleet := d.records[""]; !ok && len(d.records)-b2i(fleet) >= e.maxZones {
 			return fmt.Errorf("%w: %s has %d zones", ErrTooManyZones, r.Dependency, e.maxZones)
 		}
 	}
 	return nil
-}
-
-func (d *depState) hasFleetRecord() bool {
-	_, ok := d.records[""]
-	return ok
 }
 
 // proposerRank is this node's rank (0 = first) among the live agents of the
