@@ -89,12 +89,8 @@ func parseComplete(data []byte) (Policy, map[string]bool, error) {
 	if err != nil {
 		return Policy{}, nil, err
 	}
-	bad := map[string]bool{}
-	for _, v := range vs {
-		bad[v.Field] = true
-	}
 	for _, f := range policyPaths {
-		if !f.section && !f.optional && !set[f.path] && !bad[f.path] {
+		if !f.section && !f.optional && !set[f.path] && !aboutField(vs, f.path) {
 			vs = append(vs, Violation{Field: f.path, Message: "is required"})
 		}
 	}
@@ -386,18 +382,19 @@ func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "
 // violations of fields that decoded (a field that did not decode also fails
 // its rule, with a meaningless value: it is reported once), in field order.
 func mergeViolations(decode, rules []Violation) []Violation {
-	bad := map[string]bool{}
-	for _, v := range decode {
-		bad[v.Field] = true
-	}
 	all := slices.Clone(decode)
 	for _, v := range rules {
-		if !bad[v.Field] {
+		if !aboutField(decode, v.Field) {
 			all = append(all, v)
 		}
 	}
 	sortViolations(all)
 	return all
+}
+
+// aboutField reports whether one of vs is a violation of field.
+func aboutField(vs []Violation, field string) bool {
+	return slices.ContainsFunc(vs, func(v Violation) bool { return v.Field == field })
 }
 
 // JoinViolations returns one *ValidationError (of a's kind) with a's
