@@ -76,9 +76,8 @@ type EngineConfig struct {
 	// record past generation 0) is kept while no node reports traffic for
 	// it; then it is forgotten whatever its record, and copies of that
 	// record are refused for IdleRetention+TombstoneMargin more
-	// (ErrEvicted). A dependency
-	// whose record never moved is forgotten after 2×window (optional,
-	// default DefaultIdleRetention).
+	// (ErrEvicted). A dependency whose record never moved is forgotten
+	// after 2×window (optional, default DefaultIdleRetention).
 	IdleRetention time.Duration
 	// DefaultPolicy is the initial fleet default (optional, default
 	// DefaultPolicy()). Change it later with SetDefaultPolicy.
