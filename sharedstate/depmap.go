@@ -72,7 +72,8 @@ func (m *depMap) sortedValues() []*depState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sorted == nil {
-		m.sorted = slices.SortedFunc(maps.Values(m.all), func(a, b *depState) int { return strings.Compare(a.name, b.name) })
+		m.sorted = slices.AppendSeq(make([]*depState, 0, len(m.all)), maps.Values(m.all)) // one allocation
+		slices.SortFunc(m.sorted, func(a, b *depState) int { return strings.Compare(a.name, b.name) })
 	}
 	return slices.Clone(m.sorted)
 }
