@@ -190,7 +190,7 @@ type CumulativeCounts struct {
 // not track dep (one forgotten idle and taken up again starts from zero,
 // with a new Since).
 func (e *Engine) Cumulative(dep string) (CumulativeCounts, bool) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return CumulativeCounts{}, false
 	}

@@ -48,7 +48,7 @@ func TestCumulativeCountsEveryRecord(t *testing.T) {
 		}
 		// A new window length replaces the window; an add that picked a
 		// bucket of the old one lands after the swap.
-		d := e.lookup(dep)
+		d := e.deps.load(dep)
 		b := d.win.Load().slot(e.recordNanos())
 		_ = e.SetPolicy(dep, *policyWith(func(p *Policy) { p.Breaker.Window = Duration(time.Duration(10+burst) * time.Second) }))
 		b.add(Counts{FirstAttempts: 1, Successes: 1})
@@ -185,7 +185,7 @@ func TestFleetCumulativeForgetsBoundedly(t *testing.T) {
 	if c.Fleet.Successes != 5*nodes {
 		t.Fatalf("fleet successes %d, want %d", c.Fleet.Successes, 5*nodes)
 	}
-	d := a.lookup(dep)
+	d := a.deps.load(dep)
 	d.mu.Lock()
 	kept := len(d.fleet.gone)
 	d.mu.Unlock()

@@ -17,17 +17,9 @@ const (
 	Probe
 )
 
-func (k AttemptKind) String() string {
-	switch k {
-	case FirstAttempt:
-		return "first-attempt"
-	case Retry:
-		return "retry"
-	case Probe:
-		return "probe"
-	}
-	return fmt.Sprintf("attempt-kind(%d)", uint8(k))
-}
+var attemptKindNames = [...]string{FirstAttempt: "first-attempt", Retry: "retry", Probe: "probe"}
+
+func (k AttemptKind) String() string { return enumString(attemptKindNames[:], k, "attempt-kind") }
 
 // Outcome is how one attempt ended, as reported to Engine.Record.
 //
@@ -61,21 +53,9 @@ func OutcomeOf(failed, slow bool) Outcome {
 	return Success
 }
 
-func (o Outcome) String() string {
-	switch o {
-	case Success:
-		return "success"
-	case Failure:
-		return "failure"
-	case Slow:
-		return "slow"
-	case SlowFailure:
-		return "slow-failure"
-	case Rejected:
-		return "rejected"
-	}
-	return fmt.Sprintf("outcome(%d)", uint8(o))
-}
+var outcomeNames = [...]string{Success: "success", Failure: "failure", Slow: "slow", SlowFailure: "slow-failure", Rejected: "rejected"}
+
+func (o Outcome) String() string { return enumString(outcomeNames[:], o, "outcome") }
 
 // Verdict is the answer part of a Decision.
 type Verdict uint8
@@ -92,31 +72,16 @@ const (
 	Reject
 )
 
-func (v Verdict) String() string {
-	switch v {
-	case Allow:
-		return "allow"
-	case AllowProbe:
-		return "allow-as-probe"
-	case Reject:
-		return "reject"
-	}
-	return fmt.Sprintf("verdict(%d)", uint8(v))
-}
+var (
+	verdictNames  = [...]string{Allow: "allow", AllowProbe: "allow-as-probe", Reject: "reject"}
+	verdictLabels = [...]string{Allow: "allow", AllowProbe: "allow_probe", Reject: "reject"}
+)
+
+func (v Verdict) String() string { return enumString(verdictNames[:], v, "verdict") }
 
 // LabelValue is v as a Prometheus label value: "allow", "allow_probe",
 // "reject", "unknown" for an invalid verdict.
-func (v Verdict) LabelValue() string {
-	switch v {
-	case Allow:
-		return "allow"
-	case AllowProbe:
-		return "allow_probe"
-	case Reject:
-		return "reject"
-	}
-	return "unknown"
-}
+func (v Verdict) LabelValue() string { return enumLabel(verdictLabels[:], v) }
 
 // Reason explains a rejection. In shadow mode (breaker.mode "shadow") the
 // verdict is never Reject, and Reason names the rejection enforce mode would
@@ -140,35 +105,18 @@ const (
 	ReasonRamp
 )
 
-func (r Reason) String() string {
-	switch r {
-	case ReasonNone:
-		return "none"
-	case ReasonOpen:
-		return "open"
-	case ReasonForcedOpen:
-		return "forced-open"
-	case ReasonHalfOpenNoPermit:
-		return "half-open-no-permit"
-	case ReasonBudgetExhausted:
-		return "budget-exhausted"
-	case ReasonThrottled:
-		return "throttled"
-	case ReasonRamp:
-		return "ramp"
-	}
-	return fmt.Sprintf("reason(%d)", uint8(r))
+var reasonNames = [...]string{
+	ReasonNone: "none", ReasonOpen: "open", ReasonForcedOpen: "forced-open",
+	ReasonHalfOpenNoPermit: "half-open-no-permit", ReasonBudgetExhausted: "budget-exhausted",
+	ReasonThrottled: "throttled", ReasonRamp: "ramp",
 }
+
+func (r Reason) String() string { return enumString(reasonNames[:], r, "reason") }
 
 // LabelValue is r as a Prometheus label value: String in snake_case
 // ("none", "open", "forced_open", "half_open_no_permit",
 // "budget_exhausted", "throttled", "ramp"), "unknown" for an invalid reason.
-func (r Reason) LabelValue() string {
-	if r > ReasonRamp {
-		return "unknown"
-	}
-	return strings.ReplaceAll(r.String(), "-", "_")
-}
+func (r Reason) LabelValue() string { return enumLabel(reasonNames[:], r) }
 
 // Decision is the engine's answer for one attempt.
 type Decision struct {
@@ -196,3 +144,21 @@ var (
 )
 
 func reject(r Reason) Decision { return Decision{Verdict: Reject, Reason: r} }
+
+// enumString is names[v], or kind(v) for a value names does not cover:
+// the String of this package's enumerations.
+func enumString[T ~uint8](names []string, v T, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
+}
+
+// enumLabel is names[v] as a Prometheus label value (snake_case), or
+// "unknown" for a value names does not cover.
+func enumLabel[T ~uint8](names []string, v T) string {
+	if int(v) < len(names) {
+		return strings.ReplaceAll(names[v], "-", "_")
+	}
+	return "unknown"
+}

@@ -11,8 +11,8 @@ func fastFailingBits(b *BreakerPolicy, r *Recent) uint8 {
 		return 0
 	}
 	var bits uint8
-	for k := range r {
-		if recentFailing(b, r[k]) {
+	for k, c := range r {
+		if nodeFailing(b, Counts{Successes: uint64(c.Successes), Failures: uint64(c.Failures), SlowCalls: uint64(c.SlowCalls)}) {
 			bits |= 1 << k
 		}
 	}
@@ -64,11 +64,7 @@ func (d *depState) tripsLocally(own Counts) bool {
 			return true
 		}
 	}
-	failing := 0
-	if nodeFailing(b, own) {
-		failing = 1
-	}
-	_, ok := tripRule(b, d.z, own, 1, failing)
+	_, ok := tripRule(b, d.z, own, 1, b2i(nodeFailing(b, own)))
 	return ok
 }
 

@@ -72,10 +72,7 @@ func (m *depMap) sortedValues() []*depState {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.sorted == nil {
-		m.sorted = make([]*depState, 0, len(m.all))
-		for _, d := range m.all {
-			m.sorted = append(m.sorted, d)
-		}
+		m.sorted = slices.AppendSeq(make([]*depState, 0, len(m.all)), maps.Values(m.all)) // one allocation
 		slices.SortFunc(m.sorted, func(a, b *depState) int { return strings.Compare(a.name, b.name) })
 	}
 	return slices.Clone(m.sorted)

@@ -64,10 +64,10 @@ type EngineConfig struct {
 	// Proposers is how many nodes propose a trip at once (optional, default
 	// DefaultProposers): the first Proposers live agents of the scope by
 	// rendezvous rank of (dependency, next generation); the membership comes
-	// from MemberAlive, MemberDead and SetMembers. The others adopt the
-	// record through gossip; rank group g proposes only after the trip rule
-	// held for g×ProposerDelay without it. With no members known, this node
-	// ranks first.
+	// from MemberAlive and MemberDead. The others adopt the record through
+	// gossip; rank group g proposes only after the trip rule held for
+	// g×ProposerDelay without it. With no members known, this node ranks
+	// first.
 	Proposers int
 	// ProposerDelay is that wait per rank group (optional, default
 	// DefaultProposerDelay).
@@ -76,9 +76,8 @@ type EngineConfig struct {
 	// record past generation 0) is kept while no node reports traffic for
 	// it; then it is forgotten whatever its record, and copies of that
 	// record are refused for IdleRetention+TombstoneMargin more
-	// (ErrEvicted). A dependency
-	// whose record never moved is forgotten after 2×window (optional,
-	// default DefaultIdleRetention).
+	// (ErrEvicted). A dependency whose record never moved is forgotten
+	// after 2×window (optional, default DefaultIdleRetention).
 	IdleRetention time.Duration
 	// DefaultPolicy is the initial fleet default (optional, default
 	// DefaultPolicy()). Change it later with SetDefaultPolicy.
@@ -104,27 +103,18 @@ func (c EngineConfig) Validate() error {
 	if len(c.Zone) > MaxNodeNameLen {
 		problems = append(problems, fmt.Sprintf("Zone: must be at most %d bytes, got %d", MaxNodeNameLen, len(c.Zone)))
 	}
-	if c.MaxDependencies < 0 {
-		problems = append(problems, fmt.Sprintf("MaxDependencies: must not be negative, got %d", c.MaxDependencies))
+	notNegative := func(field string, negative bool, v any) {
+		if negative {
+			problems = append(problems, fmt.Sprintf("%s: must not be negative, got %v", field, v))
+		}
 	}
-	if c.MaxClockSkew < 0 {
-		problems = append(problems, fmt.Sprintf("MaxClockSkew: must not be negative, got %s", c.MaxClockSkew))
-	}
-	if c.MaxRowsPerNode < 0 {
-		problems = append(problems, fmt.Sprintf("MaxRowsPerNode: must not be negative, got %d", c.MaxRowsPerNode))
-	}
-	if c.Proposers < 0 {
-		problems = append(problems, fmt.Sprintf("Proposers: must not be negative, got %d", c.Proposers))
-	}
-	if c.ProposerDelay < 0 {
-		problems = append(problems, fmt.Sprintf("ProposerDelay: must not be negative, got %s", c.ProposerDelay))
-	}
-	if c.MaxZones < 0 {
-		problems = append(problems, fmt.Sprintf("MaxZones: must not be negative, got %d", c.MaxZones))
-	}
-	if c.IdleRetention < 0 {
-		problems = append(problems, fmt.Sprintf("IdleRetention: must not be negative, got %s", c.IdleRetention))
-	}
+	notNegative("MaxDependencies", c.MaxDependencies < 0, c.MaxDependencies)
+	notNegative("MaxClockSkew", c.MaxClockSkew < 0, c.MaxClockSkew)
+	notNegative("MaxRowsPerNode", c.MaxRowsPerNode < 0, c.MaxRowsPerNode)
+	notNegative("Proposers", c.Proposers < 0, c.Proposers)
+	notNegative("ProposerDelay", c.ProposerDelay < 0, c.ProposerDelay)
+	notNegative("MaxZones", c.MaxZones < 0, c.MaxZones)
+	notNegative("IdleRetention", c.IdleRetention < 0, c.IdleRetention)
 	if c.DefaultPolicy != nil {
 		if err := c.DefaultPolicy.Validate(); err != nil {
 			for _, line := range strings.Split(err.Error(), "\n") {
@@ -150,7 +140,7 @@ type EngineStats struct {
 // Engine is one node's view of the fleet's breakers and retry budgets.
 // Inputs: Record, AddCounts (this node's traffic); ApplyRow, ApplyRecord
 // (gossip); SetPolicy, SetPolicyDocument, SetDefaultPolicy, SetOverride
-// (etcd); SetMembers, MemberDead, MemberAlive (membership); Tick (time).
+// (etcd); MemberDead, MemberAlive (membership); Tick (time).
 // Outputs: Decide, AcquireRetry, AcquireProbe, ProbeOutcome, ProbeResult
 // (decisions); Tick's proposals, RowsToSend, LocalRows, Records (what to
 // gossip); Snapshot, Fleet, Rows (what to show); the OnChange hook.
@@ -219,7 +209,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{node: cfg.Node, zone: cfg.Zone, clock: cfg.Clock, maxDeps: cfg.MaxDependencies,
+	e := &Engine{node: cfg.Node, zone: cfg.Zone, clock: cfg.Clock, maxDeps: cmp.Or(cfg.MaxDependencies, DefaultMaxDependencies),
 		onChange: cfg.OnChange, rnd: cfg.Rand, def: DefaultPolicy(), deps: newDepMap()}
 	if e.clock == nil {
 		e.clock = SystemClock{}
@@ -231,9 +221,6 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 		e.mono = mc
 		e.wall0, e.mono0 = mc.Now(), mc.Monotonic()
 		e.wall0ns = e.wall0.UnixNano()
-	}
-	if e.maxDeps == 0 {
-		e.maxDeps = DefaultMaxDependencies
 	}
 	e.maxGenStep = cmp.Or(cfg.MaxGenerationStep, DefaultMaxGenerationStep)
 	e.maxSkew = cmp.Or(cfg.MaxClockSkew, DefaultMaxClockSkew)
@@ -316,7 +303,14 @@ func (e *Engine) notify(dep string) {
 	}
 }
 
-func (e *Engine) lookup(dep string) *depState { return e.deps.load(dep) }
+// unlock releases d.mu and then, if changed, calls OnChange for d: the
+// hook runs with no engine lock held.
+func (e *Engine) unlock(d *depState, changed bool) {
+	d.mu.Unlock()
+	if changed {
+		e.notify(d.name)
+	}
+}
 
 // state returns the dependency's state, creating it if needed.
 func (e *Engine) state(dep string) (*depState, error) {
@@ -326,19 +320,9 @@ func (e *Engine) state(dep string) (*depState, error) {
 	return e.create(dep, e.maxDeps)
 }
 
-// remoteState is state for rows and records from other nodes: they may
-// create a dependency only while fewer than 9/10 of MaxDependencies are
-// tracked, so that other nodes can never take the room this node's own
-// clients need.
-func (e *Engine) remoteState(dep string) (*depState, error) {
-	if d := e.deps.load(dep); d != nil {
-		return d, nil
-	}
-	return e.create(dep, e.remoteLimit())
-}
-
 // remoteLimit is how many dependencies rows and records from other nodes
-// may bring the engine to.
+// may bring the engine to: 9/10 of MaxDependencies, so that other nodes
+// can never take the room this node's own clients need.
 func (e *Engine) remoteLimit() int {
 	return max(1, e.maxDeps*remoteDependencyShareNum/remoteDependencyShareDen)
 }
@@ -388,16 +372,11 @@ func (e *Engine) effective(dep string, doc []byte) (Policy, error) {
 // eachDep calls fn for every tracked dependency, in name order, holding the
 // dependency's lock.
 func (e *Engine) eachDep(fn func(d *depState)) {
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		fn(d)
 		d.mu.Unlock()
 	}
-}
-
-// sortedDeps returns the tracked dependencies ordered by name.
-func (e *Engine) sortedDeps() []*depState {
-	return e.deps.sortedValues()
 }
 
 // Stats returns the engine's counters.

@@ -1,9 +1,7 @@
 package sharedstate
 
 import (
-	"cmp"
 	"slices"
-	"strings"
 	"time"
 )
 
@@ -20,7 +18,7 @@ import (
 // a Retry only within the retry budget (ReasonBudgetExhausted). In shadow mode
 // every rejection except forced-open becomes Allow with the Reason kept.
 func (e *Engine) Decide(dep string, kind AttemptKind) Decision {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return allow
 	}
@@ -36,10 +34,7 @@ func (e *Engine) Decide(dep string, kind AttemptKind) Decision {
 	d.mu.Lock()
 	changed := d.refresh(e, now)
 	dec, _ := d.decide(e, now, kind)
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return dec
 }
 
@@ -90,10 +85,7 @@ func (e *Engine) acquire(dep string, kind AttemptKind) Decision {
 			d.local.inFlightAt = now
 		}
 	}
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return dec
 }
 
@@ -124,7 +116,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 	if o >= Rejected {
 		return BreakerRecord{}, false
 	}
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return BreakerRecord{}, false
 	}
@@ -133,10 +125,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 	changed := d.refresh(e, now)
 	p, ok := d.probeResult(e, now, o)
 	changed = d.publish(e, now) || changed
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return p, ok
 }
 
@@ -150,7 +139,7 @@ func (e *Engine) ProbeOutcome(dep string, o Outcome) (BreakerRecord, bool) {
 func (e *Engine) Tick() []BreakerRecord {
 	now := e.now()
 	var changed []string
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		ch, idle := d.tick(e, now)
 		d.mu.Unlock()
@@ -170,9 +159,7 @@ func (e *Engine) Tick() []BreakerRecord {
 	out := e.outbox
 	e.outbox = nil
 	e.outMu.Unlock()
-	slices.SortStableFunc(out, func(a, b BreakerRecord) int {
-		return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
-	})
+	slices.SortStableFunc(out, compareRecords)
 	return out
 }
 

@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -94,10 +95,7 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 			published = d.refresh(e, t)
 		}
 	}
-	d.mu.Unlock()
-	if published {
-		e.notify(d.name)
-	}
+	e.unlock(d, published)
 	return true, nil
 }
 
@@ -129,7 +127,8 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 	if err := e.tombs.check(e, r, now.UnixNano()); err != nil {
 		return false, err
 	}
-	if e.lookup(r.Dependency) == nil {
+	d := e.deps.load(r.Dependency)
+	if d == nil {
 		// A refused record must not leave a dependency behind: check it
 		// against what a new dependency would hold first.
 		e.mu.Lock()
@@ -138,10 +137,10 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		if err := probe.checkRecord(e, r, now); err != nil {
 			return false, err
 		}
-	}
-	d, err := e.remoteState(r.Dependency)
-	if err != nil {
-		return false, err
+		var err error
+		if d, err = e.create(r.Dependency, e.remoteLimit()); err != nil {
+			return false, err
+		}
 	}
 	d.mu.Lock()
 	if err := d.checkRecord(e, r, now); err != nil {
@@ -149,14 +148,7 @@ func (e *Engine) MergeRecord(r BreakerRecord) (bool, error) {
 		return false, err
 	}
 	changed := d.applyRecord(e, r, now)
-	published := false
-	if changed {
-		published = d.refresh(e, now)
-	}
-	d.mu.Unlock()
-	if published {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed && d.refresh(e, now))
 	return changed, nil
 }
 
@@ -215,13 +207,12 @@ func (e *Engine) LocalRows() []NodeWindow {
 // exchange.
 func (e *Engine) Records() []BreakerRecord {
 	var out []BreakerRecord
-	e.eachDep(func(d *depState) {
-		for _, r := range d.records {
-			out = append(out, r)
-		}
-	})
-	slices.SortFunc(out, func(a, b BreakerRecord) int {
-		return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
-	})
+	e.eachDep(func(d *depState) { out = slices.AppendSeq(out, maps.Values(d.records)) })
+	slices.SortFunc(out, compareRecords)
 	return out
+}
+
+// compareRecords orders records by dependency, then zone.
+func compareRecords(a, b BreakerRecord) int {
+	return cmp.Or(strings.Compare(a.Dependency, b.Dependency), strings.Compare(a.Zone, b.Zone))
 }

@@ -2,51 +2,8 @@ package sharedstate
 
 import (
 	"maps"
-	"slices"
 	"time"
 )
-
-// Member is a node the membership layer reports alive.
-type Member struct {
-	Node string
-	Zone string
-}
-
-// SetMembers declares the complete list of live members: rows of every other
-// node are dropped (as for MemberDead) and the listed nodes are alive.
-func (e *Engine) SetMembers(members []Member) {
-	alive := make(map[string]bool, len(members))
-	for _, m := range members {
-		alive[m.Node] = true
-	}
-	now := e.now()
-	e.mu.Lock()
-	dead := map[string]int64{}
-	for n, at := range *e.dead.Load() {
-		if !alive[n] {
-			dead[n] = at
-		}
-	}
-	for _, d := range e.sortedDeps() {
-		d.mu.Lock()
-		for _, r := range slices.Clone(d.rows) {
-			if !alive[r.Node] {
-				dead[r.Node] = now.UnixNano()
-				d.removeRow(r.Node)
-			}
-		}
-		d.mu.Unlock()
-	}
-	e.dead.Store(&dead)
-	live := make(map[string]string, len(members))
-	for _, m := range members {
-		if m.Node != e.node {
-			live[m.Node] = m.Zone
-		}
-	}
-	e.live.Store(&live)
-	e.mu.Unlock()
-}
 
 // MemberDead drops every row of node and ignores its rows until MemberAlive
 // (or for an hour).
@@ -86,25 +43,18 @@ func (e *Engine) MemberAlive(node, zone string) {
 	e.dead.Store(&dead)
 }
 
+// pruneDead forgets the nodes reported dead deadMemberRetention ago or
+// earlier; it copies the dead set only when there is one to forget.
 func (e *Engine) pruneDead(now time.Time) {
-	cur := *e.dead.Load()
-	old := false
-	for _, at := range cur {
-		if now.UnixNano()-at >= int64(deadMemberRetention) {
-			old = true
-			break
-		}
-	}
-	if !old {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	dead := map[string]int64{}
+	old := func(_ string, at int64) bool { return now.UnixNano()-at >= int64(deadMemberRetention) }
 	for n, at := range *e.dead.Load() {
-		if now.UnixNano()-at < int64(deadMemberRetention) {
-			dead[n] = at
+		if old(n, at) {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			dead := maps.Clone(*e.dead.Load())
+			maps.DeleteFunc(dead, old)
+			e.dead.Store(&dead)
+			return
 		}
 	}
-	e.dead.Store(&dead)
 }

@@ -9,7 +9,7 @@ import (
 
 // Policy returns the effective policy of dep (the default for an untracked one).
 func (e *Engine) Policy(dep string) Policy {
-	if d := e.lookup(dep); d != nil {
+	if d := e.deps.load(dep); d != nil {
 		d.mu.Lock()
 		defer d.mu.Unlock()
 		return *d.pol
@@ -24,7 +24,7 @@ func (e *Engine) Policy(dep string) Policy {
 // per policy: what the agent sends clients in a snapshot's policy_json.
 // Both are shared: never modify them. nil, nil for an untracked dependency.
 func (e *Engine) PolicyJSON(dep string) (*Policy, []byte) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return nil, nil
 	}
@@ -51,7 +51,7 @@ func (e *Engine) SetDefaultPolicy(p Policy) error {
 	e.def = p
 	var errs []error
 	var changed []string
-	for _, d := range e.sortedDeps() {
+	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
 		if eff, err := e.effective(d.name, d.doc); err != nil {
 			errs = append(errs, fmt.Errorf("dependency %s keeps its previous policy: %w", d.name, err))
@@ -95,10 +95,23 @@ func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 	if err != nil {
 		return err
 	}
-	doc = slices.Clone(doc)
+	return e.setDocument(d, slices.Clone(doc))
+}
+
+// RemovePolicy drops dep's own policy: it follows the default again.
+func (e *Engine) RemovePolicy(dep string) {
+	if d := e.deps.load(dep); d != nil {
+		e.setDocument(d, nil) // the default over itself is valid
+	}
+}
+
+// setDocument makes doc (nil: none) d's own policy document, and the
+// document read over the default its effective policy, unless that is
+// invalid.
+func (e *Engine) setDocument(d *depState, doc []byte) error {
 	now := e.now()
 	e.mu.Lock()
-	eff, err := e.effective(dep, doc)
+	eff, err := e.effective(d.name, doc)
 	if err != nil {
 		e.mu.Unlock()
 		return err
@@ -110,28 +123,9 @@ func (e *Engine) SetPolicyDocument(dep string, doc []byte) error {
 	d.mu.Unlock()
 	e.mu.Unlock()
 	if changed {
-		e.notify(dep)
+		e.notify(d.name)
 	}
 	return nil
-}
-
-// RemovePolicy drops dep's own policy: it follows the default again.
-func (e *Engine) RemovePolicy(dep string) {
-	d := e.lookup(dep)
-	if d == nil {
-		return
-	}
-	now := e.now()
-	e.mu.Lock()
-	d.mu.Lock()
-	d.doc = nil
-	d.setPolicy(e, *e.defaultFor(dep), e.rnd.Uint64())
-	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	e.mu.Unlock()
-	if changed {
-		e.notify(dep)
-	}
 }
 
 // SetOverride sets (or, with nil, clears) the operator override of dep. An
@@ -146,7 +140,7 @@ func (e *Engine) SetOverride(dep string, o *Override) error {
 	}
 	var d *depState
 	if o == nil {
-		if d = e.lookup(dep); d == nil {
+		if d = e.deps.load(dep); d == nil {
 			return nil
 		}
 	} else {
@@ -159,9 +153,6 @@ func (e *Engine) SetOverride(dep string, o *Override) error {
 	d.mu.Lock()
 	d.override = o
 	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	if changed {
-		e.notify(dep)
-	}
+	e.unlock(d, changed)
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 // Rows returns the live rows for dep, this node's own current counts
 // included, ordered by node.
 func (e *Engine) Rows(dep string) []NodeWindow {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return nil
 	}
@@ -30,7 +30,7 @@ func (e *Engine) Rows(dep string) []NodeWindow {
 // Snapshot returns the current snapshot of dep, or nil if the engine does not
 // track it.
 func (e *Engine) Snapshot(dep string) *Snapshot {
-	if d := e.lookup(dep); d != nil {
+	if d := e.deps.load(dep); d != nil {
 		return d.snap.Load()
 	}
 	return nil
@@ -38,7 +38,7 @@ func (e *Engine) Snapshot(dep string) *Snapshot {
 
 // Dependencies returns the names of the tracked dependencies, sorted.
 func (e *Engine) Dependencies() []string {
-	ds := e.sortedDeps()
+	ds := e.deps.sortedValues()
 	out := make([]string, len(ds))
 	for i, d := range ds {
 		out[i] = d.name
@@ -70,7 +70,7 @@ type FleetTotals struct {
 // Fleet returns dep's totals as this node sees them, and false if the engine
 // does not track dep.
 func (e *Engine) Fleet(dep string) (FleetTotals, bool) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return FleetTotals{}, false
 	}

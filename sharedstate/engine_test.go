@@ -851,4 +851,18 @@ func TestEngineConfigValidate(t *testing.T) {
 	if _, err := NewEngine(EngineConfig{}); err == nil {
 		t.Error("NewEngine without a node")
 	}
+	// Every negative limit, named with its value, in field order.
+	err = EngineConfig{Node: "a", MaxDependencies: -1, MaxClockSkew: -time.Second, MaxRowsPerNode: -2, Proposers: -3,
+		ProposerDelay: -time.Millisecond, MaxZones: -4, IdleRetention: -time.Minute}.Validate()
+	want := `fusebox: invalid engine config:
+MaxDependencies: must not be negative, got -1
+MaxClockSkew: must not be negative, got -1s
+MaxRowsPerNode: must not be negative, got -2
+Proposers: must not be negative, got -3
+ProposerDelay: must not be negative, got -1ms
+MaxZones: must not be negative, got -4
+IdleRetention: must not be negative, got -1m0s`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v\nwant %s", err, want)
+	}
 }

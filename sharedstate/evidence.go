@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -140,13 +141,7 @@ type tripNode struct {
 // setFailingNodes keeps the nodes that failed most, within the bounds.
 func (t *TripEvidence) setFailingNodes(nodes []tripNode) {
 	slices.SortFunc(nodes, func(a, b tripNode) int {
-		if a.failed != b.failed {
-			if a.failed > b.failed {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(cmp.Compare(b.failed, a.failed), strings.Compare(a.name, b.name))
 	})
 	t.FailingNodeCount = uint32(min(len(nodes), math.MaxUint32))
 	t.FailingNodes = nil

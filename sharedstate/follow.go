@@ -46,10 +46,7 @@ func (e *Engine) Follow(s *Snapshot) error {
 	d.followed = true
 	d.follow(e, s, now)
 	changed := d.refresh(e, now)
-	d.mu.Unlock()
-	if changed {
-		e.notify(d.name)
-	}
+	e.unlock(d, changed)
 	return nil
 }
 
@@ -57,7 +54,7 @@ func (e *Engine) Follow(s *Snapshot) error {
 // again, from the state last followed. Unfollowing a dependency that is
 // not followed, or not tracked, does nothing.
 func (e *Engine) Unfollow(dep string) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return
 	}

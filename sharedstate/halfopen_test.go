@@ -191,7 +191,7 @@ func (f *probeFleet) assertPermits() {
 		}
 		holders := ProbeHolders(f.dep, rec.Generation, s.ProbeRound,
 			ProbeCandidates(rec, traffic, func(n string) bool { return local[n] }), f.pol.Breaker.HalfOpenProbes)
-		d := e.lookup(f.dep)
+		d := e.deps.load(f.dep)
 		d.mu.Lock()
 		_, holds, _, _ := d.probeTurn(e, rec, f.clock.Now())
 		d.mu.Unlock()

@@ -1,5 +1,11 @@
 package sharedstate
 
+import (
+	"maps"
+	"slices"
+	"time"
+)
+
 // tb is what the helpers need from *testing.T, *testing.B and *rapid.T.
 type tb interface {
 	Helper()
@@ -61,3 +67,57 @@ func gossip(from *Engine, to ...*Engine) {
 		}
 	}
 }
+
+// Membership in one call, for tests: agents report it member by member
+// (MemberAlive, MemberDead).
+
+// Member is a node the membership layer reports alive.
+type Member struct {
+	Node string
+	Zone string
+}
+
+// SetMembers declares the complete list of live members: rows of every other
+// node are dropped (as for MemberDead) and the listed nodes are alive.
+func (e *Engine) SetMembers(members []Member) {
+	alive := make(map[string]bool, len(members))
+	for _, m := range members {
+		alive[m.Node] = true
+	}
+	now := e.now()
+	e.mu.Lock()
+	dead := maps.Clone(*e.dead.Load())
+	maps.DeleteFunc(dead, func(n string, _ int64) bool { return alive[n] })
+	for _, d := range e.deps.sortedValues() {
+		d.mu.Lock()
+		for _, r := range slices.Clone(d.rows) {
+			if !alive[r.Node] {
+				dead[r.Node] = now.UnixNano()
+				d.removeRow(r.Node)
+			}
+		}
+		d.mu.Unlock()
+	}
+	e.dead.Store(&dead)
+	live := make(map[string]string, len(members))
+	for _, m := range members {
+		if m.Node != e.node {
+			live[m.Node] = m.Zone
+		}
+	}
+	e.live.Store(&live)
+	e.mu.Unlock()
+}
+
+// Window in Counts and time.Time, for tests: the engine works in Unix ns.
+
+// Length is the window's length.
+func (w *Window) Length() time.Duration { return time.Duration(w.width * WindowBuckets) }
+
+// Add adds c to the bucket holding now.
+func (w *Window) Add(now time.Time, c Counts) {
+	w.slot(now.UnixNano()).add(c)
+}
+
+// Totals sums the buckets that are inside the window at now.
+func (w *Window) Totals(now time.Time) Counts { return w.totals(now.UnixNano()) }

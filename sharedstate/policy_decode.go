@@ -2,10 +2,12 @@ package sharedstate
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
 	"slices"
 	"strconv"
@@ -87,12 +89,8 @@ func parseComplete(data []byte) (Policy, map[string]bool, error) {
 	if err != nil {
 		return Policy{}, nil, err
 	}
-	bad := map[string]bool{}
-	for _, v := range vs {
-		bad[v.Field] = true
-	}
 	for _, f := range policyPaths {
-		if !f.section && !f.optional && !set[f.path] && !bad[f.path] {
+		if !f.section && !f.optional && !set[f.path] && !aboutField(vs, f.path) {
 			vs = append(vs, Violation{Field: f.path, Message: "is required"})
 		}
 	}
@@ -198,14 +196,15 @@ func fieldRank(path string) int {
 	return len(policyPaths)
 }
 
+// comparePaths orders JSON paths as the fields are ordered in a policy
+// (fieldRank), then by path.
+func comparePaths(a, b string) int {
+	return cmp.Or(cmp.Compare(fieldRank(a), fieldRank(b)), strings.Compare(a, b))
+}
+
 // sortViolations orders vs by field (stable: a field's violations keep their order).
 func sortViolations(vs []Violation) {
-	slices.SortStableFunc(vs, func(a, b Violation) int {
-		if ra, rb := fieldRank(a.Field), fieldRank(b.Field); ra != rb {
-			return ra - rb
-		}
-		return strings.Compare(a.Field, b.Field)
-	})
+	slices.SortStableFunc(vs, func(a, b Violation) int { return comparePaths(a.Field, b.Field) })
 }
 
 // decodeStrict is decodePolicy with the decoding problems as a
@@ -257,7 +256,7 @@ func decodePolicy(base Policy, data []byte) (Policy, map[string]bool, []Violatio
 // decodeMembers decodes the members of the object at prefix into the
 // Policy v, adding the path of each field set to set.
 func decodeMembers(v reflect.Value, prefix string, obj map[string]json.RawMessage, set map[string]bool, vs []Violation) []Violation {
-	for _, key := range sortedKeys(obj) {
+	for _, key := range slices.Sorted(maps.Keys(obj)) {
 		path, raw := prefix+key, obj[key]
 		f, ok := policyIndex[path]
 		switch {
@@ -379,31 +378,23 @@ func showValue(raw json.RawMessage) string {
 
 func isNull(raw json.RawMessage) bool { return string(bytes.TrimSpace(raw)) == "null" }
 
-func sortedKeys(m map[string]json.RawMessage) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
-}
-
 // mergeViolations returns the decoding problems followed by the rule
 // violations of fields that decoded (a field that did not decode also fails
 // its rule, with a meaningless value: it is reported once), in field order.
 func mergeViolations(decode, rules []Violation) []Violation {
-	bad := map[string]bool{}
-	for _, v := range decode {
-		bad[v.Field] = true
-	}
 	all := slices.Clone(decode)
 	for _, v := range rules {
-		if !bad[v.Field] {
+		if !aboutField(decode, v.Field) {
 			all = append(all, v)
 		}
 	}
 	sortViolations(all)
 	return all
+}
+
+// aboutField reports whether one of vs is a violation of field.
+func aboutField(vs []Violation, field string) bool {
+	return slices.ContainsFunc(vs, func(v Violation) bool { return v.Field == field })
 }
 
 // JoinViolations returns one *ValidationError (of a's kind) with a's

@@ -3,8 +3,8 @@ package sharedstate
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"strings"
 )
 
 // What a policy change does, and where each value of an effective policy
@@ -40,36 +40,19 @@ func DiffDocuments(before, after []byte) []FieldChange {
 	return out
 }
 
-// unionKeys returns the keys of a and b in field order (fieldRank), then
-// by path.
+// unionKeys returns the keys of a and b in field order (comparePaths).
 func unionKeys(a, b map[string]string) []string {
-	keys := make([]string, 0, len(a)+len(b))
-	for k := range a {
-		keys = append(keys, k)
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(x, y string) int {
-		if rx, ry := fieldRank(x), fieldRank(y); rx != ry {
-			return rx - ry
-		}
-		return strings.Compare(x, y)
-	})
-	return keys
+	all := maps.Clone(a)
+	maps.Copy(all, b)
+	return slices.SortedFunc(maps.Keys(all), comparePaths)
 }
 
 // leavesOfJSON maps the leaves of a JSON object to their dotted paths and
 // compact JSON values.
 func leavesOfJSON(doc []byte) map[string]string {
 	out := map[string]string{}
-	var v any
+	var v map[string]any // an object; anything else has no leaves
 	if len(doc) == 0 || json.Unmarshal(doc, &v) != nil {
-		return out
-	}
-	if _, ok := v.(map[string]any); !ok {
 		return out
 	}
 	var walk func(prefix string, v any)

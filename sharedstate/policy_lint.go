@@ -17,13 +17,11 @@ func (r RetryPolicy) WorstCaseBackoff() time.Duration {
 		growth = 3
 	}
 	var total time.Duration
-	w, max := r.Backoff.Base.Std(), r.Backoff.Max.Std()
+	w, ceiling := r.Backoff.Base.Std(), r.Backoff.Max.Std()
 	for k := 1; k < r.MaxAttempts; k++ {
-		if w > max {
-			w = max
-		}
+		w = min(w, ceiling)
 		total += w
-		if w < max {
+		if w < ceiling {
 			w *= growth
 		}
 	}

@@ -82,9 +82,7 @@ func (p Policy) validate() []Violation {
 	if p.Schema != PolicySchema {
 		add("schema", strconv.Itoa(p.Schema), "must be 1")
 	}
-	if p.Dependency == "" {
-		add("dependency", `""`, "must be _default or a dependency name (1–128 characters of [A-Za-z0-9._:/-])")
-	} else if p.Dependency != DefaultPolicyName && ValidateDependencyName(p.Dependency) != nil {
+	if p.Dependency != DefaultPolicyName && ValidateDependencyName(p.Dependency) != nil { // "" too
 		add("dependency", strconv.Quote(p.Dependency), "must be _default or a dependency name (1–128 characters of [A-Za-z0-9._:/-])")
 	}
 

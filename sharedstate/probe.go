@@ -1,6 +1,7 @@
 package sharedstate
 
 import (
+	"cmp"
 	"slices"
 	"strings"
 )
@@ -26,13 +27,7 @@ func ProbeHolders(dependency string, generation, round uint64, members []string,
 		all = append(all, scored{m, probeScore(dependency, generation, round, m)})
 	}
 	slices.SortFunc(all, func(a, b scored) int {
-		if a.score != b.score {
-			if a.score > b.score {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
+		return cmp.Or(cmp.Compare(b.score, a.score), strings.Compare(a.name, b.name))
 	})
 	all = slices.CompactFunc(all, func(a, b scored) bool { return a.name == b.name })
 	if len(all) > k {

@@ -1,6 +1,10 @@
 package sharedstate
 
-import "slices"
+import (
+	"cmp"
+	"slices"
+	"strings"
+)
 
 // ProposerOrder returns nodes in the order in which they propose the record
 // of generation gen of dependency: the first Proposers (EngineConfig) of the
@@ -10,13 +14,7 @@ func ProposerOrder(dependency string, gen uint64, nodes []string) []string {
 	out := slices.Clone(nodes)
 	slices.SortFunc(out, func(a, b string) int {
 		sa, sb := probeScore(dependency, gen, proposerSalt, a), probeScore(dependency, gen, proposerSalt, b)
-		switch {
-		case ranksBefore(sa, a, sb, b):
-			return -1
-		case ranksBefore(sb, b, sa, a):
-			return 1
-		}
-		return 0
+		return cmp.Or(cmp.Compare(sb, sa), strings.Compare(a, b)) // as ranksBefore
 	})
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,27 +22,14 @@ const (
 	HalfOpen
 )
 
-func (s BreakerState) String() string {
-	switch s {
-	case Closed:
-		return "closed"
-	case Open:
-		return "open"
-	case HalfOpen:
-		return "half-open"
-	}
-	return fmt.Sprintf("breaker-state(%d)", uint8(s))
-}
+var breakerStateNames = [...]string{Closed: "closed", Open: "open", HalfOpen: "half-open"}
+
+func (s BreakerState) String() string { return enumString(breakerStateNames[:], s, "breaker-state") }
 
 // LabelValue is s as a Prometheus label value: "closed", "open",
 // "half_open" (snake_case, where String says "half-open"), "unknown" for an
 // invalid state. Every metric labelled by breaker state uses it.
-func (s BreakerState) LabelValue() string {
-	if s > HalfOpen {
-		return "unknown"
-	}
-	return strings.ReplaceAll(s.String(), "-", "_")
-}
+func (s BreakerState) LabelValue() string { return enumLabel(breakerStateNames[:], s) }
 
 // MarshalText encodes s as "closed", "open" or "half-open".
 func (s BreakerState) MarshalText() ([]byte, error) {
@@ -53,13 +41,12 @@ func (s BreakerState) MarshalText() ([]byte, error) {
 
 // UnmarshalText decodes "closed", "open" or "half-open".
 func (s *BreakerState) UnmarshalText(b []byte) error {
-	for _, c := range []BreakerState{Closed, Open, HalfOpen} {
-		if string(b) == c.String() {
-			*s = c
-			return nil
-		}
+	i := slices.Index(breakerStateNames[:], string(b))
+	if i < 0 {
+		return fmt.Errorf("fusebox: invalid breaker state %q", b)
 	}
-	return fmt.Errorf("fusebox: invalid breaker state %q", b)
+	*s = BreakerState(i)
+	return nil
 }
 
 // BreakerRecord is the replicated breaker decision for one dependency (and,
@@ -200,27 +187,14 @@ const (
 	ForcedClosed
 )
 
-func (s OverrideState) String() string {
-	switch s {
-	case OverrideNone:
-		return "none"
-	case ForcedOpen:
-		return "forced-open"
-	case ForcedClosed:
-		return "forced-closed"
-	}
-	return fmt.Sprintf("override-state(%d)", uint8(s))
-}
+var overrideStateNames = [...]string{OverrideNone: "none", ForcedOpen: "forced-open", ForcedClosed: "forced-closed"}
+
+func (s OverrideState) String() string { return enumString(overrideStateNames[:], s, "override-state") }
 
 // LabelValue is s as a Prometheus label value: "none", "forced_open",
 // "forced_closed" (snake_case, where String says "forced-open"), "unknown"
 // for an invalid state.
-func (s OverrideState) LabelValue() string {
-	if s > ForcedClosed {
-		return "unknown"
-	}
-	return strings.ReplaceAll(s.String(), "-", "_")
-}
+func (s OverrideState) LabelValue() string { return enumLabel(overrideStateNames[:], s) }
 
 // MarshalText encodes s as "forced-open" or "forced-closed" ("none" for OverrideNone).
 func (s OverrideState) MarshalText() ([]byte, error) {
@@ -232,13 +206,12 @@ func (s OverrideState) MarshalText() ([]byte, error) {
 
 // UnmarshalText decodes "forced-open", "forced-closed" or "none".
 func (s *OverrideState) UnmarshalText(b []byte) error {
-	for _, c := range []OverrideState{OverrideNone, ForcedOpen, ForcedClosed} {
-		if string(b) == c.String() {
-			*s = c
-			return nil
-		}
+	i := slices.Index(overrideStateNames[:], string(b))
+	if i < 0 {
+		return fmt.Errorf("%w: state %q: want forced-open or forced-closed", ErrInvalidOverride, b)
 	}
-	return fmt.Errorf("%w: state %q: want forced-open or forced-closed", ErrInvalidOverride, b)
+	*s = OverrideState(i)
+	return nil
 }
 
 // Override is an operator's decision for one dependency, stored in etcd as

@@ -168,6 +168,17 @@ func TestEnumStrings(t *testing.T) {
 		{Slow.String(), "slow"},
 		{HalfOpen.String(), "half-open"},
 		{ForcedClosed.String(), "forced-closed"},
+		// Every name, label and the form of a value out of range.
+		{ReasonThrottled.String() + " " + ReasonRamp.String() + " " + Reason(7).String(), "throttled ramp reason(7)"},
+		{ReasonHalfOpenNoPermit.LabelValue() + " " + ReasonNone.LabelValue() + " " + Reason(7).LabelValue(), "half_open_no_permit none unknown"},
+		{Success.String() + " " + Failure.String() + " " + SlowFailure.String() + " " + Rejected.String() + " " + Outcome(5).String(),
+			"success failure slow-failure rejected outcome(5)"},
+		{AttemptKind(3).String() + " " + Verdict(3).String(), "attempt-kind(3) verdict(3)"},
+		{Allow.LabelValue() + " " + AllowProbe.LabelValue() + " " + Reject.LabelValue() + " " + Verdict(3).LabelValue(), "allow allow_probe reject unknown"},
+		{Closed.String() + " " + Open.String() + " " + BreakerState(3).String(), "closed open breaker-state(3)"},
+		{Closed.LabelValue() + " " + HalfOpen.LabelValue() + " " + BreakerState(3).LabelValue(), "closed half_open unknown"},
+		{OverrideNone.String() + " " + ForcedOpen.String() + " " + OverrideState(3).String(), "none forced-open override-state(3)"},
+		{OverrideNone.LabelValue() + " " + ForcedClosed.LabelValue() + " " + OverrideState(3).LabelValue(), "none forced_closed unknown"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)

@@ -3,6 +3,7 @@ package sharedstate
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"sync/atomic"
 )
@@ -56,9 +57,7 @@ func (f *floorTable) apply(live func(string) bool) {
 	}
 	next := map[string]uint64{}
 	if m := f.m.Load(); m != nil {
-		for n, s := range *m {
-			next[n] = s
-		}
+		maps.Copy(next, *m)
 	}
 	for n, s := range pending {
 		next[n] = max(next[n], s)

@@ -15,28 +15,21 @@ import (
 // a new snapshot (and push it to every client) on every tick.
 const throttleQuantum = 200
 
-// ThrottleRequests is what adaptive throttling takes as the window's
-// requests: the attempts callers wanted to make, whether made (successes and
-// failures) or refused by Fusebox (rejected).
-func (c Counts) ThrottleRequests() uint64 { return satAdd(c.Requests(), c.Rejected) }
-
-// ThrottleAccepts is what adaptive throttling takes as the window's accepts:
-// the attempts the dependency answered. That is the successes: an error the
-// classifier does not count as a failure (the dependency answered, e.g. a
-// 404) is counted as a success, so it is an accept; failures, timeouts and
-// refused attempts are not.
-func (c Counts) ThrottleAccepts() uint64 { return c.Successes }
-
 // ThrottleProbability is Google SRE client-side throttling:
 // max(0, (requests − k·accepts) / (requests + 1)), and 0 while requests <
-// minRequests. It is in [0, 1).
+// minRequests. It is in [0, 1). The window's requests are the attempts
+// callers wanted to make, whether made (successes and failures) or refused
+// by Fusebox (rejected). Its accepts are the attempts the dependency
+// answered: the successes. An error the classifier does not count as a
+// failure (the dependency answered, e.g. a 404) is counted as a success, so
+// it is an accept; failures, timeouts and refused attempts are not.
 func (t ThrottlePolicy) ThrottleProbability(c Counts) float64 {
-	req := c.ThrottleRequests()
+	req := satAdd(c.Requests(), c.Rejected)
 	if req == 0 || req < uint64(max(t.MinRequests, 0)) {
 		return 0
 	}
 	r := float64(req)
-	p := (r - t.K*float64(c.ThrottleAccepts())) / (r + 1)
+	p := (r - t.K*float64(c.Successes)) / (r + 1)
 	if !(p > 0) { // also NaN
 		return 0
 	}
@@ -49,11 +42,7 @@ func quantize(p float64) float64 {
 	if p <= 0 {
 		return 0
 	}
-	q := math.Round(p*throttleQuantum) / throttleQuantum
-	if q == 0 {
-		q = 1.0 / throttleQuantum
-	}
-	return q
+	return max(math.Round(p*throttleQuantum)/throttleQuantum, 1.0/throttleQuantum)
 }
 
 // ConcurrencyShare is one node's share of a concurrency limit: max ×
@@ -149,7 +138,7 @@ type Shape struct {
 // Shape returns dep's throttle and concurrency state, and false if the
 // engine does not track dep.
 func (e *Engine) Shape(dep string) (Shape, bool) {
-	d := e.lookup(dep)
+	d := e.deps.load(dep)
 	if d == nil {
 		return Shape{}, false
 	}
@@ -181,24 +170,17 @@ func (s *Snapshot) Throttled(u float64) bool {
 // the reason kept).
 func (s *Snapshot) DecideFirstAt(u float64) Decision {
 	d := s.DecideFirst()
-	if d == allow && s.Throttled(u) {
-		why := s.ThrottleReason(u)
-		if s.Shadow() {
-			return Decision{Verdict: Allow, Reason: why}
-		}
-		return reject(why)
+	if d != allow || !s.Throttled(u) {
+		return d
 	}
-	return d
-}
-
-// ThrottleReason is why a first attempt Throttled(u) refuses is refused:
-// ReasonRamp when the ramp after a close alone refuses it (u <
-// RampProbability), else ReasonThrottled.
-func (s *Snapshot) ThrottleReason(u float64) Reason {
+	why := ReasonThrottled
 	if u < s.RampProbability {
-		return ReasonRamp
+		why = ReasonRamp
 	}
-	return ReasonThrottled
+	if s.Shadow() {
+		return Decision{Verdict: Allow, Reason: why}
+	}
+	return reject(why)
 }
 
 // uniform is the engine's draw for a throttling decision. The engine's own

@@ -87,31 +87,23 @@ func (s *Snapshot) DecideFirst() Decision {
 	case ForcedClosed:
 		return allow
 	}
-	var d Decision
-	switch s.State {
-	case Open:
-		d = reject(ReasonOpen)
-	case HalfOpen:
-		d = probeOrReject(s.ProbePermit)
-	default:
-		switch s.LocalState {
-		case Open:
-			d = reject(ReasonOpen)
-		case HalfOpen:
-			d = probeOrReject(s.ProbePermit)
-		default:
-			return allow
-		}
+	state := s.State
+	if state != Open && state != HalfOpen {
+		state = s.LocalState // the governing breaker is closed: this node's own decides
 	}
-	if s.Shadow() && d.Verdict == Reject {
+	var d Decision
+	switch {
+	case state == Open:
+		d = reject(ReasonOpen)
+	case state == HalfOpen && s.ProbePermit:
+		return allowProbe
+	case state == HalfOpen:
+		d = reject(ReasonHalfOpenNoPermit)
+	default:
+		return allow
+	}
+	if s.Shadow() {
 		d.Verdict = Allow
 	}
 	return d
-}
-
-func probeOrReject(permit bool) Decision {
-	if permit {
-		return allowProbe
-	}
-	return reject(ReasonHalfOpenNoPermit)
 }

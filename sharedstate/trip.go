@@ -70,12 +70,7 @@ func sat32(a, b uint32) uint32 {
 	return math.MaxUint32
 }
 
-func sat32of(v uint64) uint32 {
-	if v > math.MaxUint32 {
-		return math.MaxUint32
-	}
-	return uint32(v)
-}
+func sat32of(v uint64) uint32 { return uint32(min(v, math.MaxUint32)) }
 
 // valid reports whether each suffix includes the one before it.
 func (r *Recent) valid() bool {
@@ -225,10 +220,6 @@ func nodeFailing(b *BreakerPolicy, c Counts) bool {
 	req := float64(c.Requests())
 	return (c.Failures > 0 && float64(c.Failures) >= b.FailureRateThreshold*req) ||
 		(c.SlowCalls > 0 && float64(c.SlowCalls) >= b.SlowCallRateThreshold*req)
-}
-
-func recentFailing(b *BreakerPolicy, c RecentCounts) bool {
-	return nodeFailing(b, Counts{Successes: uint64(c.Successes), Failures: uint64(c.Failures), SlowCalls: uint64(c.SlowCalls)})
 }
 
 // tripFound is what the trip rule judged when it trips: the reason, the

@@ -74,31 +74,26 @@ var (
 // "too_many_rows", "too_many_dependencies", "invalid_delta", "replayed",
 // "evicted"; "" for nil.
 func RefusalReason(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, ErrGenerationMax):
-		return "generation_max"
-	case errors.Is(err, ErrGenerationJump):
-		return "generation_jump"
-	case errors.Is(err, ErrSinceFuture):
-		return "since_future"
-	case errors.Is(err, ErrZoneScope):
-		return "zone_scope"
-	case errors.Is(err, ErrTooManyZones):
-		return "too_many_zones"
-	case errors.Is(err, ErrTooManyRows):
-		return "too_many_rows"
-	case errors.Is(err, ErrTooManyDependencies):
-		return "too_many_dependencies"
-	case errors.Is(err, ErrInvalidDelta):
-		return "invalid_delta"
-	case errors.Is(err, ErrReplayed):
-		return "replayed"
-	case errors.Is(err, ErrEvicted):
-		return "evicted"
+	}
+	for _, r := range refusalReasons {
+		if errors.Is(err, r.err) {
+			return r.label
+		}
 	}
 	return "invalid_item"
+}
+
+// refusalReasons are RefusalReason's labels, in the order it tries them.
+var refusalReasons = [...]struct {
+	err   error
+	label string
+}{
+	{ErrGenerationMax, "generation_max"}, {ErrGenerationJump, "generation_jump"}, {ErrSinceFuture, "since_future"},
+	{ErrZoneScope, "zone_scope"}, {ErrTooManyZones, "too_many_zones"}, {ErrTooManyRows, "too_many_rows"},
+	{ErrTooManyDependencies, "too_many_dependencies"}, {ErrInvalidDelta, "invalid_delta"},
+	{ErrReplayed, "replayed"}, {ErrEvicted, "evicted"},
 }
 
 // CheckDelta checks one client delta: every count at most MaxDelta, and no
@@ -160,11 +155,9 @@ func (c *rowCounter) release(node string) {
 }
 
 // checkRecord applies the record bounds against the record held for r's
-// zone. Caller holds d.mu.
+// zone (MergeRecord has refused a generation past MaxGeneration already).
+// Caller holds d.mu.
 func (d *depState) checkRecord(e *Engine, r BreakerRecord, now time.Time) error {
-	if r.Generation > MaxGeneration {
-		return fmt.Errorf("%w: %s generation %d", ErrGenerationMax, r.Dependency, r.Generation)
-	}
 	cur, ok := d.records[r.Zone]
 	if r.Generation > cur.Generation && r.Generation-cur.Generation > e.maxGenStep {
 		return fmt.Errorf("%w: %s generation %d, known %d, step at most %d", ErrGenerationJump, r.Dependency, r.Generation, cur.Generation, e.maxGenStep)
@@ -177,16 +170,11 @@ func (d *depState) checkRecord(e *Engine, r BreakerRecord, now time.Time) error 
 		if d.pol.Breaker.Scope != ScopeZone {
 			return fmt.Errorf("%w: %s zone %q", ErrZoneScope, r.Dependency, r.Zone)
 		}
-		if !ok && len(d.records)-b2i(d.hasFleetRecord()) >= e.maxZones {
+		if _, fleet := d.records[""]; !ok && len(d.records)-b2i(fleet) >= e.maxZones {
 			return fmt.Errorf("%w: %s has %d zones", ErrTooManyZones, r.Dependency, e.maxZones)
 		}
 	}
 	return nil
-}
-
-func (d *depState) hasFleetRecord() bool {
-	_, ok := d.records[""]
-	return ok
 }
 
 // proposerRank is this node's rank (0 = first) among the live agents of the

@@ -37,14 +37,8 @@ func (c Counts) IsZero() bool { return c == Counts{} }
 // Plus returns the field-by-field sum of c and o, each saturating at
 // MaxCount (numbers from other nodes never wrap a sum).
 func (c Counts) Plus(o Counts) Counts {
-	return Counts{
-		FirstAttempts: satAdd(c.FirstAttempts, o.FirstAttempts),
-		Retries:       satAdd(c.Retries, o.Retries),
-		Successes:     satAdd(c.Successes, o.Successes),
-		Failures:      satAdd(c.Failures, o.Failures),
-		SlowCalls:     satAdd(c.SlowCalls, o.SlowCalls),
-		Rejected:      satAdd(c.Rejected, o.Rejected),
-	}
+	c.add(&o)
+	return c
 }
 
 // add adds o to c in place, like Plus.
@@ -122,19 +116,7 @@ func stripeHint() int {
 // NewWindow returns an empty window of the given length (at least
 // WindowBuckets nanoseconds).
 func NewWindow(length time.Duration) *Window {
-	w := &Window{width: int64(length) / WindowBuckets}
-	if w.width < 1 {
-		w.width = 1
-	}
-	return w
-}
-
-// Length is the window's length.
-func (w *Window) Length() time.Duration { return time.Duration(w.width * WindowBuckets) }
-
-// Add adds c to the bucket holding now.
-func (w *Window) Add(now time.Time, c Counts) {
-	w.slot(now.UnixNano()).add(c)
+	return &Window{width: max(1, int64(length)/WindowBuckets)}
 }
 
 // add adds c to the bucket's counters, each saturating at MaxCount.
@@ -165,9 +147,6 @@ func addSat(c *atomic.Uint64, v uint64) {
 		}
 	}
 }
-
-// Totals sums the buckets that are inside the window at now.
-func (w *Window) Totals(now time.Time) Counts { return w.totals(now.UnixNano()) }
 
 // slot returns the bucket for time now (Unix nanoseconds), clearing it first
 // if it still holds an older slice of time. A bucket holding a newer slice
