@@ -46,8 +46,10 @@ const (
 	// registered agents memberlist does not list as alive and joins a few
 	// (gossip.Rejoin). A round costs nothing while every agent is alive;
 	// while some are unreachable it dials up to gossip.RejoinFanout of them
-	// (at most one gossip TCP timeout); 2 s bounds how long a healed
-	// partition waits for its first join across.
+	// (at most one gossip TCP timeout, beside the join loop). Rounds come
+	// every half to one and a half intervals, at random, so the first of a
+	// half's agents to try again after a heal does so a small fraction of
+	// the interval after it.
 	DefaultRejoinInterval = 2 * time.Second
 	// DefaultHealRejoinInterval: after a rejoin round reached an agent
 	// memberlist did not list as alive (a partition healed, or agents came

@@ -68,6 +68,18 @@ const (
 	DefaultDeadNodeReclaimTime = 5 * time.Second
 )
 
+// suspicionMaxTimeoutMult bounds how long memberlist lets a suspicion that
+// few members confirm run: up to this many times its shortest timeout
+// (SuspicionMult × log10(N) probe intervals: 11 s at N = 500 with the
+// default probe interval). memberlist's LAN default, 6, spreads the deaths
+// a partition causes over a minute; a partition that heals within it
+// leaves suspicions running, and those that time out before the member's
+// refutation arrives take a member that just came back out of the count
+// again (scale (e) at N = 500: hundreds of suspicions timed out in the
+// second after a 30 s partition healed). With 2 a member cut off is
+// declared dead within twice the shortest timeout (22 s at N = 500).
+const suspicionMaxTimeoutMult = 2
+
 // Config configures a Gossip. Start from DefaultConfig, set the required
 // fields and check it with Validate (New does too).
 type Config struct {

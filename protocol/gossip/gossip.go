@@ -272,6 +272,7 @@ func New(cfg Config) (*Gossip, error) {
 	// long as ten probes of it would have taken, enough to refute a false
 	// suspicion; longer only feeds packets to members that are gone.
 	mc.GossipToTheDeadTime = 10 * cfg.ProbeInterval
+	mc.SuspicionMaxTimeoutMult = suspicionMaxTimeoutMult
 	if cfg.Keyring != nil {
 		mc.Keyring = cfg.Keyring
 		mc.GossipVerifyIncoming = true
