@@ -16,6 +16,7 @@ import (
 	"github.com/fusebox-dev/fusebox/protocol/convert"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate/backoff"
+	"github.com/fusebox-dev/fusebox/sharedstate/ctxtime"
 )
 
 // Reconnection backoff of watch after a dropped stream.
@@ -128,10 +129,8 @@ func (o *watchOptions) run(ctx context.Context) error {
 		} else if time.Since(failingSince) >= o.timeout {
 			return rpcError(err, c.addr, c.ready())
 		}
-		select {
-		case <-ctx.Done():
+		if !ctxtime.Sleep(ctx, retry.Next()) {
 			return nil
-		case <-time.After(retry.Next()):
 		}
 	}
 }

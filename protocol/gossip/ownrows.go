@@ -139,7 +139,13 @@ func retransmitLimit(mult, n int) int {
 // packet (a number from g.packets) and none packet has.
 func (g *Gossip) takeOwnRows(limit int, packet uint64) []byte {
 	v := g.SendVersion()
-	rows := g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, g.numNodes()), packet)
+	return g.ownRowsFrame(v, g.rows.take(limit, v, retransmitLimit(g.cfg.RetransmitMult, g.numNodes()), packet))
+}
+
+// ownRowsFrame encodes rows, this node's, signed together in one frame at
+// version v (at version 1 also plain beside them); nil when there are
+// none or they could not be encoded.
+func (g *Gossip) ownRowsFrame(v byte, rows []*fuseboxv1.NodeWindow) []byte {
 	if len(rows) == 0 {
 		return nil
 	}

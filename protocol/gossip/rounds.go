@@ -6,7 +6,6 @@ import (
 
 	"github.com/hashicorp/memberlist"
 
-	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 )
 
@@ -80,25 +79,21 @@ func (g *Gossip) greetLater(m Member) {
 // counting them sent (the rounds' share of them is unchanged).
 func (g *Gossip) sendOwnRows(m Member) {
 	v := g.SendVersion()
-	rows := g.rows.newest(roundPacketBytes, v)
-	if len(rows) == 0 {
-		return
+	if frame := g.ownRowsFrame(v, g.rows.newest(roundPacketBytes, v)); frame != nil {
+		g.sendPacket(m, frame, "rows to a member back")
 	}
-	var plain []*fuseboxv1.NodeWindow
-	if v < protocol.Version2 {
-		plain = rows
-	}
-	frame, err := g.cfg.Codec.EncodeBatchAt(v, compose(v, plain, []*fuseboxv1.SignedItem{g.signRows(rows)}, nil))
-	if err != nil {
-		g.lg.Warn("gossip rows not encoded", "rows", len(rows), "err", err)
-		return
-	}
-	if err := g.ml.SendToAddress(memberlist.Address{Addr: m.Addr, Name: m.Name}, frame); err != nil {
-		g.lg.Debug("gossip rows to a member back: send failed", "to", m.Name, "err", err)
-		return
+}
+
+// sendPacket sends frame to member to outside memberlist's gossip (what
+// names the packet in the log when the send fails) and counts it.
+func (g *Gossip) sendPacket(to Member, frame []byte, what string) bool {
+	if err := g.ml.SendToAddress(memberlist.Address{Addr: to.Addr, Name: to.Name}, frame); err != nil {
+		g.lg.Debug("gossip "+what+": send failed", "to", to.Name, "err", err)
+		return false
 	}
 	g.stats.bytesOut[0].Add(uint64(len(frame)))
 	g.stats.msgsOut[0].Add(1)
+	return true
 }
 
 // round sends one packet to each of RowFanout random other members:
@@ -115,13 +110,9 @@ func (g *Gossip) round() {
 		if frame == nil {
 			return
 		}
-		if err := g.ml.SendToAddress(memberlist.Address{Addr: to.Addr, Name: to.Name}, frame); err != nil {
-			g.lg.Debug("gossip broadcast round: send failed", "to", to.Name, "err", err)
-			continue
+		if g.sendPacket(to, frame, "broadcast round") {
+			g.stats.roundsOut.Add(1)
 		}
-		g.stats.bytesOut[0].Add(uint64(len(frame)))
-		g.stats.msgsOut[0].Add(1)
-		g.stats.roundsOut.Add(1)
 	}
 }
 
