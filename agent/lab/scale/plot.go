@@ -24,7 +24,19 @@ var Growth = []Series{
 	{"bytes sent per agent per s (KB)", func(r Row) float64 { return r.Steady.BytesPerAgent / 1000 }},
 	{"messages sent per agent per s", func(r Row) float64 { return r.Steady.MsgsPerAgent }},
 	{"largest push-pull state (KB)", func(r Row) float64 { return float64(r.Steady.PushPull) / 1000 }},
+	{"memberlist's push-pull exchange, each way (KB)", exchangeKB},
 	{"heap per agent (MB)", func(r Row) float64 { return float64(r.Steady.HeapPerAgent) / 1e6 }},
+}
+
+// exchangeKB is the mean size of one direction of the streams (b) opened:
+// memberlist's push-pulls and the agents' joins, each its whole membership
+// plus this node's state (0: no stream in the window).
+func exchangeKB(r Row) float64 {
+	t := r.Steady.Traffic
+	if t.StreamsOpened == 0 {
+		return 0
+	}
+	return float64(t.StreamBytesSent) / float64(t.StreamsOpened) / 2 / 1000
 }
 
 // growthRows returns the rows the plot and the fits use: default tuning,
@@ -65,11 +77,16 @@ func Fits(rows []Row) []Fit {
 	}
 	var out []Fit
 	for _, s := range Growth {
-		var sx, sy, sxx, sxy float64
-		n := float64(len(rs))
+		var sx, sy, sxx, sxy, n float64
 		for _, r := range rs {
 			x, y := float64(r.N), s.Of(r)
-			sx, sy, sxx, sxy = sx+x, sy+y, sxx+x*x, sxy+x*y
+			if y == 0 { // not measured at this N (no stream in the window)
+				continue
+			}
+			sx, sy, sxx, sxy, n = sx+x, sy+y, sxx+x*x, sxy+x*y, n+1
+		}
+		if n < 2 {
+			continue
 		}
 		b := (n*sxy - sx*sy) / (n*sxx - sx*sx)
 		f := Fit{Series: s.Name, A: (sy - b*sx) / n, B: b}
@@ -111,6 +128,7 @@ func Plot(rows []Row, path string) error {
 		color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff},
 		color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff},
 		color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff},
+		color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff},
 	}
 	top := 0.0
 	for i, s := range Growth {

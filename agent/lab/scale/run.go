@@ -1,15 +1,18 @@
 package scale
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 )
 
 // Part is one fleet of a row: a row's scenarios run on two fleets, each
@@ -43,8 +46,8 @@ type RunConfig struct {
 	// Split is how long scenario (e) keeps the fleet split (optional,
 	// default 30 s).
 	Split time.Duration
-	// Measure is how long (b) and (c) measure the steady state (optional,
-	// default 10 s).
+	// Measure is how long (b) measures the steady state (optional,
+	// default MeasurePeriod).
 	Measure time.Duration
 	// Scenarios lists the scenarios to run, by letter (optional, default
 	// "abcdef": all). Columns of skipped scenarios print as "–".
@@ -156,10 +159,24 @@ func (t Tuning) String() string {
 	return strings.Join(out, " ")
 }
 
-// HealWait is how long scenario (e) waits for the fleet to converge by
-// itself after the heal (agents reconcile membership every
-// --rejoin-interval) before it makes every agent join one of the other half.
-const HealWait = time.Minute
+// HealWait is how long scenario (e) waits for the fleet to converge after
+// the heal: long enough to tell a heal over the target (3 s) from one that
+// does not come, short enough that a fleet which does not converge costs
+// minutes of wall time, not hours, at N = 1,000.
+const HealWait = 10 * time.Second
+
+// MeasurePeriod is (b)'s default measuring time for n agents: one period
+// of memberlist's periodic full-state exchange (push-pull), at least 10 s.
+// memberlist starts an exchange every interval up to 32 members and every
+// (1 + ⌈log2(n/32)⌉) intervals beyond. The fleet starts at one moment, so
+// the exchanges come in rounds; a window shorter than the period catches a
+// round or not by chance, one period counts every agent's exchange once.
+func MeasurePeriod(interval time.Duration, n int) time.Duration {
+	if n > 32 {
+		interval *= time.Duration(1 + math.Ceil(math.Log2(float64(n)/32)))
+	}
+	return max(10*time.Second, interval)
+}
 
 // LossyStartWait bounds how long scenario (d) waits for its fleet on
 // LossyLink to reach full membership.
@@ -183,10 +200,10 @@ func RunPart(ctx context.Context, cfg RunConfig, p Part, dir string, log io.Writ
 	if cfg.Split <= 0 {
 		cfg.Split = 30 * time.Second
 	}
-	if cfg.Measure <= 0 {
-		cfg.Measure = 10 * time.Second
-	}
 	n := cfg.N
+	if cfg.Measure <= 0 {
+		cfg.Measure = MeasurePeriod(cmp.Or(cfg.Tuning.PushPullInterval, gossip.DefaultPushPullInterval), n)
+	}
 	row = Row{N: n, ServiceTime: cfg.ServiceTime, Tuning: cfg.Tuning.String(), Scenarios: cfg.Scenarios}
 	if row.Scenarios == "" {
 		row.Scenarios = "abcdef"
@@ -265,7 +282,7 @@ func runClean(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trac
 		trace("(b) %+v", row.Steady)
 	}
 	if cfg.runs('c') {
-		if row.Thousand, err = Steady(ctx, f, "c", 1000, 10, 1000, 5*time.Second, cfg.Measure/2); err != nil {
+		if row.Thousand, err = Steady(ctx, f, "c", 1000, 10, 1000, 5*time.Second, 5*time.Second); err != nil {
 			return fmt.Errorf("(c): %w", err)
 		}
 		trace("(c) %+v", row.Thousand)

@@ -87,7 +87,8 @@ func (w logWriter) Write(b []byte) (int, error) {
 // calling 1,000 dependencies fits its push-pull in a frame.
 func TestScenarios(t *testing.T) {
 	const n = 50
-	cfg := RunConfig{N: n, Verbose: testing.Verbose()}
+	// (b) asserts rows known, not bandwidth: 10 s of it are enough.
+	cfg := RunConfig{N: n, Measure: 10 * time.Second, Verbose: testing.Verbose()}
 	row, err := inBubble(t, cfg, Clean)
 	if err != nil {
 		t.Fatal(err)
@@ -122,7 +123,7 @@ func TestScenarios(t *testing.T) {
 		if r.HealthySideRejecting != 0 || r.HealthySideEverOpen != 0 {
 			t.Errorf("the healthy half opened: %d reject at the end, %d were open at some point", r.HealthySideRejecting, r.HealthySideEverOpen)
 		}
-		if r.NotConverged != "" || !r.SelfHealed {
+		if !r.Converged {
 			t.Errorf("the fleet did not heal by itself within %v: %+v", HealWait, r)
 		}
 	})

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fusebox-dev/fusebox/agent"
-	"github.com/fusebox-dev/fusebox/agent/lab/fleet"
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/sharedstate"
@@ -346,18 +345,15 @@ type PartitionResult struct {
 	// HealthySideEverOpen counts healthy-half agents that held the fleet
 	// breaker open at any poll during the split.
 	HealthySideEverOpen int
-	// SelfHealed reports whether one membership and one record came back
-	// within HealWait of the heal without help; SelfHeal is how long it took.
-	SelfHealed bool
-	SelfHeal   time.Duration
-	// Converge is how long it took after the heal (or, when the fleet did
-	// not heal by itself, after every agent was told to join one agent of
-	// the other half) until every agent counted N agents, held the same
-	// record of dep and had the rows of every client.
-	Converge time.Duration
-	// NotConverged says what was still wrong when the fleet had not
-	// converged JoinedConvergeWait after those joins ("": it converged).
-	NotConverged string
+	// Converged reports whether every agent counted N agents, held the same
+	// record of dep and had the rows of every client within HealWait of
+	// the heal; Converge is how long that took.
+	Converged bool
+	Converge  time.Duration
+	// Members, Rows and Records count the agents that counted N agents,
+	// had every client's row and held agent 0's record when the wait
+	// ended without convergence.
+	Members, Rows, Records int
 }
 
 // Partition runs scenario (e): k clients in each half report healthy
@@ -435,56 +431,16 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	wctx, cancel := context.WithTimeout(ctx, healWait)
 	err := f.waitConverged(wctx, dep, clients)
 	cancel()
-	if err == nil {
-		took := time.Since(healed)
-		r.SelfHealed, r.SelfHeal, r.Converge = true, took, took
-		return r, nil
-	}
 	if ctx.Err() != nil {
 		return r, ctx.Err()
 	}
-	// Not healed by itself (memberlist forgets members it declared dead,
-	// and the agents rejoin only when alone: issue 10): do what a
-	// membership reconciliation would, once: every agent joins one agent of
-	// the other half.
-	// Best effort, like the reconciliation it stands for: a join that
-	// times out is left to gossip; convergence is what is waited for.
-	joined := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, fleet.StartParallel)
-	for i := range n {
-		other := (i + half) % n
-		if i >= half {
-			other = i - half
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if _, err := f.Agent(i).Gossip().Join([]string{f.Addr(other)}); err != nil && f.cfg.Trace != nil {
-				f.cfg.Trace("partition: %s could not join %s after the heal: %v", Name(i), Name(other), err)
-			}
-		}()
+	if err == nil {
+		r.Converged, r.Converge = true, time.Since(healed)
+	} else {
+		r.Members, r.Rows, r.Records = f.convergence(dep, clients)
 	}
-	wg.Wait()
-	jctx, cancel := context.WithTimeout(ctx, JoinedConvergeWait)
-	err = f.waitConverged(jctx, dep, clients)
-	cancel()
-	if err != nil {
-		if ctx.Err() != nil {
-			return r, ctx.Err()
-		}
-		// Reported, not fatal: the table says the fleet did not converge.
-		r.NotConverged = err.Error()
-	}
-	r.Converge = time.Since(joined)
 	return r, nil
 }
-
-// JoinedConvergeWait bounds how long Partition waits for convergence after
-// the joins that stand for a reconciliation.
-const JoinedConvergeWait = 2 * time.Minute
 
 // traceConvergence traces, every 500 ms until stopped,
 // how many agents count N agents, have every client's row and hold agent
@@ -506,35 +462,48 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 				return
 			case <-t.C:
 			}
-			members, rows, same := 0, 0, 0
-			r0, _ := f.Record(0, dep)
+			members, rows, same := f.convergence(dep, clients)
+			missing := 0
 			for i := range f.Size() {
-				a := f.Agent(i)
-				if a == nil {
-					continue
-				}
-				if a.Gossip().NumAgents() == f.Size() {
-					members++
-				}
-				if f.rowsFrom(a, dep, clients) == len(clients) {
-					rows++
-				}
-				if r, _ := f.Record(i, dep); sharedstate.SameRecord(r0, r) {
-					same++
+				if a := f.Agent(i); a != nil {
+					missing += f.Size() - a.Gossip().NumAgents()
 				}
 			}
 			s := f.Net().Stats()
 			d := s.Sub(prev)
 			prev = s
-			f.cfg.Trace("heal +%v: %d of %d agents count them all, %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages), %d streams, %d dials timed out",
-				time.Since(since).Round(time.Millisecond), members, f.Size(), rows, same,
-				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.StreamsOpened, d.StreamsTimedOut)
+			f.cfg.Trace("heal +%v: %d of %d agents count them all (%d members missing in all), %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages: %d membership, %d of them suspect, %d dead), %d dropped, %d streams, %d dials timed out",
+				time.Since(since).Round(time.Millisecond), members, f.Size(), missing, rows, same,
+				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.MembershipMessages, d.SuspectMessages, d.DeadMessages,
+				d.PacketsDropped, d.StreamsOpened, d.StreamsTimedOut)
 		}
 	})
 	return func() {
 		close(done)
 		wg.Wait()
 	}
+}
+
+// convergence counts the agents that count N agents, have every client's
+// row of dep and hold agent 0's record of it.
+func (f *Fleet) convergence(dep string, clients []int) (members, rows, same int) {
+	r0, _ := f.Record(0, dep)
+	for i := range f.Size() {
+		a := f.Agent(i)
+		if a == nil {
+			continue
+		}
+		if a.Gossip().NumAgents() == f.Size() {
+			members++
+		}
+		if f.rowsFrom(a, dep, clients) == len(clients) {
+			rows++
+		}
+		if r, _ := f.Record(i, dep); sharedstate.SameRecord(r0, r) {
+			same++
+		}
+	}
+	return members, rows, same
 }
 
 // rowsFrom counts the clients whose row of dep agent a holds.

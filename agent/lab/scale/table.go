@@ -59,12 +59,10 @@ func (r Row) Markdown() string {
 	trip := func(t TripResult) string {
 		return fmt.Sprintf("%s / %s / %s", ms(t.P50), ms(t.P99), ms(t.Max))
 	}
-	heal := fmt.Sprintf("not within %v by itself; %.1f s after every agent joined one of the other half", HealWait, r.Partition.Converge.Seconds())
-	if r.Partition.NotConverged != "" {
-		heal = fmt.Sprintf("not within %v by itself, nor %v after every agent joined one of the other half", HealWait, JoinedConvergeWait)
-	}
-	if r.Partition.SelfHealed {
-		heal = fmt.Sprintf("%.1f s by itself", r.Partition.Converge.Seconds())
+	heal := fmt.Sprintf("not within %v: then %d of %d agents counted every member, %d had every client's row, %d held the same record",
+		HealWait, r.Partition.Members, r.N, r.Partition.Rows, r.Partition.Records)
+	if r.Partition.Converged {
+		heal = fmt.Sprintf("%.1f s", r.Partition.Converge.Seconds())
 	}
 	lossy, lossyProposers := trip(r.Lossy), fmt.Sprint(r.Lossy.Proposers)
 	if r.LossyNotStarted != "" {

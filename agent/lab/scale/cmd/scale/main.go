@@ -59,7 +59,7 @@ func run() int {
 	flag.StringVar(&sizes, "sizes", "10,50,200,500,1000", "fleet sizes, comma-separated: a row each; N:LETTERS runs size N with those scenarios only")
 	flag.StringVar(&services, "service-time", "0", "host CPU per packet received (simnet's ServiceTime), comma-separated durations: a row each per size (0: infinitely fast hosts)")
 	flag.DurationVar(&o.base.Split, "split", 30*time.Second, "how long scenario (e) keeps the fleet split")
-	flag.DurationVar(&o.base.Measure, "measure", 10*time.Second, "how long scenarios (b) and (c) measure the steady state")
+	flag.DurationVar(&o.base.Measure, "measure", 0, "how long scenario (b) measures the steady state (0: one period of memberlist's push-pull at N, at least 10 s)")
 	flag.BoolVar(&o.base.Verbose, "v", false, "print each step to stderr")
 	flag.StringVar(&o.base.Scenarios, "scenarios", "abcdef", "which scenarios to run, by letter (the others' columns print as –)")
 	flag.StringVar(&o.testBinary, "test-binary", "", "the scale package's test binary (default: go test -c into a temp dir)")
