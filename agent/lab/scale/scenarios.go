@@ -437,7 +437,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	if err == nil {
 		r.Converged, r.Converge = true, time.Since(healed)
 	} else {
-		r.Members, r.Rows, r.Records = f.convergence(dep, clients)
+		r.Members, r.Rows, r.Records, _ = f.convergence(dep, clients)
 	}
 	return r, nil
 }
@@ -462,13 +462,7 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 				return
 			case <-t.C:
 			}
-			members, rows, same := f.convergence(dep, clients)
-			missing := 0
-			for i := range f.Size() {
-				if a := f.Agent(i); a != nil {
-					missing += f.Size() - a.Gossip().NumAgents()
-				}
-			}
+			members, rows, same, missing := f.convergence(dep, clients)
 			s := f.Net().Stats()
 			d := s.Sub(prev)
 			prev = s
@@ -485,16 +479,19 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 }
 
 // convergence counts the agents that count N agents, have every client's
-// row of dep and hold agent 0's record of it.
-func (f *Fleet) convergence(dep string, clients []int) (members, rows, same int) {
+// row of dep and hold agent 0's record of it, and the members missing from
+// the agents' counts in all.
+func (f *Fleet) convergence(dep string, clients []int) (members, rows, same, missing int) {
 	r0, _ := f.Record(0, dep)
 	for i := range f.Size() {
 		a := f.Agent(i)
 		if a == nil {
 			continue
 		}
-		if a.Gossip().NumAgents() == f.Size() {
+		if c := a.Gossip().NumAgents(); c == f.Size() {
 			members++
+		} else {
+			missing += f.Size() - c
 		}
 		if f.rowsFrom(a, dep, clients) == len(clients) {
 			rows++
@@ -503,7 +500,7 @@ func (f *Fleet) convergence(dep string, clients []int) (members, rows, same int)
 			same++
 		}
 	}
-	return members, rows, same
+	return members, rows, same, missing
 }
 
 // rowsFrom counts the clients whose row of dep agent a holds.
