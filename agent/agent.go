@@ -285,6 +285,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.PushPullInterval = cfg.PushPullInterval
 	gc.ProbeInterval = cfg.ProbeInterval
 	gc.RetransmitMult = cfg.RetransmitMult
+	gc.GossipNodes = cfg.GossipNodes
 	gc.ProbeTimeout = cfg.ProbeTimeout
 	gc.TCPTimeout = cfg.GossipTCPTimeout
 	gc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime

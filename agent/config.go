@@ -213,6 +213,10 @@ type Config struct {
 	// RetransmitMult scales how often a broadcast is retransmitted
 	// (optional, default 4; FIELD-NOTES: 2 loses broadcasts at 20+ nodes).
 	RetransmitMult int
+	// GossipNodes is how many random members memberlist gossips membership
+	// changes to every GossipInterval (optional, default
+	// gossip.DefaultGossipNodes; 1..64).
+	GossipNodes int
 	// RowFanout is how many random members each broadcast round (every
 	// GossipInterval) sends a packet of queued records and rows to; 0 sends
 	// them in memberlist's own gossip packets instead (optional, default
@@ -318,6 +322,7 @@ func DefaultConfig() Config {
 		PushPullInterval:   gossip.DefaultPushPullInterval,
 		ProbeInterval:      gossip.DefaultProbeInterval,
 		RetransmitMult:     gossip.DefaultRetransmitMult,
+		GossipNodes:        gossip.DefaultGossipNodes,
 		TickInterval:       DefaultTickInterval,
 		ShutdownTimeout:    DefaultShutdownTimeout,
 		MemberTTL:          DefaultMemberTTL,
@@ -441,6 +446,9 @@ func (c Config) validate(inProcessAPI bool) error {
 	positive("heal-rejoin-interval", c.HealRejoinInterval, time.Millisecond)
 	if c.HealRejoinInterval > c.RejoinInterval {
 		bad("heal-rejoin-interval", "must be at most rejoin-interval (%v), got %v", c.RejoinInterval, c.HealRejoinInterval)
+	}
+	if c.GossipNodes < 1 || c.GossipNodes > 64 {
+		bad("gossip-nodes", "must be in 1..64, got %d", c.GossipNodes)
 	}
 	if c.RowFanout < 0 || c.RowFanout > 64 {
 		bad("row-fanout", "must be in 0..64, got %d", c.RowFanout)

@@ -58,6 +58,7 @@ func TestValidateNamesEveryViolation(t *testing.T) {
 	c.HealRejoinInterval = time.Minute
 	c.JoinRetryMax = time.Microsecond
 	c.RowFanout = -1
+	c.GossipNodes = 0
 	c.ProbeTimeout, c.GossipTCPTimeout, c.DeadNodeReclaimTime, c.LeaveTimeout = 0, 0, 0, 0
 	err := c.Validate()
 	if err == nil {
@@ -66,7 +67,7 @@ func TestValidateNamesEveryViolation(t *testing.T) {
 	for _, want := range []string{"name: must not be empty", `gossip-addr: must be host:port, got "nope"`,
 		"grpc-addr: must be a loopback address", `log-format: must be "text" or "json", got "xml"`,
 		"max-dependencies: must be > 0, got 0", "heal-rejoin-interval: must be at most rejoin-interval (2s), got 1m0s",
-		"join-retry-max: must be at least join-retry-min", "row-fanout: must be in 0..64, got -1",
+		"join-retry-max: must be at least join-retry-min", "row-fanout: must be in 0..64, got -1", "gossip-nodes: must be in 1..64, got 0",
 		"probe-timeout: must be at least", "gossip-tcp-timeout: must be at least", "dead-node-reclaim-time: must be at least",
 		"leave-timeout: must be at least"} {
 		if !strings.Contains(err.Error(), want) {

@@ -58,6 +58,7 @@ func NewFlagSet(cfg *Config) *pflag.FlagSet {
 	fs.DurationVar(&cfg.GossipTCPTimeout, "gossip-tcp-timeout", cfg.GossipTCPTimeout, "bound on memberlist's stream dials, reads and writes (joins, push-pull)")
 	fs.DurationVar(&cfg.DeadNodeReclaimTime, "dead-node-reclaim-time", cfg.DeadNodeReclaimTime, "how long after its death an agent's name may be taken by one at another address")
 	fs.IntVar(&cfg.RetransmitMult, "retransmit-mult", cfg.RetransmitMult, "memberlist broadcast retransmit multiplier (at least 4 recommended)")
+	fs.IntVar(&cfg.GossipNodes, "gossip-nodes", cfg.GossipNodes, "members memberlist gossips membership changes (alive, suspect, dead) to every --gossip-interval")
 	fs.IntVar(&cfg.RowFanout, "row-fanout", cfg.RowFanout, "members each broadcast round sends a packet of records and rows to, every --gossip-interval (0: in memberlist's gossip packets)")
 	fs.DurationVar(&cfg.TickInterval, "tick-interval", cfg.TickInterval, "how often changed rows are gossiped and breakers re-evaluated")
 	fs.DurationVar(&cfg.ShutdownTimeout, "shutdown-timeout", cfg.ShutdownTimeout, "bound on a graceful shutdown")

@@ -46,6 +46,20 @@ const (
 	// with 4, 20 memberlists on a 5%-loss simulated network reach full
 	// membership (the memberlist test of the lab's agent/lab/simnet).
 	DefaultRetransmitMult = 4
+	// DefaultGossipNodes: how many random members memberlist sends its own
+	// messages (alive, suspect, dead) to every GossipInterval, each time a
+	// packet of at most 1.4 KB. memberlist's default is 3. Only membership
+	// changes fill these packets (records and rows go in rounds of their
+	// own), so a steady fleet sends none either way; what the number sets
+	// is how fast a change of many members spreads. In a partition into
+	// halves every member's queue holds a suspicion and then a death for
+	// each member of the other half, each sent RetransmitMult × log10(N+1)
+	// times, and half of the packets go to the other half, where they are
+	// lost: at N = 1,000 with 3 (and the detector settings below), an
+	// eighth of the deaths were still to come 30 s after the split, with
+	// 6 0.3% (scale (e), -v). 6 spreads a change twice as
+	// fast, at twice the bytes per second for half as long.
+	DefaultGossipNodes = 6
 	// DefaultProbeTimeout: how long a probe waits for an ack before asking
 	// others to probe indirectly; memberlist's LAN default, a generous
 	// 99th-percentile round trip inside a data centre. A member uses at
@@ -68,17 +82,39 @@ const (
 	DefaultDeadNodeReclaimTime = 5 * time.Second
 )
 
-// suspicionMaxTimeoutMult bounds how long memberlist lets a suspicion that
-// few members confirm run: up to this many times its shortest timeout
-// (SuspicionMult × log10(N) probe intervals: 11 s at N = 500 with the
-// default probe interval). memberlist's LAN default, 6, spreads the deaths
-// a partition causes over a minute; a partition that heals within it
-// leaves suspicions running, and those that time out before the member's
-// refutation arrives take a member that just came back out of the count
-// again (scale (e) at N = 500: hundreds of suspicions timed out in the
-// second after a 30 s partition healed). With 2 a member cut off is
-// declared dead within twice the shortest timeout (22 s at N = 500).
-const suspicionMaxTimeoutMult = 2
+// The failure detector's settings: a partition's deaths are declared well
+// within a 30 s split at every fleet size up to 1,000, so that when it heals
+// no suspicion is still running. One that is, once the heal's state
+// exchanges bring confirmations from the other side, times out at once and
+// takes a member that has just come back out of the count again until it
+// refutes (scale (e) at N = 1,000 with memberlist's defaults for these, 3
+// gossip nodes and a bound of 2: 17,645 suspicions timed out in the heal's
+// first millisecond, and the membership was not whole 10 s later; with
+// these and 6 gossip nodes it was whole 1.5 s after the heal).
+const (
+	// suspicionMaxTimeoutMult bounds how long memberlist lets a suspicion
+	// that few members confirm run, in multiples of its shortest timeout
+	// (SuspicionMult × log10(N) probe intervals, at least 4: 12 s at
+	// N = 1,000 with the default probe interval). memberlist's LAN
+	// default, 6, spreads a partition's deaths over a minute or more; with
+	// 1 every member that hears of a suspicion declares the death after
+	// the shortest timeout, however few confirm it. A member falsely
+	// suspected still has that long to refute, which it does as soon as
+	// the suspicion reaches it.
+	suspicionMaxTimeoutMult = 1
+	// awarenessMaxMultiplier turns off memberlist's local health
+	// (Lifeguard's): a member whose probes fail without the nacks it
+	// expected from the members it asked to probe indirectly takes the
+	// fault for its own and stretches its probe timeout, and with it the
+	// time between its probes, up to 8 times by default. In a partition
+	// into halves every member asks members of the other half too, so
+	// every member slows down and the other half's deaths come later: at
+	// N = 500 a 30 s split left 1.4% of them undeclared with it (and 3
+	// gossip nodes, a bound of 2), 0.2% without it. A member starved of
+	// CPU now suspects others as soon as a healthy one would; their
+	// refutations keep them in.
+	awarenessMaxMultiplier = 1
+)
 
 // Config configures a Gossip. Start from DefaultConfig, set the required
 // fields and check it with Validate (New does too).
@@ -120,6 +156,10 @@ type Config struct {
 	// RetransmitMult scales broadcast retransmits (optional, default
 	// DefaultRetransmitMult; at least 1).
 	RetransmitMult int
+	// GossipNodes is how many random members memberlist gossips its own
+	// messages to every GossipInterval (optional, default
+	// DefaultGossipNodes; 1..64).
+	GossipNodes int
 	// RowFanout is how many random members each broadcast round (every
 	// GossipInterval) sends one packet of the queued records and rows to
 	// (optional, default DefaultRowFanout; 0..64). 0 sends them in
@@ -164,6 +204,7 @@ func DefaultConfig() Config {
 		PushPullInterval: DefaultPushPullInterval,
 		ProbeInterval:    DefaultProbeInterval,
 		RetransmitMult:   DefaultRetransmitMult,
+		GossipNodes:      DefaultGossipNodes,
 		RowFanout:        DefaultRowFanout,
 
 		ProbeTimeout:        DefaultProbeTimeout,
@@ -220,6 +261,9 @@ func (c Config) Validate() error {
 	atLeast("ProbeTimeout", c.ProbeTimeout)
 	atLeast("TCPTimeout", c.TCPTimeout)
 	atLeast("DeadNodeReclaimTime", c.DeadNodeReclaimTime)
+	if c.GossipNodes < 1 || c.GossipNodes > 64 {
+		bad("GossipNodes", "must be in 1..64, got %d", c.GossipNodes)
+	}
 	if c.RowFanout < 0 || c.RowFanout > 64 {
 		bad("RowFanout", "must be in 0..64, got %d", c.RowFanout)
 	}

@@ -266,6 +266,7 @@ func New(cfg Config) (*Gossip, error) {
 	mc.ProbeInterval = cfg.ProbeInterval
 	mc.ProbeTimeout = min(cfg.ProbeTimeout, cfg.ProbeInterval/2)
 	mc.RetransmitMult = cfg.RetransmitMult
+	mc.GossipNodes = cfg.GossipNodes
 	mc.TCPTimeout = cfg.TCPTimeout
 	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime // a restarted agent (new port) may take its name back
 	// Ten probe rounds: a member declared dead hears the gossip for as
@@ -273,6 +274,7 @@ func New(cfg Config) (*Gossip, error) {
 	// suspicion; longer only feeds packets to members that are gone.
 	mc.GossipToTheDeadTime = 10 * cfg.ProbeInterval
 	mc.SuspicionMaxTimeoutMult = suspicionMaxTimeoutMult
+	mc.AwarenessMaxMultiplier = awarenessMaxMultiplier
 	if cfg.Keyring != nil {
 		mc.Keyring = cfg.Keyring
 		mc.GossipVerifyIncoming = true

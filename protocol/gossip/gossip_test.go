@@ -120,6 +120,7 @@ func TestConfigValidate(t *testing.T) {
 		Meta:           NodeMeta{Zone: strings.Repeat("z", 600)},
 		GossipInterval: -time.Second,
 		RetransmitMult: 0,
+		GossipNodes:    65,
 	}
 	err := bad.Validate()
 	if err == nil {
@@ -127,7 +128,8 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, want := range []string{"Name", `BindAddr: must be host:port, got "nope"`, "AdvertiseAddr: port",
 		"Meta.Role", "Meta: gossip: node metadata too large", "Handler", "GossipInterval: must be at least 1ms, got -1s",
-		"PushPullInterval", "ProbeInterval", "ProbeTimeout", "TCPTimeout", "DeadNodeReclaimTime", "RetransmitMult: must be at least 1, got 0"} {
+		"PushPullInterval", "ProbeInterval", "ProbeTimeout", "TCPTimeout", "DeadNodeReclaimTime", "RetransmitMult: must be at least 1, got 0",
+		"GossipNodes: must be in 1..64, got 65"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate error does not name %q:\n%v", want, err)
 		}

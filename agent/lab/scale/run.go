@@ -100,15 +100,15 @@ func (c RunConfig) Needs(p Part) bool {
 type Tuning struct {
 	GossipInterval, ProbeInterval, PushPullInterval time.Duration
 	RejoinInterval, HealRejoinInterval              time.Duration
-	RetransmitMult                                  int
+	RetransmitMult, GossipNodes                     int
 	// RowFanout is the agents' --row-fanout (nil: the default).
 	RowFanout *int `json:",omitempty"`
 }
 
 // Validate names every problem of the tuning.
 func (t Tuning) Validate() error {
-	if t.GossipInterval < 0 || t.ProbeInterval < 0 || t.PushPullInterval < 0 || t.RejoinInterval < 0 || t.HealRejoinInterval < 0 || t.RetransmitMult < 0 {
-		return fmt.Errorf("scale: tuning %+v: intervals and RetransmitMult must be >= 0", t)
+	if t.GossipInterval < 0 || t.ProbeInterval < 0 || t.PushPullInterval < 0 || t.RejoinInterval < 0 || t.HealRejoinInterval < 0 || t.RetransmitMult < 0 || t.GossipNodes < 0 {
+		return fmt.Errorf("scale: tuning %+v: intervals, RetransmitMult and GossipNodes must be >= 0", t)
 	}
 	if t.RowFanout != nil && (*t.RowFanout < 0 || *t.RowFanout > 64) {
 		return fmt.Errorf("scale: tuning: RowFanout must be in 0..64, got %d", *t.RowFanout)
@@ -131,6 +131,9 @@ func (t Tuning) Apply(c *agent.Config) {
 	if t.RetransmitMult > 0 {
 		c.RetransmitMult = t.RetransmitMult
 	}
+	if t.GossipNodes > 0 {
+		c.GossipNodes = t.GossipNodes
+	}
 	if t.RowFanout != nil {
 		c.RowFanout = *t.RowFanout
 	}
@@ -152,6 +155,9 @@ func (t Tuning) String() string {
 	add("heal-rejoin-interval", t.HealRejoinInterval)
 	if t.RetransmitMult > 0 {
 		out = append(out, fmt.Sprintf("-retransmit-mult %d", t.RetransmitMult))
+	}
+	if t.GossipNodes > 0 {
+		out = append(out, fmt.Sprintf("-gossip-nodes %d", t.GossipNodes))
 	}
 	if t.RowFanout != nil {
 		out = append(out, fmt.Sprintf("-row-fanout %d", *t.RowFanout))

@@ -393,6 +393,8 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	stopSick()
 	stopSick = f.traffic(ctx, sick, []string{dep}, 0, 10)
 	defer stopSick()
+	clients := append(append([]int(nil), sick...), healthy...)
+	stopProgress := f.traceConvergence("split", 5*time.Second, dep, clients, time.Now())
 
 	everOpen := make([]bool, n)
 	end := time.Now().Add(split)
@@ -411,6 +413,7 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		}
 	}
 	t.Stop()
+	stopProgress()
 	for i := range n {
 		switch {
 		case i < half && f.Rejects(i, dep):
@@ -423,10 +426,9 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 		}
 	}
 
-	clients := append(append([]int(nil), sick...), healthy...)
 	f.Net().Heal()
 	healed := time.Now()
-	stopProgress := f.traceConvergence(dep, clients, healed)
+	stopProgress = f.traceConvergence("heal", 500*time.Millisecond, dep, clients, healed)
 	defer stopProgress()
 	wctx, cancel := context.WithTimeout(ctx, healWait)
 	err := f.waitConverged(wctx, dep, clients)
@@ -442,18 +444,18 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	return r, nil
 }
 
-// traceConvergence traces, every 500 ms until stopped,
-// how many agents count N agents, have every client's row and hold agent
+// traceConvergence traces, every interval until stopped, labelled by
+// what happened since, how many agents count N agents, have every client's row and hold agent
 // 0's record, and what the network carried meanwhile (nothing without a
 // Trace).
-func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (stop func()) {
+func (f *Fleet) traceConvergence(label string, interval time.Duration, dep string, clients []int, since time.Time) (stop func()) {
 	if f.cfg.Trace == nil {
 		return func() {}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(500 * time.Millisecond)
+		t := time.NewTicker(interval)
 		defer t.Stop()
 		prev := f.Net().Stats()
 		for {
@@ -466,8 +468,8 @@ func (f *Fleet) traceConvergence(dep string, clients []int, since time.Time) (st
 			s := f.Net().Stats()
 			d := s.Sub(prev)
 			prev = s
-			f.cfg.Trace("heal +%v: %d of %d agents count them all (%d members missing in all), %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages: %d membership, %d of them suspect, %d dead), %d dropped, %d streams, %d dials timed out",
-				time.Since(since).Round(time.Millisecond), members, f.Size(), missing, rows, same,
+			f.cfg.Trace("%s +%v: %d of %d agents count them all (%d members missing in all), %d have every client's row, %d hold agent 0's record; packets %d (%d with user messages, %d user and %d memberlist messages: %d membership, %d of them suspect, %d dead), %d dropped, %d streams, %d dials timed out",
+				label, time.Since(since).Round(time.Millisecond), members, f.Size(), missing, rows, same,
 				d.PacketsSent, d.PacketsWithUser, d.UserMessages, d.OwnMessages, d.MembershipMessages, d.SuspectMessages, d.DeadMessages,
 				d.PacketsDropped, d.StreamsOpened, d.StreamsTimedOut)
 		}

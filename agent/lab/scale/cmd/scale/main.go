@@ -76,6 +76,7 @@ func run() int {
 	flag.DurationVar(&t.RejoinInterval, "rejoin-interval", 0, "the agents' --rejoin-interval (0: the default)")
 	flag.DurationVar(&t.HealRejoinInterval, "heal-rejoin-interval", 0, "the agents' --heal-rejoin-interval (0: the default)")
 	flag.IntVar(&t.RetransmitMult, "retransmit-mult", 0, "the agents' --retransmit-mult (0: the default)")
+	flag.IntVar(&t.GossipNodes, "gossip-nodes", 0, "the agents' --gossip-nodes (0: the default)")
 	rowFanout := flag.Int("row-fanout", -1, "the agents' --row-fanout (-1: the default)")
 	flag.Parse()
 	if *rowFanout >= 0 {
