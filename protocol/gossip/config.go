@@ -55,10 +55,10 @@ const (
 	// halves every member's queue holds a suspicion and then a death for
 	// each member of the other half, each sent RetransmitMult × log10(N+1)
 	// times, and half of the packets go to the other half, where they are
-	// lost: at N = 1,000 with 3 (and the detector settings below), an
-	// eighth of the deaths were still to come 30 s after the split, with
-	// 6 0.3% (scale (e), -v). 6 spreads a change twice as
-	// fast, at twice the bytes per second for half as long.
+	// lost. At N = 1,000, with the detector settings below, an eighth of
+	// the deaths were still to come 30 s after the split with 3 and 0.3%
+	// with 6 (scale (e), -v). 6 spreads a change twice as fast, at twice
+	// the bytes per second for half as long.
 	DefaultGossipNodes = 6
 	// DefaultProbeTimeout: how long a probe waits for an ack before asking
 	// others to probe indirectly; memberlist's LAN default, a generous
@@ -87,8 +87,8 @@ const (
 // no suspicion is still running. One that is, once the heal's state
 // exchanges bring confirmations from the other side, times out at once and
 // takes a member that has just come back out of the count again until it
-// refutes (scale (e) at N = 1,000 with memberlist's defaults for these, 3
-// gossip nodes and a bound of 2: 17,645 suspicions timed out in the heal's
+// refutes (scale (e) at N = 1,000 with memberlist's local health, 3
+// gossip nodes and a suspicion bound of 2: 17,645 suspicions timed out in the heal's
 // first millisecond, and the membership was not whole 10 s later; with
 // these and 6 gossip nodes it was whole 1.5 s after the heal).
 const (

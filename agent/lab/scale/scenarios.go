@@ -444,10 +444,10 @@ func Partition(ctx context.Context, f *Fleet, dep string, k int, split, healWait
 	return r, nil
 }
 
-// traceConvergence traces, every interval until stopped, labelled by
-// what happened since, how many agents count N agents, have every client's row and hold agent
-// 0's record, and what the network carried meanwhile (nothing without a
-// Trace).
+// traceConvergence traces, every interval until stopped and labelled by
+// what happened at since, how many agents count N agents, have every
+// client's row and hold agent 0's record, and what the network carried
+// meanwhile (nothing without a Trace).
 func (f *Fleet) traceConvergence(label string, interval time.Duration, dep string, clients []int, since time.Time) (stop func()) {
 	if f.cfg.Trace == nil {
 		return func() {}
