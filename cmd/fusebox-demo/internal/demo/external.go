@@ -124,8 +124,8 @@ func (d *Demo) clientChanged(c clientlib.StateChange) {
 	if !d.running() {
 		return
 	}
-	from, to := clientStateName(c.From), clientStateName(c.To)
-	if from == to && c.From.Generation == c.To.Generation {
+	from, to, ok := clientTransition(c)
+	if !ok {
 		return
 	}
 	now := time.Now()
@@ -137,18 +137,38 @@ func (d *Demo) clientChanged(c clientlib.StateChange) {
 	})
 }
 
+// clientTransition names a client's state change's two ends; ok is false
+// when it is no transition: nothing moved, or only the deciding side did
+// (the local fallback handing over to the agent's push, or back).
+func clientTransition(c clientlib.StateChange) (from, to string, ok bool) {
+	if c.From.FromAgent != c.To.FromAgent && decidedStateName(c.From) == decidedStateName(c.To) {
+		return "", "", false
+	}
+	from, to = clientStateName(c.From), clientStateName(c.To)
+	if from == to && c.From.Generation == c.To.Generation {
+		return "", "", false
+	}
+	return from, to, true
+}
+
 // clientStateName is a client's Status as the dashboard names it (see
 // stateName); "local-fallback:" prefixes what the client decides alone.
 func clientStateName(s clientlib.Status) string {
-	snap := &sharedstate.Snapshot{State: s.State, LocalState: s.LocalState, Override: s.Override}
-	if s.Shadow {
-		snap.Policy = &sharedstate.Policy{Breaker: sharedstate.BreakerPolicy{Mode: sharedstate.ModeShadow}}
-	}
-	name := stateName(snap)
+	name := decidedStateName(s)
 	if !s.FromAgent {
 		name = "local-fallback:" + name
 	}
 	return name
+}
+
+// decidedStateName is a client's Status as the dashboard names it, whoever
+// decided it.
+func decidedStateName(s clientlib.Status) string {
+	snap := &sharedstate.Snapshot{State: s.State, LocalState: s.LocalState, Override: s.Override}
+	if s.Shadow {
+		snap.Policy = &sharedstate.Policy{Breaker: sharedstate.BreakerPolicy{Mode: sharedstate.ModeShadow}}
+	}
+	return stateName(snap)
 }
 
 // printExternalBanner is printBanner with Config.Agent.
