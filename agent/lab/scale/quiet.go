@@ -26,8 +26,9 @@ type QuietResult struct {
 // disseminating the fleet's membership changes: every alive, suspect and
 // dead message is retransmitted RetransmitMult × log10(N+1) times by
 // every member that learns it, in the room of memberlist's gossip packets
-// (3 of ~1.4 KB per gossip interval), so a change of every member (a
-// start, a heal) keeps those packets full for a time that grows with N.
+// (--gossip-nodes of ~1.4 KB per gossip interval), so a change of every
+// member (a start, a heal) keeps those packets full for a time that grows
+// with N.
 // Scenarios (b) and (c) measure the steady state after it.
 func (f *Fleet) WaitQuiet(ctx context.Context, limit time.Duration) (QuietResult, error) {
 	var r QuietResult

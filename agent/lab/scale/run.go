@@ -21,7 +21,7 @@ import (
 type Part string
 
 const (
-	// Clean is the fleet on clean links: scenarios (a), (f), (e), (b), (c).
+	// Clean is the fleet on clean links: scenarios (a), (e), (f), (b), (c).
 	Clean Part = "clean"
 	// Lossy is the fleet on LossyLink: scenario (d).
 	Lossy Part = "lossy"
@@ -241,7 +241,7 @@ func RunPart(ctx context.Context, cfg RunConfig, p Part, dir string, log io.Writ
 // goroutine it started has.
 const SettleTime = 10 * time.Second
 
-// runClean runs (a), (f), (e), (b) and (c) on one fleet on clean links.
+// runClean runs (a), (e), (f), (b) and (c) on one fleet on clean links.
 func runClean(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trace func(string, ...any)) error {
 	start := time.Now()
 	trace("starting %d agents", cfg.N)
@@ -261,17 +261,20 @@ func runClean(ctx context.Context, cfg RunConfig, fc FleetConfig, row *Row, trac
 		row.Trip.Spread = nil
 		trace("(a) %+v", row.Trip)
 	}
-	if cfg.runs('f') {
-		if row.Churn, err = Churn(ctx, f, "dep-a", 0.1, 5); err != nil {
-			return fmt.Errorf("(f): %w", err)
-		}
-		trace("(f) %+v", row.Churn)
-	}
+	// (e) before (f): the heal is measured on a fleet whose membership
+	// only its start changed, not while the restarts' membership gossip
+	// is still spreading.
 	if cfg.runs('e') {
 		if row.Partition, err = Partition(ctx, f, "dep-e", 4, cfg.Split, HealWait); err != nil {
 			return fmt.Errorf("(e): %w", err)
 		}
 		trace("(e) %+v", row.Partition)
+	}
+	if cfg.runs('f') {
+		if row.Churn, err = Churn(ctx, f, "dep-a", 0.1, 5); err != nil {
+			return fmt.Errorf("(f): %w", err)
+		}
+		trace("(f) %+v", row.Churn)
 	}
 	// (b) and (c) last, once memberlist's membership gossip of what came
 	// before is done: the steady state.

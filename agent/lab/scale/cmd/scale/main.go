@@ -67,7 +67,7 @@ func run() int {
 	flag.StringVar(&o.json, "json", "", "write the rows to this file as JSON")
 	rows := flag.String("rows", "", "print (and plot) the rows of earlier runs' -json files, comma-separated, by N, instead of running")
 	flag.StringVar(&o.gogc, "gogc", "200", "GOGC of each run's process")
-	flag.StringVar(&o.memLimit, "mem-limit", "10GiB", "GOMEMLIMIT of each run's process (a soft limit: the collector works harder near it)")
+	flag.StringVar(&o.memLimit, "mem-limit", "16GiB", "GOMEMLIMIT of each run's process (a soft limit: the collector works harder near it)")
 	// Tuning experiments: the agents' gossip settings (0 keeps the default).
 	t := &o.base.Tuning
 	flag.DurationVar(&t.GossipInterval, "gossip-interval", 0, "the agents' --gossip-interval (0: the default)")
