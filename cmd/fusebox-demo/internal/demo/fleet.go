@@ -185,8 +185,24 @@ func (d *Demo) startServices(ctx context.Context) error {
 		}
 		d.services = append(d.services, s)
 	}
-	return waitFor(ctx, what, d.servicesReady)
+	if err := waitFor(ctx, what, d.servicesReady); err != nil {
+		return err
+	}
+	if d.cfg.Agent != "" {
+		// The agent's node name (its Welcome) comes by the first client's
+		// event, which may follow the client's readiness: the banner names
+		// the agent by it when it comes within welcomeWait, else by its
+		// address.
+		wctx, cancel := context.WithTimeout(ctx, welcomeWait)
+		_ = waitFor(wctx, "the agent's node name", func() bool { return d.agentNode.Load() != nil })
+		cancel()
+	}
+	return ctx.Err()
 }
+
+// welcomeWait bounds how long startServices waits for the external
+// agent's node name once the services are ready.
+const welcomeWait = 2 * time.Second
 
 // startDependencies fixes the start of the first phase and starts the two
 // dependencies on 127.0.0.1.
