@@ -179,12 +179,11 @@ type Engine struct {
 	rowCount       rowCounter
 	proposers      int
 	proposerDelay  time.Duration
-	live           atomic.Pointer[map[string]string] // live agents: node -> zone; copy on write under mu
+	members        members
 
 	deps  *depMap
 	seq   atomic.Uint64
-	dead  atomic.Pointer[map[string]int64] // node -> when reported dead (Unix ns); copy on write
-	mu    sync.Mutex                       // guards creation, ndeps, defaults, rnd, dead writes
+	mu    sync.Mutex // guards creation, ndeps, defaults, rnd
 	ndeps int
 	def   Policy
 	rnd   Rand
@@ -230,7 +229,7 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	e.rowCount.n = map[string]int{}
 	e.proposers = cmp.Or(cfg.Proposers, DefaultProposers)
 	e.proposerDelay = cmp.Or(cfg.ProposerDelay, DefaultProposerDelay)
-	e.live.Store(&map[string]string{})
+	e.members = newMembers()
 	if e.rnd == nil {
 		var h uint64 = 1469598103934665603
 		for i := 0; i < len(cfg.Node); i++ {
@@ -246,7 +245,6 @@ func NewEngine(cfg EngineConfig) (*Engine, error) {
 	// Sequence numbers start at the wall clock so that a restarted node's
 	// rows outrank the ones it sent before the restart.
 	e.seq.Store(uint64(now.UnixNano()))
-	e.dead.Store(&map[string]int64{})
 	return e, nil
 }
 

@@ -151,7 +151,7 @@ func (e *Engine) Tick() []BreakerRecord {
 		}
 	}
 	e.pruneDead(now)
-	e.floors.apply(func(n string) bool { _, ok := (*e.live.Load())[n]; return ok })
+	e.floors.apply(e.members.isLive)
 	for _, dep := range changed {
 		e.notify(dep)
 	}

@@ -46,7 +46,7 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	if r.Node == e.node {
 		return false, nil
 	}
-	if _, dead := (*e.dead.Load())[r.Node]; dead {
+	if e.members.isDead(r.Node) {
 		return false, nil
 	}
 	if err := e.replayed(r.Node, r.Seq); err != nil {

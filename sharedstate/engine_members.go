@@ -1,9 +1,50 @@
 package sharedstate
 
 import (
-	"maps"
+	"sync"
 	"time"
 )
+
+// members is the engine's view of the fleet's membership: the live agents
+// (node -> zone) and the nodes reported dead (node -> when, Unix ns). Both
+// maps change in place under mu, a leaf lock, so a membership event costs
+// the same whatever the fleet's size (a heal reports half the fleet dead,
+// then alive again, at every agent).
+type members struct {
+	mu     sync.RWMutex
+	live   map[string]string
+	dead   map[string]int64
+	oldest int64 // no death in dead is earlier (0: dead is empty)
+}
+
+func newMembers() members {
+	return members{live: map[string]string{}, dead: map[string]int64{}}
+}
+
+// isDead reports whether node was reported dead and not alive since.
+func (m *members) isDead(node string) bool {
+	m.mu.RLock()
+	_, ok := m.dead[node]
+	m.mu.RUnlock()
+	return ok
+}
+
+// isLive reports whether node is a live agent.
+func (m *members) isLive(node string) bool {
+	m.mu.RLock()
+	_, ok := m.live[node]
+	m.mu.RUnlock()
+	return ok
+}
+
+// eachLive calls fn for every live agent; fn must not change the members.
+func (m *members) eachLive(fn func(node, zone string)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for n, z := range m.live {
+		fn(n, z)
+	}
+}
 
 // MemberDead drops every row of node and ignores its rows until MemberAlive
 // (or for an hour).
@@ -11,50 +52,50 @@ func (e *Engine) MemberDead(node string) {
 	if node == e.node {
 		return
 	}
-	now := e.now()
-	e.mu.Lock()
-	dead := maps.Clone(*e.dead.Load())
-	dead[node] = now.UnixNano()
-	e.dead.Store(&dead)
-	if _, ok := (*e.live.Load())[node]; ok {
-		live := maps.Clone(*e.live.Load())
-		delete(live, node)
-		e.live.Store(&live)
+	at := e.now().UnixNano()
+	m := &e.members
+	m.mu.Lock()
+	m.dead[node] = at
+	if m.oldest == 0 || at < m.oldest {
+		m.oldest = at
 	}
-	e.mu.Unlock()
+	delete(m.live, node)
+	m.mu.Unlock()
 	e.eachDep(func(d *depState) { d.removeRow(node) })
 }
 
 // MemberAlive accepts node's rows again and counts it among the live
 // agents that rank for proposing trips (see EngineConfig.Proposers).
 func (e *Engine) MemberAlive(node, zone string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if z, ok := (*e.live.Load())[node]; node != e.node && (!ok || z != zone) {
-		live := maps.Clone(*e.live.Load())
-		live[node] = zone
-		e.live.Store(&live)
+	m := &e.members
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if node != e.node {
+		m.live[node] = zone
 	}
-	if _, ok := (*e.dead.Load())[node]; !ok {
-		return
-	}
-	dead := maps.Clone(*e.dead.Load())
-	delete(dead, node)
-	e.dead.Store(&dead)
+	delete(m.dead, node)
 }
 
 // pruneDead forgets the nodes reported dead deadMemberRetention ago or
-// earlier; it copies the dead set only when there is one to forget.
+// earlier; it walks the dead set only when its oldest death is due.
 func (e *Engine) pruneDead(now time.Time) {
-	old := func(_ string, at int64) bool { return now.UnixNano()-at >= int64(deadMemberRetention) }
-	for n, at := range *e.dead.Load() {
-		if old(n, at) {
-			e.mu.Lock()
-			defer e.mu.Unlock()
-			dead := maps.Clone(*e.dead.Load())
-			maps.DeleteFunc(dead, old)
-			e.dead.Store(&dead)
-			return
+	m := &e.members
+	cut := now.UnixNano() - int64(deadMemberRetention)
+	m.mu.RLock()
+	due := m.oldest != 0 && m.oldest <= cut
+	m.mu.RUnlock()
+	if !due {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.oldest = 0
+	for n, at := range m.dead {
+		switch {
+		case at <= cut:
+			delete(m.dead, n)
+		case m.oldest == 0 || at < m.oldest:
+			m.oldest = at
 		}
 	}
 }

@@ -1,10 +1,6 @@
 package sharedstate
 
-import (
-	"maps"
-	"slices"
-	"time"
-)
+import "time"
 
 // tb is what the helpers need from *testing.T, *testing.B and *rapid.T.
 type tb interface {
@@ -84,29 +80,26 @@ func (e *Engine) SetMembers(members []Member) {
 	for _, m := range members {
 		alive[m.Node] = true
 	}
-	now := e.now()
-	e.mu.Lock()
-	dead := maps.Clone(*e.dead.Load())
-	maps.DeleteFunc(dead, func(n string, _ int64) bool { return alive[n] })
+	var gone []string
 	for _, d := range e.deps.sortedValues() {
 		d.mu.Lock()
-		for _, r := range slices.Clone(d.rows) {
+		for _, r := range d.rows {
 			if !alive[r.Node] {
-				dead[r.Node] = now.UnixNano()
-				d.removeRow(r.Node)
+				gone = append(gone, r.Node)
 			}
 		}
 		d.mu.Unlock()
 	}
-	e.dead.Store(&dead)
-	live := make(map[string]string, len(members))
-	for _, m := range members {
-		if m.Node != e.node {
-			live[m.Node] = m.Zone
-		}
+	for _, n := range gone {
+		e.MemberDead(n)
 	}
-	e.live.Store(&live)
-	e.mu.Unlock()
+	m := &e.members
+	m.mu.Lock()
+	clear(m.live)
+	m.mu.Unlock()
+	for _, mb := range members {
+		e.MemberAlive(mb.Node, mb.Zone)
+	}
 }
 
 // Window in Counts and time.Time, for tests: the engine works in Unix ns.

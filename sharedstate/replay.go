@@ -3,9 +3,7 @@ package sharedstate
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
-	"sync/atomic"
 )
 
 // ErrReplayed refuses a row whose seq is at or below the highest seq of
@@ -16,11 +14,12 @@ import (
 var ErrReplayed = errors.New("fusebox: row replayed (seq at or below a stale row of its node)")
 
 // floorTable holds, per node, the highest seq of its rows the engine
-// dropped as stale. Reads are lock-free (a copy-on-write map); the rows
-// pruned in one Tick are applied at its end.
+// dropped as stale. The map changes in place under mu (a leaf lock): the
+// rows pruned in one Tick are applied at its end.
 type floorTable struct {
-	m       atomic.Pointer[map[string]uint64]
-	mu      sync.Mutex // leaf lock: guards pending
+	mu      sync.RWMutex // guards m
+	m       map[string]uint64
+	pendMu  sync.Mutex // leaf lock: guards pending
 	pending map[string]uint64
 }
 
@@ -29,50 +28,48 @@ type floorTable struct {
 const maxFloors = 16384
 
 func (f *floorTable) of(node string) uint64 {
-	if m := f.m.Load(); m != nil {
-		return (*m)[node]
-	}
-	return 0
+	f.mu.RLock()
+	s := f.m[node]
+	f.mu.RUnlock()
+	return s
 }
 
 // raise notes a stale row's seq; applied at the end of the Tick.
 func (f *floorTable) raise(node string, seq uint64) {
-	f.mu.Lock()
+	f.pendMu.Lock()
 	if f.pending == nil {
 		f.pending = map[string]uint64{}
 	}
 	f.pending[node] = max(f.pending[node], seq)
-	f.mu.Unlock()
+	f.pendMu.Unlock()
 }
 
 // apply publishes the pending floors. live reports whether a node is a
 // live agent (kept first when the table is full).
 func (f *floorTable) apply(live func(string) bool) {
-	f.mu.Lock()
+	f.pendMu.Lock()
 	pending := f.pending
 	f.pending = nil
-	f.mu.Unlock()
+	f.pendMu.Unlock()
 	if len(pending) == 0 {
 		return
 	}
-	next := map[string]uint64{}
-	if m := f.m.Load(); m != nil {
-		maps.Copy(next, *m)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]uint64{}
 	}
 	for n, s := range pending {
-		next[n] = max(next[n], s)
+		f.m[n] = max(f.m[n], s)
 	}
-	if len(next) > maxFloors {
-		for n := range next {
-			if len(next) <= maxFloors {
-				break
-			}
-			if !live(n) {
-				delete(next, n)
-			}
+	for n := range f.m {
+		if len(f.m) <= maxFloors {
+			break
+		}
+		if !live(n) {
+			delete(f.m, n)
 		}
 	}
-	f.m.Store(&next)
 }
 
 // replayed reports whether a row of node with seq is a replay.

@@ -182,18 +182,14 @@ func (d *depState) checkRecord(e *Engine, r BreakerRecord, now time.Time) error 
 // (dependency, generation): the first Proposers ranks propose a trip at
 // once. Caller holds d.mu.
 func (d *depState) proposerRank(e *Engine, gen uint64) int {
-	live := *e.live.Load()
 	zoned := d.pol.Breaker.Scope == ScopeZone
 	mine := probeScore(d.name, gen, proposerSalt, e.node)
 	rank := 0
-	for node, zone := range live {
-		if node == e.node || (zoned && zone != e.zone) {
-			continue
-		}
-		if ranksBefore(probeScore(d.name, gen, proposerSalt, node), node, mine, e.node) {
+	e.members.eachLive(func(node, zone string) {
+		if node != e.node && (!zoned || zone == e.zone) && ranksBefore(probeScore(d.name, gen, proposerSalt, node), node, mine, e.node) {
 			rank++
 		}
-	}
+	})
 	return rank
 }
 
