@@ -152,6 +152,9 @@ func (w *Window) gainedSince(seen int64, read [3]uint64, now int64) (int64, [3]u
 	if seen > cur {
 		return seen, read, [3]uint64{} // the clock went back: wait for it
 	}
+	if seen >= 0 && w.newest.Load() < seen {
+		return cur, [3]uint64{}, [3]uint64{} // no bucket holds seen or later
+	}
 	if seen <= cur-WindowBuckets {
 		seen, read = cur-WindowBuckets+1, [3]uint64{}
 	}

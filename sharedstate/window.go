@@ -97,6 +97,11 @@ type Window struct {
 	width int64 // nanoseconds per bucket
 	mu    sync.Mutex
 	s     [windowStripes]stripe
+	// newest is the latest epoch any bucket was cleared for (set under
+	// mu): a window whose newest has left it holds nothing, and totals
+	// returns without reading a bucket (most dependencies an agent tracks
+	// have no traffic of its own).
+	newest atomic.Int64
 	// The cumulative counts (cumulative.go): what reused buckets held
 	// (guarded by mu), what the windows before prev held, and the window
 	// this one replaced.
@@ -161,6 +166,9 @@ func (w *Window) slot(now int64) *bucket {
 				w.retired[i] = satAdd(w.retired[i], b.c[i].Swap(0)) // an add racing the reuse lands on one side
 			}
 			b.epoch.Store(ep) // published after clearing: adders that see ep add to zeroed counters
+			if w.newest.Load() < ep {
+				w.newest.Store(ep)
+			}
 		}
 		w.mu.Unlock()
 	}
@@ -169,6 +177,9 @@ func (w *Window) slot(now int64) *bucket {
 
 func (w *Window) totals(now int64) Counts {
 	ep := now / w.width
+	if w.newest.Load() <= ep-WindowBuckets {
+		return Counts{}
+	}
 	var s [numCounters]uint64
 	for k := range w.s {
 		for i := range w.s[k].b {
