@@ -249,6 +249,7 @@ func (e *events) NotifyLeave(n *memberlist.Node) {
 		(*Gossip)(e).retire(old)
 		settle(e.settling, m.Name)
 		settle(e.settlingAddrs, old.Addr)
+		(*Gossip)(e).tally(old, -1)
 	}
 	delete(e.members, m.Name)
 	(*Gossip)(e).removePeer(m.Name)
@@ -272,8 +273,10 @@ func (e *events) setMember(m Member) {
 	e.membersMu.Lock()
 	if old, ok := e.members[m.Name]; ok {
 		e.unindexAddr(old.Addr)
+		(*Gossip)(e).tally(old, -1)
 	}
 	e.members[m.Name] = m
+	(*Gossip)(e).tally(m, 1)
 	e.memberAddrs[m.Addr]++
 	(*Gossip)(e).addPeer(m.Name)
 	g := (*Gossip)(e)

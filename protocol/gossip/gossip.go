@@ -201,6 +201,8 @@ type Gossip struct {
 
 	membersMu   sync.Mutex
 	members     map[string]Member // live members, copied in event callbacks
+	agents      int               // members with role agent (tally)
+	versions    map[int]int       // members by wire version (tally)
 	memberAddrs map[string]int    // their gossip addresses (host:port) -> how many members use it
 	peers       []string          // names of the live members but this node, for randomPeers
 	peerIdx     map[string]int    // name -> index in peers
@@ -248,7 +250,7 @@ func New(cfg Config) (*Gossip, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, memberAddrs: map[string]int{},
+	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, versions: map[int]int{}, memberAddrs: map[string]int{},
 		peerIdx: map[string]int{}, stopRounds: make(chan struct{}), greet: make(chan Member, greetQueue),
 		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
@@ -406,17 +408,25 @@ func (g *Gossip) Members() []Member {
 // NumAgents returns how many alive members, this node included, have role
 // agent.
 func (g *Gossip) NumAgents() int {
-	// Counted in place: agents ask every tick, and copying and sorting the
-	// members was 6% of a 200-agent simulation's CPU (scale (b)).
-	c := 0
+	// Tallied as members come and go (tally): agents ask every tick.
 	g.membersMu.Lock()
-	for _, m := range g.members {
-		if m.Meta.IsAgent() {
-			c++
-		}
+	defer g.membersMu.Unlock()
+	return g.agents
+}
+
+// tally counts m in (by +1) or out of (by -1) the member tallies that
+// NumAgents and recomputeVersion read, so that neither walks the members:
+// both run on every membership event, and a change of the whole fleet (a
+// start, a heal) is one event per member at every member. Caller holds
+// membersMu.
+func (g *Gossip) tally(m Member, by int) {
+	if m.Meta.IsAgent() {
+		g.agents += by
 	}
-	g.membersMu.Unlock()
-	return c
+	w := m.Meta.WireVersion()
+	if g.versions[w] += by; g.versions[w] <= 0 {
+		delete(g.versions, w)
+	}
 }
 
 func memberOf(n *memberlist.Node) Member {

@@ -420,12 +420,12 @@ func (g *Gossip) SendVersion() byte { return byte(g.sendVersion.Load()) }
 // membersMu.
 func (g *Gossip) recomputeVersion() {
 	v := int(protocol.MaxVersion)
-	others := 0
-	for name, m := range g.members {
-		v = min(v, m.Meta.WireVersion())
-		if name != g.cfg.Name {
-			others++
-		}
+	for w := range g.versions {
+		v = min(v, w)
+	}
+	others := len(g.members)
+	if _, self := g.members[g.cfg.Name]; self {
+		others--
 	}
 	if others == 0 {
 		v = int(protocol.MinVersion)
