@@ -485,6 +485,7 @@ func (f *Fleet) traceConvergence(label string, interval time.Duration, dep strin
 // the agents' counts in all.
 func (f *Fleet) convergence(dep string, clients []int) (members, rows, same, missing int) {
 	r0, _ := f.Record(0, dep)
+	names := clientNames(clients)
 	for i := range f.Size() {
 		a := f.Agent(i)
 		if a == nil {
@@ -495,7 +496,7 @@ func (f *Fleet) convergence(dep string, clients []int) (members, rows, same, mis
 		} else {
 			missing += f.Size() - c
 		}
-		if f.rowsFrom(a, dep, clients) == len(clients) {
+		if rowsFrom(a, dep, names) == len(names) {
 			rows++
 		}
 		if r, _ := f.Record(i, dep); sharedstate.SameRecord(r0, r) {
@@ -505,14 +506,21 @@ func (f *Fleet) convergence(dep string, clients []int) (members, rows, same, mis
 	return members, rows, same, missing
 }
 
-// rowsFrom counts the clients whose row of dep agent a holds.
-func (f *Fleet) rowsFrom(a *agent.Agent, dep string, clients []int) int {
+// clientNames is the set of the node names of the agents in clients.
+func clientNames(clients []int) map[string]bool {
+	names := make(map[string]bool, len(clients))
+	for _, c := range clients {
+		names[Name(c)] = true
+	}
+	return names
+}
+
+// rowsFrom counts the clients (by node name) whose row of dep agent a holds.
+func rowsFrom(a *agent.Agent, dep string, names map[string]bool) int {
 	n := 0
 	for _, r := range a.Engine().Rows(dep) {
-		for _, c := range clients {
-			if r.Node == Name(c) {
-				n++
-			}
+		if names[r.Node] {
+			n++
 		}
 	}
 	return n
@@ -522,13 +530,14 @@ func (f *Fleet) rowsFrom(a *agent.Agent, dep string, clients []int) int {
 // fleet record of dep as agent 0 and has a live row of dep from every
 // client agent.
 func (f *Fleet) waitConverged(ctx context.Context, dep string, clients []int) error {
+	names := clientNames(clients)
 	return f.WaitAll(ctx, "the fleet converged on "+dep, func(i int) error {
 		a := f.Agent(i)
 		r0, ok0 := f.Record(0, dep)
 		r, ok := f.Record(i, dep)
-		if a.Gossip().NumAgents() != f.Size() || f.rowsFrom(a, dep, clients) != len(clients) || ok0 != ok || !sharedstate.SameRecord(r0, r) {
+		if a.Gossip().NumAgents() != f.Size() || rowsFrom(a, dep, names) != len(names) || ok0 != ok || !sharedstate.SameRecord(r0, r) {
 			return fmt.Errorf("%s: %d agents (want %d), rows from %d of the %d clients, record generation %d %v from %s",
-				Name(i), a.Gossip().NumAgents(), f.Size(), f.rowsFrom(a, dep, clients), len(clients), r.Generation, r.State, r.Origin)
+				Name(i), a.Gossip().NumAgents(), f.Size(), rowsFrom(a, dep, names), len(names), r.Generation, r.State, r.Origin)
 		}
 		return nil
 	})
