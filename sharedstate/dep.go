@@ -25,6 +25,7 @@ type depState struct {
 	records     map[string]BreakerRecord // by zone ("" for the fleet-wide record)
 	rows        []rowEntry
 	rowIdx      map[string]int // node -> index in rows
+	oldestRow   int64          // no row in rows was received earlier (Unix ns)
 	rowCount    *rowCounter    // the engine's rows per node
 	rowsVersion uint64
 	probe       fleetProbe

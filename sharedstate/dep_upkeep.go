@@ -32,15 +32,22 @@ func (d *depState) idle(e *Engine, now time.Time) bool {
 }
 
 // prune drops rows received 2×window ago or earlier; their seqs raise
-// their nodes' replay floors.
+// their nodes' replay floors. It walks the rows only when the oldest one
+// may be stale: every Tick visits every dependency.
 func (d *depState) prune(e *Engine, now int64) {
 	stale := 2 * int64(d.pol.Breaker.Window)
+	if len(d.rows) == 0 || now-d.oldestRow < stale {
+		return
+	}
+	d.oldestRow = now
 	for i := 0; i < len(d.rows); {
-		if now-d.rows[i].received >= stale {
-			e.floors.raise(d.rows[i].Node, d.rows[i].Seq)
-			d.removeRow(d.rows[i].Node)
+		r := &d.rows[i]
+		if now-r.received >= stale {
+			e.floors.raise(r.Node, r.Seq)
+			d.removeRow(r.Node)
 			continue
 		}
+		d.oldestRow = min(d.oldestRow, r.received)
 		i++
 	}
 }

@@ -82,6 +82,9 @@ func (e *Engine) mergeRow(r *NodeWindow) (bool, error) {
 	d.fleet.add(r.Node, row.Cumulative, r.Cumulative)
 	row.NodeWindow = *r
 	row.received = now
+	if len(d.rows) == 1 || now < d.oldestRow {
+		d.oldestRow = now
+	}
 	d.classify(e, row)
 	d.rowsVersion++
 	// Another node's probe outcome may give this one its turn to probe

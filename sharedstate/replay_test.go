@@ -58,3 +58,53 @@ func TestRecordKnown(t *testing.T) {
 		t.Fatal("RecordKnown disagrees with the merge")
 	}
 }
+
+// Rows go stale one by one, each at 2×window after its own receipt: a
+// Tick drops the stale ones (raising their nodes' floors) and keeps the
+// rest, whichever order they came in.
+func TestStaleRowsDroppedInTurn(t *testing.T) {
+	clock := NewManualClock(t0)
+	e := newTestEngine(t, "self", "", clock, nil)
+	stale := 2 * DefaultPolicy().Breaker.Window.Std()
+	row := func(node string, seq uint64) NodeWindow {
+		return NodeWindow{Node: node, Dependency: "d", Seq: seq, Counts: Counts{FirstAttempts: 1, Successes: 1}}
+	}
+	merge := func(r NodeWindow) {
+		t.Helper()
+		if ok, err := e.MergeRow(r); !ok || err != nil {
+			t.Fatalf("row of %s seq %d: %v, %v", r.Node, r.Seq, ok, err)
+		}
+	}
+	replayed := func(node string, seq uint64) bool {
+		_, err := e.MergeRow(row(node, seq))
+		return errors.Is(err, ErrReplayed)
+	}
+	merge(row("a", 10))
+	clock.Advance(stale / 2)
+	merge(row("b", 20))
+	merge(row("a", 11)) // a's row is now the newer one
+	clock.Advance(stale/2 + time.Second)
+	e.Tick()
+	if replayed("a", 11) || replayed("b", 20) {
+		t.Fatal("a row dropped before it was stale")
+	}
+	if got := len(e.Rows("d")); got != 3 { // own row included
+		t.Fatalf("%d rows, want 3", got)
+	}
+	clock.Advance(stale / 2)
+	e.Tick()
+	if !replayed("b", 20) || !replayed("a", 11) {
+		t.Fatal("the stale rows were not dropped")
+	}
+	merge(row("c", 30))
+	clock.Advance(stale - time.Second)
+	e.Tick()
+	if replayed("c", 30) {
+		t.Fatal("c's row dropped before it was stale")
+	}
+	clock.Advance(time.Second)
+	e.Tick()
+	if !replayed("c", 30) {
+		t.Fatal("c's row was not dropped")
+	}
+}
