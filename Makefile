@@ -79,12 +79,16 @@ test: test-deps modules-check ## run every module's tests with -race (fuzz seed 
 # for the dashboard's browser tests (not with FUSEBOX_SKIP_BROWSER=1, nor
 # when $$FUSEBOX_CHROMIUM names another binary) and redis-server for the
 # idempotency store's tests (they start their own server in a temp dir);
-# python-deps (below) the Python client's packages.
-test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server, python-deps)
+# as root, nftables and iproute2 for the network-namespace tests (they skip
+# for other users); python-deps (below) the Python client's packages.
+test-deps: ## install the Debian packages the tests need when missing (chromium, redis-server, as root nftables and iproute2, python-deps)
 	@need=""; \
 	if [ "$$FUSEBOX_SKIP_BROWSER" != 1 ] && [ -z "$$FUSEBOX_CHROMIUM" ] && ! command -v chromium >/dev/null; then \
 	  need="$$need chromium"; fi; \
 	command -v redis-server >/dev/null || need="$$need redis-server"; \
+	if [ "$$(id -u)" = 0 ]; then \
+	  command -v nft >/dev/null || need="$$need nftables"; \
+	  command -v ip >/dev/null || need="$$need iproute2"; fi; \
 	if [ -n "$$need" ]; then \
 	  echo "installing Debian's$$need for the tests"; \
 	  apt-get update && apt-get install -y $$need; \
