@@ -295,6 +295,7 @@ func New(cfg Config, opts ...Option) (_ *Agent, err error) {
 	gc.Events = (*memberEvents)(a)
 	gc.Logger = a.lg
 	gc.Transport = a.opts.Sim.Transport
+	gc.VerifyMemo = a.opts.Sim.VerifyMemo
 	gc.Signer = a.signer
 	if a.keys != nil {
 		gc.Keys = a.keys.Key

@@ -194,6 +194,11 @@ type Config struct {
 	// is used as is, without the plaintext guard that wraps memberlist's
 	// own transport when there is no keyring.
 	Transport memberlist.NodeAwareTransport
+	// VerifyMemo, when set, answers the signature checks of items it has
+	// seen pass (optional, default none: every item is checked). Members
+	// in one process may share one: the lab's simulated fleets do, so that
+	// a batch every agent receives is checked once, not once per agent.
+	VerifyMemo *VerifyMemo
 }
 
 // DefaultConfig returns a Config with every optional field at its default.

@@ -157,7 +157,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 			return false
 		}
 		g.stats.verified.Add(1)
-		if !verify(pub, opts, it) {
+		if !verify(pub, opts, it, g.cfg.VerifyMemo) {
 			g.forged(who)
 			g.Drop("bad_signature", 1, role, clip(who), "dependency", clip(dep))
 			return false

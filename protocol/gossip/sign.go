@@ -5,12 +5,15 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
@@ -40,11 +43,87 @@ func sign(key ed25519.PrivateKey, opts *ed25519.Options, body []byte) *fuseboxv1
 	return &fuseboxv1.SignedItem{Body: body, Signature: sig}
 }
 
-func verify(pub ed25519.PublicKey, opts *ed25519.Options, it *fuseboxv1.SignedItem) bool {
+func verify(pub ed25519.PublicKey, opts *ed25519.Options, it *fuseboxv1.SignedItem, memo *VerifyMemo) bool {
 	if len(pub) != ed25519.PublicKeySize || len(it.GetSignature()) != ed25519.SignatureSize {
 		return false
 	}
-	return ed25519.VerifyWithOptions(pub, it.GetBody(), it.GetSignature(), opts) == nil
+	if memo == nil {
+		return ed25519.VerifyWithOptions(pub, it.GetBody(), it.GetSignature(), opts) == nil
+	}
+	k := memoKey(pub, opts, it)
+	if memo.has(k) {
+		return true
+	}
+	if ed25519.VerifyWithOptions(pub, it.GetBody(), it.GetSignature(), opts) != nil {
+		return false
+	}
+	memo.add(k)
+	return true
+}
+
+// VerifyMemo remembers the signed items that passed their check, so that
+// members sharing one process check each item once (Config.VerifyMemo).
+// The lab's simulated fleets share one among their hundreds of agents,
+// which all receive the same signed batches: the answer of a check depends
+// only on the key, the context, the body and the signature, which the memo
+// is keyed by (their SHA-256), so sharing it changes no member's decision,
+// only how often the process computes the same one. Only passes are kept:
+// a forged item is checked, and dropped, every time. It holds at most
+// 2 × maxMemo items (two generations; the older one is dropped when the
+// newer fills). Safe for concurrent use.
+type VerifyMemo struct {
+	mu        sync.Mutex
+	cur, prev map[[sha256.Size]byte]struct{}
+	hits      atomic.Uint64
+}
+
+// maxMemo is the size of a VerifyMemo generation: 2 × 2^20 keys of 32
+// bytes, about 100 MB with the maps' overhead.
+const maxMemo = 1 << 20
+
+// NewVerifyMemo returns an empty memo.
+func NewVerifyMemo() *VerifyMemo {
+	return &VerifyMemo{cur: map[[sha256.Size]byte]struct{}{}}
+}
+
+// Hits is how many checks the memo answered.
+func (m *VerifyMemo) Hits() uint64 { return m.hits.Load() }
+
+func (m *VerifyMemo) has(k [sha256.Size]byte) bool {
+	m.mu.Lock()
+	_, ok := m.cur[k]
+	if !ok {
+		_, ok = m.prev[k]
+	}
+	m.mu.Unlock()
+	if ok {
+		m.hits.Add(1)
+	}
+	return ok
+}
+
+func (m *VerifyMemo) add(k [sha256.Size]byte) {
+	m.mu.Lock()
+	if len(m.cur) >= maxMemo {
+		m.prev, m.cur = m.cur, make(map[[sha256.Size]byte]struct{}, maxMemo)
+	}
+	m.cur[k] = struct{}{}
+	m.mu.Unlock()
+}
+
+// memoKey is the SHA-256 of what a check's answer depends on, each part
+// length-prefixed.
+func memoKey(pub ed25519.PublicKey, opts *ed25519.Options, it *fuseboxv1.SignedItem) [sha256.Size]byte {
+	h := sha256.New()
+	var n [4]byte
+	for _, part := range [][]byte{pub, []byte(opts.Context), it.GetSignature(), it.GetBody()} {
+		binary.BigEndian.PutUint32(n[:], uint32(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	var k [sha256.Size]byte
+	h.Sum(k[:0])
+	return k
 }
 
 // ErrKeyFile is matched by every error of LoadOrCreateKey.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -449,6 +451,74 @@ func TestUnknownVersionCounted(t *testing.T) {
 	}
 }
 
+// A memo answers a check of an item that passed before, and only of that
+// item: another body, signature, key or context under the same signature
+// is checked, and fails, however often the original passed.
+func TestVerifyMemo(t *testing.T) {
+	key, other := newKey(t), newKey(t)
+	pub, otherPub := key.Public().(ed25519.PublicKey), other.Public().(ed25519.PublicKey)
+	body, _ := proto.Marshal(&fuseboxv1.RowBatch{Rows: []*fuseboxv1.NodeWindow{benchRow()}})
+	env := sign(key, rowOpts, body)
+	memo := NewVerifyMemo()
+	for range 3 {
+		if !verify(pub, rowOpts, env, memo) {
+			t.Fatal("a good item failed its check")
+		}
+	}
+	if memo.Hits() != 2 {
+		t.Fatalf("memo hits = %d, want 2 (the first check computes)", memo.Hits())
+	}
+	forged := slices.Clone(body)
+	forged[len(forged)-1] ^= 1
+	badSig := slices.Clone(env.GetSignature())
+	badSig[0] ^= 1
+	for name, c := range map[string]struct {
+		pub  ed25519.PublicKey
+		opts *ed25519.Options
+		it   *fuseboxv1.SignedItem
+	}{
+		"other body":      {pub, rowOpts, &fuseboxv1.SignedItem{Body: forged, Signature: env.GetSignature()}},
+		"other signature": {pub, rowOpts, &fuseboxv1.SignedItem{Body: body, Signature: badSig}},
+		"other key":       {otherPub, rowOpts, env},
+		"other context":   {pub, recordOpts, env},
+	} {
+		for range 2 {
+			if verify(c.pub, c.opts, c.it, memo) {
+				t.Fatalf("%s: passed with the original in the memo", name)
+			}
+		}
+	}
+	if memo.Hits() != 2 {
+		t.Fatalf("memo hits = %d after the forgeries, want still 2", memo.Hits())
+	}
+}
+
+// The memo keeps two generations of maxMemo keys: a pass is remembered
+// for at least maxMemo further passes, and the memo never holds more
+// than twice that.
+func TestVerifyMemoBounded(t *testing.T) {
+	memo := NewVerifyMemo()
+	key := func(i int) (k [32]byte) {
+		binary.BigEndian.PutUint64(k[:], uint64(i))
+		return k
+	}
+	for i := range maxMemo + 1 {
+		memo.add(key(i))
+	}
+	if !memo.has(key(0)) {
+		t.Fatal("the first pass was forgotten after maxMemo more")
+	}
+	for i := range maxMemo {
+		memo.add(key(maxMemo + 1 + i))
+	}
+	if memo.has(key(0)) {
+		t.Fatal("the first pass is still there after 2 × maxMemo more")
+	}
+	if n := len(memo.cur) + len(memo.prev); n > 2*maxMemo {
+		t.Fatalf("memo holds %d keys, want at most %d", n, 2*maxMemo)
+	}
+}
+
 func BenchmarkSignRow(b *testing.B) {
 	key := newKeyB(b)
 	body, _ := proto.Marshal(&fuseboxv1.RowBatch{Rows: []*fuseboxv1.NodeWindow{benchRow()}})
@@ -466,7 +536,7 @@ func BenchmarkVerifyRow(b *testing.B) {
 	pub := key.Public().(ed25519.PublicKey)
 	b.ReportAllocs()
 	for b.Loop() {
-		if !verify(pub, rowOpts, env) {
+		if !verify(pub, rowOpts, env, nil) {
 			b.Fatal("verify failed")
 		}
 	}

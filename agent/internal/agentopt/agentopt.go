@@ -47,6 +47,10 @@ type Sim struct {
 	// InProcessAPI lets Config.Socket and Config.GRPCAddr both be empty: the
 	// local API is then served in process only, through Inside.API.
 	InProcessAPI bool
+	// VerifyMemo is shared by the agents of one simulated fleet: each
+	// signed batch they all receive is checked once in the process
+	// (gossip.Config.VerifyMemo).
+	VerifyMemo *gossip.VerifyMemo
 	// Attach, when set, is called once by agent.New, on New's goroutine
 	// before it returns the agent, with what a simulation reads the agent
 	// through in process.

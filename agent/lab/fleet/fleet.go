@@ -21,6 +21,7 @@ import (
 	"github.com/fusebox-dev/fusebox/agent/lab/simnet"
 	"github.com/fusebox-dev/fusebox/coordinator"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
+	"github.com/fusebox-dev/fusebox/protocol/gossip"
 	"github.com/fusebox-dev/fusebox/sharedstate/store/embedded"
 )
 
@@ -37,7 +38,11 @@ type Fleet struct {
 	coord   *coordinator.Coordinator
 	sockDir string       // the agents' unix sockets ("" on the simulated network)
 	hc      *http.Client // reads the processes' /metrics
-	nsHTTP  sync.Map     // namespace -> *http.Client that dials inside it
+	// memo is the in-process agents' shared memo of signature checks:
+	// every agent receives the same signed batches, and one check of
+	// each is enough in one process.
+	memo   *gossip.VerifyMemo
+	nsHTTP sync.Map // namespace -> *http.Client that dials inside it
 
 	mu        sync.Mutex
 	members   []*member // nil while one is being (re)started
@@ -64,7 +69,7 @@ func New(ctx context.Context, cfg Config) (_ *Fleet, err error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	f := &Fleet{cfg: cfg}
+	f := &Fleet{cfg: cfg, memo: gossip.NewVerifyMemo()}
 	defer func() {
 		if err != nil {
 			f.Close()
@@ -212,7 +217,7 @@ func (f *Fleet) startInProcess(ctx context.Context, i int, addr string) (*member
 	if f.cfg.Logger != nil {
 		lg = f.cfg.Logger(i)
 	}
-	sim := agentopt.Sim{Attach: func(in agentopt.Inside) { m.inside = in }}
+	sim := agentopt.Sim{Attach: func(in agentopt.Inside) { m.inside = in }, VerifyMemo: f.memo}
 	opts := []agent.Option{agent.WithLogger(lg)}
 	if f.cfg.Clock != nil {
 		opts = append(opts, agent.WithClock(f.cfg.Clock))
@@ -296,6 +301,11 @@ func (m *member) stop() {
 		m.proc.Stop(syscall.SIGTERM, m.cfg.ShutdownTimeout+stopGrace)
 	}
 }
+
+// ChecksSaved is how many signature checks of its in-process agents the
+// fleet's shared memo answered (gossip.VerifyMemo): checks each agent of a
+// real fleet computes on its own host.
+func (f *Fleet) ChecksSaved() uint64 { return f.memo.Hits() }
 
 // registry lists the running agents' gossip addresses, as the etcd member
 // registry lists the agents that started: on the simulated network agents
