@@ -148,6 +148,12 @@ func (h *gossipHandler) LocalState(join bool) *fuseboxv1.PushPullState {
 	return s
 }
 
+// OwnRows makes the handler a gossip.RowSource: the rows of LocalState,
+// for a member that comes back.
+func (h *gossipHandler) OwnRows() []*fuseboxv1.NodeWindow { return (*Agent)(h).stateRows() }
+
+var _ gossip.RowSource = (*gossipHandler)(nil)
+
 // stateBudget is the payload size a push-pull state may take: the frame
 // limit less the frame header and a margin.
 func (a *Agent) stateBudget() int {

@@ -280,8 +280,14 @@ func (e *events) setMember(m Member) {
 	e.memberAddrs[m.Addr]++
 	(*Gossip)(e).addPeer(m.Name)
 	g := (*Gossip)(e)
-	if _, back := g.retired[m.Name]; back && m.Name != g.cfg.Name {
+	if r, back := g.retired[m.Name]; back && m.Name != g.cfg.Name {
 		g.greetLater(m)
+		if r.held != nil {
+			select {
+			case g.held <- r.held:
+			default: // the rounds bring its rows
+			}
+		}
 	}
 	delete(g.retired, m.Name)
 	g.recomputeVersion()

@@ -25,6 +25,14 @@ type Screener interface {
 	KnownRecord(r *fuseboxv1.BreakerRecord) bool
 }
 
+// RowSource is implemented by a Handler that lists this node's current
+// rows, those its push-pull state carries, without building the rest of
+// that state: a member that comes back gets them (greetAll). Without it
+// they are taken from LocalState. Same concurrency contract as Handler.
+type RowSource interface {
+	OwnRows() []*fuseboxv1.NodeWindow
+}
+
 // inbound is what a received frame holds for the handler: the items that
 // passed membership and signature checks, and the envelopes they came in
 // (relays forward those, unchanged).
@@ -74,6 +82,11 @@ const maxRetired = 4096
 type retiredKey struct {
 	key ed25519.PublicKey
 	at  time.Time
+	// held is the newest signed row batch the departed member sent while
+	// this node did not hold it alive (heldSeq its highest seq), applied
+	// when it is back (holdBack).
+	held    *fuseboxv1.SignedItem
+	heldSeq uint64
 }
 
 // retire remembers a departed member's key. Caller holds membersMu.
@@ -184,6 +197,9 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if rowFilter != nil && !rowFilter(rows[0]) {
 			continue
 		}
+		if !pushPull && g.holdBack(node, rows, it) {
+			continue
+		}
 		var known func() bool
 		if screen != nil {
 			known = func() bool {
@@ -224,6 +240,60 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		}
 	}
 	return in
+}
+
+// holdBack keeps it, a signed batch of node's rows, when node is a member
+// that departed lately and is not alive here now, and reports whether it
+// did (or refused it as forged). After a partition heals, the members of
+// the other half send their rows (greetLater) as soon as they hold this
+// node alive again, which may be a second before this node holds them
+// alive: dropped, such a row reached this node only by relays, seconds
+// later at N = 1,000. Held, the newest batch of each such member (verified
+// with the key it had; bounded by maxRetired) is applied when the member
+// is alive again (applyHeld).
+func (g *Gossip) holdBack(node string, rows []*fuseboxv1.NodeWindow, it *fuseboxv1.SignedItem) bool {
+	var seq uint64
+	for _, r := range rows {
+		seq = max(seq, r.GetSeq())
+	}
+	g.membersMu.Lock()
+	_, alive := g.members[node]
+	r, retired := g.retired[node]
+	g.membersMu.Unlock()
+	switch {
+	case alive || !retired || g.cfg.RowFanout == 0: // no round loop to apply it
+		return false
+	case r.held != nil && seq <= r.heldSeq:
+		return true // nothing newer than what is held
+	}
+	pub, st := g.keyOf(node)
+	if st != KeyKnown {
+		return false
+	}
+	g.stats.verified.Add(1)
+	if !verify(pub, rowOpts, it, g.cfg.VerifyMemo) {
+		g.forged(node)
+		g.Drop("bad_signature", 1, "node", clip(node), "dependency", clip(rows[0].GetDependency()))
+		return true
+	}
+	g.membersMu.Lock()
+	defer g.membersMu.Unlock()
+	if r, ok := g.retired[node]; ok && seq > r.heldSeq {
+		r.held, r.heldSeq = it, seq
+		g.retired[node] = r
+	}
+	return true
+}
+
+// applyHeld applies the row batch holdBack held for a member that is alive
+// again, as if it had just arrived.
+func (g *Gossip) applyHeld(it *fuseboxv1.SignedItem) {
+	in := g.admitItems(nil, nil, []*fuseboxv1.SignedItem{it}, nil, nil)
+	if in.empty() {
+		return
+	}
+	fresh, refused := g.cfg.Handler.ApplyBatch(&fuseboxv1.GossipBatch{Rows: in.rows})
+	g.afterApply(in, fresh, refused)
 }
 
 // forged counts a failed signature under its claimed origin, in a table of

@@ -42,9 +42,8 @@ func (q *rowQueue) add(rows []*fuseboxv1.NodeWindow) {
 		q.byDep = map[string]*queuedRow{}
 	}
 	for _, r := range rows {
-		n := proto.Size(r)
 		q.next++
-		e := &queuedRow{m: r, size: 1 + protowire.SizeVarint(uint64(n)) + n, order: q.next}
+		e := &queuedRow{m: r, size: batchRowSize(r), order: q.next}
 		if old, ok := q.byDep[r.GetDependency()]; ok {
 			old.gone = true
 		}
@@ -94,26 +93,10 @@ func (q *rowQueue) take(limit int, v byte, maxTransmits int, packet uint64) []*f
 	return out
 }
 
-// newest returns the newest of the queued rows that fit in a frame of at
-// most limit bytes at version v, without counting them sent.
-func (q *rowQueue) newest(limit int, v byte) []*fuseboxv1.NodeWindow {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	live := make([]*queuedRow, 0, len(q.byDep))
-	for _, e := range q.byDep {
-		live = append(live, e)
-	}
-	slices.SortFunc(live, func(a, b *queuedRow) int { return cmp.Compare(b.order, a.order) })
-	var out []*fuseboxv1.NodeWindow
-	body := 0
-	for _, e := range live {
-		if rowFrameSize(v, body+e.size) > limit {
-			break
-		}
-		body += e.size
-		out = append(out, e.m)
-	}
-	return out
+// batchRowSize is what row r takes in a RowBatch.
+func batchRowSize(r *fuseboxv1.NodeWindow) int {
+	n := proto.Size(r)
+	return 1 + protowire.SizeVarint(uint64(n)) + n
 }
 
 // rowFrameSize is the size of a frame at version v holding one signed

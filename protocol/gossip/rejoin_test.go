@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fusebox-dev/fusebox/protocol"
 	"github.com/fusebox-dev/fusebox/protocol/fuseboxv1"
 	"github.com/fusebox-dev/fusebox/sharedstate/sstest"
 )
@@ -149,4 +150,85 @@ func TestRoundsBundleRecordsAndRows(t *testing.T) {
 	if both != 1 || most < 10 || most >= 200 {
 		t.Errorf("b got %d batches with the record and rows, at most %d rows in one; want 1, and 10 to 199 rows", both, most)
 	}
+}
+
+// The rows a departed member sends before this node holds it alive again
+// (after a heal, its greeting often comes first) are held, the newest
+// batch, and applied when it is back; a forgery of them is refused and
+// counted, and an older batch does not replace the newer one.
+func TestRowsOfAMemberBackAreHeld(t *testing.T) {
+	rec := newRecorder()
+	ka := newKey(t)
+	gs := joined(t, signedConfig("recv", rec, newKey(t)), signedConfig("a", newRecorder(), ka))
+	recv := gs[0]
+	if err := gs[1].Close(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "a left", func() bool { return len(recv.Members()) == 1 })
+
+	row := func(seq uint64) *fuseboxv1.NodeWindow {
+		return &fuseboxv1.NodeWindow{Node: "a", Dependency: "payments", Seq: seq, Counts: &fuseboxv1.Counts{Successes: seq}}
+	}
+	send := func(env *fuseboxv1.SignedItem) {
+		(*delegate)(recv).NotifyMsg(frameAt(t, protocol.Version2, &fuseboxv1.GossipBatch{SignedRows: []*fuseboxv1.SignedItem{env}}))
+	}
+	send(signRowWith(t, ka, row(5)))
+	send(signRowWith(t, newKey(t), row(6))) // forged
+	send(signRowWith(t, ka, row(3)))        // older
+	if n, _ := rec.seen(); n != 0 {
+		t.Fatalf("rows of a member that is not alive were applied: %d", n)
+	}
+	st := recv.Stats()
+	if st.Dropped["bad_signature"] != 1 || st.Dropped["not_member"] != 0 {
+		t.Fatalf("dropped %v: want the forgery counted as bad_signature and the genuine rows not dropped", st.Dropped)
+	}
+
+	// a restarts with its key; it has no rows of its own to send.
+	if _, err := newMember(t, signedConfig("a", newRecorder(), ka)).Join([]string{recv.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "the held row applied when a is back", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.rows["a/payments"] == 5
+	})
+}
+
+// stateOnly answers push-pull with rows, but not a join's.
+type stateOnly struct {
+	*recorder
+	rows []*fuseboxv1.NodeWindow
+}
+
+func (s stateOnly) LocalState(join bool) *fuseboxv1.PushPullState {
+	if join {
+		return nil
+	}
+	return &fuseboxv1.PushPullState{Rows: s.rows}
+}
+
+// A member that comes back gets this node's current rows (its push-pull
+// state's) straight away, even when none is queued for the rounds any
+// more (a row that did not change for a while has gone out as often as
+// it does).
+func TestMemberBackGetsCurrentRows(t *testing.T) {
+	row := &fuseboxv1.NodeWindow{Node: "a", Dependency: "payments", Seq: 5, Counts: &fuseboxv1.Counts{Failures: 5}}
+	slow := func(c Config) Config { c.PushPullInterval = time.Hour; return c }
+	gs := joined(t, slow(signedConfig("a", stateOnly{newRecorder(), []*fuseboxv1.NodeWindow{row}}, newKey(t))),
+		slow(signedConfig("b", newRecorder(), newKey(t))))
+	a := gs[0]
+	if err := gs[1].Close(time.Second); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "b left", func() bool { return len(a.Members()) == 1 })
+
+	rec := newRecorder()
+	if _, err := newMember(t, slow(signedConfig("b", rec, newKey(t)))).Join([]string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sstest.Eventually(t, 5*time.Second, "b, back, has a's row", func() bool {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		return rec.rows["a/payments"] == 5
+	})
 }

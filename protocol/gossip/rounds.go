@@ -37,7 +37,10 @@ func (g *Gossip) roundLoop(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case m := <-g.greet:
-			g.sendOwnRows(m)
+			g.greetAll(m)
+			continue
+		case it := <-g.held:
+			g.applyHeld(it)
 			continue
 		case <-t.C:
 		}
@@ -51,10 +54,12 @@ func (g *Gossip) roundLoop(stop <-chan struct{}) {
 const greetQueue = 1024
 
 // greetDelay is how long after a member came back this node sends it its
-// rows: the member takes them only once it holds this node alive again
-// too, which after a heal comes with the refutations, spread by the
-// rejoins' push-pulls and gossip within about a second.
-const greetDelay = time.Second
+// rows. After a heal the member may hold this node alive only up to a
+// second or so later (the refutations spread by the rejoins' push-pulls
+// and gossip); it holds the rows until then (holdBack). A restarted member
+// knows this node from its join's push-pull at once; the delay leaves that
+// push-pull time to finish.
+const greetDelay = 500 * time.Millisecond
 
 // greetLater queues m, a member that came back after it was declared dead
 // or left (a partition healed, an agent restarted), for a packet of this
@@ -64,7 +69,7 @@ const greetDelay = time.Second
 // agents a second or more after the membership; sent to each member as it
 // comes back, they arrive with it. Caller holds membersMu.
 func (g *Gossip) greetLater(m Member) {
-	if g.cfg.RowFanout == 0 || g.rows.len() == 0 {
+	if g.cfg.RowFanout == 0 {
 		return
 	}
 	time.AfterFunc(greetDelay, func() {
@@ -75,13 +80,56 @@ func (g *Gossip) greetLater(m Member) {
 	})
 }
 
-// sendOwnRows sends m one packet of this node's newest rows, without
-// counting them sent (the rounds' share of them is unchanged).
-func (g *Gossip) sendOwnRows(m Member) {
+// greetAll sends m, and every other member whose greeting is due, one
+// packet of this node's current rows: those of its push-pull state
+// (currentRows), not only those still queued, since a row that
+// has not changed for a while has gone out as often as it does and left
+// the queue (a sick half's rows, after a heal: the last agents had them
+// seconds after the rest). The rounds' share of the queued rows is
+// unchanged.
+func (g *Gossip) greetAll(m Member) {
+	to := []Member{m}
+	for more := true; more; {
+		select {
+		case m := <-g.greet:
+			to = append(to, m)
+		default:
+			more = false
+		}
+	}
 	v := g.SendVersion()
-	if frame := g.ownRowsFrame(v, g.rows.newest(roundPacketBytes, v)); frame != nil {
+	frame := g.ownRowsFrame(v, g.currentRows(roundPacketBytes, v))
+	if frame == nil {
+		return
+	}
+	for _, m := range to {
 		g.sendPacket(m, frame, "rows to a member back")
 	}
+}
+
+// currentRows returns this node's rows of its push-pull state (see
+// RowSource) that fit in a frame of at most limit bytes at version v.
+func (g *Gossip) currentRows(limit int, v byte) []*fuseboxv1.NodeWindow {
+	var rows []*fuseboxv1.NodeWindow
+	if src, ok := g.cfg.Handler.(RowSource); ok {
+		rows = src.OwnRows()
+	} else {
+		rows = g.cfg.Handler.LocalState(false).GetRows()
+	}
+	var out []*fuseboxv1.NodeWindow
+	body := 0
+	for _, r := range rows {
+		if r.GetNode() != g.cfg.Name {
+			continue
+		}
+		size := batchRowSize(r)
+		if rowFrameSize(v, body+size) > limit {
+			break
+		}
+		body += size
+		out = append(out, r)
+	}
+	return out
 }
 
 // sendPacket sends frame to member to outside memberlist's gossip (what
