@@ -179,6 +179,9 @@ func TestFleetCumulativeForgetsBoundedly(t *testing.T) {
 	}
 	for i := range nodes {
 		a.MemberDead(row(i, 1, 0).Node)
+	}
+	clock.Advance(2 * time.Duration(DefaultPolicy().Breaker.Window)) // their rows stale: not put back
+	for i := range nodes {
 		a.MemberAlive(row(i, 1, 0).Node, "z")
 	}
 	c, _ := a.Cumulative(dep)

@@ -866,3 +866,87 @@ IdleRetention: must not be negative, got -1m0s`
 		t.Errorf("got %v\nwant %s", err, want)
 	}
 }
+
+// The rows of a member reported dead stop counting at once and come back
+// with it while they are fresh: a member declared dead wrongly refutes
+// within seconds, and would otherwise be missing from every table until
+// its rows change. Stale ones, and those of a member dead longer than
+// dormantRetention, do not come back.
+func TestDeadMemberRowsComeBackFresh(t *testing.T) {
+	clock := NewManualClock(t0)
+	e := newTestEngine(t, "a", "z", clock, nil)
+	const dep = "ledger-api"
+	row := func(node string, seq uint64) NodeWindow {
+		return NodeWindow{Node: node, Dependency: dep, Seq: seq, Counts: Counts{FirstAttempts: 4, Failures: 4}}
+	}
+	seqOf := func(node string) uint64 {
+		for _, r := range e.Rows(dep) {
+			if r.Node == node {
+				return r.Seq
+			}
+		}
+		return 0
+	}
+	failures := func() uint64 { f, _ := e.Fleet(dep); return f.Fleet.Failures }
+	e.ApplyRow(row("b", 1))
+	e.ApplyRow(row("c", 1))
+	if failures() != 8 {
+		t.Fatalf("fleet failures %d, want 8", failures())
+	}
+	e.MemberDead("b")
+	if seqOf("b") != 0 || failures() != 4 {
+		t.Fatalf("a dead member's row still counts: seq %d, fleet failures %d", seqOf("b"), failures())
+	}
+	if e.ApplyRow(row("b", 2)) {
+		t.Fatal("took a dead member's row")
+	}
+	clock.Advance(time.Second)
+	e.MemberAlive("b", "z")
+	if seqOf("b") != 1 || failures() != 8 {
+		t.Fatalf("back a second later: b's row seq %d, fleet failures %d; want its row back (seq 1), 8", seqOf("b"), failures())
+	}
+	if !e.ApplyRow(row("b", 3)) || seqOf("b") != 3 {
+		t.Fatal("a newer row after the return was not taken")
+	}
+
+	// Put back with the time it first arrived: stale when it would have been.
+	e.ApplyRow(row("e", 1))
+	e.MemberDead("e")
+	clock.Advance(15 * time.Second)
+	e.MemberAlive("e", "z")
+	if seqOf("e") != 1 {
+		t.Fatal("e's row did not come back 15 s later")
+	}
+	clock.Advance(6 * time.Second) // 21 s after it arrived, 6 s after it came back
+	e.Tick()
+	if seqOf("e") != 0 {
+		t.Fatal("a row put back lives on past 2×window after it arrived")
+	}
+
+	// Stale by the time it is back: not put back.
+	if !e.ApplyRow(row("c", 2)) {
+		t.Fatal("c's fresh row was refused")
+	}
+	e.MemberDead("c")
+	clock.Advance(2 * time.Duration(DefaultPolicy().Breaker.Window))
+	e.MemberAlive("c", "z")
+	d := e.deps.load(dep)
+	d.mu.Lock()
+	_, held := d.rowIdx["c"]
+	d.mu.Unlock()
+	if held {
+		t.Fatal("a stale row came back")
+	}
+
+	// Dead for longer than dormantRetention: forgotten by the next Tick.
+	e.ApplyRow(row("d", 1))
+	e.MemberDead("d")
+	clock.Advance(dormantRetention + time.Second)
+	e.Tick()
+	e.members.mu.RLock()
+	kept := len(e.members.dormant)
+	e.members.mu.RUnlock()
+	if kept != 0 {
+		t.Fatalf("%d dead members' rows kept past dormantRetention", kept)
+	}
+}

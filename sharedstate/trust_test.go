@@ -307,6 +307,7 @@ func TestRowsBounded(t *testing.T) {
 	}
 	// A row leaving frees its node's slot.
 	e.MemberDead("peer")
+	clock.Advance(2 * time.Duration(DefaultPolicy().Breaker.Window)) // its rows stale: not put back
 	e.MemberAlive("peer", "")
 	if _, err := e.MergeRow(NodeWindow{Node: "peer", Dependency: "dep15", Seq: 2}); err != nil {
 		t.Fatalf("after peer's rows were dropped: %v", err)
