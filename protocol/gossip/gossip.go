@@ -208,10 +208,10 @@ type Gossip struct {
 	peers       []string          // names of the live members but this node, for randomPeers
 	peerIdx     map[string]int    // name -> index in peers
 
-	stopRounds chan struct{}              // closed by Close: ends roundLoop
-	roundsDone chan struct{}              // closed when roundLoop returned (nil: none runs)
-	greet      chan Member                // members back from the dead, for this node's rows (greetLater)
-	held       chan *fuseboxv1.SignedItem // their rows that came before they were back (holdBack)
+	stopRounds chan struct{}  // closed by Close: ends roundLoop
+	roundsDone chan struct{}  // closed when roundLoop returned (nil: none runs)
+	greet      chan Member    // members back from the dead, for this node's rows (greetLater)
+	held       chan *heldRows // their rows that came before they were back (holdBack)
 
 	dropLog rateLog // one log line per drop reason per minute
 
@@ -253,7 +253,7 @@ func New(cfg Config) (*Gossip, error) {
 		cfg.Logger = slog.Default()
 	}
 	g := &Gossip{cfg: cfg, lg: cfg.Logger.With("component", "gossip"), meta: meta, members: map[string]Member{}, versions: map[int]int{}, memberAddrs: map[string]int{},
-		peerIdx: map[string]int{}, stopRounds: make(chan struct{}), greet: make(chan Member, greetQueue), held: make(chan *fuseboxv1.SignedItem, greetQueue),
+		peerIdx: map[string]int{}, stopRounds: make(chan struct{}), greet: make(chan Member, greetQueue), held: make(chan *heldRows, greetQueue),
 		versionLogged: map[string]struct{}{}, retired: map[string]retiredKey{}, settling: map[string]time.Time{}, settlingAddrs: map[string]time.Time{}, recEnv: map[recKey]heldRecord{}, forgedBy: map[string]uint64{}}
 	g.sendVersion.Store(uint32(protocol.MinVersion)) // alone: see SendVersion
 

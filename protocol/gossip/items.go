@@ -83,10 +83,8 @@ type retiredKey struct {
 	key ed25519.PublicKey
 	at  time.Time
 	// held is the newest signed row batch the departed member sent while
-	// this node did not hold it alive (heldSeq its highest seq), applied
-	// when it is back (holdBack).
-	held    *fuseboxv1.SignedItem
-	heldSeq uint64
+	// this node did not hold it alive, applied when it is back (holdBack).
+	held *heldRows
 }
 
 // retire remembers a departed member's key. Caller holds membersMu.
@@ -154,10 +152,15 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 	}
 	// signed checks an item after decoding: membership, a known key, then
 	// the screen, and the signature last (the costly part).
-	signed := func(who, dep, role string, known func() bool, opts *ed25519.Options, it *fuseboxv1.SignedItem) bool {
+	// rows, a signed batch's, may be held (holdBack) when their node is not
+	// a member instead of dropped.
+	signed := func(who, dep, role string, known func() bool, rows []*fuseboxv1.NodeWindow, opts *ed25519.Options, it *fuseboxv1.SignedItem) bool {
 		if pushPull && role == "origin" {
 			// a record the sender holds: its signature is what counts
 		} else if why := g.speaker(who); why != "" {
+			if why == "not_member" && rows != nil && !pushPull && g.holdBack(who, rows, it) {
+				return false
+			}
 			g.dropAbout(who, why, 1, role, clip(who), "dependency", clip(dep))
 			return false
 		}
@@ -169,13 +172,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if known != nil && known() {
 			return false
 		}
-		g.stats.verified.Add(1)
-		if !verify(pub, opts, it, g.cfg.VerifyMemo) {
-			g.forged(who)
-			g.Drop("bad_signature", 1, role, clip(who), "dependency", clip(dep))
-			return false
-		}
-		return true
+		return g.checkSignature(pub, opts, it, who, dep, role)
 	}
 	for _, it := range signedRows {
 		var batch fuseboxv1.RowBatch
@@ -197,9 +194,6 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if rowFilter != nil && !rowFilter(rows[0]) {
 			continue
 		}
-		if !pushPull && g.holdBack(node, rows, it) {
-			continue
-		}
 		var known func() bool
 		if screen != nil {
 			known = func() bool {
@@ -211,7 +205,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 				return true
 			}
 		}
-		if signed(node, rows[0].GetDependency(), "node", known, rowOpts, it) {
+		if signed(node, rows[0].GetDependency(), "node", known, rows, rowOpts, it) {
 			if in.rowEnv == nil {
 				in.rowEnv = map[*fuseboxv1.NodeWindow]*fuseboxv1.SignedItem{}
 			}
@@ -231,7 +225,7 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 		if screen != nil {
 			known = func() bool { return screen.KnownRecord(r) }
 		}
-		if signed(r.GetOrigin(), r.GetDependency(), "origin", known, recordOpts, it) {
+		if signed(r.GetOrigin(), r.GetDependency(), "origin", known, nil, recordOpts, it) {
 			in.recs = append(in.recs, r)
 			if in.recEnv == nil {
 				in.recEnv = map[*fuseboxv1.BreakerRecord]*fuseboxv1.SignedItem{}
@@ -242,9 +236,29 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 	return in
 }
 
-// holdBack keeps it, a signed batch of node's rows, when node is a member
-// that departed lately and is not alive here now, and reports whether it
-// did (or refused it as forged). After a partition heals, the members of
+// checkSignature verifies it, an item of who signed with pub, and counts
+// a failure under who (role and dep name it in the log).
+func (g *Gossip) checkSignature(pub ed25519.PublicKey, opts *ed25519.Options, it *fuseboxv1.SignedItem, who, dep, role string) bool {
+	g.stats.verified.Add(1)
+	if !verify(pub, opts, it, g.cfg.VerifyMemo) {
+		g.forged(who)
+		g.Drop("bad_signature", 1, role, clip(who), "dependency", clip(dep))
+		return false
+	}
+	return true
+}
+
+// heldRows is a departed member's signed row batch and its rows, decoded
+// and verified (holdBack).
+type heldRows struct {
+	rows []*fuseboxv1.NodeWindow
+	env  *fuseboxv1.SignedItem
+	seq  uint64 // the highest of the rows
+}
+
+// holdBack keeps it, a signed batch of node's rows, when node, not a
+// member now, is one that departed lately, and reports whether it did (or
+// refused it as forged). After a partition heals, the members of
 // the other half send their rows (greetLater) as soon as they hold this
 // node alive again, which may be a second before this node holds them
 // alive: dropped, such a row reached this node only by relays, seconds
@@ -252,47 +266,46 @@ func (g *Gossip) admitItems(plainRows []*fuseboxv1.NodeWindow, plainRecs []*fuse
 // with the key it had; bounded by maxRetired) is applied when the member
 // is alive again (applyHeld).
 func (g *Gossip) holdBack(node string, rows []*fuseboxv1.NodeWindow, it *fuseboxv1.SignedItem) bool {
+	if g.cfg.RowFanout == 0 { // no round loop to apply it
+		return false
+	}
 	var seq uint64
 	for _, r := range rows {
 		seq = max(seq, r.GetSeq())
 	}
 	g.membersMu.Lock()
-	_, alive := g.members[node]
 	r, retired := g.retired[node]
 	g.membersMu.Unlock()
 	switch {
-	case alive || !retired || g.cfg.RowFanout == 0: // no round loop to apply it
+	case !retired:
 		return false
-	case r.held != nil && seq <= r.heldSeq:
+	case r.held != nil && seq <= r.held.seq:
 		return true // nothing newer than what is held
 	}
 	pub, st := g.keyOf(node)
 	if st != KeyKnown {
 		return false
 	}
-	g.stats.verified.Add(1)
-	if !verify(pub, rowOpts, it, g.cfg.VerifyMemo) {
-		g.forged(node)
-		g.Drop("bad_signature", 1, "node", clip(node), "dependency", clip(rows[0].GetDependency()))
+	if !g.checkSignature(pub, rowOpts, it, node, rows[0].GetDependency(), "node") {
 		return true
 	}
 	g.membersMu.Lock()
 	defer g.membersMu.Unlock()
-	if r, ok := g.retired[node]; ok && seq > r.heldSeq {
-		r.held, r.heldSeq = it, seq
+	if r, ok := g.retired[node]; ok && (r.held == nil || seq > r.held.seq) {
+		r.held = &heldRows{rows: rows, env: it, seq: seq}
 		g.retired[node] = r
 	}
 	return true
 }
 
-// applyHeld applies the row batch holdBack held for a member that is alive
-// again, as if it had just arrived.
-func (g *Gossip) applyHeld(it *fuseboxv1.SignedItem) {
-	in := g.admitItems(nil, nil, []*fuseboxv1.SignedItem{it}, nil, nil)
-	if in.empty() {
-		return
+// applyHeld applies the rows holdBack held, verified then, for a member
+// that is alive again, as if they had just arrived.
+func (g *Gossip) applyHeld(h *heldRows) {
+	in := &inbound{rows: h.rows, rowEnv: map[*fuseboxv1.NodeWindow]*fuseboxv1.SignedItem{}}
+	for _, r := range h.rows {
+		in.rowEnv[r] = h.env
 	}
-	fresh, refused := g.cfg.Handler.ApplyBatch(&fuseboxv1.GossipBatch{Rows: in.rows})
+	fresh, refused := g.cfg.Handler.ApplyBatch(&fuseboxv1.GossipBatch{Rows: h.rows})
 	g.afterApply(in, fresh, refused)
 }
 

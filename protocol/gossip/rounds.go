@@ -39,8 +39,8 @@ func (g *Gossip) roundLoop(stop <-chan struct{}) {
 		case m := <-g.greet:
 			g.greetAll(m)
 			continue
-		case it := <-g.held:
-			g.applyHeld(it)
+		case h := <-g.held:
+			g.applyHeld(h)
 			continue
 		case <-t.C:
 		}
